@@ -1,0 +1,11 @@
+"""edgetrain: compile PyTorch models into training programs that fit small devices."""
+from . import models
+from .api import BudgetError, compile
+from .config import SGD, Budget
+from .frontend import CaptureError, UnsupportedOpError
+from .program import NonFiniteLossError, Program
+from .sparse import BiasOnly, Full, LastK, Sparse
+
+__version__ = "0.1.0"
+__all__ = ["BiasOnly", "Budget", "BudgetError", "CaptureError", "Full", "LastK", "NonFiniteLossError", "Program",
+           "SGD", "Sparse", "UnsupportedOpError", "compile", "models"]

@@ -1,0 +1,95 @@
+"""compile(): the pass list, from an nn.Module to a training Program."""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+
+from .autodiff import build_backward
+from .config import SGD, Budget
+from .frontend import capture
+from .ir import Graph
+from .memory import plan_memory
+from .ops import verify
+from .passes import apply_updates_early, attach_loss, eliminate_dead_code, insert_updates
+from .passes.loss import LABEL, LOSSES
+from .passes.updates import momentum_name
+from .program import Program
+from .sparse import Full, UpdateScheme, find_layers, resolve_scheme
+
+BACKENDS = ("reference",)
+
+
+class BudgetError(ValueError):
+    """The program does not fit the memory budget."""
+
+
+def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_entropy",
+            update: Union[UpdateScheme, str] = Full(), quantize: Optional[str] = None,
+            optimizer: SGD = SGD(lr=0.01), budget: Optional[Budget] = None,
+            backend: str = "reference") -> Program:
+    """Compile `model` into a training program for inputs shaped like `example_inputs`."""
+    _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend)
+    stages: dict[str, Graph] = {}
+
+    def stage(name: str, g: Graph) -> Graph:
+        stages[name] = verify(g)
+        return g
+
+    cap = capture(model, tuple(example_inputs))
+    forward = stage("captured", cap.graph)
+    layers = find_layers(forward, set(cap.params))
+    trainable = resolve_scheme(update, layers, cap.params, set(cap.frozen_params))
+    with_loss = stage("with_loss", attach_loss(forward, loss))
+    joint = stage("backward", build_backward(with_loss, "loss", trainable))
+    grads = stage("pruned", eliminate_dead_code(joint))
+    updated = stage("updates", insert_updates(grads, trainable, optimizer.lr, optimizer.momentum,
+                                              optimizer.weight_decay))
+    train = stage("reordered", apply_updates_early(updated))
+
+    ram_inputs = set(cap.inputs) | {LABEL}
+    state_names = list(trainable) + ([momentum_name(p) for p in trainable] if optimizer.momentum else [])
+    memory = plan_memory(train, ram_inputs, state_names)
+    if budget is not None and budget.sram is not None and memory.peak_bytes > budget.sram:
+        raise BudgetError(f"the program needs {memory.peak_bytes:,} B of SRAM at its peak "
+                          f"({memory.summary()}), over the budget of {budget.sram:,} B; "
+                          f"the smallest budget that fits this update scheme is {memory.peak_bytes:,} B")
+    if budget is not None and budget.flash is not None and memory.frozen_bytes > budget.flash:
+        raise BudgetError(f"read-only weights need {memory.frozen_bytes:,} B of flash, over the budget "
+                          f"of {budget.flash:,} B")
+    return Program(captured=cap, stages=stages, forward=forward, grad_graph=grads, train_graph=train,
+                   trainable=trainable, layers=tuple(layers), memory=memory, loss=loss, optimizer=optimizer,
+                   state_aliases=_state_aliases(model, set(cap.params) | set(cap.buffers)))
+
+
+def _state_aliases(model: torch.nn.Module, names: set[str]) -> dict[str, str]:
+    """Map each key of model.state_dict() to the captured tensor holding it (tied weights
+    appear under several keys but are captured once)."""
+    sd = model.state_dict(keep_vars=True)
+    by_ptr = {t.data_ptr(): k for k, t in sd.items() if k in names}
+    out = {}
+    for k, t in sd.items():
+        target = k if k in names else by_ptr.get(t.data_ptr())
+        if target is None:
+            raise ValueError(f"state_dict entry {k!r} is not used by the captured graph and shares no storage "
+                             f"with one that is")
+        out[k] = target
+    return out
+
+
+def _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend):
+    if not isinstance(example_inputs, (tuple, list)) or not example_inputs:
+        raise TypeError("example_inputs must be a non-empty tuple of arrays or tensors, e.g. (x,)")
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    if isinstance(update, str):
+        raise ValueError(f"update={update!r}: the budgeted sparse-update search is not available yet; "
+                         f"pass Full(), BiasOnly(), LastK(k) or Sparse(...)")
+    if quantize is not None:
+        raise ValueError(f"quantize={quantize!r}: int8 training is not available yet; use quantize=None")
+    if not isinstance(optimizer, SGD):
+        raise TypeError(f"optimizer must be edgetrain.SGD, got {type(optimizer).__name__}")
+    if budget is not None and not isinstance(budget, Budget):
+        raise TypeError(f"budget must be edgetrain.Budget, got {type(budget).__name__}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}: available backends are {BACKENDS}")

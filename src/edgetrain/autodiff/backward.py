@@ -1,0 +1,100 @@
+"""build_backward: the reverse sweep, only toward the requested parameters.
+
+Each node's VJP (from its OpDef) emits backward nodes; gradients reaching a value from
+several uses are summed. A parameter may ask for a subset of its channels
+(`ChannelSelect`): VJPs that understand it (conv2d) compute only those channels, and for
+any other use the full gradient is narrowed with index_select. Dead code elimination
+afterwards removes whatever the requested gradients do not need.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from ..ir import FLOAT_DTYPES, Graph, Value
+from ..ops import Emitter, get_op
+
+
+@dataclass(frozen=True)
+class ChannelSelect:
+    """Train only `index` (sorted positions) along weight dim `dim`."""
+
+    dim: int
+    index: tuple[int, ...]
+
+    def __bool__(self) -> bool:  # a selection still means "this input needs a gradient"
+        return True
+
+    def shape_of(self, full: tuple[int, ...]) -> tuple[int, ...]:
+        s = list(full)
+        s[self.dim] = len(self.index)
+        return tuple(s)
+
+
+class NotDifferentiableError(ValueError):
+    pass
+
+
+def grad_name(param: str) -> str:
+    return f"grad:{param}"
+
+
+def _requires_grad(g: Graph, wrt_values: set[Value]) -> set[Value]:
+    """Values that depend on a requested input (forward reachability)."""
+    req = set(wrt_values)
+    for n in g.nodes:
+        if any(v in req for v in n.inputs):
+            req.update(o for o in n.outputs if o.dtype in FLOAT_DTYPES)
+    return req
+
+
+def _contributes(g: Graph, loss: Value) -> set[Value]:
+    """Values the loss depends on (backward reachability)."""
+    need = {loss}
+    for n in reversed(g.nodes):
+        if any(o in need for o in n.outputs):
+            need.update(n.inputs)
+    return need
+
+
+def build_backward(g: Graph, loss: str, wrt: Mapping[str, Optional[ChannelSelect]]) -> Graph:
+    """Return `g` with the reverse sweep appended and one output `grad:<name>` per entry of
+    `wrt` (graph input name -> None for the whole tensor, or a ChannelSelect)."""
+    loss_v = g.output(loss)
+    if loss_v.type.shape != ():
+        raise ValueError(f"the loss must be a scalar, got {loss_v.type}")
+    params = {name: g.input(name) for name in wrt}
+    selects = {params[name]: sel for name, sel in wrt.items()}
+    requires = _requires_grad(g, set(params.values())) & _contributes(g, loss_v)
+    e = Emitter()
+    grads: dict[Value, Value] = {loss_v: e.const(1.0, loss_v.dtype)}
+
+    for node in reversed(g.nodes):
+        out_grads = [grads.get(o) for o in node.outputs]
+        if all(x is None for x in out_grads):
+            continue
+        needs = [selects.get(v) or True if v in requires else False for v in node.inputs]
+        if not any(needs):
+            continue
+        opdef = get_op(node.op)
+        if opdef.vjp is None:
+            raise NotDifferentiableError(f"op {node.op} has no gradient rule, but a trained parameter "
+                                         f"depends on it")
+        in_grads = opdef.vjp(e, node, out_grads, needs)
+        for v, need, gv in zip(node.inputs, needs, in_grads):
+            if not need or gv is None:
+                continue
+            sel = selects.get(v)
+            if sel is not None and gv.shape == v.shape:  # a full gradient for a selected input
+                gv = e.emit("index_select", gv, dim=sel.dim, index=sel.index)
+            grads[v] = e.add_grads(grads.get(v), gv)
+
+    names, outs = list(g.output_names), list(g.outputs)
+    for name, v in params.items():
+        want = selects[v].shape_of(v.shape) if selects[v] is not None else v.shape
+        gv = grads.get(v)
+        if gv is None:  # the loss does not depend on this parameter: its gradient is zero
+            gv = e.emit("expand", e.const(0.0, v.dtype), shape=want)
+        names.append(grad_name(name))
+        outs.append(gv)
+    return g.replace(nodes=g.nodes + tuple(e.nodes), outputs=outs, output_names=names)

@@ -1,0 +1,57 @@
+"""Explicit, frozen configuration objects."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Optional, Union
+
+#: byte multipliers; microcontroller datasheets count KB and MB in powers of two.
+UNITS = {"": 1, "B": 1, "KB": 1024, "KIB": 1024, "K": 1024, "MB": 1024**2, "MIB": 1024**2, "M": 1024**2,
+         "GB": 1024**3, "GIB": 1024**3, "G": 1024**3}
+
+
+def parse_bytes(v: Union[int, str, None], what: str = "size") -> Optional[int]:
+    """'256KB' -> 262144; ints pass through; None stays None."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        raise ValueError(f"{what}: expected a byte count like 256KB, got {v!r}")
+    if isinstance(v, (int, float)):
+        if v <= 0 or not math.isfinite(v):
+            raise ValueError(f"{what} must be positive, got {v!r}")
+        return int(v)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(v))
+    if not m or m.group(2).upper() not in UNITS:
+        raise ValueError(f"{what}: cannot read {v!r}; write e.g. 256KB, 1MB or a number of bytes")
+    n = int(float(m.group(1)) * UNITS[m.group(2).upper()])
+    if n <= 0:
+        raise ValueError(f"{what} must be positive, got {v!r}")
+    return n
+
+
+@dataclass(frozen=True)
+class SGD:
+    """Stochastic gradient descent, as torch.optim.SGD (no dampening, no Nesterov)."""
+
+    lr: float = 0.01
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+    def __post_init__(self):
+        for name in ("lr", "momentum", "weight_decay"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"SGD {name} must be a finite number >= 0, got {v!r}")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Memory a device offers: `sram` for the training program, `flash` for read-only data."""
+
+    sram: Optional[Union[int, str]] = None
+    flash: Optional[Union[int, str]] = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "sram", parse_bytes(self.sram, "sram"))
+        object.__setattr__(self, "flash", parse_bytes(self.flash, "flash"))

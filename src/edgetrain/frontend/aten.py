@@ -1,0 +1,370 @@
+"""Core-aten -> IR translation table: one small converter per aten op."""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+
+from ..ir import Value
+from ..ops import Emitter
+from ..ops.conv import conv_out_hw
+
+aten = torch.ops.aten
+CONVERTERS: dict[Any, Callable] = {}
+IDENTITY_OPS = ("clone", "alias", "contiguous", "detach", "lift_fresh_copy")
+
+
+def converts(*ops):
+    def deco(fn):
+        for op in ops:
+            CONVERTERS[op] = fn
+        return fn
+
+    return deco
+
+
+def convert_node(e: Emitter, node, env: dict):
+    from .capture import UnsupportedOpError
+
+    def arg(a):
+        if isinstance(a, torch.fx.Node):
+            return env[a.name]
+        if isinstance(a, (list, tuple)):
+            return type(a)(arg(x) for x in a)
+        return a
+
+    fn = CONVERTERS.get(node.target)
+    if fn is None:
+        raise UnsupportedOpError(f"unsupported op {node.target}")
+    return fn(e, *arg(tuple(node.args)), **{k: arg(v) for k, v in node.kwargs.items()})
+
+
+def _tensor(e: Emitter, x, like: Value) -> Value:
+    """A Value for x, making Python scalars constants of `like`'s dtype."""
+    return x if isinstance(x, Value) else e.const(x, like.dtype)
+
+
+def _pair(v):
+    return tuple(v) * (2 // len(v)) if isinstance(v, (list, tuple)) else (int(v), int(v))
+
+
+# --- identity and plumbing ---------------------------------------------------------------
+@converts(operator.getitem)
+def _getitem(e, xs, i):
+    out = xs[i]
+    if out is None:
+        from .capture import UnsupportedOpError
+
+        raise UnsupportedOpError(f"output {i} of a multi-output op is not supported")
+    return out
+
+
+@converts(*[getattr(aten, n).default for n in IDENTITY_OPS], aten.dropout.default)
+def _identity(e, x, *args, **kw):
+    return x
+
+
+@converts(aten._to_copy.default)
+def _to_copy(e, x, dtype=None, **kw):
+    from .capture import TORCH_DTYPES
+
+    want = TORCH_DTYPES.get(dtype, x.dtype) if dtype is not None else x.dtype
+    return x if want == x.dtype else e.emit("cast", x, dtype=want)
+
+
+# --- elementwise -------------------------------------------------------------------------
+def _binary(op):
+    def conv(e, a, b, alpha=1):
+        like = a if isinstance(a, Value) else b
+        a, b = _tensor(e, a, like), _tensor(e, b, like)
+        if alpha != 1:
+            b = e.emit("mul", b, e.const(alpha, like.dtype))
+        return e.emit(op, a, b)
+
+    return conv
+
+
+for _op in ("add", "sub", "mul", "div"):
+    for _ov in ("Tensor", "Scalar"):
+        CONVERTERS[getattr(getattr(aten, _op), _ov)] = _binary(_op)
+
+
+@converts(aten.rsub.Scalar, aten.rsub.Tensor)
+def _rsub(e, a, b, alpha=1):
+    return _binary("sub")(e, b, a, alpha) if alpha == 1 else _binary("sub")(e, _binary("mul")(e, b, 1), a, alpha)
+
+
+def _unary(op, **fixed):
+    return lambda e, x: e.emit(op, x, **fixed)
+
+
+for _name in ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "neg"):
+    CONVERTERS[getattr(aten, _name).default] = _unary(_name)
+
+
+@converts(aten.gelu.default)
+def _gelu(e, x, approximate="none"):
+    return e.emit("gelu", x, approximate=approximate)
+
+
+@converts(aten.silu.default)
+def _silu(e, x):
+    return e.emit("mul", x, e.emit("sigmoid", x))
+
+
+@converts(aten.hardtanh.default)
+def _hardtanh(e, x, min_val=-1.0, max_val=1.0):
+    return e.emit("clamp", x, min=float(min_val), max=float(max_val))
+
+
+@converts(aten.clamp.default)
+def _clamp(e, x, min=None, max=None):
+    bounds = {k: float(v) for k, v in (("min", min), ("max", max)) if v is not None}
+    return e.emit("clamp", x, **bounds)
+
+
+@converts(aten.hardswish.default)
+def _hardswish(e, x):  # x * relu6(x + 3) / 6
+    r = e.emit("clamp", e.emit("add", x, e.const(3.0, x.dtype)), min=0.0, max=6.0)
+    return e.emit("mul", x, e.emit("mul", r, e.const(1 / 6, x.dtype)))
+
+
+@converts(aten.hardsigmoid.default)
+def _hardsigmoid(e, x):  # relu6(x + 3) / 6
+    r = e.emit("clamp", e.emit("add", x, e.const(3.0, x.dtype)), min=0.0, max=6.0)
+    return e.emit("mul", r, e.const(1 / 6, x.dtype))
+
+
+@converts(aten.pow.Tensor_Scalar)
+def _pow(e, x, exponent):
+    return e.emit("pow", x, exponent=float(exponent))
+
+
+# --- reductions ----------------------------------------------------------------------------
+def _reduce(op):
+    def conv(e, x, dims=None, keepdim=False, dtype=None):
+        return e.emit(op, x, dims=tuple(dims) if dims else None, keepdim=bool(keepdim))
+
+    return conv
+
+
+CONVERTERS[aten.mean.dim] = _reduce("mean")
+CONVERTERS[aten.sum.dim_IntList] = _reduce("sum")
+CONVERTERS[aten.mean.default] = lambda e, x, dtype=None: e.emit("mean", x, dims=None)
+CONVERTERS[aten.sum.default] = lambda e, x, dtype=None: e.emit("sum", x, dims=None)
+
+
+# --- shapes ----------------------------------------------------------------------------------
+def _resolve_shape(x: Value, shape) -> tuple[int, ...]:
+    shape = [int(d) for d in shape]
+    if -1 in shape:
+        known = 1
+        for d in shape:
+            known *= d if d != -1 else 1
+        shape[shape.index(-1)] = x.type.numel // max(known, 1)
+    return tuple(shape)
+
+
+@converts(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def _view(e, x, shape):
+    shape = _resolve_shape(x, shape)
+    return x if shape == x.shape else e.emit("reshape", x, shape=shape)
+
+
+def _reshape_to(e, x, shape):
+    return x if tuple(shape) == x.shape else e.emit("reshape", x, shape=tuple(shape))
+
+
+@converts(aten.unsqueeze.default)
+def _unsqueeze(e, x, dim):
+    s = list(x.shape)
+    s.insert(dim % (len(s) + 1), 1)
+    return _reshape_to(e, x, s)
+
+
+@converts(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def _squeeze(e, x, dims=None):
+    rank = len(x.shape)
+    dims = range(rank) if dims is None else ([dims] if isinstance(dims, int) else dims)
+    drop = {d % rank for d in dims if x.shape[d % rank] == 1}
+    return _reshape_to(e, x, [d for i, d in enumerate(x.shape) if i not in drop])
+
+
+@converts(aten.permute.default)
+def _permute(e, x, perm):
+    perm = tuple(p % len(x.shape) for p in perm)
+    return x if perm == tuple(range(len(perm))) else e.emit("permute", x, perm=perm)
+
+
+@converts(aten.t.default, aten.transpose.int)
+def _transpose(e, x, d0=0, d1=1):
+    perm = list(range(len(x.shape)))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return _permute(e, x, perm)
+
+
+@converts(aten.expand.default)
+def _expand(e, x, shape, implicit=False):
+    lead = len(shape) - len(x.shape)
+    shape = tuple(x.shape[i - lead] if d == -1 else int(d) for i, d in enumerate(shape))
+    return x if shape == x.shape else e.emit("expand", x, shape=shape)
+
+
+@converts(aten.slice.Tensor)
+def _slice(e, x, dim=0, start=None, end=None, step=1):
+    dim = dim % len(x.shape)
+    size = x.shape[dim]
+    start, end, step = slice(start, end, step).indices(size)
+    if (start, end, step) == (0, size, 1):
+        return x
+    return e.emit("slice", x, dim=dim, start=start, end=end, step=step)
+
+
+@converts(aten.select.int)
+def _select(e, x, dim, index):
+    dim = dim % len(x.shape)
+    index = index % x.shape[dim]
+    s = e.emit("slice", x, dim=dim, start=index, end=index + 1, step=1)
+    return _reshape_to(e, s, x.shape[:dim] + x.shape[dim + 1:])
+
+
+@converts(aten.cat.default)
+def _cat(e, xs, dim=0):
+    xs = [x for x in xs if x.type.numel > 0]
+    return xs[0] if len(xs) == 1 else e.emit("cat", *xs, dim=dim % len(xs[0].shape))
+
+
+@converts(aten.flatten.using_ints)
+def _flatten(e, x, start=0, end=-1):
+    r = len(x.shape)
+    start, end = start % r, end % r
+    n = 1
+    for d in x.shape[start:end + 1]:
+        n *= d
+    return _reshape_to(e, x, x.shape[:start] + (n,) + x.shape[end + 1:])
+
+
+# --- layers -----------------------------------------------------------------------------------
+@converts(aten.convolution.default)
+def _convolution(e, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    from .capture import UnsupportedOpError
+
+    if transposed:
+        raise UnsupportedOpError("unsupported op aten.convolution (transposed)")
+    if len(x.shape) != 4:
+        raise UnsupportedOpError(f"unsupported op aten.convolution ({len(x.shape) - 2}-d); only 2-d convolutions")
+    args = (x, w) + ((b,) if b is not None else ())
+    return e.emit("conv2d", *args, stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
+                  groups=int(groups))
+
+
+@converts(aten.linear.default)
+def _linear(e, x, w, b=None):
+    return e.emit("linear", *((x, w) + ((b,) if b is not None else ())))
+
+
+@converts(aten.addmm.default)
+def _addmm(e, bias, a, b, beta=1, alpha=1):
+    y = e.emit("matmul", a, b)
+    if alpha != 1:
+        y = e.emit("mul", y, e.const(alpha, y.dtype))
+    if beta != 1:
+        bias = e.emit("mul", bias, e.const(beta, bias.dtype))
+    return e.emit("add", y, bias)
+
+
+@converts(aten.mm.default, aten.bmm.default, aten.matmul.default)
+def _mm(e, a, b):
+    return e.emit("matmul", a, b)
+
+
+@converts(aten._native_batch_norm_legit_no_training.default)
+def _bn(e, x, w, b, mean, var, momentum, eps):
+    if (w is None) != (b is None):
+        w = w if w is not None else e.emit("expand", e.const(1.0, x.dtype), shape=mean.shape)
+        b = b if b is not None else e.emit("expand", e.const(0.0, x.dtype), shape=mean.shape)
+    affine = (w, b) if w is not None else ()
+    return e.emit("batch_norm", x, mean, var, *affine, eps=float(eps)), None, None
+
+
+@converts(aten.native_layer_norm.default)
+def _layer_norm(e, x, shape, w, b, eps):
+    if w is None and b is not None:
+        w = e.emit("expand", e.const(1.0, x.dtype), shape=tuple(shape))
+    args = tuple(v for v in (w, b) if v is not None)
+    return e.emit("layer_norm", x, *args, normalized_shape=tuple(shape), eps=float(eps)), None, None
+
+
+@converts(aten.embedding.default)
+def _embedding(e, w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return e.emit("embedding", w, idx, padding_idx=int(padding_idx))
+
+
+@converts(aten._softmax.default)
+def _softmax(e, x, dim, half_to_float=False):
+    return e.emit("softmax", x, dim=dim % len(x.shape))
+
+
+@converts(aten._log_softmax.default)
+def _log_softmax(e, x, dim, half_to_float=False):
+    return e.emit("log_softmax", x, dim=dim % len(x.shape))
+
+
+def _check_ceil(x, k, s, p, d, ceil_mode):
+    """ceil_mode only matters when it changes the output size; reject it then."""
+    if ceil_mode:
+        floor = conv_out_hw(x.shape[2:], k, s, p, d)
+        ceil = tuple(-(-(x.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i]) + 1 for i in range(2))
+        if floor != ceil:
+            from .capture import UnsupportedOpError
+
+            raise UnsupportedOpError("unsupported op: pooling with ceil_mode=True that changes the output size")
+
+
+@converts(aten.avg_pool2d.default)
+def _avg_pool(e, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    k = _pair(kernel)
+    s = _pair(stride) if stride else k
+    p = _pair(padding)
+    _check_ceil(x, k, s, p, (1, 1), ceil_mode)
+    return e.emit("avg_pool2d", x, kernel=k, stride=s, padding=p, count_include_pad=bool(count_include_pad),
+                  divisor_override=int(divisor_override or 0))
+
+
+@converts(aten.max_pool2d_with_indices.default)
+def _max_pool(e, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    k = _pair(kernel)
+    s = _pair(stride) if stride else k
+    p, d = _pair(padding), _pair(dilation)
+    _check_ceil(x, k, s, p, d, ceil_mode)
+    return e.emit("max_pool2d", x, kernel=k, stride=s, padding=p, dilation=d), None
+
+
+@converts(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
+def _adaptive_avg(e, x, output_size):
+    from .capture import UnsupportedOpError
+
+    oh, ow = _pair(output_size)
+    h, w = x.shape[2:]
+    if (oh, ow) == (1, 1):
+        return e.emit("mean", x, dims=(2, 3), keepdim=True)
+    if h % oh or w % ow:
+        raise UnsupportedOpError(f"unsupported op: adaptive average pooling {h}x{w} -> {oh}x{ow} (not divisible)")
+    k = (h // oh, w // ow)
+    return e.emit("avg_pool2d", x, kernel=k, stride=k, padding=(0, 0), count_include_pad=True, divisor_override=0)
+
+
+@converts(aten.full.default)
+def _full(e, size, value, dtype=None, **kw):
+    from .capture import TORCH_DTYPES
+
+    c = e.const(value, TORCH_DTYPES.get(dtype, "float32"))
+    return c if not size else e.emit("expand", c, shape=tuple(size))
+
+
+@converts(aten.scalar_tensor.default)
+def _scalar_tensor(e, value, dtype=None, **kw):
+    from .capture import TORCH_DTYPES
+
+    return e.const(value, TORCH_DTYPES.get(dtype, "float32"))

@@ -1,0 +1,136 @@
+"""Capture an unmodified nn.Module with torch.export and translate it to our IR."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch.export.graph_signature import InputKind
+
+from ..ir import Graph, TensorType, Value, new_value
+from ..ops import Emitter, verify
+
+#: aten ops kept whole instead of decomposed, because our op table has them directly.
+KEEP_UNDECOMPOSED = ("linear",)
+TORCH_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64",
+                torch.int32: "int32", torch.int8: "int8", torch.bool: "bool"}
+
+
+class CaptureError(ValueError):
+    """The model could not be captured or translated."""
+
+
+class UnsupportedOpError(CaptureError):
+    pass
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A captured forward graph and the arrays its named inputs refer to."""
+
+    graph: Graph
+    params: dict[str, np.ndarray]  # parameters, in the order torch.export lists them
+    frozen_params: tuple[str, ...]  # parameters with requires_grad=False
+    buffers: dict[str, np.ndarray]  # buffers and lifted constants (read-only)
+    inputs: tuple[str, ...]  # names of the user inputs
+    source: dict[int, str] = field(default_factory=dict)  # node index -> model source line
+
+
+def input_name(i: int) -> str:
+    return f"input:{i}"
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().copy()
+
+
+def source_line(fx_node) -> str:
+    """'file.py:LINE: code' of the model line that produced an fx node, if known."""
+    trace = fx_node.meta.get("stack_trace") or ""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)', trace)
+    if not frames:
+        return "unknown source line"
+    path, line, code = frames[-1]
+    return f"{path}:{line}: {code.strip()}"
+
+
+def _dtype(t) -> str:
+    if t.dtype not in TORCH_DTYPES:
+        raise CaptureError(f"tensors of dtype {t.dtype} are not supported")
+    return TORCH_DTYPES[t.dtype]
+
+
+def _export(model: torch.nn.Module, args: tuple):
+    was_training = model.training
+    model.eval()
+    try:
+        ep = torch.export.export(model, args)
+        table = torch.export.default_decompositions()
+        for name in KEEP_UNDECOMPOSED:
+            table.pop(getattr(torch.ops.aten, name).default, None)
+        return ep.run_decompositions(table)
+    except Exception as err:  # torch raises many types; the user needs to know it was capture
+        raise CaptureError(f"torch.export could not capture {type(model).__name__}: "
+                           f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from err
+    finally:
+        model.train(was_training)
+
+
+def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
+    """Capture `model` (in eval mode: batch norm on running statistics, dropout off)."""
+    from .aten import convert_node
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    args = tuple(torch.as_tensor(x) for x in example_inputs)
+    ep = _export(model, args)
+    sig = ep.graph_signature
+    named_params = dict(model.named_parameters())
+    state = {**ep.state_dict, **ep.constants}
+    kinds = {s.arg.name: s for s in sig.input_specs}
+
+    env: dict[str, Any] = {}
+    inputs: list[Value] = []
+    params, buffers, frozen = {}, {}, []
+    user_i = 0
+    e = Emitter()
+    source: dict[int, str] = {}
+    out_values = None
+    for node in ep.graph.nodes:
+        if node.op == "placeholder":
+            spec = kinds[node.name]
+            if spec.kind == InputKind.USER_INPUT:
+                t = args[user_i]
+                v = new_value(TensorType(tuple(t.shape), _dtype(t)), input_name(user_i))
+                user_i += 1
+            else:
+                t = state[spec.target]
+                v = new_value(TensorType(tuple(t.shape), _dtype(t)), spec.target)
+                if spec.kind == InputKind.PARAMETER:
+                    params[spec.target] = to_numpy(t)
+                    if not named_params.get(spec.target, t).requires_grad:
+                        frozen.append(spec.target)
+                else:
+                    buffers[spec.target] = to_numpy(t)
+            inputs.append(v)
+            env[node.name] = v
+        elif node.op == "call_function":
+            before = len(e.nodes)
+            try:
+                env[node.name] = convert_node(e, node, env)
+            except UnsupportedOpError as err:
+                raise UnsupportedOpError(f"{err} (at {source_line(node)})") from None
+            except (ValueError, KeyError, TypeError) as err:
+                raise CaptureError(f"cannot translate {node.target} at {source_line(node)}: {err}") from err
+            for k in range(before, len(e.nodes)):
+                source[k] = source_line(node)
+        elif node.op == "output":
+            out_values = [env.get(a.name) if hasattr(a, "name") else a for a in node.args[0]]
+    if not out_values or len(out_values) != 1 or not isinstance(out_values[0], Value):
+        raise CaptureError("the model must return exactly one tensor (its output); "
+                           f"it returned {len(out_values or [])} values")
+    g = Graph(tuple(inputs), tuple(e.nodes), (out_values[0],), ("output",))
+    verify(g)
+    return Captured(g, params, tuple(frozen), buffers, tuple(input_name(i) for i in range(user_i)), source)

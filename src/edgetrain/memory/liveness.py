@@ -1,0 +1,66 @@
+"""Storage lifetimes from the node order (the order is the schedule).
+
+Values that share storage (views, in-place results) are grouped under one root. A root
+produced by node i and last read by node j is live over [i, j]; graph inputs that live in
+RAM start at 0; graph outputs stay live to the end.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir import Graph, Value
+from ..ops import get_op
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    root: Value
+    start: int
+    end: int  # inclusive
+    nbytes: int
+
+
+def storage_roots(g: Graph) -> dict[Value, Value]:
+    """Map every value to the value that owns its storage."""
+    root = {v: v for v in g.inputs}
+    for n in g.nodes:
+        shares = dict(get_op(n.op).shares)
+        for k, o in enumerate(n.outputs):
+            j = shares.get(k)
+            root[o] = root[n.inputs[j]] if j is not None and j < len(n.inputs) else o
+    return root
+
+
+def lifetimes(g: Graph, ram_inputs: set[str]) -> list[Lifetime]:
+    """Lifetimes of the storages that live in the arena: node outputs that own their
+    storage, and the graph inputs named in `ram_inputs` (data, labels)."""
+    root = storage_roots(g)
+    end_of = len(g.nodes) - 1
+    start: dict[Value, int] = {v: 0 for v in g.inputs if v.name in ram_inputs}
+    for i, n in enumerate(g.nodes):
+        for o in n.outputs:
+            if root[o] is o:
+                start[o] = i
+    last: dict[Value, int] = {r: s for r, s in start.items()}
+    for i, n in enumerate(g.nodes):
+        for v in n.inputs:
+            r = root[v]
+            if r in start:
+                last[r] = max(last[r], i)
+    for v in g.outputs:
+        if root[v] in start:
+            last[root[v]] = end_of
+    return [Lifetime(r, start[r], last[r], r.type.nbytes) for r in start]
+
+
+def live_bytes_timeline(g: Graph, lts: list[Lifetime]) -> list[int]:
+    """Bytes live while each node runs (its inputs and outputs included)."""
+    delta = [0] * (len(g.nodes) + 1)
+    for lt in lts:
+        delta[lt.start] += lt.nbytes
+        delta[lt.end + 1] -= lt.nbytes
+    out, acc = [], 0
+    for d in delta[:-1]:
+        acc += d
+        out.append(acc)
+    return out

@@ -1,0 +1,74 @@
+"""MemoryReport: what a compiled training program holds, by kind, at its peak."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from ..ir import Graph
+from .liveness import lifetimes, live_bytes_timeline
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Bytes. `peak_bytes` = `activation_bytes` (peak of live activations, gradients,
+    inputs and temporaries in the node order) + `trainable_bytes` (trained weights and
+    their optimizer state, which must sit in RAM). Frozen weights, buffers and constants
+    are read-only (`frozen_bytes`: flash on a microcontroller)."""
+
+    peak_bytes: int
+    activation_bytes: int
+    trainable_bytes: int
+    frozen_bytes: int
+    weight_bytes: int
+    peak_step: int
+    peak_op: str
+    timeline: tuple[int, ...]
+    ops: tuple[str, ...]
+
+    def summary(self) -> str:
+        def kb(b):
+            return f"{b / 1024:,.1f} KB"
+
+        return (f"peak {kb(self.peak_bytes)} = activations {kb(self.activation_bytes)} "
+                f"(at node {self.peak_step}, {self.peak_op}) + trainable {kb(self.trainable_bytes)}; "
+                f"read-only {kb(self.frozen_bytes)}; all weights {kb(self.weight_bytes)}")
+
+    def plot(self, path) -> str:
+        """Draw live activation bytes per node (PNG) and return the path."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(10, 3.5))
+        kib = [b / 1024 for b in self.timeline]
+        ax.fill_between(range(len(kib)), kib, step="mid", alpha=0.6, label="activations + gradients")
+        ax.axhline(self.activation_bytes / 1024, color="k", lw=0.8, ls="--")
+        ax.axvline(self.peak_step, color="r", lw=0.8)
+        ax.set_xlabel("node (schedule order)")
+        ax.set_ylabel("live KB")
+        ax.set_title(f"training memory: peak {self.peak_bytes / 1024:,.1f} KB "
+                     f"(trainable weights {self.trainable_bytes / 1024:,.1f} KB)")
+        ax.legend(loc="upper left")
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return str(path)
+
+
+def plan_memory(g: Graph, ram_inputs: Iterable[str], trainable: Iterable[str]) -> MemoryReport:
+    """Account every byte of `g` for its node order. `ram_inputs` name the graph inputs
+    that live in RAM (data, labels); `trainable` the inputs updated in place (weights and
+    optimizer state); all other inputs are read-only."""
+    ram_inputs, trainable = set(ram_inputs), set(trainable)
+    lts = lifetimes(g, ram_inputs)
+    timeline = live_bytes_timeline(g, lts)
+    peak_step = max(range(len(timeline)), key=timeline.__getitem__) if timeline else 0
+    activation = timeline[peak_step] if timeline else sum(lt.nbytes for lt in lts)
+    t_bytes = sum(v.type.nbytes for v in g.inputs if v.name in trainable)
+    frozen = sum(v.type.nbytes for v in g.inputs if v.name not in trainable | ram_inputs)
+    weights = sum(v.type.nbytes for v in g.inputs if v.name not in ram_inputs and not v.name.startswith("momentum:"))
+    return MemoryReport(peak_bytes=activation + t_bytes, activation_bytes=activation, trainable_bytes=t_bytes,
+                        frozen_bytes=frozen, weight_bytes=weights, peak_step=peak_step,
+                        peak_op=g.nodes[peak_step].op if g.nodes else "",
+                        timeline=tuple(timeline), ops=tuple(n.op for n in g.nodes))

@@ -1,0 +1,6 @@
+"""The op table: one OpDef per op, registered by the family modules imported here."""
+from . import conv, elementwise, embedding, linear, loss, norm, optim, pool, reduce, shape, softmax  # noqa: F401
+from .base import OPS, Cost, Emitter, OpDef, get_op
+from .verify import VerificationError, verify
+
+__all__ = ["OPS", "Cost", "Emitter", "OpDef", "VerificationError", "get_op", "verify"]

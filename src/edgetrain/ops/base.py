@@ -1,0 +1,132 @@
+"""OpDef: every rule of one op in one record, and the registry of all of them.
+
+An op's rules:
+- ``infer(types, attrs) -> list[TensorType]``: the shape/dtype rule (also the verifier's).
+- ``ref(arrays, attrs) -> list[np.ndarray]``: the numpy reference semantics (the living spec).
+- ``vjp(e, node, grads, needs) -> list[Value | None]``: emits backward nodes through the
+  emitter ``e``; ``grads`` are the cotangents of the node's outputs (None = zero), ``needs[i]``
+  says whether input i wants a gradient. ``None`` as vjp means the op is not differentiable.
+- ``cost(node) -> Cost``: multiply-accumulates and bytes touched.
+- ``shares``: (output, input) index pairs whose storage is one: a view (reshape) or an
+  in-place result; such an output costs no new memory.
+- ``mutates``: the op overwrites the inputs named in ``shares`` (in-place update), so
+  nothing may read those inputs after it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..ir import Node, TensorType, Value
+
+
+@dataclass(frozen=True)
+class Cost:
+    macs: int
+    bytes: int
+
+
+def default_cost(node: Node) -> Cost:
+    """Elementwise: one operation per output element; every operand read or written once."""
+    touched = sum(v.type.nbytes for v in node.inputs) + sum(v.type.nbytes for v in node.outputs)
+    return Cost(macs=sum(v.type.numel for v in node.outputs), bytes=touched)
+
+
+def zero_mac_cost(node: Node) -> Cost:
+    """Data movement only (shape ops)."""
+    return Cost(macs=0, bytes=default_cost(node).bytes)
+
+
+InferFn = Callable[[Sequence[TensorType], Mapping[str, Any]], list]
+RefFn = Callable[[Sequence[np.ndarray], Mapping[str, Any]], list]
+VjpFn = Callable[["Emitter", Node, Sequence[Optional[Value]], Sequence[bool]], list]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    infer: InferFn
+    ref: RefFn
+    vjp: Optional[VjpFn] = None
+    cost: Callable[[Node], Cost] = default_cost
+    shares: tuple[tuple[int, int], ...] = ()
+    mutates: bool = False
+    num_inputs: Optional[tuple[int, int]] = None  # (min, max) operand count, None = any
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(opdef: OpDef) -> OpDef:
+    if opdef.name in OPS:
+        raise ValueError(f"op {opdef.name!r} registered twice")
+    OPS[opdef.name] = opdef
+    return opdef
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"unknown op {name!r}") from None
+
+
+class Emitter:
+    """Builds nodes in order; output types come from each op's shape rule."""
+
+    def __init__(self):
+        self.nodes: list[Node] = []
+
+    def emit(self, op: str, *inputs: Value, name: str = "", **attrs) -> Value:
+        """Emit a single-output node and return its output value."""
+        outs = self.emit_multi(op, *inputs, names=(name,), **attrs)
+        if len(outs) != 1:
+            raise ValueError(f"{op} has {len(outs)} outputs; use emit_multi")
+        return outs[0]
+
+    def emit_multi(self, op: str, *inputs: Value, names: Sequence[str] = (), **attrs) -> tuple[Value, ...]:
+        from ..ir import new_value
+
+        opdef = get_op(op)
+        types = opdef.infer([v.type for v in inputs], attrs)
+        names = list(names) + [""] * (len(types) - len(names))
+        outs = tuple(new_value(t, n) for t, n in zip(types, names))
+        self.nodes.append(Node(op, inputs, outs, attrs))
+        return outs
+
+    # conveniences used by VJPs -------------------------------------------------------
+    def const(self, value: float, dtype: str) -> Value:
+        return self.emit("const", value=float(value), dtype=dtype)
+
+    def sum_to(self, g: Value, shape: tuple[int, ...]) -> Value:
+        """Reduce a broadcast gradient back to `shape` (no node when already equal)."""
+        return g if tuple(g.shape) == tuple(shape) else self.emit("sum_to", g, shape=tuple(shape))
+
+    def add_grads(self, a: Optional[Value], b: Optional[Value]) -> Optional[Value]:
+        if a is None:
+            return b
+        if b is None:
+            return a
+        return self.emit("add", a, b)
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        raise ValueError(f"shapes {list(shapes)} do not broadcast") from None
+
+
+def same_dtype(types: Sequence[TensorType], op: str) -> str:
+    dtypes = {t.dtype for t in types}
+    if len(dtypes) != 1:
+        raise ValueError(f"{op}: operands have different dtypes {sorted(dtypes)}")
+    return types[0].dtype
+
+
+def norm_dim(d: int, rank: int) -> int:
+    if not -rank <= d < max(rank, 1):
+        raise ValueError(f"dim {d} out of range for rank {rank}")
+    return d % max(rank, 1)

@@ -1,0 +1,48 @@
+"""Losses (mean over the batch) and their gradients."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import TensorType
+from .base import OpDef, register
+from .embedding import INDEX_DTYPES
+from .softmax import _log_softmax, _softmax
+
+
+def _ce_infer(ts, a):
+    logits, labels = ts
+    if logits.rank != 2 or labels.shape != (logits.shape[0],) or labels.dtype not in INDEX_DTYPES:
+        raise ValueError(f"cross_entropy: expected logits (N, C) and integer labels (N,), got {logits} and {labels}")
+    return [TensorType((), logits.dtype)]
+
+
+def _ce_ref(xs, a):
+    logits, labels = xs
+    lp = _log_softmax(logits, 1)
+    return [np.asarray(-lp[np.arange(len(labels)), labels].mean(), dtype=logits.dtype)]
+
+
+def _ce_grad_ref(xs, a):
+    g, logits, labels = xs
+    p = _softmax(logits, 1)
+    p[np.arange(len(labels)), labels] -= 1.0
+    return [(p * (g / len(labels))).astype(logits.dtype)]
+
+
+def _mse_infer(ts, a):
+    if ts[0].shape != ts[1].shape or ts[0].dtype != ts[1].dtype:
+        raise ValueError(f"mse: prediction {ts[0]} and target {ts[1]} differ")
+    return [TensorType((), ts[0].dtype)]
+
+
+def _mse_grad_ref(xs, a):
+    g, pred, target = xs
+    return [((pred - target) * (2.0 * g / pred.size)).astype(pred.dtype)]
+
+
+register(OpDef("cross_entropy", _ce_infer, _ce_ref,
+               lambda e, n, g, nd: [e.emit("cross_entropy_grad", g[0], *n.inputs), None], num_inputs=(2, 2)))
+register(OpDef("cross_entropy_grad", lambda ts, a: [ts[1]], _ce_grad_ref, num_inputs=(3, 3)))
+register(OpDef("mse", _mse_infer, lambda xs, a: [np.asarray(((xs[0] - xs[1]) ** 2).mean(), dtype=xs[0].dtype)],
+               lambda e, n, g, nd: [e.emit("mse_grad", g[0], *n.inputs), None], num_inputs=(2, 2)))
+register(OpDef("mse_grad", lambda ts, a: [ts[1]], _mse_grad_ref, num_inputs=(3, 3)))

@@ -1,0 +1,51 @@
+"""Reductions over static dims: sum and mean (with keepdim)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Emitter, OpDef, norm_dim, register
+
+
+def _dims(rank, a):
+    dims = a.get("dims")
+    return tuple(range(rank)) if dims is None or len(dims) == 0 else tuple(sorted(norm_dim(d, rank) for d in dims))
+
+
+def _reduce_infer(ts, a):
+    t = ts[0]
+    dims = _dims(t.rank, a)
+    shape = [1 if i in dims else d for i, d in enumerate(t.shape)] if a.get("keepdim", False) else [
+        d for i, d in enumerate(t.shape) if i not in dims]
+    return [t.with_shape(shape)]
+
+
+def _broadcast_back(e: Emitter, g, node):
+    """Reshape a reduced gradient to keepdim form and expand it to the input shape."""
+    x = node.inputs[0]
+    dims = _dims(x.type.rank, node.attrs)
+    kept = tuple(1 if i in dims else d for i, d in enumerate(x.shape))
+    if g.shape != kept:
+        g = e.emit("reshape", g, shape=kept)
+    return e.emit("expand", g, shape=x.shape)
+
+
+def _vjp_sum(e, node, grads, needs):
+    return [_broadcast_back(e, grads[0], node)]
+
+
+def _vjp_mean(e, node, grads, needs):
+    x = node.inputs[0]
+    n = x.type.numel // max(node.out.type.numel, 1)
+    return [e.emit("mul", _broadcast_back(e, grads[0], node), e.const(1.0 / n, x.dtype))]
+
+
+def _reducer(fn):
+    def ref(xs, a):
+        x = xs[0]
+        return [np.asarray(fn(x, axis=_dims(x.ndim, a), keepdims=a.get("keepdim", False)), dtype=x.dtype)]
+
+    return ref
+
+
+register(OpDef("sum", _reduce_infer, _reducer(np.sum), _vjp_sum, num_inputs=(1, 1)))
+register(OpDef("mean", _reduce_infer, _reducer(np.mean), _vjp_mean, num_inputs=(1, 1)))

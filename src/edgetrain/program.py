@@ -1,0 +1,152 @@
+"""Program: a compiled training program, run by the reference runtime."""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import numpy as np
+
+from .autodiff import ChannelSelect, grad_name
+from .backends.reference import run_graph
+from .frontend import Captured
+from .ir import FLOAT_DTYPES, Graph, TensorType
+from .memory import MemoryReport
+from .passes.loss import LABEL
+from .passes.updates import momentum_name
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced a non-finite loss or weight; the last good weights were kept."""
+
+
+def as_array(x, want: TensorType, what: str, batch_free: bool = False) -> np.ndarray:
+    """`x` (numpy array, torch tensor or nested list) as an array of type `want`; with
+    `batch_free` the first dim may differ."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    a = np.asarray(x)
+    ok = a.shape[1:] == want.shape[1:] and a.ndim >= 1 if batch_free else a.shape == want.shape
+    if not ok:
+        expect = ("(N," + ",".join(map(str, want.shape[1:])) + ")") if batch_free else str(want.shape)
+        raise ValueError(f"{what}: expected shape {expect}, got {a.shape}")
+    if want.dtype in FLOAT_DTYPES:
+        if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+            raise ValueError(f"{what}: expected numbers, got dtype {a.dtype}")
+    elif not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"{what}: expected integers ({want.dtype}), got dtype {a.dtype}")
+    return np.ascontiguousarray(a, dtype=want.dtype)
+
+
+class Program:
+    """A model compiled for training. Weights live in `self.state` (numpy arrays)."""
+
+    def __init__(self, *, captured: Captured, stages: dict[str, Graph], forward: Graph, grad_graph: Graph,
+                 train_graph: Graph, trainable: Mapping[str, Optional[ChannelSelect]], layers: tuple,
+                 memory: MemoryReport, loss: str, optimizer, state_aliases: Mapping[str, str]):
+        self.stages = stages
+        self.forward_graph, self.grad_graph, self.train_graph = forward, grad_graph, train_graph
+        self.trainable = dict(trainable)
+        self.layers = layers
+        self.memory = memory
+        self.loss = loss
+        self.optimizer = optimizer
+        self.inputs = captured.inputs
+        self.steps = 0
+        self.state: dict[str, np.ndarray] = {**captured.params, **captured.buffers}
+        if optimizer.momentum:
+            for p in self.trainable:
+                self.state[momentum_name(p)] = np.zeros(train_graph.input(momentum_name(p)).shape,
+                                                        dtype=self.state[p].dtype)
+        self._aliases = dict(state_aliases)
+
+    # --- inputs --------------------------------------------------------------------------
+    def _data_feeds(self, g: Graph, x) -> dict[str, np.ndarray]:
+        xs = x if isinstance(x, (tuple, list)) and len(self.inputs) > 1 else (x,)
+        if len(xs) != len(self.inputs):
+            raise ValueError(f"the model takes {len(self.inputs)} inputs, got {len(xs)}")
+        return {name: as_array(v, g.input(name).type, f"input {i}") for i, (name, v) in
+                enumerate(zip(self.inputs, xs))}
+
+    def _label_feed(self, g: Graph, y) -> np.ndarray:
+        want = g.input(LABEL).type
+        if self.loss == "cross_entropy":
+            y = as_array(y, want, "labels")
+            classes = self.forward_graph.output("output").shape[-1]
+            if y.size and (y.min() < 0 or y.max() >= classes):
+                raise ValueError(f"labels must lie in [0, {classes}), got values in [{y.min()}, {y.max()}]")
+            return y
+        return as_array(y, want, "targets")
+
+    def _feeds(self, g: Graph, x, y) -> dict[str, np.ndarray]:
+        feeds = {v.name: self.state[v.name] for v in g.inputs if v.name in self.state}
+        feeds.update(self._data_feeds(g, x))
+        feeds[LABEL] = self._label_feed(g, y)
+        return feeds
+
+    # --- running ---------------------------------------------------------------------------
+    def gradients(self, x, y) -> dict[str, np.ndarray]:
+        """Gradients of the loss for the trained parameters, without updating. A parameter
+        trained on some channels only gets zeros in the others."""
+        g = self.grad_graph
+        out, _ = run_graph(g, self._feeds(g, x, y), set(self.inputs) | {LABEL})
+        grads = {}
+        for p, sel in self.trainable.items():
+            gv = out[grad_name(p)]
+            if sel is not None:
+                full = np.zeros(self.state[p].shape, dtype=gv.dtype)
+                idx = [slice(None)] * full.ndim
+                idx[sel.dim] = np.asarray(sel.index)
+                full[tuple(idx)] = gv
+                gv = full
+            grads[p] = gv
+        return grads
+
+    def step(self, x, y) -> float:
+        """One training step in place; returns the loss. A non-finite loss or weight raises
+        NonFiniteLossError and leaves the weights as they were before this step."""
+        g = self.train_graph
+        feeds = self._feeds(g, x, y)
+        saved = {k: self.state[k].copy() for k in self.state if k in self.trainable or k.startswith("momentum:")}
+        out, trace = run_graph(g, feeds, set(self.inputs) | {LABEL})
+        loss = float(out["loss"])
+        bad = [k for k in saved if not np.all(np.isfinite(self.state[k]))]
+        if not np.isfinite(loss) or bad:
+            for k, v in saved.items():
+                self.state[k][...] = v
+            raise NonFiniteLossError(f"step {self.steps + 1}: loss is {loss}" + (f", {bad[0]} became non-finite"
+                                     if bad else "") + f"; weights kept from step {self.steps}")
+        self.steps += 1
+        self.last_trace = trace
+        return loss
+
+    def predict(self, x) -> np.ndarray:
+        """Model outputs for a batch of any size (run in chunks of the compiled batch)."""
+        g = self.forward_graph
+        if len(self.inputs) != 1:
+            feeds = {v.name: self.state[v.name] for v in g.inputs if v.name in self.state}
+            feeds.update(self._data_feeds(g, x))
+            return run_graph(g, feeds)[0]["output"]
+        want = g.input(self.inputs[0]).type
+        a = as_array(x, want, "input", batch_free=True)
+        b = want.shape[0]
+        n = a.shape[0]
+        pad = (-n) % b
+        if pad:
+            a = np.concatenate([a, np.zeros((pad,) + a.shape[1:], dtype=a.dtype)])
+        feeds = {v.name: self.state[v.name] for v in g.inputs if v.name in self.state}
+        outs = []
+        for i in range(0, a.shape[0], b):
+            feeds[self.inputs[0]] = a[i:i + b]
+            outs.append(run_graph(g, feeds)[0]["output"])
+        return np.concatenate(outs)[:n]
+
+    # --- weights out -------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The current weights as torch tensors under the original model's state_dict keys."""
+        import torch
+
+        return {k: torch.from_numpy(self.state[name].copy()) for k, name in self._aliases.items()}
+
+    def __repr__(self) -> str:
+        n = sum(self.state[p].size for p in self.trainable)
+        return (f"Program(trains {len(self.trainable)} tensors / {n:,} weights, loss={self.loss}, "
+                f"{len(self.train_graph.nodes)} nodes; {self.memory.summary()})")

@@ -1,0 +1,121 @@
+"""Update schemes and their resolution to {parameter: None (whole) | ChannelSelect}."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Union
+
+import numpy as np
+
+from ..autodiff import ChannelSelect
+from .layers import Layer
+
+
+class SchemeError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Full:
+    """Train every parameter (that has requires_grad)."""
+
+
+@dataclass(frozen=True)
+class BiasOnly:
+    """Train the biases of every layer (a conv's bias is its batch norm's scale and shift)."""
+
+
+@dataclass(frozen=True)
+class LastK:
+    """Train weights and biases of the last k conv/linear layers (the classifier is one)."""
+
+    k: int
+
+    def __post_init__(self):
+        if not isinstance(self.k, int) or self.k < 1:
+            raise SchemeError(f"LastK needs k >= 1, got {self.k!r}")
+
+
+@dataclass(frozen=True)
+class Sparse:
+    """The paper's sparse update: biases of the last `bias_last` convolutions, and for each
+    convolution index in `weights` the given ratio of its input channels (largest L2 norm
+    first; for a depthwise convolution, its channels). Convolutions are numbered from 0 in
+    forward order without the classifier, which is always trained."""
+
+    bias_last: int = 0
+    weights: Mapping[int, float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "weights", {int(k): float(v) for k, v in dict(self.weights).items()})
+        if self.bias_last < 0:
+            raise SchemeError(f"bias_last must be >= 0, got {self.bias_last}")
+        bad = {k: r for k, r in self.weights.items() if not 0.0 <= r <= 1.0}
+        if bad:
+            raise SchemeError(f"weight ratios must lie in [0, 1], got {bad}")
+
+    def __hash__(self):
+        return hash((self.bias_last, tuple(sorted(self.weights.items()))))
+
+
+UpdateScheme = Union[Full, BiasOnly, LastK, Sparse]
+
+
+def channels_by_norm(w: np.ndarray, dim: int, ratio: float) -> tuple[int, ...]:
+    """The `ratio` share (at least one) of positions along `dim` with the largest L2 norm,
+    sorted; ties go to the lower index."""
+    n = w.shape[dim]
+    k = max(1, int(round(ratio * n)))
+    norms = np.sqrt((np.moveaxis(w, dim, 0).reshape(n, -1).astype(np.float64) ** 2).sum(axis=1))
+    order = np.argsort(-norms, kind="stable")
+    return tuple(sorted(int(i) for i in order[:k]))
+
+
+def resolve_scheme(scheme: UpdateScheme, layers: list[Layer], params: Mapping[str, np.ndarray],
+                   frozen: set[str] = frozenset()) -> dict[str, Optional[ChannelSelect]]:
+    """The parameters `scheme` trains, in parameter order, minus `frozen` ones."""
+    chosen: dict[str, Optional[ChannelSelect]] = {}
+    if isinstance(scheme, Full):
+        chosen = {p: None for p in params}
+    elif isinstance(scheme, BiasOnly):
+        chosen = {b: None for layer in layers for b in layer.bias}
+    elif isinstance(scheme, LastK):
+        dense = [layer for layer in layers if layer.kind in ("conv", "linear")]
+        if scheme.k > len(dense):
+            raise SchemeError(f"LastK({scheme.k}): the model has only {len(dense)} conv/linear layers")
+        chosen = {p: None for layer in dense[-scheme.k:] for p in layer.params}
+    elif isinstance(scheme, Sparse):
+        chosen = _resolve_sparse(scheme, layers, params)
+    else:
+        raise SchemeError(f"unknown update scheme {scheme!r}; use Full(), BiasOnly(), LastK(k) or Sparse(...)")
+    out = {p: chosen[p] for p in params if p in chosen and p not in frozen}
+    if not out:
+        raise SchemeError(f"{scheme} trains no parameter of this model")
+    return out
+
+
+def _resolve_sparse(scheme: Sparse, layers: list[Layer], params) -> dict[str, Optional[ChannelSelect]]:
+    dense = [layer for layer in layers if layer.kind in ("conv", "linear")]
+    if not dense:
+        raise SchemeError("Sparse needs a model with conv or linear layers")
+    classifier = dense[-1]
+    convs = [layer for layer in layers if layer.kind == "conv" and layer is not classifier]
+    if scheme.bias_last > len(convs):
+        raise SchemeError(f"bias_last={scheme.bias_last} but the model has {len(convs)} convolutions")
+    bad = [i for i in scheme.weights if not 0 <= i < len(convs)]
+    if bad:
+        raise SchemeError(f"convolution indices {bad} out of range: the model has {len(convs)} "
+                          f"(numbered 0..{len(convs) - 1}, classifier excluded)")
+    chosen: dict[str, Optional[ChannelSelect]] = {p: None for p in classifier.params}
+    for layer in convs[len(convs) - scheme.bias_last:] if scheme.bias_last else []:
+        chosen.update({b: None for b in layer.bias})
+    for i, ratio in scheme.weights.items():
+        if ratio == 0:
+            continue
+        layer = convs[i]
+        w = params[layer.weight]
+        dim = 0 if layer.depthwise else 1
+        if ratio >= 1 or w.shape[dim] == 1:
+            chosen[layer.weight] = None
+        else:
+            chosen[layer.weight] = ChannelSelect(dim, channels_by_norm(w, dim, ratio))
+    return chosen
