@@ -1,0 +1,44 @@
+"""Shared test helpers: gradient comparison against torch.autograd."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+#: relative-error tolerances of the issue: float64 runs and float32 runs
+TOL = {torch.float64: 1e-4, torch.float32: 1e-3}
+
+
+def torch_grads(model, x, y, loss="cross_entropy"):
+    model.eval()
+    model.zero_grad(set_to_none=True)
+    out = model(*x) if isinstance(x, tuple) else model(x)
+    lv = F.cross_entropy(out, y) if loss == "cross_entropy" else F.mse_loss(out, y)
+    lv.backward()
+    return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}, float(lv.detach())
+
+
+def rel_err(ours: np.ndarray, ref: torch.Tensor) -> float:
+    ref = ref.detach().numpy()
+    return float(np.abs(ours - ref).max() / max(np.abs(ref).max(), 1e-12))
+
+
+def check_gradients(prog, model, x, y, dtype, loss="cross_entropy"):
+    """Our gradients equal torch's for every trained parameter (selected channels only for a
+    partially trained weight, whose other channels must be zero)."""
+    ours = prog.gradients(x, y)
+    ref, _ = torch_grads(model, x, y, loss)
+    assert set(ours) == set(prog.trainable)
+    for name, sel in prog.trainable.items():
+        g, r = ours[name], ref[name]
+        if sel is not None:
+            idx = [slice(None)] * g.ndim
+            idx[sel.dim] = list(sel.index)
+            rest = np.ones(g.shape[sel.dim], bool)
+            rest[list(sel.index)] = False
+            other = [slice(None)] * g.ndim
+            other[sel.dim] = rest
+            assert not g[tuple(other)].any(), f"{name}: untrained channels must have zero gradient"
+            g, r = g[tuple(idx)], r[tuple(idx)]
+        assert rel_err(g, r) <= TOL[dtype], f"{name}: relative error {rel_err(g, r):.2e}"
+    return ours
