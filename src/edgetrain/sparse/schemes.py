@@ -37,10 +37,11 @@ class LastK:
 
 @dataclass(frozen=True)
 class Sparse:
-    """The paper's sparse update: biases of the last `bias_last` convolutions, and for each
-    convolution index in `weights` the given ratio of its input channels (largest L2 norm
-    first; for a depthwise convolution, its channels). Convolutions are numbered from 0 in
-    forward order without the classifier, which is always trained."""
+    """The paper's sparse update: biases of the last `bias_last` layers, and for each layer
+    index in `weights` the given ratio of its input channels (largest L2 norm first; for a
+    depthwise convolution, its channels). Layers are the convolutions and linear layers,
+    numbered from 0 in forward order without the classifier (the last of them), which is
+    always trained; in the paper's MCU networks these are exactly the convolutions."""
 
     bias_last: int = 0
     weights: Mapping[int, float] = field(default_factory=dict)
@@ -98,12 +99,13 @@ def _resolve_sparse(scheme: Sparse, layers: list[Layer], params) -> dict[str, Op
     if not dense:
         raise SchemeError("Sparse needs a model with conv or linear layers")
     classifier = dense[-1]
-    convs = [layer for layer in layers if layer.kind == "conv" and layer is not classifier]
+    convs = dense[:-1]
     if scheme.bias_last > len(convs):
-        raise SchemeError(f"bias_last={scheme.bias_last} but the model has {len(convs)} convolutions")
+        raise SchemeError(f"bias_last={scheme.bias_last} but the model has {len(convs)} conv/linear layers "
+                          f"besides the classifier")
     bad = [i for i in scheme.weights if not 0 <= i < len(convs)]
     if bad:
-        raise SchemeError(f"convolution indices {bad} out of range: the model has {len(convs)} "
+        raise SchemeError(f"layer indices {bad} out of range: the model has {len(convs)} conv/linear layers "
                           f"(numbered 0..{len(convs) - 1}, classifier excluded)")
     chosen: dict[str, Optional[ChannelSelect]] = {p: None for p in classifier.params}
     for layer in convs[len(convs) - scheme.bias_last:] if scheme.bias_last else []:
