@@ -7,6 +7,11 @@ from ..ir import TensorType
 from .base import Emitter, OpDef, broadcast_shapes, norm_dim, register, zero_mac_cost
 
 
+def _copy(x) -> np.ndarray:
+    """A C-contiguous copy that keeps 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    return np.array(x, order="C", copy=True)
+
+
 def _reshape_infer(ts, a):
     shape = tuple(a["shape"])
     if int(np.prod(shape)) != ts[0].numel:
@@ -31,7 +36,7 @@ def _vjp_permute(e, node, grads, needs):
     return [e.emit("permute", grads[0], perm=inverse)]
 
 
-register(OpDef("permute", _permute_infer, lambda xs, a: [np.ascontiguousarray(np.transpose(xs[0], a["perm"]))],
+register(OpDef("permute", _permute_infer, lambda xs, a: [_copy(np.transpose(xs[0], a["perm"]))],
                _vjp_permute, cost=zero_mac_cost, num_inputs=(1, 1)))
 
 
@@ -42,7 +47,7 @@ def _expand_infer(ts, a):
     return [ts[0].with_shape(shape)]
 
 
-register(OpDef("expand", _expand_infer, lambda xs, a: [np.ascontiguousarray(np.broadcast_to(xs[0], a["shape"]))],
+register(OpDef("expand", _expand_infer, lambda xs, a: [_copy(np.broadcast_to(xs[0], a["shape"]))],
                lambda e, n, g, nd: [e.sum_to(g[0], n.inputs[0].shape)], cost=zero_mac_cost, num_inputs=(1, 1)))
 
 
@@ -84,7 +89,7 @@ def _slice_ref(xs, a):
     dim, _ = _slice_params(x.shape, a)
     idx = [slice(None)] * x.ndim
     idx[dim] = slice(a["start"], a["end"], a["step"])
-    return [np.ascontiguousarray(x[tuple(idx)])]
+    return [_copy(x[tuple(idx)])]
 
 
 def _vjp_slice(e, node, grads, needs):
@@ -144,6 +149,19 @@ def _index_select_infer(ts, a):
     return [ts[0].with_shape(shape)]
 
 
+def _index_select_grad_ref(xs, a):
+    g = xs[0]
+    out = np.zeros(a["input_shape"], dtype=g.dtype)
+    idx = [slice(None)] * out.ndim
+    idx[norm_dim(a["dim"], out.ndim)] = np.asarray(a["index"], dtype=np.int64)
+    np.add.at(out, tuple(idx), g)
+    return [out]
+
+
 register(OpDef("index_select", _index_select_infer,
-               lambda xs, a: [np.ascontiguousarray(np.take(xs[0], np.asarray(a["index"], dtype=np.int64), axis=a["dim"]))],
+               lambda xs, a: [_copy(np.take(xs[0], np.asarray(a["index"], dtype=np.int64), axis=a["dim"]))],
+               lambda e, n, g, nd: [e.emit("index_select_grad", g[0], input_shape=n.inputs[0].shape,
+                                           dim=n.attrs["dim"], index=n.attrs["index"])],
+               cost=zero_mac_cost, num_inputs=(1, 1)))
+register(OpDef("index_select_grad", lambda ts, a: [ts[0].with_shape(a["input_shape"])], _index_select_grad_ref,
                cost=zero_mac_cost, num_inputs=(1, 1)))
