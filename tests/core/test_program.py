@@ -87,7 +87,7 @@ def test_step_matches_torch_sgd(model):
         lt.backward()
         opt.step()
         lo = prog.step(x, y)
-        assert abs(lo - float(lt)) < 1e-10
+        assert abs(lo - float(lt.detach())) < 1e-10
     sd = prog.state_dict()
     for k, v in ref.state_dict().items():
         assert torch.allclose(sd[k], v, atol=1e-10), k

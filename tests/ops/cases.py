@@ -1,152 +1,360 @@
-"""One test case per forward op: a generator of inputs and attrs from hypothesis draws,
-the torch function it must equal, and which inputs are differentiable."""
+"""The op table of the suite: one case per forward op of OPS.
+
+A case's `spec` is a hypothesis strategy drawing valid operands (declared as `Arg`s: a
+shape and a fill) and the op's attrs; `make_inputs` fills the operands from a seed, so
+hypothesis draws only small integers. `torch_fn` is the torch function the op must equal.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import hypothesis.strategies as st
 import numpy as np
 import torch
 import torch.nn.functional as F
+from hypothesis.extra.numpy import array_shapes, mutually_broadcastable_shapes
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One operand. Float operands take the dtype under test; index operands their own."""
+
+    shape: tuple[int, ...]
+    fill: str = "normal"  # "normal", "positive" (>= 0.5), or "index" (integers in [0, high))
+    high: int = 0
+    dtype: Optional[str] = None  # of an index operand
+
+
+def real(*shape: int) -> Arg:
+    return Arg(tuple(shape))
+
+
+def positive(*shape: int) -> Arg:
+    return Arg(tuple(shape), "positive")
+
+
+def index(shape, high: int, dtype: str) -> Arg:
+    return Arg(tuple(shape), "index", high, dtype)
 
 
 @dataclass(frozen=True)
 class Case:
-    make: Callable  # (draw, rng) -> (list of np inputs, attrs)
-    torch_fn: Callable  # (list of torch tensors, attrs) -> tensor
-    diff: tuple = None  # indices of differentiable inputs (None: every float input)
+    spec: st.SearchStrategy  # draws (list of Arg, attrs)
+    torch_fn: Callable  # (list of torch tensors, attrs) -> a tensor, or a tuple of them
+    diff: Optional[tuple[int, ...]] = None  # operands with a gradient; None: every float operand
 
 
-def _f(rng, *shape, positive=False):
-    x = rng.normal(size=shape)
-    return np.abs(x) + 0.5 if positive else x
+def make_inputs(args: list[Arg], seed: int, dtype: str) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for a in args:
+        if a.fill == "index":
+            out.append(np.asarray(rng.integers(0, a.high, size=a.shape), dtype=a.dtype))
+        else:
+            x = rng.normal(size=a.shape)
+            out.append(np.asarray(np.abs(x) + 0.5 if a.fill == "positive" else x, dtype=dtype))
+    return out
 
 
-def _shape(draw, rank=None):
-    r = rank if rank is not None else draw(st.integers(1, 3))
-    return tuple(draw(st.integers(1, 4)) for _ in range(r))
+def shapes(min_dims=0, max_dims=3, max_side=4):
+    return array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=1, max_side=max_side)
 
 
-def _binary(fn, positive_b=False):
-    def make(draw, rng):
-        a = (2, 3, 4)
-        b = draw(st.sampled_from([(4,), (3, 1), (1, 3, 4), (2, 3, 4), ()]))
-        return [_f(rng, *a), _f(rng, *b, positive=positive_b)], {}
-
-    return Case(make, lambda t, a: fn(t[0], t[1]))
+def pairs(lo: int, hi: int):
+    return st.tuples(st.integers(lo, hi), st.integers(lo, hi))
 
 
-def _unary(fn, positive=False, **attrs):
-    return Case(lambda d, r: ([_f(r, *_shape(d), positive=positive)], dict(attrs)), lambda t, a: fn(t[0], a))
+def dim_of(shape):
+    """A dim of `shape`, possibly negative."""
+    return st.integers(-len(shape), len(shape) - 1)
 
 
-def _clamp(draw, rng):
-    kind = draw(st.sampled_from(["min", "max", "both"]))
-    attrs = {"min": -0.3} if kind == "min" else {"max": 0.4} if kind == "max" else {"min": -0.5, "max": 0.5}
-    return [_f(rng, *_shape(draw))], attrs
+# --- elementwise ------------------------------------------------------------------------
+def unary(torch_fn, fill=real) -> Case:
+    return Case(shapes(max_dims=4).map(lambda s: ([fill(*s)], {})), lambda t, a: torch_fn(t[0]))
 
 
-def _reduce(draw, rng):
-    x = _f(rng, 2, 3, 4)
-    dims = draw(st.sampled_from([(0,), (1, 2), (-1,), (0, 1, 2)]))
-    return [x], {"dims": dims, "keepdim": draw(st.booleans())}
+def binary(torch_fn, fill_b=real) -> Case:
+    spec = mutually_broadcastable_shapes(num_shapes=2, max_dims=4, max_side=4).map(
+        lambda s: ([real(*s.input_shapes[0]), fill_b(*s.input_shapes[1])], {}))
+    return Case(spec, lambda t, a: torch_fn(t[0], t[1]))
 
 
-def _conv(draw, rng):
-    n, c = draw(st.integers(1, 2)), draw(st.sampled_from([2, 4]))
-    g = draw(st.sampled_from([1, 2, c]))
-    o = c if g == c else draw(st.sampled_from([2, 4]))
-    k, s, p, dil = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(0, 1)), draw(st.integers(1, 2))
-    h = draw(st.integers(dil * (k - 1) + 1, 7))
-    ins = [_f(rng, n, c, h, h + 1), _f(rng, o, c // g, k, k)] + ([_f(rng, o)] if draw(st.booleans()) else [])
-    return ins, {"stride": (s, s), "padding": (p, p), "dilation": (dil, dil), "groups": g}
+@st.composite
+def _pow(draw):
+    p = draw(st.sampled_from([2.0, 3.0, 1.0, 0.0, 0.5, -1.5, -2.0, 2.5]))
+    fill = real if p.is_integer() and p >= 0 else positive
+    return [fill(*draw(shapes()))], {"exponent": p}
 
 
-def _torch_conv(t, a):
-    return F.conv2d(t[0], t[1], t[2] if len(t) > 2 else None, a["stride"], a["padding"], a["dilation"], a["groups"])
+@st.composite
+def _clamp(draw):
+    lo = draw(st.sampled_from([-1.0, -0.3, 0.0, 0.5]))
+    hi = lo + draw(st.sampled_from([0.2, 1.0, 2.0]))
+    bounds = draw(st.sampled_from([{"min": lo}, {"max": hi}, {"min": lo, "max": hi}]))
+    return [real(*draw(shapes()))], bounds
 
 
-def _bn(draw, rng):
-    c = 3
-    ins = [_f(rng, 2, c, 3, 3), _f(rng, c), _f(rng, c, positive=True)]
-    return ins + ([_f(rng, c), _f(rng, c)] if draw(st.booleans()) else []), {"eps": 1e-5}
+@st.composite
+def _gelu(draw):
+    return [real(*draw(shapes()))], {"approximate": draw(st.sampled_from(["none", "tanh"]))}
 
 
-def _torch_bn(t, a):
-    w, b = (t[3], t[4]) if len(t) == 5 else (None, None)
+@st.composite
+def _cast(draw):
+    return [real(*draw(shapes()))], {"dtype": draw(st.sampled_from(["float32", "float64"]))}
+
+
+@st.composite
+def _const(draw):
+    value = draw(st.floats(-10, 10, allow_nan=False))
+    return [], {"value": value, "dtype": draw(st.sampled_from(["float32", "float64"]))}
+
+
+# --- reductions and shape ops -------------------------------------------------------------
+@st.composite
+def _reduce(draw):
+    shape = draw(shapes(min_dims=1, max_dims=4))
+    dims = draw(st.none() | st.sets(st.integers(0, len(shape) - 1), min_size=1))
+    if dims is not None:  # some written as negative dims
+        dims = tuple(d - len(shape) if draw(st.booleans()) else d for d in sorted(dims))
+    return [real(*shape)], {"dims": dims, "keepdim": draw(st.booleans())}
+
+
+@st.composite
+def _reshape(draw):
+    shape = draw(shapes(min_dims=1, max_dims=4))
+    target = list(draw(st.permutations(shape)))
+    if len(target) > 1 and draw(st.booleans()):  # merge two neighbours
+        i = draw(st.integers(0, len(target) - 2))
+        target[i:i + 2] = [target[i] * target[i + 1]]
+    if draw(st.booleans()):
+        target.insert(draw(st.integers(0, len(target))), 1)
+    return [real(*shape)], {"shape": tuple(target)}
+
+
+@st.composite
+def _permute(draw):
+    shape = draw(shapes(min_dims=1, max_dims=4))
+    return [real(*shape)], {"perm": tuple(draw(st.permutations(range(len(shape)))))}
+
+
+@st.composite
+def _expand(draw):
+    target = draw(shapes(min_dims=1, max_dims=4))
+    rank = draw(st.integers(0, len(target)))
+    src = [1 if draw(st.booleans()) else d for d in target[len(target) - rank:]]
+    return [real(*src)], {"shape": target}
+
+
+@st.composite
+def _slice(draw):
+    shape = draw(shapes(min_dims=1, max_side=6))
+    dim = draw(dim_of(shape))
+    size = shape[dim]
+    start = draw(st.integers(0, size - 1))
+    end = draw(st.integers(start + 1, size + 2))
+    if draw(st.booleans()):  # the same slice, with negative bounds
+        start, end = start - size, end - size if end < size else end
+    return [real(*shape)], {"dim": dim, "start": start, "end": end, "step": draw(st.integers(1, 3))}
+
+
+def _torch_slice(t, a):
+    x = t[0]
+    return x[(slice(None),) * (a["dim"] % x.dim()) + (slice(a["start"], a["end"], a["step"]),)]
+
+
+@st.composite
+def _cat(draw):
+    shape = list(draw(shapes(min_dims=1)))
+    dim = draw(dim_of(shape))
+    args = []
+    for _ in range(draw(st.integers(1, 3))):
+        shape[dim] = draw(st.integers(1, 4))
+        args.append(real(*shape))
+    return args, {"dim": dim}
+
+
+@st.composite
+def _index_select(draw):
+    shape = draw(shapes(min_dims=1))
+    dim = draw(dim_of(shape))
+    idx = draw(st.lists(st.integers(0, shape[dim] - 1), min_size=1, max_size=5))  # repeats allowed
+    return [real(*shape)], {"dim": dim, "index": tuple(idx)}
+
+
+# --- layers --------------------------------------------------------------------------------
+@st.composite
+def _conv2d(draw):
+    kind = draw(st.sampled_from(["dense", "grouped", "depthwise", "depthwise x2"]))
+    groups = 1 if kind == "dense" else draw(st.integers(2, 3))
+    cin = 1 if kind.startswith("depthwise") else draw(st.integers(1, 3))  # per group
+    cout = {"depthwise": 1, "depthwise x2": 2}.get(kind) or draw(st.integers(1, 3))  # per group
+    k, stride, pad, dil = draw(pairs(1, 3)), draw(pairs(1, 2)), draw(pairs(0, 2)), draw(pairs(1, 2))
+    hw = [draw(st.integers(max(1, dil[i] * (k[i] - 1) + 1 - 2 * pad[i]), 6)) for i in range(2)]
+    args = [real(draw(st.integers(1, 2)), groups * cin, *hw), real(groups * cout, cin, *k)]
+    if draw(st.booleans()):
+        args.append(real(groups * cout))
+    return args, {"stride": stride, "padding": pad, "dilation": dil, "groups": groups}
+
+
+def _torch_conv2d(t, a):
+    bias = t[2] if len(t) > 2 else None
+    return F.conv2d(t[0], t[1], bias, a["stride"], a["padding"], a["dilation"], a["groups"])
+
+
+@st.composite
+def _linear(draw):
+    lead = draw(shapes(max_dims=2))  # inputs of rank 1 to 3
+    fan_in, fan_out = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    args = [real(*lead, fan_in), real(fan_out, fan_in)]
+    return args + ([real(fan_out)] if draw(st.booleans()) else []), {}
+
+
+def _matmul():
+    spec = mutually_broadcastable_shapes(signature="(m,k),(k,n)->(m,n)", max_dims=2, max_side=4)
+    return spec.map(lambda s: ([real(*s.input_shapes[0]), real(*s.input_shapes[1])], {}))
+
+
+@st.composite
+def _batch_norm(draw):
+    x = draw(shapes(min_dims=2, max_dims=4))
+    c = x[1]
+    affine = [real(c), real(c)] if draw(st.booleans()) else []
+    return [real(*x), real(c), positive(c)] + affine, {"eps": draw(st.sampled_from([1e-5, 1e-3]))}
+
+
+def _torch_batch_norm(t, a):
+    w, b = t[3:5] if len(t) == 5 else (None, None)
     return F.batch_norm(t[0], t[1], t[2], w, b, training=False, eps=a["eps"])
 
 
-def _ln(draw, rng):
-    k = draw(st.sampled_from([(4,), (3, 4)]))
-    n = draw(st.integers(0, 2))
-    return [_f(rng, 2, 3, 4)] + [_f(rng, *k) for _ in range(n)], {"normalized_shape": k, "eps": 1e-5}
+@st.composite
+def _layer_norm(draw):
+    x = draw(shapes(min_dims=1))
+    k = x[len(x) - draw(st.integers(1, len(x))):]  # may be the whole shape
+    affine = [real(*k) for _ in range(draw(st.integers(0, 2)))]  # none, weight, weight and bias
+    return [real(*x)] + affine, {"normalized_shape": k, "eps": draw(st.sampled_from([1e-5, 1e-3]))}
 
 
-def _pool(draw, rng, avg):
-    k, s = draw(st.integers(1, 3)), draw(st.integers(1, 2))
-    p = draw(st.integers(0, k // 2))
-    attrs = {"kernel": (k, k), "stride": (s, s), "padding": (p, p)}
+def _torch_layer_norm(t, a):
+    w, b = (t[1:] + [None, None])[:2]
+    return F.layer_norm(t[0], a["normalized_shape"], w, b, eps=a["eps"])
+
+
+@st.composite
+def _pool2d(draw, avg: bool):
+    k, stride = draw(pairs(1, 3)), draw(pairs(1, 3))
+    pad = tuple(draw(st.integers(0, ki // 2)) for ki in k)
+    dil = (1, 1) if avg else draw(pairs(1, 2))
+    # every window holds a real pixel: no all-padding window (whose max is -inf)
+    hw = [draw(st.integers(max(1, k[i] - 2 * pad[i]) if avg else dil[i] * (k[i] - 1) + 1, 7)) for i in range(2)]
+    attrs = {"kernel": k, "stride": stride, "padding": pad}
     if avg:
-        attrs.update(count_include_pad=draw(st.booleans()), divisor_override=0)
+        attrs.update(count_include_pad=draw(st.booleans()), divisor_override=draw(st.sampled_from([0, 0, 3])))
     else:
-        attrs["dilation"] = (1, 1)
-    return [_f(rng, 2, 3, 5, 6)], attrs
+        attrs["dilation"] = dil
+    return [real(draw(st.integers(1, 2)), draw(st.integers(1, 3)), *hw)], attrs
+
+
+def _torch_avg_pool2d(t, a):
+    return F.avg_pool2d(t[0], a["kernel"], a["stride"], a["padding"], count_include_pad=a["count_include_pad"],
+                        divisor_override=a["divisor_override"] or None)
+
+
+def _torch_max_pool2d(t, a):
+    return F.max_pool2d(t[0], a["kernel"], a["stride"], a["padding"], a["dilation"])
+
+
+@st.composite
+def _along_dim(draw):
+    shape = draw(shapes(min_dims=1))
+    return [real(*shape)], {"dim": draw(dim_of(shape))}
+
+
+@st.composite
+def _embedding(draw):
+    num, width = draw(st.integers(2, 8)), draw(st.integers(1, 5))
+    idx = index(draw(shapes(max_dims=2)), num, draw(st.sampled_from(["int64", "int32"])))
+    return [real(num, width), idx], {"padding_idx": draw(st.sampled_from([-1, 0, num - 1]))}
+
+
+def _torch_embedding(t, a):
+    return F.embedding(t[1].long(), t[0], padding_idx=a["padding_idx"] if a["padding_idx"] >= 0 else None)
+
+
+@st.composite
+def _cross_entropy(draw):
+    n, c = draw(st.integers(1, 5)), draw(st.integers(2, 6))
+    return [real(n, c), index((n,), c, draw(st.sampled_from(["int64", "int32"])))], {}
+
+
+@st.composite
+def _mse(draw):
+    shape = draw(shapes())
+    return [real(*shape), real(*shape)], {}
+
+
+# --- optimizer ------------------------------------------------------------------------------
+@st.composite
+def _sgd_update(draw):
+    shape = draw(shapes(min_dims=1))
+    dim = draw(st.integers(0, len(shape) - 1))
+    subset = draw(st.none() | st.sets(st.integers(0, shape[dim] - 1), min_size=1).map(lambda s: tuple(sorted(s))))
+    sel = list(shape)
+    sel[dim] = len(subset) if subset is not None else shape[dim]
+    momentum = draw(st.sampled_from([0.0, 0.9]))
+    args = [real(*shape), real(*sel)] + ([real(*sel)] if momentum else [])  # weight, gradient[, buffer]
+    attrs = {"lr": draw(st.sampled_from([0.1, 0.01])), "momentum": momentum,
+             "weight_decay": draw(st.sampled_from([0.0, 0.01])), "dim": dim, "index": subset}
+    return args, attrs
+
+
+def _torch_sgd(t, a):
+    """One torch.optim.SGD step on the selected part of the weight, from the given buffer."""
+    w, dim = t[0].clone(), a["dim"]
+    idx = torch.arange(w.shape[dim]) if a["index"] is None else torch.tensor(a["index"])
+    p = torch.nn.Parameter(w.index_select(dim, idx))
+    p.grad = t[1].clone()
+    opt = torch.optim.SGD([p], lr=a["lr"], momentum=a["momentum"], weight_decay=a["weight_decay"])
+    if a["momentum"]:
+        opt.state[p]["momentum_buffer"] = t[2].clone()
+    opt.step()
+    w.index_copy_(dim, idx, p.detach())
+    return (w, opt.state[p]["momentum_buffer"]) if a["momentum"] else (w,)
 
 
 CASES: dict[str, Case] = {
-    "add": _binary(torch.add), "sub": _binary(torch.sub), "mul": _binary(torch.mul),
-    "div": _binary(torch.div, positive_b=True),
-    "neg": _unary(lambda x, a: -x), "relu": _unary(lambda x, a: torch.relu(x)),
-    "sigmoid": _unary(lambda x, a: torch.sigmoid(x)), "tanh": _unary(lambda x, a: torch.tanh(x)),
-    "exp": _unary(lambda x, a: torch.exp(x)), "log": _unary(lambda x, a: torch.log(x), positive=True),
-    "sqrt": _unary(lambda x, a: torch.sqrt(x), positive=True),
-    "rsqrt": _unary(lambda x, a: torch.rsqrt(x), positive=True),
-    "pow": _unary(lambda x, a: x ** a["exponent"], positive=True, exponent=2.5),
-    "gelu": Case(lambda d, r: ([_f(r, *_shape(d))], {"approximate": d(st.sampled_from(["none", "tanh"]))}),
-                 lambda t, a: F.gelu(t[0], approximate=a["approximate"])),
-    "clamp": Case(_clamp, lambda t, a: torch.clamp(t[0], a.get("min"), a.get("max"))),
-    "cast": Case(lambda d, r: ([_f(r, 3, 2)], {"dtype": "float32"}), lambda t, a: t[0].float()),
-    "const": Case(lambda d, r: ([], {"value": 2.5, "dtype": "float64"}),
-                  lambda t, a: torch.tensor(2.5, dtype=torch.float64)),
-    "sum": Case(_reduce, lambda t, a: t[0].sum(a["dims"], keepdim=a["keepdim"])),
-    "mean": Case(_reduce, lambda t, a: t[0].mean(a["dims"], keepdim=a["keepdim"])),
-    "reshape": Case(lambda d, r: ([_f(r, 2, 3, 4)], {"shape": d(st.sampled_from([(6, 4), (24,), (2, 12, 1)]))}),
-                    lambda t, a: t[0].reshape(a["shape"])),
-    "permute": Case(lambda d, r: ([_f(r, 2, 3, 4)], {"perm": tuple(d(st.permutations([0, 1, 2])))}),
-                    lambda t, a: t[0].permute(*a["perm"])),
-    "expand": Case(lambda d, r: ([_f(r, 3, 1)], {"shape": d(st.sampled_from([(3, 4), (2, 3, 5)]))}),
-                   lambda t, a: t[0].expand(a["shape"])),
-    "slice": Case(lambda d, r: ([_f(r, 4, 7)], {"dim": d(st.integers(0, 1)), "start": 1, "end": 4,
-                                                  "step": d(st.integers(1, 2))}),
-                  lambda t, a: t[0][(slice(None),) * a["dim"] + (slice(a["start"], a["end"], a["step"]),)]),
-    "cat": Case(lambda d, r: ([_f(r, 2, 3), _f(r, 2, d(st.integers(1, 3))), _f(r, 2, 1)], {"dim": 1}),
-                lambda t, a: torch.cat(t, a["dim"])),
-    "index_select": Case(lambda d, r: ([_f(r, 2, 5, 3)], {"dim": 1, "index": (0, 2, 3)}),
-                         lambda t, a: t[0][:, list(a["index"])]),
-    "conv2d": Case(_conv, _torch_conv),
-    "linear": Case(lambda d, r: ([_f(r, *((2, 3, 4) if d(st.booleans()) else (3, 4))), _f(r, 5, 4)]
-                                 + ([_f(r, 5)] if d(st.booleans()) else []), {}),
-                   lambda t, a: F.linear(*t)),
-    "matmul": Case(lambda d, r: ([_f(r, *d(st.sampled_from([(3, 4), (2, 3, 4), (1, 3, 4)]))),
-                                  _f(r, *d(st.sampled_from([(4, 2), (2, 4, 2)])))], {}),
-                   lambda t, a: torch.matmul(t[0], t[1])),
-    "batch_norm": Case(_bn, _torch_bn, diff=(0, 3, 4)),
-    "layer_norm": Case(_ln, lambda t, a: F.layer_norm(t[0], a["normalized_shape"], *(t[1:] + [None] * 2)[:2],
-                                                      eps=a["eps"])),
-    "avg_pool2d": Case(lambda d, r: _pool(d, r, True),
-                       lambda t, a: F.avg_pool2d(t[0], a["kernel"], a["stride"], a["padding"],
-                                                 count_include_pad=a["count_include_pad"])),
-    "max_pool2d": Case(lambda d, r: _pool(d, r, False),
-                       lambda t, a: F.max_pool2d(t[0], a["kernel"], a["stride"], a["padding"])),
-    "softmax": Case(lambda d, r: ([_f(r, 2, 3, 4)], {"dim": d(st.integers(0, 2))}),
-                    lambda t, a: torch.softmax(t[0], a["dim"])),
-    "log_softmax": Case(lambda d, r: ([_f(r, 2, 3, 4)], {"dim": d(st.integers(0, 2))}),
-                        lambda t, a: torch.log_softmax(t[0], a["dim"])),
-    "embedding": Case(lambda d, r: ([_f(r, 6, 3), r.integers(0, 6, size=(2, 4))], {"padding_idx": -1}),
-                      lambda t, a: F.embedding(t[1], t[0])),
-    "cross_entropy": Case(lambda d, r: ([_f(r, 4, 5), r.integers(0, 5, size=4)], {}),
-                          lambda t, a: F.cross_entropy(t[0], t[1])),
-    "mse": Case(lambda d, r: ([_f(r, 3, 4), _f(r, 3, 4)], {}), lambda t, a: F.mse_loss(t[0], t[1]), diff=(0,)),
+    "add": binary(torch.add), "sub": binary(torch.sub), "mul": binary(torch.mul),
+    "div": binary(torch.div, fill_b=positive),
+    "neg": unary(torch.neg), "relu": unary(torch.relu), "sigmoid": unary(torch.sigmoid),
+    "tanh": unary(torch.tanh), "exp": unary(torch.exp),
+    "log": unary(torch.log, positive), "sqrt": unary(torch.sqrt, positive), "rsqrt": unary(torch.rsqrt, positive),
+    "pow": Case(_pow(), lambda t, a: t[0] ** a["exponent"]),
+    "gelu": Case(_gelu(), lambda t, a: F.gelu(t[0], approximate=a["approximate"])),
+    "clamp": Case(_clamp(), lambda t, a: torch.clamp(t[0], a.get("min"), a.get("max"))),
+    "cast": Case(_cast(), lambda t, a: t[0].to(getattr(torch, a["dtype"]))),
+    "const": Case(_const(), lambda t, a: torch.tensor(a["value"], dtype=getattr(torch, a["dtype"]))),
+    "sum": Case(_reduce(), lambda t, a: t[0].sum(a["dims"], keepdim=a["keepdim"])),
+    "mean": Case(_reduce(), lambda t, a: t[0].mean(a["dims"], keepdim=a["keepdim"])),
+    "reshape": Case(_reshape(), lambda t, a: t[0].reshape(a["shape"])),
+    "permute": Case(_permute(), lambda t, a: t[0].permute(a["perm"])),
+    "expand": Case(_expand(), lambda t, a: t[0].expand(a["shape"])),
+    "slice": Case(_slice(), _torch_slice),
+    "cat": Case(_cat(), lambda t, a: torch.cat(t, a["dim"])),
+    "index_select": Case(_index_select(), lambda t, a: t[0].index_select(a["dim"], torch.tensor(a["index"]))),
+    "conv2d": Case(_conv2d(), _torch_conv2d),
+    "linear": Case(_linear(), lambda t, a: F.linear(*t)),
+    "matmul": Case(_matmul(), lambda t, a: torch.matmul(t[0], t[1])),
+    "batch_norm": Case(_batch_norm(), _torch_batch_norm, diff=(0, 3, 4)),  # running stats are buffers
+    "layer_norm": Case(_layer_norm(), _torch_layer_norm),
+    "avg_pool2d": Case(_pool2d(avg=True), _torch_avg_pool2d),
+    "max_pool2d": Case(_pool2d(avg=False), _torch_max_pool2d),
+    "softmax": Case(_along_dim(), lambda t, a: torch.softmax(t[0], a["dim"])),
+    "log_softmax": Case(_along_dim(), lambda t, a: torch.log_softmax(t[0], a["dim"])),
+    "embedding": Case(_embedding(), _torch_embedding),
+    "cross_entropy": Case(_cross_entropy(), lambda t, a: F.cross_entropy(t[0], t[1].long())),
+    "mse": Case(_mse(), lambda t, a: F.mse_loss(t[0], t[1])),
+    "sgd_update": Case(_sgd_update(), _torch_sgd),
 }

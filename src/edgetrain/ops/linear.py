@@ -24,9 +24,13 @@ def _linear_ref(xs, a):
 def _vjp_linear(e, node, grads, needs):
     (gy,) = grads
     x, w = node.inputs[:2]
-    gx = e.emit("matmul", gy, w) if needs[0] else None
+    lead = tuple(range(gy.type.rank - 1))
+    gx = None
+    if needs[0]:  # matmul wants a matrix: a 1-D input's gradient goes through a (1, out) row
+        gx = e.emit("matmul", gy if lead else e.emit("reshape", gy, shape=(1,) + gy.shape), w)
+        gx = gx if lead else e.emit("reshape", gx, shape=x.shape)
     gw = e.emit("linear_grad_weight", x, gy) if needs[1] else None
-    gb = e.emit("sum", gy, dims=tuple(range(gy.type.rank - 1))) if len(needs) > 2 and needs[2] else None
+    gb = (e.emit("sum", gy, dims=lead) if lead else gy) if len(needs) > 2 and needs[2] else None  # dims=() sums all
     return [gx, gw, gb]
 
 

@@ -40,9 +40,14 @@ def _mse_grad_ref(xs, a):
     return [((pred - target) * (2.0 * g / pred.size)).astype(pred.dtype)]
 
 
+def _vjp_mse(e, node, grads, needs):
+    gp = e.emit("mse_grad", grads[0], *node.inputs)
+    return [gp if needs[0] else None, e.emit("neg", gp) if needs[1] else None]  # d/dtarget = -d/dpred
+
+
 register(OpDef("cross_entropy", _ce_infer, _ce_ref,
                lambda e, n, g, nd: [e.emit("cross_entropy_grad", g[0], *n.inputs), None], num_inputs=(2, 2)))
 register(OpDef("cross_entropy_grad", lambda ts, a: [ts[1]], _ce_grad_ref, num_inputs=(3, 3)))
 register(OpDef("mse", _mse_infer, lambda xs, a: [np.asarray(((xs[0] - xs[1]) ** 2).mean(), dtype=xs[0].dtype)],
-               lambda e, n, g, nd: [e.emit("mse_grad", g[0], *n.inputs), None], num_inputs=(2, 2)))
+               _vjp_mse, num_inputs=(2, 2)))
 register(OpDef("mse_grad", lambda ts, a: [ts[1]], _mse_grad_ref, num_inputs=(3, 3)))

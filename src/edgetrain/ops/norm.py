@@ -97,7 +97,7 @@ def _vjp_ln(e, node, grads, needs):
     gx = e.emit("layer_norm_grad_input", g, x, *weight, **attrs) if needs[0] else None
     gw = e.emit("layer_norm_grad_weight", g, x, **attrs) if len(needs) > 1 and needs[1] else None
     lead = tuple(range(x.type.rank - len(attrs["normalized_shape"])))
-    gb = e.emit("sum", g, dims=lead) if len(needs) > 2 and needs[2] else None
+    gb = (e.emit("sum", g, dims=lead) if lead else g) if len(needs) > 2 and needs[2] else None  # dims=() sums all
     return [gx, gw, gb]
 
 
