@@ -1,7 +1,7 @@
 """compile(): the pass list, from an nn.Module to a training Program."""
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Iterable, Optional, Union
 
 import torch
 
@@ -13,11 +13,13 @@ from .memory import plan_memory
 from .ops import verify
 from .passes import apply_updates_early, attach_loss, eliminate_dead_code, insert_updates
 from .passes.loss import LABEL, LOSSES
-from .passes.updates import momentum_name
+from .passes.updates import STEP, momentum_name
 from .program import Program
+from .quantize import SPEC_ATTR, dequantized_state, qas_scales, quantize_int8
 from .sparse import Full, UpdateScheme, find_layers, resolve_scheme
 
 BACKENDS = ("reference",)
+QUANTIZE = (None, "int8")
 
 
 class BudgetError(ValueError):
@@ -27,8 +29,14 @@ class BudgetError(ValueError):
 def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_entropy",
             update: Union[UpdateScheme, str] = Full(), quantize: Optional[str] = None,
             optimizer: SGD = SGD(lr=0.01), budget: Optional[Budget] = None,
-            backend: str = "reference") -> Program:
-    """Compile `model` into a training program for inputs shaped like `example_inputs`."""
+            backend: str = "reference", calibration: Optional[Iterable] = None) -> Program:
+    """Compile `model` into a training program for inputs shaped like `example_inputs`.
+
+    quantize="int8" trains the int8 model a microcontroller runs: batch norm folded, int8
+    weights and activations, int32 biases, QAS when `optimizer.qas`. Its scales come from
+    the published parameters of a pre-quantized model (`models.from_tiny_training`),
+    otherwise from the ranges seen on `calibration` (an iterable of input batches, each an
+    array or a tuple of arrays; default: the example inputs)."""
     _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend)
     stages: dict[str, Graph] = {}
 
@@ -38,16 +46,33 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
 
     cap = capture(model, tuple(example_inputs))
     forward = stage("captured", cap.graph)
-    layers = find_layers(forward, set(cap.params))
-    trainable = resolve_scheme(update, layers, cap.params, set(cap.frozen_params))
+    params, state = dict(cap.params), {**cap.params, **cap.buffers}
+    grad_scales, export = None, None
+    if quantize == "int8":
+        q = quantize_int8(forward, state, getattr(model, SPEC_ATTR, {}),
+                          calibration if calibration is not None else [tuple(example_inputs)])
+        stage("folded", q.folded)
+        layer_graph, layer_arrays = q.folded, q.folded_arrays
+        forward = stage("quantized", q.graph)
+        params = {k: v for k, v in q.folded_arrays.items() if k in q.arrays and k not in cap.buffers}
+        state = dict(q.arrays)
+        grad_scales = qas_scales(q.layers, optimizer.qas)
+        base = {**cap.params, **cap.buffers}
+
+        def export(st, q=q, base=base):
+            return dequantized_state(base, st, q.layers, q.folds)
+    else:
+        layer_graph, layer_arrays = forward, params
+    layers = find_layers(layer_graph, set(params))
+    trainable = resolve_scheme(update, layers, {k: layer_arrays[k] for k in params}, set(cap.frozen_params))
     with_loss = stage("with_loss", attach_loss(forward, loss))
     joint = stage("backward", build_backward(with_loss, "loss", trainable))
     grads = stage("pruned", eliminate_dead_code(joint))
     updated = stage("updates", insert_updates(grads, trainable, optimizer.lr, optimizer.momentum,
-                                              optimizer.weight_decay))
+                                              optimizer.weight_decay, grad_scales, optimizer.seed))
     train = stage("reordered", apply_updates_early(updated))
 
-    ram_inputs = set(cap.inputs) | {LABEL}
+    ram_inputs = set(cap.inputs) | {LABEL, STEP}
     state_names = list(trainable) + ([momentum_name(p) for p in trainable] if optimizer.momentum else [])
     memory = plan_memory(train, ram_inputs, state_names)
     if budget is not None and budget.sram is not None and memory.peak_bytes > budget.sram:
@@ -57,9 +82,10 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     if budget is not None and budget.flash is not None and memory.frozen_bytes > budget.flash:
         raise BudgetError(f"read-only weights need {memory.frozen_bytes:,} B of flash, over the budget "
                           f"of {budget.flash:,} B")
-    return Program(captured=cap, stages=stages, forward=forward, grad_graph=grads, train_graph=train,
-                   trainable=trainable, layers=tuple(layers), memory=memory, loss=loss, optimizer=optimizer,
-                   state_aliases=_state_aliases(model, set(cap.params) | set(cap.buffers)))
+    return Program(inputs=cap.inputs, state=state, stages=stages, forward=forward, grad_graph=grads,
+                   train_graph=train, trainable=trainable, layers=tuple(layers), memory=memory, loss=loss,
+                   optimizer=optimizer, state_aliases=_state_aliases(model, set(cap.params) | set(cap.buffers)),
+                   export=export, quantize=quantize)
 
 
 def _state_aliases(model: torch.nn.Module, names: set[str]) -> dict[str, str]:
@@ -85,8 +111,8 @@ def _check_args(example_inputs, loss, update, quantize, optimizer, budget, backe
     if isinstance(update, str):
         raise ValueError(f"update={update!r}: the budgeted sparse-update search is not available yet; "
                          f"pass Full(), BiasOnly(), LastK(k) or Sparse(...)")
-    if quantize is not None:
-        raise ValueError(f"quantize={quantize!r}: int8 training is not available yet; use quantize=None")
+    if quantize not in QUANTIZE:
+        raise ValueError(f"quantize={quantize!r}: use None (float32) or 'int8'")
     if not isinstance(optimizer, SGD):
         raise TypeError(f"optimizer must be edgetrain.SGD, got {type(optimizer).__name__}")
     if budget is not None and not isinstance(budget, Budget):

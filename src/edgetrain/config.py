@@ -32,17 +32,28 @@ def parse_bytes(v: Union[int, str, None], what: str = "size") -> Optional[int]:
 
 @dataclass(frozen=True)
 class SGD:
-    """Stochastic gradient descent, as torch.optim.SGD (no dampening, no Nesterov)."""
+    """Stochastic gradient descent, as torch.optim.SGD (no dampening, no Nesterov).
+
+    For int8 training: `qas` turns Quantization-Aware Scaling on (each int weight's
+    gradient times w_scale^-2, each int bias's times (w_scale * x_scale)^-2, per output
+    channel), so the same `lr` as float training works; `seed` keys the stochastic
+    rounding of the integer updates. Both are ignored in float training."""
 
     lr: float = 0.01
     momentum: float = 0.0
     weight_decay: float = 0.0
+    qas: bool = True
+    seed: int = 0
 
     def __post_init__(self):
         for name in ("lr", "momentum", "weight_decay"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"SGD {name} must be a finite number >= 0, got {v!r}")
+        if not isinstance(self.qas, bool):
+            raise ValueError(f"SGD qas must be True or False, got {self.qas!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"SGD seed must be an int >= 0, got {self.seed!r}")
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,10 @@ import numpy as np
 
 from .autodiff import ChannelSelect, grad_name
 from .backends.reference import run_graph
-from .frontend import Captured
 from .ir import FLOAT_DTYPES, Graph, TensorType
 from .memory import MemoryReport
 from .passes.loss import LABEL
-from .passes.updates import momentum_name
+from .passes.updates import STEP, momentum_name
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -39,9 +38,10 @@ def as_array(x, want: TensorType, what: str, batch_free: bool = False) -> np.nda
 class Program:
     """A model compiled for training. Weights live in `self.state` (numpy arrays)."""
 
-    def __init__(self, *, captured: Captured, stages: dict[str, Graph], forward: Graph, grad_graph: Graph,
-                 train_graph: Graph, trainable: Mapping[str, Optional[ChannelSelect]], layers: tuple,
-                 memory: MemoryReport, loss: str, optimizer, state_aliases: Mapping[str, str]):
+    def __init__(self, *, inputs: tuple[str, ...], state: Mapping[str, np.ndarray], stages: dict[str, Graph],
+                 forward: Graph, grad_graph: Graph, train_graph: Graph,
+                 trainable: Mapping[str, Optional[ChannelSelect]], layers: tuple, memory: MemoryReport, loss: str,
+                 optimizer, state_aliases: Mapping[str, str], export=None, quantize: Optional[str] = None):
         self.stages = stages
         self.forward_graph, self.grad_graph, self.train_graph = forward, grad_graph, train_graph
         self.trainable = dict(trainable)
@@ -49,13 +49,15 @@ class Program:
         self.memory = memory
         self.loss = loss
         self.optimizer = optimizer
-        self.inputs = captured.inputs
+        self.inputs = tuple(inputs)
+        self.quantize = quantize
         self.steps = 0
-        self.state: dict[str, np.ndarray] = {**captured.params, **captured.buffers}
+        self.state: dict[str, np.ndarray] = {k: np.array(v, copy=True) for k, v in state.items()}
+        self._export = export
         if optimizer.momentum:
             for p in self.trainable:
-                self.state[momentum_name(p)] = np.zeros(train_graph.input(momentum_name(p)).shape,
-                                                        dtype=self.state[p].dtype)
+                m = train_graph.input(momentum_name(p))
+                self.state[momentum_name(p)] = np.zeros(m.shape, dtype=m.dtype)
         self._aliases = dict(state_aliases)
 
     # --- inputs --------------------------------------------------------------------------
@@ -80,14 +82,18 @@ class Program:
         feeds = {v.name: self.state[v.name] for v in g.inputs if v.name in self.state}
         feeds.update(self._data_feeds(g, x))
         feeds[LABEL] = self._label_feed(g, y)
+        if any(v.name == STEP for v in g.inputs):
+            feeds[STEP] = np.array(self.steps, dtype=np.int32)
         return feeds
 
     # --- running ---------------------------------------------------------------------------
     def gradients(self, x, y) -> dict[str, np.ndarray]:
         """Gradients of the loss for the trained parameters, without updating. A parameter
-        trained on some channels only gets zeros in the others."""
+        trained on some channels only gets zeros in the others. For an int8 program the
+        gradients of int weights and biases are with respect to the integers themselves
+        (d loss / d w_int = w_scale * d loss / d w_real), before QAS."""
         g = self.grad_graph
-        out, _ = run_graph(g, self._feeds(g, x, y), set(self.inputs) | {LABEL})
+        out, _ = run_graph(g, self._feeds(g, x, y), set(self.inputs) | {LABEL, STEP})
         grads = {}
         for p, sel in self.trainable.items():
             gv = out[grad_name(p)]
@@ -106,7 +112,7 @@ class Program:
         g = self.train_graph
         feeds = self._feeds(g, x, y)
         saved = {k: self.state[k].copy() for k in self.state if k in self.trainable or k.startswith("momentum:")}
-        out, trace = run_graph(g, feeds, set(self.inputs) | {LABEL})
+        out, trace = run_graph(g, feeds, set(self.inputs) | {LABEL, STEP})
         loss = float(out["loss"])
         bad = [k for k in saved if not np.all(np.isfinite(self.state[k]))]
         if not np.isfinite(loss) or bad:
@@ -141,10 +147,13 @@ class Program:
 
     # --- weights out -------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """The current weights as torch tensors under the original model's state_dict keys."""
+        """The current weights as torch tensors under the original model's state_dict keys.
+        An int8 program gives its weights' real values (w_scale * w), with each batch norm
+        folded into its convolution turned into the identity carrying the folded bias."""
         import torch
 
-        return {k: torch.from_numpy(self.state[name].copy()) for k, name in self._aliases.items()}
+        state = self._export(self.state) if self._export is not None else self.state
+        return {k: torch.from_numpy(np.array(state[name], copy=True)) for k, name in self._aliases.items()}
 
     def __repr__(self) -> str:
         n = sum(self.state[p].size for p in self.trainable)

@@ -31,6 +31,11 @@ class ChannelSelect:
         return tuple(s)
 
 
+#: integer dtypes of tensors that stand for real numbers (int8 activations and weights,
+#: int32 biases), whose gradients are float32
+QUANTIZED_DTYPES = ("int8", "int32")
+
+
 class NotDifferentiableError(ValueError):
     pass
 
@@ -39,12 +44,22 @@ def grad_name(param: str) -> str:
     return f"grad:{param}"
 
 
+def grad_dtype(v: Value) -> str:
+    """The dtype of a gradient: a value's own float type; float32 for an int8 tensor, which
+    stands for real values (quantized training)."""
+    return v.dtype if v.dtype in FLOAT_DTYPES else "float32"
+
+
+def _differentiable(v: Value, op: str) -> bool:
+    return v.dtype in FLOAT_DTYPES or v.dtype in QUANTIZED_DTYPES and get_op(op).vjp is not None
+
+
 def _requires_grad(g: Graph, wrt_values: set[Value]) -> set[Value]:
     """Values that depend on a requested input (forward reachability)."""
     req = set(wrt_values)
     for n in g.nodes:
         if any(v in req for v in n.inputs):
-            req.update(o for o in n.outputs if o.dtype in FLOAT_DTYPES)
+            req.update(o for o in n.outputs if _differentiable(o, n.op))
     return req
 
 
@@ -94,7 +109,7 @@ def build_backward(g: Graph, loss: str, wrt: Mapping[str, Optional[ChannelSelect
         want = selects[v].shape_of(v.shape) if selects[v] is not None else v.shape
         gv = grads.get(v)
         if gv is None:  # the loss does not depend on this parameter: its gradient is zero
-            gv = e.emit("expand", e.const(0.0, v.dtype), shape=want)
+            gv = e.emit("expand", e.const(0.0, grad_dtype(v)), shape=want)
         names.append(grad_name(name))
         outs.append(gv)
     return g.replace(nodes=g.nodes + tuple(e.nodes), outputs=outs, output_names=names)

@@ -26,6 +26,7 @@ from torch import nn
 from .bert import VOCAB_SIZE, BertTiny
 from .mcu import TABLES, mcu_net
 from .resnet import ResNet18
+from .tiny_training import from_tiny_training, load_tiny_training
 
 IMAGE_SIZE, CIFAR_IMAGE_SIZE, SEQ_LEN = 128, 32, 128
 #: batch-norm and layer-norm affine parameters: weight ~ U(range), bias ~ N(0, std)

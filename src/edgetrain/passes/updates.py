@@ -8,17 +8,28 @@ from ..ir import Graph, TensorType, new_value
 from ..ops import Emitter, get_op
 
 
+#: the graph input counting training steps (keys the stochastic rounding of int updates)
+STEP = "step"
+#: integer parameters stay in their type's range; int32 biases within float32's exact integers
+INT_RANGES = {"int8": (-127, 127), "int32": (-(2 ** 24), 2 ** 24)}
+
+
 def momentum_name(param: str) -> str:
     return f"momentum:{param}"
 
 
 def insert_updates(g: Graph, trainable: Mapping[str, Optional[ChannelSelect]], lr: float,
-                   momentum: float = 0.0, weight_decay: float = 0.0) -> Graph:
+                   momentum: float = 0.0, weight_decay: float = 0.0,
+                   grad_scales: Optional[Mapping[str, tuple[float, ...]]] = None, seed: int = 0) -> Graph:
     """Replace each `grad:<p>` output by `sgd_update(p, grad[, momentum:<p>])`; the updated
-    parameter becomes output `<p>` (and the momentum buffer `momentum:<p>`)."""
+    parameter becomes output `<p>` (and the momentum buffer `momentum:<p>`). An integer
+    parameter gets `qsgd_update(p, grad, step[, momentum:<p>])` instead, with its
+    per-output-channel gradient factor from `grad_scales` (QAS; all ones when absent),
+    stochastic rounding keyed by (`seed`, parameter number, step) and a graph input `step`."""
     e = Emitter()
     inputs = list(g.inputs)
     names, outs = [], []
+    step = None
     grads = g.named_outputs()
     for name, v in zip(g.output_names, g.outputs):
         if not name.startswith("grad:"):
@@ -28,12 +39,22 @@ def insert_updates(g: Graph, trainable: Mapping[str, Optional[ChannelSelect]], l
         w, gv = g.input(p), grads[grad_name(p)]
         args = [w, gv]
         if momentum:
-            m = new_value(TensorType(gv.shape, gv.dtype), momentum_name(p))
+            m = new_value(TensorType(gv.shape, "float32" if w.dtype in INT_RANGES else gv.dtype), momentum_name(p))
             inputs.append(m)
             args.append(m)
         attrs = dict(lr=float(lr), momentum=float(momentum), weight_decay=float(weight_decay),
                      dim=sel.dim if sel else 0, index=sel.index if sel else None)
-        res = e.emit_multi("sgd_update", *args, names=(p, momentum_name(p)), **attrs)
+        if w.dtype in INT_RANGES:
+            if step is None:
+                step = new_value(TensorType((), "int32"), STEP)
+                inputs.append(step)
+            scale = (grad_scales or {}).get(p) or (1.0,) * w.shape[0]
+            attrs.update(scale=tuple(float(s) for s in scale), seed=int(seed), param_id=list(trainable).index(p),
+                         qmin=INT_RANGES[w.dtype][0], qmax=INT_RANGES[w.dtype][1])
+            args.insert(2, step)
+            res = e.emit_multi("qsgd_update", *args, names=(p, momentum_name(p)), **attrs)
+        else:
+            res = e.emit_multi("sgd_update", *args, names=(p, momentum_name(p)), **attrs)
         names += [p] + ([momentum_name(p)] if momentum else [])
         outs += list(res)
     return Graph(tuple(inputs), g.nodes + tuple(e.nodes), tuple(outs), tuple(names))

@@ -1,0 +1,158 @@
+"""int8 convolution (TFLite / CMSIS-NN semantics) and its float32 backward ops.
+
+Forward, all in integers: acc = conv(x - x_zero, w) + bias (int32), then per output channel
+y = clamp(MultiplyByQuantizedMultiplier(acc, mult[c], shift[c]) + y_zero, qmin, qmax).
+ReLU and ReLU6 are this clamp. With `float_out` the layer returns real float32 logits
+acc * x_scale * w_scale[c] instead (a classifier feeding the loss).
+
+Backward, in float32 on the real values the int8 tensors stand for (the straight-through
+estimator: rounding passes the gradient, saturation stops it):
+- qmask_grad     zero where the output sat at its clamp bounds;
+- qconv2d_grad_input   conv-transpose with the real weight w_scale[c] * w (never stored);
+- qconv2d_grad_weight  d loss / d w_int = x_scale * w_scale[c] * conv_wgrad(x - x_zero, g);
+- qconv2d_grad_bias    d loss / d b_int = x_scale * w_scale[c] * sum(g).
+Gradients of int parameters are with respect to the integers themselves; QAS (in the
+update) rescales them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import TensorType
+from .base import Cost, OpDef, register
+from .conv import (CONV_KEYS, _conv_cost, _is_depthwise, conv2d_grad_input_ref,
+                   conv2d_grad_weight_ref, conv2d_ref, conv_out_hw)
+from .fixed_point import INT8_MAX, INT8_MIN, multiply_by_quantized_multiplier, saturate_int32
+
+
+def _channel(v, ndim=4):
+    """A per-output-channel tuple as an array broadcasting over NCHW (or (O, ...) weights)."""
+    return np.asarray(v).reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def _qconv_infer(ts, a):
+    x, w, b = ts
+    if x.dtype != "int8" or w.dtype != "int8" or b.dtype != "int32":
+        raise ValueError(f"qconv2d: expected int8 input, int8 weight and int32 bias, got {x}, {w}, {b}")
+    if x.rank != 4 or w.rank != 4 or b.shape != (w.shape[0],):
+        raise ValueError(f"qconv2d: expected NCHW input, OIHW weight and (O,) bias, got {x}, {w}, {b}")
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    g = int(a["groups"])
+    if c % g or o % g or cg != c // g:
+        raise ValueError(f"qconv2d: input {x} and weight {w} disagree for groups={g}")
+    for key in ("mult", "shift", "w_scales"):
+        if len(a[key]) != o:
+            raise ValueError(f"qconv2d: {key} has {len(a[key])} entries for {o} output channels")
+    hw = conv_out_hw((h, wd), (kh, kw), tuple(a["stride"]), tuple(a["padding"]), tuple(a["dilation"]))
+    return [TensorType((n, o) + hw, "float32" if a.get("float_out") else "int8")]
+
+
+#: float32 holds every integer up to 2**24 exactly
+FLOAT32_EXACT = 2 ** 24
+
+
+def accumulate(x, w, b, a) -> np.ndarray:
+    """The int32 accumulator conv(x - x_zero, w) + b, computed exactly in floating point:
+    float32 when no partial sum can pass 2**24 (fan-in * 255 * max|w|), else float64."""
+    fan_in = int(np.prod(w.shape[1:]))
+    bound = fan_in * (INT8_MAX - INT8_MIN) * int(np.abs(w.astype(np.int32)).max(initial=0))
+    ft = np.float32 if bound < FLOAT32_EXACT else np.float64
+    xc = x.astype(ft) - ft(a["x_zero"])
+    acc = np.rint(conv2d_ref(xc, w.astype(ft), None, a)).astype(np.int64)
+    return saturate_int32(acc + _channel(b.astype(np.int64)))
+
+
+def out_scales(a) -> np.ndarray:
+    """float32 x_scale * w_scale[c]: the real value of one accumulator step."""
+    return (np.float64(a["x_scale"]) * np.asarray(a["w_scales"], dtype=np.float64)).astype(np.float32)
+
+
+def qconv2d_ref(x, w, b, a):
+    acc = accumulate(x, w, b, a)
+    if a.get("float_out"):
+        return acc.astype(np.float32) * _channel(out_scales(a))
+    y = multiply_by_quantized_multiplier(acc, _channel(a["mult"]), _channel(a["shift"])) + a["y_zero"]
+    return np.clip(y, a["qmin"], a["qmax"]).astype(np.int8)
+
+
+def _real_weight(w, a):
+    return w.astype(np.float32) * np.asarray(a["w_scales"], dtype=np.float32).reshape(-1, 1, 1, 1)
+
+
+def _vjp_qconv(e, node, grads, needs):
+    (gy,) = grads
+    x, w, _ = node.inputs
+    a = node.attrs
+    geo = {k: a[k] for k in CONV_KEYS}
+    g = gy if a.get("float_out") else e.emit("qmask_grad", gy, node.out, lo=a["qmin"], hi=a["qmax"])
+    gx = e.emit("qconv2d_grad_input", g, w, input_shape=x.shape, w_scales=a["w_scales"], **geo) if needs[0] else None
+    gw = _weight_grad(e, x, w, g, a, geo, needs[1]) if needs[1] else None
+    gb = e.emit("qconv2d_grad_bias", g, scales=tuple(float(s) for s in out_scales(a))) if needs[2] else None
+    return [gx, gw, gb]
+
+
+def _weight_grad(e, x, w, g, a, geo, select):
+    scales = tuple(float(s) for s in out_scales(a))
+    common = dict(x_zero=a["x_zero"])
+    idx = getattr(select, "index", None)
+    if idx is None:
+        return e.emit("qconv2d_grad_weight", x, g, weight_shape=w.shape, scales=scales, **common, **geo)
+    idx = tuple(idx)
+    o, cg, kh, kw = w.shape
+    xs = e.emit("index_select", x, dim=1, index=idx)
+    if select.dim == 0 and _is_depthwise(x.shape[1], o, geo["groups"]):
+        gs = e.emit("index_select", g, dim=1, index=idx)
+        return e.emit("qconv2d_grad_weight", xs, gs, weight_shape=(len(idx), 1, kh, kw),
+                      scales=tuple(scales[i] for i in idx), **common, **{**geo, "groups": len(idx)})
+    if select.dim == 1 and geo["groups"] == 1:
+        return e.emit("qconv2d_grad_weight", xs, g, weight_shape=(o, len(idx), kh, kw), scales=scales,
+                      **common, **geo)
+    raise ValueError(f"channel selection on weight dim {select.dim} is only supported for dense (dim 1) "
+                     f"and depthwise (dim 0) convolutions, not groups={geo['groups']}")
+
+
+def _grad_input_ref(xs, a):
+    return [conv2d_grad_input_ref(xs[0], _real_weight(xs[1], a), a)]
+
+
+def _grad_weight_ref(xs, a):
+    x, g = xs
+    gw = conv2d_grad_weight_ref(x.astype(np.float32) - np.float32(a["x_zero"]), g, a)
+    return [gw * np.asarray(a["scales"], dtype=np.float32).reshape(-1, 1, 1, 1)]
+
+
+def _grad_bias_ref(xs, a):
+    return [xs[0].sum(axis=(0, 2, 3), dtype=np.float32) * np.asarray(a["scales"], dtype=np.float32)]
+
+
+def _grad_infer(kind):
+    def infer(ts, a):
+        grad = ts[1] if kind == "weight" else ts[0]
+        operand = {"weight": ts[0], "input": ts[-1], "bias": None}[kind]
+        if grad.dtype != "float32" or operand is not None and operand.dtype != "int8":
+            raise ValueError(f"qconv2d_grad_{kind}: expected a float32 gradient and int8 operands, got {ts}")
+        shape = {"input": lambda: a["input_shape"], "weight": lambda: a["weight_shape"],
+                 "bias": lambda: (ts[0].shape[1],)}[kind]()
+        return [TensorType(tuple(shape), "float32")]
+    return infer
+
+
+def _qgrad_cost(node):
+    """As many MACs as the forward convolution (see conv._grad_cost)."""
+    g = node.inputs[0] if node.op == "qconv2d_grad_input" else node.inputs[1]
+    w_shape = node.inputs[1].shape if node.op == "qconv2d_grad_input" else node.attrs["weight_shape"]
+    macs = g.type.numel * int(np.prod(w_shape[1:]))
+    return Cost(macs, sum(v.type.nbytes for v in node.inputs + node.outputs))
+
+
+register(OpDef("qconv2d", _qconv_infer, lambda xs, a: [qconv2d_ref(*xs, a)], _vjp_qconv, cost=_conv_cost,
+               num_inputs=(3, 3)))
+register(OpDef("qconv2d_grad_input", _grad_infer("input"), _grad_input_ref, cost=_qgrad_cost, num_inputs=(2, 2)))
+register(OpDef("qconv2d_grad_weight", _grad_infer("weight"), _grad_weight_ref, cost=_qgrad_cost,
+               num_inputs=(2, 2)))
+register(OpDef("qconv2d_grad_bias", _grad_infer("bias"), _grad_bias_ref,
+               cost=lambda n: Cost(n.inputs[0].type.numel, n.inputs[0].type.nbytes + n.outputs[0].type.nbytes),
+               num_inputs=(1, 1)))
+
+__all__ = ["INT8_MAX", "INT8_MIN", "accumulate", "out_scales", "qconv2d_ref"]

@@ -1,0 +1,283 @@
+"""quantize_graph: a float forward graph (batch norm folded) -> the int8 graph a
+microcontroller runs, with int8 weights, int32 biases and int8 activations.
+
+Each node of the float graph gets one of these kinds (`plan_quantization`):
+- "qconv"   conv2d / linear with constant weights (+ a following ReLU / clamp, fused as
+            the output clamp) -> qconv2d (a linear is a 1x1 convolution on reshaped data);
+            a layer whose output is the graph's output returns float32 logits;
+- "qadd"    add of two int8 tensors of one shape;
+- "same"    ops that keep their input's scale: global mean (-> qmean), ReLU / clamp
+            (-> qclamp), reshape / permute (run on the int8 data as they are);
+- "float"   everything else stays float32; int8 inputs are dequantized first, and a
+            float tensor entering a qconv is quantized.
+Every int8 tensor has one QParams: from the published spec of a pre-quantized model where
+it names them, else from calibration ranges.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional
+
+import numpy as np
+
+from ..ir import Graph, Node, TensorType, Value, new_value
+from ..ops import Emitter
+from ..ops.fixed_point import INT8_MAX, INT8_MIN, quantize_multiplier
+from ..ops.qelementwise import qadd_attrs
+from .qparams import QParams, quantize_bias, quantize_weight
+
+SAME_SCALE_OPS = ("mean", "relu", "clamp", "reshape", "permute")
+ACTIVATIONS = ("relu", "clamp")
+
+
+class QuantizeError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """Published int8 parameters of one conv/linear layer (keyed by its weight's name)."""
+
+    weight: np.ndarray  # int8, the layer's weight shape
+    w_scales: np.ndarray  # float32 per output channel
+    bias: np.ndarray  # int32 per output channel
+    x: QParams
+    y: Optional[QParams]  # None: calibrate (or float output)
+
+
+@dataclass(frozen=True)
+class QuantLayer:
+    """What the update and the export need to know about one quantized layer."""
+
+    weight: str
+    bias: str
+    x: QParams
+    w_scales: tuple[float, ...]
+
+
+@dataclass
+class Plan:
+    kinds: dict[int, str] = field(default_factory=dict)  # id(node) -> kind
+    act: dict[int, Node] = field(default_factory=dict)  # id(layer node) -> fused activation
+    absorbed: set = field(default_factory=set)  # ids of fused activation nodes
+    int8: set = field(default_factory=set)  # float-graph values held as int8
+
+
+def _is_global_mean(n: Node) -> bool:
+    x = n.inputs[0]
+    dims = tuple(sorted(d % 4 for d in (n.attrs.get("dims") or ()))) if x.type.rank == 4 else ()
+    return dims == (2, 3)
+
+
+def plan_quantization(g: Graph, consts: set[str]) -> Plan:
+    users = g.consumers()
+    outputs = set(g.outputs)
+    p = Plan()
+    for n in g.nodes:
+        if id(n) in p.absorbed:
+            continue
+        ins = n.inputs
+        if n.op in ("conv2d", "linear") and all(v.name in consts for v in ins[1:]) and ins[0].name not in consts:
+            if n.op == "conv2d" and ins[0].type.rank != 4:
+                continue
+            p.kinds[id(n)] = "qconv"
+            nxt = users.get(n.out, [])
+            if len(nxt) == 1 and nxt[0].op in ACTIVATIONS and n.out not in outputs:
+                p.act[id(n)] = nxt[0]
+                p.absorbed.add(id(nxt[0]))
+            y = p.act[id(n)].out if id(n) in p.act else n.out
+            if y not in outputs:
+                p.int8.add(y)
+        elif n.op == "add" and len(ins) == 2 and all(v in p.int8 for v in ins) and ins[0].shape == ins[1].shape:
+            p.kinds[id(n)] = "qadd"
+            p.int8.add(n.out)
+        elif n.op in SAME_SCALE_OPS and ins[0] in p.int8 and (n.op != "mean" or _is_global_mean(n)):
+            p.kinds[id(n)] = "same"
+            p.int8.add(n.out)
+        else:
+            p.kinds[id(n)] = "float"
+    return p
+
+
+def layer_output(p: Plan, n: Node) -> Value:
+    return p.act[id(n)].out if id(n) in p.act else n.out
+
+
+def assign_qparams(g: Graph, p: Plan, specs: Mapping[str, LayerSpec],
+                   calibrate: Callable[[list[Value]], dict[Value, tuple[float, float]]]) -> dict[Value, QParams]:
+    """QParams of every int8 value and every float value a qconv quantizes: published
+    where the spec names them, calibrated otherwise; scale-keeping ops pass theirs on."""
+    qp: dict[Value, QParams] = {}
+    layers = [n for n in g.nodes if p.kinds.get(id(n)) == "qconv"]
+    for n in layers:
+        spec = specs.get(n.inputs[1].name)
+        if spec is None:
+            continue
+        y = layer_output(p, n)
+        if spec.y is not None and y in p.int8:
+            qp[y] = spec.y
+        qp.setdefault(n.inputs[0], spec.x)
+    same = [n for n in g.nodes if p.kinds.get(id(n)) == "same"]
+    for n in reversed(same):  # a consumer's published input scale reaches back through these
+        if n.out in qp and n.inputs[0] not in qp:
+            qp[n.inputs[0]] = qp[n.out]
+    producers = g.producers()
+    derived = {v for v in p.int8 if v in producers and p.kinds.get(id(producers[v])) == "same"}
+    wanted = [v for v in [n.inputs[0] for n in layers] + sorted(p.int8, key=lambda v: v.id)
+              if v not in qp and v not in derived]
+    wanted = list(dict.fromkeys(wanted))
+    for v, (lo, hi) in calibrate(wanted).items():
+        qp[v] = QParams.from_range(lo, hi)
+    for n in same:
+        if n.inputs[0] not in qp:
+            raise QuantizeError(f"no quantization parameters for the input of {n.op}")
+        qp[n.out] = qp[n.inputs[0]]
+    return qp
+
+
+def quantize_graph(g: Graph, arrays: Mapping[str, np.ndarray], p: Plan, qp: Mapping[Value, QParams],
+                   specs: Mapping[str, LayerSpec]) -> tuple[Graph, dict[str, np.ndarray], dict[str, QuantLayer]]:
+    """Build the int8 graph. Returns it, its parameter/buffer arrays (int8 weights, int32
+    biases, untouched float ones) and the quantized layers by weight name."""
+    b = _Builder(g, arrays, qp)
+    layers: dict[str, QuantLayer] = {}
+    for n in g.nodes:
+        kind = p.kinds.get(id(n))
+        if kind is None:
+            continue
+        if kind == "qconv":
+            layers[n.inputs[1].name] = b.qconv(n, p.act.get(id(n)), layer_output(p, n), specs.get(n.inputs[1].name))
+        elif kind == "qadd":
+            a, c = (b.as_int(v) for v in n.inputs)
+            qa, qc, qy = qp[n.inputs[0]], qp[n.inputs[1]], qp[n.out]
+            b.ints[n.out] = b.e.emit("qadd", a, c, **qadd_attrs(qa.scale, qa.zero, qc.scale, qc.zero, qy.scale, qy.zero))
+        elif kind == "same":
+            b.ints[n.out] = b.same_scale(n)
+        else:
+            outs = b.e.emit_multi(n.op, *[b.as_float(v) for v in n.inputs], **dict(n.attrs))
+            b.floats.update(zip(n.outputs, outs))
+    outs = tuple(b.as_float(v) for v in g.outputs)
+    used = {v for nd in b.e.nodes for v in nd.inputs} | set(outs)
+    inputs = tuple(b.inputs[v.name] for v in g.inputs if v.name in b.inputs and b.inputs[v.name] in used)
+    inputs += tuple(v for v in b.new_inputs if v in used)
+    graph = Graph(inputs, tuple(b.e.nodes), outs, g.output_names)
+    return graph, {v.name: b.arrays[v.name] for v in inputs if v.name in b.arrays}, layers
+
+
+class _Builder:
+    def __init__(self, g: Graph, arrays: Mapping[str, np.ndarray], qp: Mapping[Value, QParams]):
+        self.e = Emitter()
+        self.qp = qp
+        self.src_arrays = arrays
+        self.arrays: dict[str, np.ndarray] = {}
+        self.inputs: dict[str, Value] = {}
+        self.floats: dict[Value, Value] = {}
+        self.ints: dict[Value, Value] = {}
+        self.new_inputs: list[Value] = []
+        for v in g.inputs:
+            nv = new_value(v.type, v.name)
+            self.inputs[v.name] = nv
+            self.floats[v] = nv
+            if v.name in arrays:
+                self.arrays[v.name] = arrays[v.name]
+
+    def as_int(self, v: Value) -> Value:
+        if v not in self.ints:
+            q = self.qp[v]
+            self.ints[v] = self.e.emit("quantize", self.as_float(v), scale=q.scale, zero=q.zero, qmin=INT8_MIN,
+                                       qmax=INT8_MAX)
+        return self.ints[v]
+
+    def as_float(self, v: Value) -> Value:
+        if v not in self.floats:
+            q = self.qp[v]
+            self.floats[v] = self.e.emit("dequantize", self.ints[v], scale=q.scale, zero=q.zero)
+        return self.floats[v]
+
+    def _param(self, name: str, array: np.ndarray) -> Value:
+        """The int parameter input `name` (replacing the float one of that name)."""
+        t = TensorType(tuple(array.shape), str(array.dtype))
+        v = new_value(t, name)
+        if name in self.inputs:
+            self.inputs[name] = v
+        else:
+            self.new_inputs.append(v)
+        self.arrays[name] = array
+        return v
+
+    def qconv(self, n: Node, act: Optional[Node], y: Value, spec: Optional[LayerSpec]) -> QuantLayer:
+        x, w = n.inputs[0], n.inputs[1]
+        xq = self.qp[x]
+        w_float = self.src_arrays[w.name]
+        if spec is not None:
+            if spec.weight.shape != w_float.shape:
+                raise QuantizeError(f"{w.name}: published weight {spec.weight.shape} does not match the model's "
+                                    f"{w_float.shape}")
+            w_int, w_scales, b_int = spec.weight.astype(np.int8), spec.w_scales.astype(np.float32), spec.bias
+        else:
+            w_int, w_scales = quantize_weight(w_float)
+            b_float = self.src_arrays[n.inputs[2].name] if len(n.inputs) > 2 else np.zeros(w_float.shape[0])
+            b_int = quantize_bias(b_float, xq.scale, w_scales)
+        b_name = n.inputs[2].name if len(n.inputs) > 2 else _bias_name(w.name)
+        wv = self._param(w.name, w_int)
+        bv = self._param(b_name, np.asarray(b_int, dtype=np.int32))
+        float_out = y not in self.qp
+        attrs = dict(x_zero=xq.zero, x_scale=xq.scale, w_scales=tuple(float(s) for s in w_scales),
+                     float_out=float_out)
+        if float_out:
+            attrs.update(y_zero=0, y_scale=1.0, mult=(0,) * len(w_scales), shift=(0,) * len(w_scales), qmin=INT8_MIN,
+                         qmax=INT8_MAX)
+        else:
+            attrs.update(_requant_attrs(xq, w_scales, self.qp[y], act))
+        xin = self.as_int(x)
+        if n.op == "conv2d":
+            out = self.e.emit("qconv2d", xin, wv, bv, **{k: n.attrs[k] for k in ("stride", "padding", "dilation",
+                                                                                  "groups")}, **attrs)
+        else:
+            out = self._qlinear(xin, wv, bv, attrs)
+        if act is not None and float_out:
+            raise QuantizeError("a fused activation on a float output")  # plan never fuses into a graph output
+        (self.floats if float_out else self.ints)[y] = out
+        return QuantLayer(w.name, b_name, xq, attrs["w_scales"])
+
+    def _qlinear(self, xin: Value, wv: Value, bv: Value, attrs: dict) -> Value:
+        """A linear layer as a 1x1 convolution: (..., K) -> (M, K, 1, 1) -> (..., O)."""
+        lead, k = xin.shape[:-1], xin.shape[-1]
+        o = wv.shape[0]
+        m = int(np.prod(lead, dtype=np.int64))
+        x4 = self.e.emit("reshape", xin, shape=(m, k, 1, 1))
+        w4 = self.e.emit("reshape", wv, shape=(o, k, 1, 1))
+        y4 = self.e.emit("qconv2d", x4, w4, bv, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, **attrs)
+        return self.e.emit("reshape", y4, shape=tuple(lead) + (o,))
+
+    def same_scale(self, n: Node) -> Value:
+        x = self.as_int(n.inputs[0])
+        q = self.qp[n.inputs[0]]
+        if n.op == "mean":
+            return self.e.emit("qmean", x, dims=n.attrs.get("dims"), keepdim=n.attrs.get("keepdim", False),
+                               zero=q.zero)
+        if n.op in ACTIVATIONS:
+            lo, hi = _act_levels(q, n)
+            return self.e.emit("qclamp", x, qmin=lo, qmax=hi)
+        return self.e.emit(n.op, x, **dict(n.attrs))
+
+
+def _bias_name(weight: str) -> str:
+    return (weight[: -len(".weight")] if weight.endswith(".weight") else weight) + ".bias"
+
+
+def _act_levels(q: QParams, act: Optional[Node]) -> tuple[int, int]:
+    """The int8 levels an activation (ReLU, clamp) keeps on scale `q`."""
+    if act is None:
+        return INT8_MIN, INT8_MAX
+    lo, hi = (0.0, None) if act.op == "relu" else (act.attrs.get("min"), act.attrs.get("max"))
+    qlo = q.quantize(lo) if lo is not None else INT8_MIN
+    qhi = q.quantize(hi) if hi is not None else INT8_MAX
+    return max(qlo, INT8_MIN), min(qhi, INT8_MAX)
+
+
+def _requant_attrs(xq: QParams, w_scales: np.ndarray, yq: QParams, act: Optional[Node]) -> dict:
+    mults, shifts = zip(*(quantize_multiplier(float(np.float64(xq.scale) * float(s) / np.float64(yq.scale)))
+                          for s in w_scales))
+    lo, hi = _act_levels(yq, act)
+    return dict(y_zero=yq.zero, y_scale=yq.scale, mult=tuple(mults), shift=tuple(shifts), qmin=lo, qmax=hi)

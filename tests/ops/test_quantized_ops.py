@@ -1,0 +1,212 @@
+"""The int8 ops: integer forward against float references, STE backward against
+torch.autograd, QAS and stochastic rounding of the integer update against their formulas."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edgetrain.autodiff import build_backward
+from edgetrain.backends.reference import run_graph
+from edgetrain.ir import Graph, TensorType, new_value
+from edgetrain.ops import Emitter, verify
+from edgetrain.ops.fixed_point import multiply_by_quantized_multiplier, quantize_multiplier
+from edgetrain.ops.qconv import out_scales
+from edgetrain.ops.qelementwise import qadd_attrs
+from edgetrain.ops.qoptim import uniform_hash
+from edgetrain.quantize import QParams, quantize_weight
+
+#: ops covered here (test_ops.test_every_op_is_tested counts them as tested)
+QUANTIZED_OPS_TESTED = {"quantize", "dequantize", "qmask_grad", "qconv2d", "qconv2d_grad_input",
+                        "qconv2d_grad_weight", "qconv2d_grad_bias", "qadd", "qmean", "qclamp", "qsgd_update"}
+SETTINGS = settings(max_examples=25, deadline=None)
+
+
+# --- fixed point ---------------------------------------------------------------------------
+@SETTINGS
+@given(real=st.floats(1e-6, 50.0), xs=st.lists(st.integers(-(2 ** 31) + 1, 2 ** 31 - 1), min_size=1, max_size=20))
+def test_fixed_point_multiply_is_rounded_product(real, xs):
+    m, shift = quantize_multiplier(real)
+    assert abs(Fraction(m) * Fraction(2) ** (shift - 31) - Fraction(real)) <= Fraction(real) * Fraction(1, 2 ** 30)
+    got = multiply_by_quantized_multiplier(np.array(xs, dtype=np.int64), m, shift)
+    for x, y in zip(xs, got):
+        exact = Fraction(max(min(x * 2 ** max(shift, 0), 2 ** 31 - 1), -(2 ** 31))) * m / 2 ** 31 / 2 ** max(-shift, 0)
+        # the two roundings (high multiply, then shift) each round half away from zero
+        assert abs(Fraction(int(y)) - exact) <= 1
+
+
+# --- helpers ---------------------------------------------------------------------------------
+def _graph(op, args, attrs):
+    """inputs -> op -> outputs, plus a scalar loss sum(dequantize-or-float(out) * r)."""
+    ins = [new_value(TensorType(a.shape, str(a.dtype)), f"in{i}") for i, a in enumerate(args)]
+    e = Emitter()
+    out = e.emit(op, *ins, **attrs)
+    return ins, e, out
+
+
+def _qconv_case(rng, groups=1, float_out=False, stride=1):
+    n, c, h, w, k = 2, 4, 6, 6, 3
+    o = c if groups > 1 else 5
+    x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
+    wq = rng.integers(-127, 128, (o, c // groups, k, k)).astype(np.int8)
+    b = rng.integers(-3000, 3000, o).astype(np.int32)
+    xq, yq = QParams(0.05, int(rng.integers(-20, 20))), QParams(0.2, int(rng.integers(-20, 20)))
+    w_scales = rng.uniform(0.002, 0.02, o).astype(np.float32)
+    mult, shift = zip(*(quantize_multiplier(xq.scale * float(s) / yq.scale) for s in w_scales))
+    attrs = dict(stride=(stride, stride), padding=(1, 1), dilation=(1, 1), groups=groups, x_zero=xq.zero,
+                 x_scale=xq.scale, w_scales=tuple(float(s) for s in w_scales), float_out=float_out, y_zero=yq.zero,
+                 y_scale=yq.scale, mult=mult, shift=shift, qmin=-128, qmax=127)
+    return x, wq, b, attrs
+
+
+def _formula(x, w, b, a):
+    """The published float semantics: clamp(round((conv(x - zx, w) + b) * sx * sw / sy) + zy)."""
+    acc = F.conv2d(torch.from_numpy(x.astype(np.float64) - a["x_zero"]), torch.from_numpy(w.astype(np.float64)),
+                   torch.from_numpy(b.astype(np.float64)), a["stride"], a["padding"], a["dilation"], a["groups"])
+    scale = torch.tensor(a["x_scale"] * np.array(a["w_scales"], dtype=np.float64) / a["y_scale"]).view(1, -1, 1, 1)
+    exact = (acc * scale).numpy()
+    return np.clip(np.round(exact) + a["y_zero"], -128, 127), acc.numpy(), exact
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+def test_qconv2d_matches_the_float_formula(groups):
+    rng = np.random.default_rng(groups)
+    x, w, b, a = _qconv_case(rng, groups)
+    ins, e, out = _graph("qconv2d", [x, w, b], a)
+    g = verify(Graph(tuple(ins), tuple(e.nodes), (out,), ("y",)))
+    got = run_graph(g, {"in0": x, "in1": w, "in2": b})[0]["y"]
+    want, acc, exact = _formula(x, w, b, a)
+    assert got.dtype == np.int8
+    diff = np.abs(got.astype(np.int32) - want)
+    # TFLite rounds twice (high multiply, then shift): only values within 1/100 of a tie
+    # may land on the other side
+    near_tie = np.abs(np.abs(exact - np.trunc(exact)) - 0.5) < 0.01
+    assert diff.max() <= 1 and not (diff > 0)[~near_tie].any()
+    a_f = {**a, "float_out": True}
+    ins, e, out = _graph("qconv2d", [x, w, b], a_f)
+    real = run_graph(Graph(tuple(ins), tuple(e.nodes), (out,), ("y",)), {"in0": x, "in1": w, "in2": b})[0]["y"]
+    np.testing.assert_allclose(real, acc * out_scales(a).reshape(1, -1, 1, 1), rtol=1e-6, atol=1e-6)
+
+
+def test_qconv2d_is_within_quantization_error_of_the_float_conv():
+    rng = np.random.default_rng(7)
+    xr = rng.normal(0, 1, (2, 3, 8, 8)).astype(np.float32)
+    wr = rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
+    xq = QParams.from_range(xr.min(), xr.max())
+    wq, w_scales = quantize_weight(wr)
+    ref = F.conv2d(torch.from_numpy(xr), torch.from_numpy(wr), padding=1).numpy()
+    yq = QParams.from_range(ref.min(), ref.max())
+    mult, shift = zip(*(quantize_multiplier(xq.scale * float(s) / yq.scale) for s in w_scales))
+    a = dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1, x_zero=xq.zero, x_scale=xq.scale,
+             w_scales=tuple(float(s) for s in w_scales), float_out=False, y_zero=yq.zero, y_scale=yq.scale,
+             mult=mult, shift=shift, qmin=-128, qmax=127)
+    e = Emitter()
+    xin = new_value(TensorType(xr.shape, "float32"), "x")
+    w_in, b_in = new_value(TensorType(wq.shape, "int8"), "w"), new_value(TensorType((4,), "int32"), "b")
+    q = e.emit("quantize", xin, scale=xq.scale, zero=xq.zero, qmin=-128, qmax=127)
+    y = e.emit("dequantize", e.emit("qconv2d", q, w_in, b_in, **a), scale=yq.scale, zero=yq.zero)
+    got = run_graph(Graph((xin, w_in, b_in), tuple(e.nodes), (y,), ("y",)),
+                    {"x": xr, "w": wq, "b": np.zeros(4, np.int32)})[0]["y"]
+    # error budget: input rounding (sx/2 per tap), weight rounding (sw/2 per tap), output rounding (sy/2)
+    taps = np.abs(xr).max() * 27 * w_scales.max() / 2 + np.abs(wr).max() * 27 * xq.scale / 2
+    assert np.abs(got - ref).max() <= taps + yq.scale / 2 + 1e-6
+
+
+def test_qconv2d_backward_is_the_straight_through_gradient():
+    """d loss / d x_real, d loss / d w_int and d loss / d b_int against torch.autograd on
+    the real-valued surrogate, with the saturation mask of the int8 output."""
+    rng = np.random.default_rng(3)
+    x, w, b, a = _qconv_case(rng, stride=2)
+    ins, e, out = _graph("qconv2d", [x, w, b], a)
+    r = new_value(TensorType(out.shape, "float32"), "r")
+    yf = e.emit("dequantize", out, scale=a["y_scale"], zero=a["y_zero"])
+    loss = e.emit("sum", e.emit("mul", yf, r), dims=None)
+    g = Graph(tuple(ins) + (r,), tuple(e.nodes), (loss, out), ("loss", "y"))
+    bw = verify(build_backward(g, "loss", {"in0": None, "in1": None, "in2": None}))
+    rv = rng.normal(0, 1, out.shape).astype(np.float32)
+    res = run_graph(bw, {"in0": x, "in1": w, "in2": b, "r": rv})[0]
+    mask = torch.from_numpy(((res["y"] > -128) & (res["y"] < 127)).astype(np.float64))
+    sx, sw = a["x_scale"], torch.tensor(a["w_scales"], dtype=torch.float64)
+    xr = torch.tensor(sx * (x.astype(np.float64) - a["x_zero"]), requires_grad=True)
+    wi = torch.tensor(w.astype(np.float64), requires_grad=True)
+    bi = torch.tensor(b.astype(np.float64), requires_grad=True)
+    acc = F.conv2d(xr, wi * sw.view(-1, 1, 1, 1), bi * sx * sw, a["stride"], a["padding"])
+    (acc * mask * torch.from_numpy(rv.astype(np.float64))).sum().backward()
+    for name, ref in (("grad:in0", xr.grad), ("grad:in1", wi.grad), ("grad:in2", bi.grad)):
+        np.testing.assert_allclose(res[name], ref.numpy(), rtol=1e-4, atol=1e-5 * float(ref.abs().max()))
+
+
+def test_qadd_and_qmean_match_their_float_formulas():
+    rng = np.random.default_rng(5)
+    a, b = (rng.integers(-128, 128, (2, 3, 4, 4)).astype(np.int8) for _ in range(2))
+    attrs = qadd_attrs(0.07, 3, 0.11, -5, 0.13, 2)
+    ins, e, out = _graph("qadd", [a, b], attrs)
+    got = run_graph(Graph(tuple(ins), tuple(e.nodes), (out,), ("y",)), {"in0": a, "in1": b})[0]["y"]
+    want = np.clip(np.round(((a - 3.0) * 0.07 + (b + 5.0) * 0.11) / 0.13) + 2, -128, 127)
+    diff = np.abs(got - want)
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.01
+    ins, e, out = _graph("qmean", [a], dict(dims=(2, 3), keepdim=False, zero=3))
+    got = run_graph(Graph(tuple(ins), tuple(e.nodes), (out,), ("y",)), {"in0": a})[0]["y"]
+    exact = (a.astype(np.float64) - 3).mean(axis=(2, 3))
+    np.testing.assert_array_equal(got, np.sign(exact) * np.floor(np.abs(exact) + 0.5) + 3)
+
+
+def test_quantize_round_trip_and_clamp():
+    q = QParams.from_range(-1.0, 3.0)
+    x = np.linspace(-2, 4, 101, dtype=np.float32)
+    ins, e, out = _graph("quantize", [x], dict(scale=q.scale, zero=q.zero, qmin=-128, qmax=127))
+    y = e.emit("dequantize", out, scale=q.scale, zero=q.zero)
+    z = e.emit("qclamp", out, qmin=q.quantize(0.0), qmax=127)
+    res = run_graph(Graph(tuple(ins), tuple(e.nodes), (y, z), ("y", "z")), {"in0": x})[0]
+    inside = (x >= -1) & (x <= 3)
+    assert np.abs(res["y"][inside] - x[inside]).max() <= q.scale / 2 + 1e-6
+    np.testing.assert_allclose(res["y"][x > 3.1], q.real_range[1], rtol=1e-6)
+    assert res["z"].min() == q.quantize(0.0)  # ReLU: a clamp at the zero point
+
+
+# --- the integer SGD update -------------------------------------------------------------------
+def _update(w, g, step, **kw):
+    attrs = dict(lr=0.1, momentum=0.0, weight_decay=0.0, scale=(1.0,) * w.shape[0], dim=0, index=None, seed=0,
+                 param_id=0, qmin=-127, qmax=127)
+    attrs.update(kw)
+    ins, e, _ = _graph("qsgd_update", [w, g, np.array(step, dtype=np.int32)], attrs)
+    gr = Graph(tuple(ins), tuple(e.nodes), tuple(e.nodes[0].outputs), ("w",))
+    w = w.copy()
+    run_graph(gr, {"in0": w, "in1": g, "in2": np.array(step, dtype=np.int32)})
+    return w
+
+
+def test_qsgd_update_applies_the_qas_scaled_step_with_stochastic_rounding():
+    rng = np.random.default_rng(0)
+    w = rng.integers(-100, 100, (3, 4)).astype(np.int8)
+    g = rng.normal(0, 1, (3, 4)).astype(np.float32)
+    scale = (4.0, 9.0, 0.25)
+    got = _update(w, g, 5, scale=scale, lr=0.3)
+    v = w.astype(np.float32) - np.float32(0.3) * (g * np.array(scale, np.float32)[:, None])
+    u = uniform_hash(0, 0, 5, np.arange(12).reshape(3, 4))
+    np.testing.assert_array_equal(got, np.clip(np.floor(v + u), -127, 127))
+    np.testing.assert_array_equal(got, _update(w, g, 5, scale=scale, lr=0.3))  # deterministic
+    half = np.full((32, 32), 5.0, np.float32)  # half a step: each element moves with probability 1/2
+    zeros = np.zeros((32, 32), np.int8)
+    assert not np.array_equal(_update(zeros, half, 5), _update(zeros, half, 6))  # keyed by step
+
+
+def test_small_updates_are_not_lost():
+    """A step of a tenth of an integer moves weights by a tenth on average."""
+    w = np.zeros((64, 64), np.int8)
+    g = np.ones((64, 64), np.float32)
+    moved = _update(w, g, 1, lr=0.1).astype(np.float64)
+    assert abs(moved.mean() + 0.1) < 0.02 and set(np.unique(moved)) <= {-1.0, 0.0}
+    sat = _update(np.full((2, 2), 126, np.int8), -np.ones((2, 2), np.float32), 1, lr=5.0)
+    assert (sat == 127).all()
+
+
+def test_uniform_hash_is_uniform():
+    u = uniform_hash(3, 1, 7, np.arange(100_000))
+    assert u.min() >= 0 and u.max() < 1 and abs(u.mean() - 0.5) < 0.005
+    assert np.histogram(u, bins=10, range=(0, 1))[0].min() > 9_500
