@@ -51,7 +51,8 @@ def _inspect(args) -> int:
 def _demo(args) -> int:
     from .demo import DemoConfig, run_demo
 
-    cfg = DemoConfig(train_images=args.train_images, epochs=args.epochs)
+    cfg = DemoConfig(task=args.task, train_images=args.train_images, test_images=args.test_images,
+                     epochs=args.epochs, seed=args.seed, qas=not args.no_qas)
     res = run_demo(cfg)
     return 0 if res["after"] > res["before"] else 1
 
@@ -68,9 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--training-graph", action="store_true", help="also print the whole training graph")
     i.add_argument("--plot", metavar="PNG", help="draw the memory timeline to this file")
     i.set_defaults(func=_inspect)
-    d = sub.add_parser("demo", help="train a CNN on real MNIST digits through the compiled program")
-    d.add_argument("--train-images", type=int, default=4000, help="training images (default 4000)")
+    d = sub.add_parser("demo", help="fine-tune a pretrained model on a downstream set in int8 with QAS")
+    d.add_argument("--task", choices=("auto", "digits", "cifar10"), default="auto",
+                   help="cifar10: the paper's MobileNetV2-0.35 on CIFAR-10 (needs ../shared/assets); "
+                        "digits: MNIST-pretrained DigitNet on inverted digits; auto (default): cifar10 if possible")
+    d.add_argument("--train-images", type=int, default=None, help="training images (default: the task's)")
+    d.add_argument("--test-images", type=int, default=None, help="test images (default: the task's)")
     d.add_argument("--epochs", type=int, default=1, help="epochs (default 1)")
+    d.add_argument("--seed", type=int, default=0, help="data order, new classifier and rounding seed")
+    d.add_argument("--no-qas", action="store_true", help="turn Quantization-Aware Scaling off")
     d.set_defaults(func=_demo)
     return p
 
