@@ -8,8 +8,9 @@ A zoo model (`et.models.get(model, num_classes=classes)`, deterministic weights)
 1x3xSIZExSIZE float32 (seed 0), batch 1, one label (seed 0), cross-entropy, one SGD step
 (lr 0.01), for the update schemes Full(), LastK(1) and BiasOnly(). For each:
 
-- edgetrain: `prog.memory` (its static plan; `peak_bytes` = `activation_bytes` +
-  `trainable_bytes`), and one `prog.step` to show it runs, whose loss is reported;
+- edgetrain: `prog.memory` (its static plan; `peak_bytes` = `arena_bytes` +
+  `trainable_bytes`, the arena being at least the live peak `activation_bytes`), and one
+  `prog.step` to show it runs, whose loss is reported;
 - PyTorch eager: `torch_memory.measure_torch_step` on a fresh copy of the same model,
   training exactly the tensors in `prog.trainable`: the peak of live tensor storage
   created during the step (input and label held throughout, activations, saved tensors,

@@ -6,9 +6,10 @@ from torch import nn
 
 import edgetrain as et
 from edgetrain.backends.reference import run_graph
-from edgetrain.memory.liveness import storage_roots
+from edgetrain.memory.liveness import lifetimes, storage_roots
 from edgetrain.ops import verify
 from edgetrain.passes.loss import LABEL
+from edgetrain.passes.updates import STEP
 from tests.core.models import SEMobile
 
 X = torch.randn(2, 3, 20, 20)
@@ -42,7 +43,10 @@ def test_peak_equals_runtime_recount(model, update):
     live = {r for r in made if r in used_later or any(r in n.outputs for n in g.nodes[i:i + 1])}
     assert sum(r.type.nbytes for r in live) == prog.memory.activation_bytes
     trained = sum(prog.state[p].nbytes + prog.state[f"momentum:{p}"].nbytes for p in prog.trainable)
-    assert prog.memory.peak_bytes == prog.memory.activation_bytes + trained
+    assert prog.memory.peak_bytes == prog.memory.arena_bytes + trained
+    lts = lifetimes(g, set(prog.inputs) | {LABEL, STEP})
+    prog.memory.arena.check(lts)  # every tensor at its own offset while live
+    assert prog.memory.activation_bytes <= prog.memory.arena_bytes <= 1.15 * prog.memory.activation_bytes + 16 * len(lts)
 
 
 def test_every_stage_verifies(model):

@@ -1,5 +1,7 @@
-"""Liveness analysis and the memory report."""
+"""Liveness analysis, arena planning and the memory report."""
+from .arena import ALIGNMENT, ArenaPlan, plan_arena
 from .liveness import Lifetime, lifetimes, storage_roots
 from .report import MemoryReport, plan_memory
 
-__all__ = ["Lifetime", "MemoryReport", "lifetimes", "plan_memory", "storage_roots"]
+__all__ = ["ALIGNMENT", "ArenaPlan", "Lifetime", "MemoryReport", "lifetimes", "plan_arena", "plan_memory",
+           "storage_roots"]

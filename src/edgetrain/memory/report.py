@@ -1,19 +1,22 @@
 """MemoryReport: what a compiled training program holds, by kind, at its peak."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..ir import Graph
+from .arena import ArenaPlan, plan_arena
 from .liveness import lifetimes, live_bytes_timeline
 
 
 @dataclass(frozen=True)
 class MemoryReport:
-    """Bytes. `peak_bytes` = `activation_bytes` (peak of live activations, gradients,
-    inputs and temporaries in the node order) + `trainable_bytes` (trained weights and
-    their optimizer state, which must sit in RAM). Frozen weights, buffers and constants
-    are read-only (`frozen_bytes`: flash on a microcontroller)."""
+    """Bytes. `peak_bytes` (SRAM at the peak) = `arena_bytes` (one statically planned
+    arena holding activations, saved tensors, gradients, inputs and temporaries, every
+    tensor at a fixed offset: `arena.offsets`) + `trainable_bytes` (trained weights and
+    their optimizer state, which must sit in RAM). `activation_bytes` is the peak of live
+    bytes in the node order, the lower bound on any arena. Frozen weights, buffers and
+    constants are read-only (`flash_bytes`: flash on a microcontroller)."""
 
     peak_bytes: int
     activation_bytes: int
@@ -24,14 +27,21 @@ class MemoryReport:
     peak_op: str
     timeline: tuple[int, ...]
     ops: tuple[str, ...]
+    arena_bytes: int = 0
+    arena: ArenaPlan | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def flash_bytes(self) -> int:
+        """Read-only weights and constants (flash on a microcontroller)."""
+        return self.frozen_bytes
 
     def summary(self) -> str:
         def kb(b):
             return f"{b / 1024:,.1f} KB"
 
-        return (f"peak {kb(self.peak_bytes)} = activations {kb(self.activation_bytes)} "
-                f"(at node {self.peak_step}, {self.peak_op}) + trainable {kb(self.trainable_bytes)}; "
-                f"read-only {kb(self.frozen_bytes)}; all weights {kb(self.weight_bytes)}")
+        return (f"peak {kb(self.peak_bytes)} = arena {kb(self.arena_bytes)} (live peak "
+                f"{kb(self.activation_bytes)} at node {self.peak_step}, {self.peak_op}) + trainable "
+                f"{kb(self.trainable_bytes)}; flash {kb(self.frozen_bytes)}; all weights {kb(self.weight_bytes)}")
 
     def plot(self, path) -> str:
         """Draw live activation bytes per node (PNG) and return the path."""
@@ -43,7 +53,7 @@ class MemoryReport:
         fig, ax = plt.subplots(figsize=(10, 3.5))
         kib = [b / 1024 for b in self.timeline]
         ax.fill_between(range(len(kib)), kib, step="mid", alpha=0.6, label="activations + gradients")
-        ax.axhline(self.activation_bytes / 1024, color="k", lw=0.8, ls="--")
+        ax.axhline(self.arena_bytes / 1024, color="k", lw=0.8, ls="--", label="arena")
         ax.axvline(self.peak_step, color="r", lw=0.8)
         ax.set_xlabel("node (schedule order)")
         ax.set_ylabel("live KB")
@@ -62,13 +72,15 @@ def plan_memory(g: Graph, ram_inputs: Iterable[str], trainable: Iterable[str]) -
     optimizer state); all other inputs are read-only."""
     ram_inputs, trainable = set(ram_inputs), set(trainable)
     lts = lifetimes(g, ram_inputs)
+    arena = plan_arena(lts)
     timeline = live_bytes_timeline(g, lts)
     peak_step = max(range(len(timeline)), key=timeline.__getitem__) if timeline else 0
     activation = timeline[peak_step] if timeline else sum(lt.nbytes for lt in lts)
     t_bytes = sum(v.type.nbytes for v in g.inputs if v.name in trainable)
     frozen = sum(v.type.nbytes for v in g.inputs if v.name not in trainable | ram_inputs)
     weights = sum(v.type.nbytes for v in g.inputs if v.name not in ram_inputs and not v.name.startswith("momentum:"))
-    return MemoryReport(peak_bytes=activation + t_bytes, activation_bytes=activation, trainable_bytes=t_bytes,
+    return MemoryReport(peak_bytes=arena.size + t_bytes, activation_bytes=activation, trainable_bytes=t_bytes,
                         frozen_bytes=frozen, weight_bytes=weights, peak_step=peak_step,
                         peak_op=g.nodes[peak_step].op if g.nodes else "",
-                        timeline=tuple(timeline), ops=tuple(n.op for n in g.nodes))
+                        timeline=tuple(timeline), ops=tuple(n.op for n in g.nodes),
+                        arena_bytes=arena.size, arena=arena)

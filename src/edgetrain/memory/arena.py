@@ -1,0 +1,162 @@
+"""Static memory planning: one arena, an offset for every storage lifetime.
+
+Two tensors may share addresses only if their lifetimes (inclusive node-index intervals,
+`liveness.lifetimes`) do not overlap. `plan_arena` is the greedy-by-size best-fit packer
+of TFLite Micro's and the Tiny Training Engine's planners: the largest tensors are placed
+first, each in the smallest gap left between already placed tensors that are live at the
+same time, or above them all. `plan_arena_first_fit_in_order` is the simple baseline and
+the test oracle for validity: tensors in schedule order, each at the lowest gap that fits.
+
+Both are pure functions `lifetimes -> ArenaPlan`; `ArenaPlan.check` verifies a plan
+independently of how it was made (no two time-overlapping tensors share an address).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..ir import Value
+from .liveness import Lifetime
+
+#: Byte alignment of every tensor's offset (and so of its padded size): SIMD loads on
+#: Cortex-M (LDRD / the Helium and NEON vector loads) and CMSIS-NN kernels want 4- to
+#: 16-byte aligned buffers; 16 covers all of them and 128-bit host SIMD.
+ALIGNMENT = 16
+
+
+def align_up(n: int, alignment: int = ALIGNMENT) -> int:
+    """`n` rounded up to a multiple of `alignment`."""
+    return -(-n // alignment) * alignment
+
+
+@dataclass(frozen=True)
+class ArenaPlan:
+    """`offsets`: the byte offset in the arena of every lifetime's root; `size`: arena
+    bytes (max of offset + aligned size); `peak_live`: the most aligned bytes live at one
+    time, a lower bound on `size` for any plan."""
+
+    offsets: Mapping[Value, int]
+    size: int
+    peak_live: int
+    alignment: int = ALIGNMENT
+
+    def check(self, lifetimes: Sequence[Lifetime]) -> "ArenaPlan":
+        """Raise AssertionError if a lifetime has no or a misaligned offset, ends past
+        `size`, or shares addresses with a lifetime that overlaps it in time. Returns self."""
+        rows = []
+        for lt in lifetimes:
+            assert lt.root in self.offsets, f"{lt.root} (nodes {lt.start}..{lt.end}) has no offset"
+            off, n = self.offsets[lt.root], align_up(lt.nbytes, self.alignment)
+            assert off >= 0 and off % self.alignment == 0, \
+                f"{lt.root} at offset {off} is not {self.alignment}-byte aligned"
+            assert off + n <= self.size, f"{lt.root} spans [{off}, {off + n}) past the arena size {self.size}"
+            if n:
+                rows.append((lt.start, lt.end, off, off + n, lt))
+        rows.sort(key=lambda r: r[:4])
+        if not rows:
+            return self
+        start, end, lo, hi = (np.array([r[k] for r in rows], dtype=np.int64) for k in range(4))
+        for i in range(len(rows)):
+            # rows after i that start while i is live (starts are sorted)
+            last = int(np.searchsorted(start, end[i], side="right"))
+            clash = np.flatnonzero((lo[i + 1:last] < hi[i]) & (lo[i] < hi[i + 1:last]))
+            if clash.size:
+                a, b = rows[i][4], rows[i + 1 + int(clash[0])][4]
+                raise AssertionError(
+                    f"{a.root} (nodes {a.start}..{a.end}, bytes [{lo[i]}, {hi[i]})) and "
+                    f"{b.root} (nodes {b.start}..{b.end}, bytes [{self.offsets[b.root]}, "
+                    f"{self.offsets[b.root] + align_up(b.nbytes, self.alignment)})) are live at the same "
+                    f"time and overlap in the arena")
+        return self
+
+
+def peak_live_bytes(lifetimes: Sequence[Lifetime], alignment: int = ALIGNMENT) -> int:
+    """Max over time of the aligned bytes of the lifetimes live at that time."""
+    events = sorted([(lt.start, align_up(lt.nbytes, alignment)) for lt in lifetimes]
+                    + [(lt.end + 1, -align_up(lt.nbytes, alignment)) for lt in lifetimes])
+    peak = acc = 0
+    for _, d in events:  # at equal times the frees (negative) come first
+        acc += d
+        peak = max(peak, acc)
+    return peak
+
+
+# A chooser picks, among the fitting gaps (given as their start offsets and sizes, in
+# address order), the index of the gap to use.
+Chooser = Callable[[np.ndarray, np.ndarray], int]
+
+
+def _best_fit(starts: np.ndarray, sizes: np.ndarray) -> int:
+    return int(np.argmin(sizes))  # the first (lowest) of the smallest gaps
+
+
+def _first_fit(starts: np.ndarray, sizes: np.ndarray) -> int:
+    return 0
+
+
+def _pack(lifetimes: Sequence[Lifetime], order: Sequence[int], choose: Chooser, alignment: int) -> ArenaPlan:
+    """Place the lifetimes in `order`, each into the gap `choose` picks among the gaps
+    between placed tensors that overlap it in time, or above them all when none fits."""
+    n = len(lifetimes)
+    p_start, p_end, p_lo, p_hi = (np.empty(n, dtype=np.int64) for _ in range(4))
+    k = 0  # placed tensors (of nonzero size) occupy rows [0, k)
+    offsets: dict[Value, int] = {}
+    for i in order:
+        lt = lifetimes[i]
+        need = align_up(lt.nbytes, alignment)
+        if need == 0:
+            offsets[lt.root] = 0
+            continue
+        live = np.flatnonzero((p_start[:k] <= lt.end) & (p_end[:k] >= lt.start))
+        off = _gap_offset(p_lo[live], p_hi[live], need, choose)
+        offsets[lt.root] = off
+        p_start[k], p_end[k], p_lo[k], p_hi[k] = lt.start, lt.end, off, off + need
+        k += 1
+    size = int(p_hi[:k].max()) if k else 0
+    return ArenaPlan(offsets=MappingProxyType({lt.root: offsets[lt.root] for lt in lifetimes}), size=size,
+                     peak_live=peak_live_bytes(lifetimes, alignment), alignment=alignment)
+
+
+def _gap_offset(lo: np.ndarray, hi: np.ndarray, need: int, choose: Chooser) -> int:
+    """The offset for `need` bytes among occupied ranges [lo, hi) (any order)."""
+    if lo.size == 0:
+        return 0
+    by_addr = np.argsort(lo, kind="stable")
+    lo, hi = lo[by_addr], hi[by_addr]
+    top = np.maximum.accumulate(hi)                 # highest end among ranges so far
+    gap_start = np.concatenate(([0], top[:-1]))     # a gap runs from there to the next lo
+    gap_size = lo - gap_start
+    fits = np.flatnonzero(gap_size >= need)
+    if fits.size == 0:
+        return int(top[-1])
+    return int(gap_start[fits[choose(gap_start[fits], gap_size[fits])]])
+
+
+def _validate(lifetimes: Sequence[Lifetime], alignment: int) -> None:
+    if not isinstance(alignment, int) or alignment < 1:
+        raise ValueError(f"alignment must be a positive int, got {alignment!r}")
+    seen: set[Value] = set()
+    for lt in lifetimes:
+        if lt.root in seen:
+            raise ValueError(f"{lt.root} has two lifetimes; each storage root needs exactly one")
+        seen.add(lt.root)
+        if lt.start > lt.end or lt.nbytes < 0:
+            raise ValueError(f"bad lifetime {lt.root}: nodes {lt.start}..{lt.end}, {lt.nbytes} bytes")
+
+
+def plan_arena(lifetimes: Sequence[Lifetime], alignment: int = ALIGNMENT) -> ArenaPlan:
+    """Greedy by size, best fit: largest first (ties: earlier start, then input order),
+    each at the smallest gap that holds it among the tensors live at the same time."""
+    _validate(lifetimes, alignment)
+    order = sorted(range(len(lifetimes)), key=lambda i: (-lifetimes[i].nbytes, lifetimes[i].start, i))
+    return _pack(lifetimes, order, _best_fit, alignment)
+
+
+def plan_arena_first_fit_in_order(lifetimes: Sequence[Lifetime], alignment: int = ALIGNMENT) -> ArenaPlan:
+    """Baseline: in schedule order (ties: input order), each at the lowest gap that fits."""
+    _validate(lifetimes, alignment)
+    order = sorted(range(len(lifetimes)), key=lambda i: (lifetimes[i].start, i))
+    return _pack(lifetimes, order, _first_fit, alignment)
