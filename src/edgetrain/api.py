@@ -12,7 +12,9 @@ from .ir import Graph
 from .memory import plan_memory
 from .ops import verify
 from .passes import apply_updates_early, attach_loss, eliminate_dead_code, insert_updates
+from .passes.input_split import split_input_transform
 from .passes.loss import LABEL, LOSSES
+from .passes.reorder import reorder_for_memory
 from .passes.updates import STEP, momentum_name
 from .program import Program
 from .quantize import SPEC_ATTR, dequantized_state, qas_scales, quantize_int8
@@ -47,13 +49,19 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     cap = capture(model, tuple(example_inputs))
     forward = stage("captured", cap.graph)
     params, state = dict(cap.params), {**cap.params, **cap.buffers}
-    grad_scales, export = None, None
+    grad_scales, export, transform = None, None, None
+    data_inputs = tuple(cap.inputs)
     if quantize == "int8":
         q = quantize_int8(forward, state, getattr(model, SPEC_ATTR, {}),
                           calibration if calibration is not None else [tuple(example_inputs)])
         stage("folded", q.folded)
         layer_graph, layer_arrays = q.folded, q.folded_arrays
-        forward = stage("quantized", q.graph)
+        forward = q.graph
+        split = split_input_transform(forward, cap.inputs)
+        if split is not None:  # the device reads int8 samples: the float image never sits in RAM
+            transform, forward = split.transform, split.rest
+            data_inputs = tuple(split.transform.output_names)
+        forward = stage("quantized", forward)
         params = {k: v for k, v in q.folded_arrays.items() if k in q.arrays and k not in cap.buffers}
         state = dict(q.arrays)
         grad_scales = qas_scales(q.layers, optimizer.qas)
@@ -70,9 +78,9 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     grads = stage("pruned", eliminate_dead_code(joint))
     updated = stage("updates", insert_updates(grads, trainable, optimizer.lr, optimizer.momentum,
                                               optimizer.weight_decay, grad_scales, optimizer.seed))
-    train = stage("reordered", apply_updates_early(updated))
+    ram_inputs = set(data_inputs) | {LABEL, STEP}
+    train = stage("reordered", reorder_for_memory(apply_updates_early(updated), ram_inputs))
 
-    ram_inputs = set(cap.inputs) | {LABEL, STEP}
     state_names = list(trainable) + ([momentum_name(p) for p in trainable] if optimizer.momentum else [])
     memory = plan_memory(train, ram_inputs, state_names)
     if budget is not None and budget.sram is not None and memory.peak_bytes > budget.sram:
@@ -82,7 +90,7 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     if budget is not None and budget.flash is not None and memory.frozen_bytes > budget.flash:
         raise BudgetError(f"read-only weights need {memory.frozen_bytes:,} B of flash, over the budget "
                           f"of {budget.flash:,} B")
-    return Program(inputs=cap.inputs, state=state, stages=stages, forward=forward, grad_graph=grads,
+    return Program(inputs=cap.inputs, graph_inputs=data_inputs, input_transform=transform, state=state, stages=stages, forward=forward, grad_graph=grads,
                    train_graph=train, trainable=trainable, layers=tuple(layers), memory=memory, loss=loss,
                    optimizer=optimizer, state_aliases=_state_aliases(model, set(cap.params) | set(cap.buffers)),
                    export=export, quantize=quantize)

@@ -41,7 +41,8 @@ class Program:
     def __init__(self, *, inputs: tuple[str, ...], state: Mapping[str, np.ndarray], stages: dict[str, Graph],
                  forward: Graph, grad_graph: Graph, train_graph: Graph,
                  trainable: Mapping[str, Optional[ChannelSelect]], layers: tuple, memory: MemoryReport, loss: str,
-                 optimizer, state_aliases: Mapping[str, str], export=None, quantize: Optional[str] = None):
+                 optimizer, state_aliases: Mapping[str, str], export=None, quantize: Optional[str] = None,
+                 graph_inputs: Optional[tuple[str, ...]] = None, input_transform: Optional[Graph] = None):
         self.stages = stages
         self.forward_graph, self.grad_graph, self.train_graph = forward, grad_graph, train_graph
         self.trainable = dict(trainable)
@@ -49,7 +50,11 @@ class Program:
         self.memory = memory
         self.loss = loss
         self.optimizer = optimizer
-        self.inputs = tuple(inputs)
+        self.inputs = tuple(inputs)  # the model's inputs, as the user passes them
+        # the compiled graphs' data inputs: the same, or for an int8 program the int8 samples
+        # that `input_transform` (float data -> int8, run as each sample is read in) makes
+        self.graph_inputs = tuple(graph_inputs) if graph_inputs is not None else self.inputs
+        self.input_transform = input_transform
         self.quantize = quantize
         self.steps = 0
         self.state: dict[str, np.ndarray] = {k: np.array(v, copy=True) for k, v in state.items()}
@@ -65,8 +70,12 @@ class Program:
         xs = x if isinstance(x, (tuple, list)) and len(self.inputs) > 1 else (x,)
         if len(xs) != len(self.inputs):
             raise ValueError(f"the model takes {len(self.inputs)} inputs, got {len(xs)}")
-        return {name: as_array(v, g.input(name).type, f"input {i}") for i, (name, v) in
-                enumerate(zip(self.inputs, xs))}
+        src = self.input_transform or g
+        feeds = {name: as_array(v, src.input(name).type, f"input {i}") for i, (name, v) in
+                 enumerate(zip(self.inputs, xs))}
+        if self.input_transform is not None:
+            feeds = run_graph(self.input_transform, feeds)[0]
+        return feeds
 
     def _label_feed(self, g: Graph, y) -> np.ndarray:
         want = g.input(LABEL).type
@@ -93,7 +102,7 @@ class Program:
         gradients of int weights and biases are with respect to the integers themselves
         (d loss / d w_int = w_scale * d loss / d w_real), before QAS."""
         g = self.grad_graph
-        out, _ = run_graph(g, self._feeds(g, x, y), set(self.inputs) | {LABEL, STEP})
+        out, _ = run_graph(g, self._feeds(g, x, y), set(self.graph_inputs) | {LABEL, STEP})
         grads = {}
         for p, sel in self.trainable.items():
             gv = out[grad_name(p)]
@@ -112,7 +121,7 @@ class Program:
         g = self.train_graph
         feeds = self._feeds(g, x, y)
         saved = {k: self.state[k].copy() for k in self.state if k in self.trainable or k.startswith("momentum:")}
-        out, trace = run_graph(g, feeds, set(self.inputs) | {LABEL, STEP})
+        out, trace = run_graph(g, feeds, set(self.graph_inputs) | {LABEL, STEP})
         loss = float(out["loss"])
         bad = [k for k in saved if not np.all(np.isfinite(self.state[k]))]
         if not np.isfinite(loss) or bad:
@@ -131,7 +140,7 @@ class Program:
             feeds = {v.name: self.state[v.name] for v in g.inputs if v.name in self.state}
             feeds.update(self._data_feeds(g, x))
             return run_graph(g, feeds)[0]["output"]
-        want = g.input(self.inputs[0]).type
+        want = (self.input_transform or g).input(self.inputs[0]).type
         a = as_array(x, want, "input", batch_free=True)
         b = want.shape[0]
         n = a.shape[0]
@@ -141,7 +150,7 @@ class Program:
         feeds = {v.name: self.state[v.name] for v in g.inputs if v.name in self.state}
         outs = []
         for i in range(0, a.shape[0], b):
-            feeds[self.inputs[0]] = a[i:i + b]
+            feeds.update(self._data_feeds(g, a[i:i + b]))
             outs.append(run_graph(g, feeds)[0]["output"])
         return np.concatenate(outs)[:n]
 

@@ -180,3 +180,22 @@ def test_int8_compile_rejects_bad_calibration(digits):
     with pytest.raises(Exception, match="calibration|shape|batch"):
         et.compile(model, (torch.from_numpy(normalise(xtr[:BATCH])),), quantize="int8",
                    calibration=[np.zeros((BATCH, 3, 28, 28), np.float32)])
+
+
+def test_int8_program_reads_int8_samples(digits):
+    """The float prefix that quantizes the input runs as each sample is read in: the
+    training program's data input is int8, and no float image is held in RAM."""
+    xtr, ytr, _, _ = digits
+    x = normalise(255 - xtr)
+    prog = compile_int8(pretrained_digitnet(), x)
+    (name,) = prog.graph_inputs
+    assert name == prog.inputs[0] + ":int8"
+    for g in (prog.forward_graph, prog.train_graph):
+        assert g.input(name).dtype == "int8"
+        assert all(v.name != prog.inputs[0] for v in g.inputs)
+    assert prog.input_transform.output_names == (name,)
+    ops = [n.op for n in prog.input_transform.nodes]
+    assert ops[-1] == "quantize" and "qconv2d" not in ops
+    # the float batch (16x1x28x28 float32 = 50 KB) would dominate; int8 is a quarter
+    lts_inputs = [v for v in prog.train_graph.inputs if v.name == name]
+    assert lts_inputs[0].type.nbytes == x[:BATCH].size
