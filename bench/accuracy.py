@@ -10,12 +10,15 @@ Tasks:
   (../shared/assets/tiny-training/mbv2-w0.35.pkl, `from_tiny_training(num_classes=10)`: a
   new classifier from the seed) on CIFAR-10 (../shared/assets/cifar10-jpg.zip, a seeded
   class-balanced subset of each split), images upsampled to 128x128 as in the paper;
-  batch 8, SGD lr 0.001, momentum 0.9. Float32 runs train the float model whose weights
-  are the published int8 weights times their scales.
+  batch 8, SGD lr 0.001 (Full: 1e-4, as 1e-3 collapses this batch-norm-free network in
+  PyTorch too), momentum 0.9. Float32 runs train the float model whose weights are the
+  published int8 weights times their scales.
   Schemes: Full (float32 only), LastK(1) (the classifier), BiasOnly, and the paper's
   sparse scheme for 99 KB (`edgetrain.demo.MBV2_SPARSE_99KB`).
-- fashion: DigitNet pretrained on MNIST (weights in the package) on Fashion-MNIST (Debian
-  `dataset-fashion-mnist`; first N of each split), batch 16, lr 0.005, momentum 0.9.
+- fashion: DigitNet pretrained on MNIST (weights in the package), batch norm folded into its
+  convolutions (as on the device: the float32 runs then train the same tensors as the
+  int8 ones), on Fashion-MNIST (Debian `dataset-fashion-mnist`; first N of each split),
+  batch 16, lr 0.005, momentum 0.9.
   Schemes: Full, LastK(1), BiasOnly.
 
 int8 runs compile with quantize="int8" (batch norm folded, calibration on the first 64
@@ -51,11 +54,15 @@ class Task:
     test: int
     schemes: tuple[str, ...]
     int8_schemes: tuple[str, ...]
+    lr_by_scheme: tuple[tuple[str, float], ...] = ()
+
+    def lr_for(self, scheme_name: str) -> float:
+        return dict(self.lr_by_scheme).get(scheme_name, self.lr)
 
 
 TASKS = {
     "cifar10": Task(8, 0.001, 0.9, 5000, 2000, ("Full", "LastK(1)", "BiasOnly", "Sparse(paper 99KB)"),
-                    ("LastK(1)", "BiasOnly", "Sparse(paper 99KB)")),
+                    ("LastK(1)", "BiasOnly", "Sparse(paper 99KB)"), (("Full", 1e-4),)),
     "fashion": Task(16, 0.005, 0.9, 10000, 2000, ("Full", "LastK(1)", "BiasOnly"), ("Full", "LastK(1)", "BiasOnly")),
 }
 PRECISIONS = ("float32", "int8 no QAS", "int8 QAS")
@@ -67,6 +74,33 @@ def scheme(name: str):
 
     return {"Full": et.Full(), "LastK(1)": et.LastK(1), "BiasOnly": et.BiasOnly(),
             "Sparse(paper 99KB)": et.Sparse(**MBV2_SPARSE_99KB)}[name]
+
+
+def fold_batchnorm_modules(model):
+    """A copy of `model` with each BatchNorm2d that follows a Conv2d in an nn.Sequential
+    folded into the convolution (which gains a bias) and replaced by nn.Identity: the float
+    model the int8 program trains (a device has no batch norm), so that a float32 scheme
+    trains the same tensors as the int8 one (a conv's bias, not a BN's scale and shift)."""
+    import copy
+
+    import torch
+    from torch import nn
+
+    model = copy.deepcopy(model).eval()
+    for seq in [m for m in model.modules() if isinstance(m, nn.Sequential)]:
+        for i in range(len(seq) - 1):
+            conv, bn = seq[i], seq[i + 1]
+            if not (isinstance(conv, nn.Conv2d) and isinstance(bn, nn.BatchNorm2d)):
+                continue
+            scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+            folded = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                               conv.dilation, conv.groups, bias=True)
+            with torch.no_grad():
+                folded.weight.copy_(conv.weight * scale.reshape(-1, 1, 1, 1))
+                bias = conv.bias if conv.bias is not None else torch.zeros_like(bn.running_mean)
+                folded.bias.copy_(bn.bias + (bias - bn.running_mean) * scale)
+            seq[i], seq[i + 1] = folded, nn.Identity()
+    return model
 
 
 _DATA: dict = {}
@@ -97,7 +131,7 @@ def data(task: str, n_train: int, n_test: int, seed: int):
 
         xtr, ytr = load_fashion_mnist("train", n_train)
         xte, yte = load_fashion_mnist("test", n_test)
-        out = (pretrained_digitnet, normalise(xtr), ytr, normalise(xte), yte)
+        out = (lambda: fold_batchnorm_modules(pretrained_digitnet()), normalise(xtr), ytr, normalise(xte), yte)
     _DATA.clear()
     _DATA[key] = out
     return out
@@ -116,8 +150,8 @@ def run(job: dict) -> dict:
     t0 = time.perf_counter()
     prog = et.compile(make_model(), (torch.from_numpy(xtr[:t.batch]),), loss="cross_entropy",
                       update=scheme(job["scheme"]), quantize="int8" if int8 else None,
-                      optimizer=et.SGD(lr=t.lr, momentum=t.momentum, qas=job["precision"] == "int8 QAS",
-                                       seed=job["seed"]),
+                      optimizer=et.SGD(lr=t.lr_for(job["scheme"]), momentum=t.momentum,
+                                       qas=job["precision"] == "int8 QAS", seed=job["seed"]),
                       calibration=[xtr[:64]] if int8 else None)
 
     def top1():
@@ -140,7 +174,8 @@ def run(job: dict) -> dict:
             break
     train_s = time.perf_counter() - t1
     after = top1()
-    return {**job, "batch": t.batch, "lr": t.lr, "momentum": t.momentum, "before": before, "after": after,
+    return {**job, "batch": t.batch, "lr": t.lr_for(job["scheme"]), "momentum": t.momentum,
+            "before": before, "after": after,
             "steps": len(losses), "diverged": diverged, "final_loss": float(np.mean(losses[-50:])),
             "train_s_per_image": train_s / max(1, len(losses) * t.batch), "peak_kb": prog.memory.peak_bytes / 1024,
             "total_s": time.perf_counter() - t0}
@@ -148,8 +183,8 @@ def run(job: dict) -> dict:
 
 def table(rows: list[dict], task: str) -> str:
     t = TASKS[task]
-    out = ["| update scheme | float32 | int8 without QAS | int8 with QAS | peak KB (float32 / int8) |",
-           "|---|---|---|---|---|"]
+    out = ["| update scheme | lr | float32 | int8 without QAS | int8 with QAS | peak KB (float32 / int8) |",
+           "|---|---|---|---|---|---|"]
 
     def cell(scheme_name, precision):
         rs = [r for r in rows if r["scheme"] == scheme_name and r["precision"] == precision]
@@ -166,7 +201,8 @@ def table(rows: list[dict], task: str) -> str:
     for s in t.schemes:
         cells = [cell(s, p) for p in PRECISIONS]
         peaks = " / ".join(f"{c[1]:,.0f}" for c in (cells[0], cells[2]) if c[1] is not None)
-        out.append(f"| {s} | " + " | ".join(c[0] for c in cells) + f" | {peaks} |")
+        lrs = sorted({r["lr"] for r in rows if r["scheme"] == s})
+        out.append(f"| {s} | {', '.join(f'{v:g}' for v in lrs)} | " + " | ".join(c[0] for c in cells) + f" | {peaks} |")
     before = sorted({(r['precision'] != 'float32', round(100 * r['before'], 1)) for r in rows})
     out.append("")
     out.append("top-1 % on the test images after fine-tuning (mean over seeds; each seed in brackets). "
@@ -181,13 +217,24 @@ def main(argv=None) -> int:
     p.add_argument("--test", type=int, help="test images (default: the task's)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--schemes", nargs="+", help="only these of the task's schemes")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="runs in parallel (processes)")
     p.add_argument("--json-only", action="store_true")
+    p.add_argument("--table-from", nargs="+", metavar="LOG",
+                   help="print the table of the JSON lines in these files (earlier runs) instead of running")
     args = p.parse_args(argv)
     t = TASKS[args.task]
+    if args.table_from:
+        latest = {}  # a later run of the same scheme, precision and seed replaces an earlier one
+        for f in args.table_from:
+            for r in (json.loads(line) for line in open(f) if line.startswith("{")):
+                if r["task"] == args.task:
+                    latest[r["scheme"], r["precision"], r["seed"]] = r
+        print(table(list(latest.values()), args.task))
+        return 0
     jobs = [{"task": args.task, "scheme": s, "precision": prec, "seed": seed, "epochs": args.epochs,
              "train": args.train or t.train, "test": args.test or t.test}
-            for seed in args.seeds for s in t.schemes
+            for seed in args.seeds for s in t.schemes if not args.schemes or s in args.schemes
             for prec in (PRECISIONS if s in t.int8_schemes else PRECISIONS[:1])]
     rows = []
     with get_context("spawn").Pool(args.jobs) as pool:
