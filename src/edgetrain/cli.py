@@ -82,7 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: torch.export's own deprecation notice, printed on every capture: noise for a CLI user
+TORCH_EXPORT_NOISE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+
+
 def main(argv=None) -> int:
+    import warnings
+
+    warnings.filterwarnings("ignore", message=TORCH_EXPORT_NOISE, category=FutureWarning)
     args = build_parser().parse_args(argv)
     if isinstance(getattr(args, "update", None), str):
         args.update = _scheme(args.update)
