@@ -12,6 +12,7 @@ from .ir import Graph
 from .memory import plan_memory
 from .ops import verify
 from .passes import apply_updates_early, attach_loss, eliminate_dead_code, insert_updates
+from .passes.fuse import fuse_pointwise_depthwise
 from .passes.input_split import split_input_transform
 from .passes.loss import LABEL, LOSSES
 from .passes.reorder import reorder_for_memory
@@ -79,7 +80,10 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     updated = stage("updates", insert_updates(grads, trainable, optimizer.lr, optimizer.momentum,
                                               optimizer.weight_decay, grad_scales, optimizer.seed))
     ram_inputs = set(data_inputs) | {LABEL, STEP}
-    train = stage("reordered", reorder_for_memory(apply_updates_early(updated), ram_inputs))
+    early = apply_updates_early(updated)
+    if quantize == "int8":  # frozen expansion convs stream into their depthwise conv, channel by channel
+        early = fuse_pointwise_depthwise(early)
+    train = stage("reordered", reorder_for_memory(early, ram_inputs))
 
     state_names = list(trainable) + ([momentum_name(p) for p in trainable] if optimizer.momentum else [])
     memory = plan_memory(train, ram_inputs, state_names)

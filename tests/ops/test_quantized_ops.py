@@ -23,7 +23,8 @@ from edgetrain.quantize import QParams, quantize_weight
 
 #: ops covered here (test_ops.test_every_op_is_tested counts them as tested)
 QUANTIZED_OPS_TESTED = {"quantize", "dequantize", "qmask_grad", "qconv2d", "qconv2d_grad_input",
-                        "qconv2d_grad_weight", "qconv2d_grad_bias", "qadd", "qmean", "qclamp", "qsgd_update"}
+                        "qconv2d_grad_weight", "qconv2d_grad_bias", "qadd", "qmean", "qclamp", "qsgd_update",
+                        "qconv2d_pw_dw"}  # the fused op: tests/passes/test_fuse.py
 SETTINGS = settings(max_examples=25, deadline=None)
 
 

@@ -1,0 +1,82 @@
+"""Operator fusion for memory: an inverted-residual block's expansion and depthwise
+convolutions as one op, so the expanded activation (the largest tensor of the forward
+pass in MobileNetV2-like networks) is never stored.
+
+`fuse_pointwise_depthwise` replaces a pair
+
+    t = qconv2d(x, w1, b1)   1x1 kernel, stride 1, no padding, groups 1, int8 output
+    y = qconv2d(t, w2, b2)   depthwise (groups == channels in == channels out), int8 output
+
+by `y, scratch = qconv2d_pw_dw(x, w1, b1, w2, b2)` (ops/qfused.py) when t is read by that
+depthwise conv only and is not a graph output: the fused node defines the same Value y,
+so every reader of y stays valid. A layer whose backward reads t (a saved activation of
+a trained layer, a saturation mask) leaves t with two or more readers and is not fused.
+
+The fused node takes the depthwise node's place in the order. It reads x, w1 and b1
+later than the pointwise node did, so a pair is skipped when a node between the two
+overwrites one of those in place (an optimizer update); it reads w2 and b2 where the
+depthwise node did, so in-place updates of those still come after it.
+"""
+from __future__ import annotations
+
+from ..ir import Graph, Node, new_value
+from ..memory.liveness import storage_roots
+from ..ops import get_op
+from ..ops.qfused import fuse_attrs
+
+FUSED_OP = "qconv2d_pw_dw"
+
+
+def _is_pointwise(n: Node) -> bool:
+    a = n.attrs
+    return (n.op == "qconv2d" and tuple(n.inputs[1].shape[2:]) == (1, 1) and tuple(a["stride"]) == (1, 1)
+            and tuple(a["padding"]) == (0, 0) and int(a["groups"]) == 1 and not a.get("float_out"))
+
+
+def _is_depthwise_of(d: Node, t) -> bool:
+    if d.op != "qconv2d" or d.inputs[0] is not t or t in d.inputs[1:]:
+        return False
+    c, a = t.shape[1], d.attrs
+    return int(a["groups"]) == c == d.out.shape[1] == d.inputs[1].shape[0] and not a.get("float_out")
+
+
+def _overwritten_between(g: Graph, lo: int, hi: int, values, root) -> bool:
+    """Whether a node strictly between positions lo and hi overwrites the storage of one
+    of `values` in place."""
+    roots = {root[v] for v in values}
+    for n in g.nodes[lo + 1:hi]:
+        opdef = get_op(n.op)
+        if opdef.mutates and any(root[n.inputs[j]] in roots for _, j in opdef.shares if j < len(n.inputs)):
+            return True
+    return False
+
+
+def fuse_pointwise_depthwise(g: Graph) -> Graph:
+    """`g` with every fusable pointwise -> depthwise qconv2d pair replaced by one
+    `qconv2d_pw_dw` node at the depthwise node's position (see the module docstring)."""
+    readers = g.consumers()
+    position = {id(n): i for i, n in enumerate(g.nodes)}
+    outputs = set(g.outputs)
+    root = storage_roots(g)
+    drop: set[int] = set()
+    fused: dict[int, Node] = {}
+    for i, n in enumerate(g.nodes):
+        if id(n) in drop or id(n) in fused or not _is_pointwise(n):
+            continue
+        t = n.out
+        users = readers.get(t, [])
+        if t in outputs or len(users) != 1 or not _is_depthwise_of(users[0], t):
+            continue
+        d = users[0]
+        x, w1, b1 = n.inputs
+        if id(d) in drop or _overwritten_between(g, i, position[id(d)], (x, w1, b1), root):
+            continue
+        scratch_type = get_op(FUSED_OP).infer([v.type for v in (x, w1, b1, *d.inputs[1:])],
+                                              fuse_attrs(n.attrs, d.attrs))[1]
+        fused[id(d)] = Node(FUSED_OP, (x, w1, b1, *d.inputs[1:]), (d.out, new_value(scratch_type)),
+                            fuse_attrs(n.attrs, d.attrs))
+        drop.update((id(n), id(d)))
+    if not fused:
+        return g
+    nodes = [fused.get(id(n), n) for n in g.nodes if id(n) in fused or id(n) not in drop]
+    return g.replace(nodes=tuple(nodes))
