@@ -187,3 +187,57 @@ def test_real_graph_arena(mbv2_program):
     assert plan.peak_live == max(live_bytes_timeline(g, aligned))
     assert plan.peak_live >= prog.memory.activation_bytes
     assert plan.size <= REAL_GRAPH_SLACK * plan.peak_live
+
+
+def test_inplace_merges_share_one_offset_and_shrink_the_arena():
+    """An elementwise chain a -> relu -> b -> neg -> c: each output may take its dying
+    input's place, so the three tensors need one slot; check() accepts the shared offsets
+    and still rejects a plan that ignores them."""
+    import torch
+
+    import edgetrain as et
+    from edgetrain.memory.arena import merge_lifetimes
+    from edgetrain.memory.liveness import inplace_merges
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    prog = et.compile(model, (torch.randn(8, 64),), update=et.Full())
+    g = prog.train_graph
+    lts = lifetimes(g, set(prog.graph_inputs) | {LABEL, STEP})
+    merges = inplace_merges(g, lts)
+    assert merges, "the relu / relu_grad / add chain offers in-place reuse"
+    plan = plan_arena(lts, merges=merges).check(lts, merges)
+    for a, b in merges:
+        assert plan.offsets[a] == plan.offsets[b]
+    joined, _ = merge_lifetimes(lts, merges)
+    assert len(joined) == len(lts) - len(merges)
+    assert plan.size <= plan_arena(lts).size
+    assert prog.memory.arena_bytes == plan.size
+
+
+@settings(max_examples=100, deadline=None)
+@given(lts=random_lifetimes, data=st.data())
+def test_random_inplace_merges_keep_the_plan_valid(lts, data):
+    """In-place pairs (a storage ending at node t, one of the same size starting at t) may
+    share an offset; every other pair of time-overlapping storages still may not."""
+    candidates = [(a, b) for a in lts for b in lts if a is not b and a.end == b.start and a.nbytes == b.nbytes]
+    chosen, used = [], set()
+    for a, b in data.draw(st.lists(st.sampled_from(candidates), max_size=8, unique=True) if candidates
+                          else st.just([])):
+        if a.root not in used and b.root not in used:
+            chosen.append((a.root, b.root))
+            used.update((a.root, b.root))
+    plan = plan_arena(lts, merges=chosen).check(lts, chosen)
+    for a, b in chosen:
+        assert plan.offsets[a] == plan.offsets[b]
+    assert plan.size >= plan.peak_live
+    from edgetrain.memory.arena import merge_lifetimes
+
+    _, storage = merge_lifetimes(lts, chosen)
+    span = {lt.root: (plan.offsets[lt.root], plan.offsets[lt.root] + align_up(lt.nbytes)) for lt in lts}
+    for i, a in enumerate(lts):  # independent pairwise check, in-place pairs excepted
+        for b in lts[i + 1:]:
+            if storage[a.root] is storage[b.root] or not (a.nbytes and b.nbytes):
+                continue
+            if a.start <= b.end and b.start <= a.end:
+                (alo, ahi), (blo, bhi) = span[a.root], span[b.root]
+                assert ahi <= blo or bhi <= alo

@@ -43,9 +43,16 @@ class ArenaPlan:
     peak_live: int
     alignment: int = ALIGNMENT
 
-    def check(self, lifetimes: Sequence[Lifetime]) -> "ArenaPlan":
+    def check(self, lifetimes: Sequence[Lifetime], merges: Sequence[tuple[Value, Value]] = ()) -> "ArenaPlan":
         """Raise AssertionError if a lifetime has no or a misaligned offset, ends past
-        `size`, or shares addresses with a lifetime that overlaps it in time. Returns self."""
+        `size`, or shares addresses with a lifetime that overlaps it in time (storages
+        joined by an in-place `merges` pair must share their offset). Returns self."""
+        joined, storage = merge_lifetimes(lifetimes, merges)
+        for lt in lifetimes:
+            assert lt.root in self.offsets, f"{lt.root} (nodes {lt.start}..{lt.end}) has no offset"
+            s = storage[lt.root]
+            assert self.offsets[lt.root] == self.offsets[s], f"{lt.root} is reused in place but not at {s}'s offset"
+        lifetimes = joined
         rows = []
         for lt in lifetimes:
             assert lt.root in self.offsets, f"{lt.root} (nodes {lt.start}..{lt.end}) has no offset"
@@ -71,6 +78,33 @@ class ArenaPlan:
                     f"{self.offsets[b.root] + align_up(b.nbytes, self.alignment)})) are live at the same "
                     f"time and overlap in the arena")
         return self
+
+
+def merge_lifetimes(lifetimes: Sequence[Lifetime],
+                    merges: Sequence[tuple[Value, Value]] = ()) -> tuple[list[Lifetime], dict[Value, Value]]:
+    """Lifetimes with each in-place chain (input root, output root), ... joined into one
+    storage (the first root; from the earliest start to the latest end, the largest size),
+    and the map from every root to the root of its storage."""
+    if not merges:
+        return list(lifetimes), {lt.root: lt.root for lt in lifetimes}
+    parent = {lt.root: lt.root for lt in lifetimes}
+
+    def find(v):
+        while parent[v] is not v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    for a, b in merges:
+        ra, rb = find(a), find(b)
+        if ra is not rb:
+            parent[rb] = ra
+    groups: dict[Value, list[Lifetime]] = {}
+    for lt in lifetimes:
+        groups.setdefault(find(lt.root), []).append(lt)
+    merged = [Lifetime(r, min(x.start for x in m), max(x.end for x in m), max(x.nbytes for x in m))
+              for r, m in groups.items()]
+    return merged, {lt.root: find(lt.root) for lt in lifetimes}
 
 
 def peak_live_bytes(lifetimes: Sequence[Lifetime], alignment: int = ALIGNMENT) -> int:
@@ -147,12 +181,20 @@ def _validate(lifetimes: Sequence[Lifetime], alignment: int) -> None:
             raise ValueError(f"bad lifetime {lt.root}: nodes {lt.start}..{lt.end}, {lt.nbytes} bytes")
 
 
-def plan_arena(lifetimes: Sequence[Lifetime], alignment: int = ALIGNMENT) -> ArenaPlan:
+def plan_arena(lifetimes: Sequence[Lifetime], alignment: int = ALIGNMENT,
+               merges: Sequence[tuple[Value, Value]] = ()) -> ArenaPlan:
     """Greedy by size, best fit: largest first (ties: earlier start, then input order),
-    each at the smallest gap that holds it among the tensors live at the same time."""
+    each at the smallest gap that holds it among the tensors live at the same time.
+    `merges` (input root, output root) pairs share one storage: in-place reuse
+    (`liveness.inplace_merges`)."""
     _validate(lifetimes, alignment)
-    order = sorted(range(len(lifetimes)), key=lambda i: (-lifetimes[i].nbytes, lifetimes[i].start, i))
-    return _pack(lifetimes, order, _best_fit, alignment)
+    joined, storage = merge_lifetimes(lifetimes, merges)
+    order = sorted(range(len(joined)), key=lambda i: (-joined[i].nbytes, joined[i].start, i))
+    plan = _pack(joined, order, _best_fit, alignment)
+    if not merges:
+        return plan
+    offsets = MappingProxyType({lt.root: plan.offsets[storage[lt.root]] for lt in lifetimes})
+    return ArenaPlan(offsets=offsets, size=plan.size, peak_live=plan.peak_live, alignment=alignment)
 
 
 def plan_arena_first_fit_in_order(lifetimes: Sequence[Lifetime], alignment: int = ALIGNMENT) -> ArenaPlan:

@@ -64,3 +64,30 @@ def live_bytes_timeline(g: Graph, lts: list[Lifetime]) -> list[int]:
         acc += d
         out.append(acc)
     return out
+
+
+def inplace_merges(g: Graph, lts: list[Lifetime]) -> list[tuple[Value, Value]]:
+    """(input root, output) pairs whose storage the arena may share: node i's output k is
+    written over its input j (the op declares (k, j) in `OpDef.inplace`) when the input's
+    storage is an arena value of the same type read by nobody after node i (its lifetime
+    ends at i) and not a graph input or output. Each storage is reused at most once per node."""
+    root = storage_roots(g)
+    end = {lt.root: lt.end for lt in lts}
+    outputs = {root[v] for v in g.outputs}
+    inputs = set(g.inputs)
+    merges = []
+    for i, n in enumerate(g.nodes):
+        pairs = get_op(n.op).inplace
+        if not pairs:
+            continue
+        used: set[Value] = set()
+        for k, j in pairs:
+            if k >= len(n.outputs) or j >= len(n.inputs):
+                continue
+            o, v = n.outputs[k], n.inputs[j]
+            r = root[v]
+            if (root[o] is o and o not in used and r not in used and v.type == o.type and r.type.nbytes == o.type.nbytes
+                    and end.get(r) == i and r not in outputs and r not in inputs and o in end):
+                merges.append((r, o))
+                used.update((r, o))
+    return merges

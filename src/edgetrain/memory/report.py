@@ -6,16 +6,18 @@ from typing import Iterable
 
 from ..ir import Graph
 from .arena import ArenaPlan, plan_arena
-from .liveness import lifetimes, live_bytes_timeline
+from .liveness import inplace_merges, lifetimes, live_bytes_timeline
 
 
 @dataclass(frozen=True)
 class MemoryReport:
     """Bytes. `peak_bytes` (SRAM at the peak) = `arena_bytes` (one statically planned
     arena holding activations, saved tensors, gradients, inputs and temporaries, every
-    tensor at a fixed offset: `arena.offsets`) + `trainable_bytes` (trained weights and
-    their optimizer state, which must sit in RAM). `activation_bytes` is the peak of live
-    bytes in the node order, the lower bound on any arena. Frozen weights, buffers and
+    tensor at a fixed offset: `arena.offsets`; an elementwise op's output reuses a dying
+    input's storage in place where the op allows it) + `trainable_bytes` (trained weights
+    and their optimizer state, which must sit in RAM). `activation_bytes` is the peak of
+    live bytes in the node order without in-place reuse (what the reference runtime,
+    which allocates every output, holds), so the arena can be below it. Frozen weights, buffers and
     constants are read-only (`flash_bytes`: flash on a microcontroller)."""
 
     peak_bytes: int
@@ -39,8 +41,8 @@ class MemoryReport:
         def kb(b):
             return f"{b / 1024:,.1f} KB"
 
-        return (f"peak {kb(self.peak_bytes)} = arena {kb(self.arena_bytes)} (live peak "
-                f"{kb(self.activation_bytes)} at node {self.peak_step}, {self.peak_op}) + trainable "
+        return (f"peak {kb(self.peak_bytes)} = arena {kb(self.arena_bytes)} (live peak without "
+                f"in-place reuse {kb(self.activation_bytes)} at node {self.peak_step}, {self.peak_op}) + trainable "
                 f"{kb(self.trainable_bytes)}; flash {kb(self.frozen_bytes)}; all weights {kb(self.weight_bytes)}")
 
     def plot(self, path) -> str:
@@ -72,7 +74,7 @@ def plan_memory(g: Graph, ram_inputs: Iterable[str], trainable: Iterable[str]) -
     optimizer state); all other inputs are read-only."""
     ram_inputs, trainable = set(ram_inputs), set(trainable)
     lts = lifetimes(g, ram_inputs)
-    arena = plan_arena(lts)
+    arena = plan_arena(lts, merges=inplace_merges(g, lts))
     timeline = live_bytes_timeline(g, lts)
     peak_step = max(range(len(timeline)), key=timeline.__getitem__) if timeline else 0
     activation = timeline[peak_step] if timeline else sum(lt.nbytes for lt in lts)

@@ -54,6 +54,10 @@ class OpDef:
     shares: tuple[tuple[int, int], ...] = ()
     mutates: bool = False
     num_inputs: Optional[tuple[int, int]] = None  # (min, max) operand count, None = any
+    #: (output k, input j): an elementwise op whose output k may be written over input j's
+    #: storage when input j is read by nobody after this node and has output k's type (the
+    #: arena planner then gives both one offset: in-place reuse; the op itself is unchanged)
+    inplace: tuple[tuple[int, int], ...] = ()
 
 
 OPS: dict[str, OpDef] = {}

@@ -53,7 +53,7 @@ def _vjp_div(e: Emitter, node, grads, needs):
 for _name, _fn, _vjp in [("add", np.add, _vjp_add), ("sub", np.subtract, _vjp_sub),
                          ("mul", np.multiply, _vjp_mul), ("div", np.divide, _vjp_div)]:
     register(OpDef(_name, _binary_infer(_name), (lambda f: lambda xs, a: [f(xs[0], xs[1])])(_fn), _vjp,
-                   num_inputs=(2, 2)))
+                   num_inputs=(2, 2), inplace=((0, 0), (0, 1))))
 
 
 # --- unary forward ops and their pointwise-derivative backward ops ---------------------
@@ -63,13 +63,14 @@ def _same_infer(types, attrs):
 
 def _unary(name, fn, vjp):
     register(OpDef(name, _same_infer, lambda xs, a: [np.asarray(fn(xs[0], a), dtype=xs[0].dtype)], vjp,
-                   num_inputs=(1, 1)))
+                   num_inputs=(1, 1), inplace=((0, 0),)))
 
 
 def _pointwise_grad(name, dfn):
     """Backward op `name(g, s) = g * dfn(s)`, s being the saved forward input or output."""
     register(OpDef(name, lambda ts, a: [ts[0]],
-                   lambda xs, a: [np.asarray(xs[0] * dfn(xs[1], a), dtype=xs[0].dtype)], num_inputs=(2, 2)))
+                   lambda xs, a: [np.asarray(xs[0] * dfn(xs[1], a), dtype=xs[0].dtype)], num_inputs=(2, 2),
+                   inplace=((0, 0),)))
 
 
 def _via(grad_op: str, saved: str, *keep: str):

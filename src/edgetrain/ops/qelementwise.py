@@ -51,7 +51,7 @@ register(OpDef("dequantize", _typed("float32", ("int8",), "dequantize"), lambda 
                lambda e, n, g, nd: [g[0]], num_inputs=(1, 1)))
 register(OpDef("qmask_grad", _mask_infer,
                lambda xs, a: [xs[0] * ((xs[1] > a["lo"]) & (xs[1] < a["hi"])).astype(xs[0].dtype)],
-               num_inputs=(2, 2)))
+               num_inputs=(2, 2), inplace=((0, 0),)))
 
 
 # --- qadd: TFLite's quantized add -------------------------------------------------------
