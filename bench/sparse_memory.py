@@ -9,8 +9,10 @@ scales, a new 10-way classifier) and each scheme (Full, and every scheme in
 ../shared/assets/tiny-training/schemes.json), `compile(..., quantize="int8")` with SGD
 without momentum (as the paper's engine) and reports, in KB (1024 B):
 - `reordered`: `prog.memory.peak_bytes` = the planned arena (every tensor at a fixed
-  offset, best-fit packing) + the trained weights held in SRAM, for the compiled order
-  (each update applied as soon as its gradient exists, memory-aware node order);
+  offset, best-fit packing, in-place reuse) + the trained weights held in SRAM (of a
+  weight trained on some channels, those channels; the rest stays in flash), for the
+  compiled order (each update applied as soon as its gradient exists, memory-aware node
+  order, frozen expansion + depthwise convolutions fused);
 - `plain`: the same accounting for the order without reordering: the backward graph in
   autodiff order with every update at the end (all gradients held until then), arena
   planned the same way;
@@ -29,7 +31,7 @@ import torch
 
 import edgetrain as et
 from edgetrain.data.assets import default_assets_dir
-from edgetrain.memory import plan_memory
+from edgetrain.memory import plan_memory, trained_channel_bytes
 from edgetrain.models import from_tiny_training
 from edgetrain.passes.loss import LABEL
 from edgetrain.passes.updates import STEP
@@ -52,7 +54,8 @@ def measure(model: str, label: str, scheme, path) -> dict:
     prog = et.compile(net, (torch.zeros(1, 3, RES, RES),), update=scheme, quantize="int8",
                       optimizer=et.SGD(lr=0.01))
     ram = set(prog.graph_inputs) | {LABEL, STEP}
-    plain = plan_memory(prog.stages["updates"], ram, list(prog.trainable))
+    plain = plan_memory(prog.stages["updates"], ram, list(prog.trainable),
+                        trained_channel_bytes(prog.trainable, prog.state))
     mem = prog.memory
     return {"model": model, "scheme": label, "reordered_kb": mem.peak_bytes / KB, "arena_kb": mem.arena_bytes / KB,
             "trainable_kb": mem.trainable_bytes / KB, "plain_kb": plain.peak_bytes / KB,

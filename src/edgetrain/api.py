@@ -9,7 +9,7 @@ from .autodiff import build_backward
 from .config import SGD, Budget
 from .frontend import capture
 from .ir import Graph
-from .memory import plan_memory
+from .memory import plan_memory, trained_channel_bytes
 from .ops import verify
 from .passes import apply_updates_early, attach_loss, eliminate_dead_code, insert_updates
 from .passes.fuse import fuse_pointwise_depthwise
@@ -86,7 +86,7 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     train = stage("reordered", reorder_for_memory(early, ram_inputs))
 
     state_names = list(trainable) + ([momentum_name(p) for p in trainable] if optimizer.momentum else [])
-    memory = plan_memory(train, ram_inputs, state_names)
+    memory = plan_memory(train, ram_inputs, state_names, trained_channel_bytes(trainable, state))
     if budget is not None and budget.sram is not None and memory.peak_bytes > budget.sram:
         raise BudgetError(f"the program needs {memory.peak_bytes:,} B of SRAM at its peak "
                           f"({memory.summary()}), over the budget of {budget.sram:,} B; "

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping, Optional
 
 from ..ir import Graph
 from .arena import ArenaPlan, plan_arena
@@ -68,18 +68,29 @@ class MemoryReport:
         return str(path)
 
 
-def plan_memory(g: Graph, ram_inputs: Iterable[str], trainable: Iterable[str]) -> MemoryReport:
+def trained_channel_bytes(trainable: Mapping[str, object], state: Mapping[str, object]) -> dict[str, int]:
+    """For each weight trained on some channels only (`trainable[name]` a ChannelSelect
+    with `dim` and `index`), the bytes of those channels: `plan_memory`'s `sram_bytes`."""
+    return {p: state[p].nbytes * len(sel.index) // state[p].shape[sel.dim]
+            for p, sel in trainable.items() if sel is not None}
+
+
+def plan_memory(g: Graph, ram_inputs: Iterable[str], trainable: Iterable[str],
+                sram_bytes: Optional[Mapping[str, int]] = None) -> MemoryReport:
     """Account every byte of `g` for its node order. `ram_inputs` name the graph inputs
     that live in RAM (data, labels); `trainable` the inputs updated in place (weights and
-    optimizer state); all other inputs are read-only."""
-    ram_inputs, trainable = set(ram_inputs), set(trainable)
+    optimizer state); all other inputs are read-only. `sram_bytes` gives, for a weight
+    trained on some channels only, the bytes of those channels: they sit in SRAM and the
+    rest of the tensor stays in flash (the weight is stored as its two parts)."""
+    ram_inputs, trainable, sram_bytes = set(ram_inputs), set(trainable), dict(sram_bytes or {})
     lts = lifetimes(g, ram_inputs)
     arena = plan_arena(lts, merges=inplace_merges(g, lts))
     timeline = live_bytes_timeline(g, lts)
     peak_step = max(range(len(timeline)), key=timeline.__getitem__) if timeline else 0
     activation = timeline[peak_step] if timeline else sum(lt.nbytes for lt in lts)
-    t_bytes = sum(v.type.nbytes for v in g.inputs if v.name in trainable)
+    t_bytes = sum(sram_bytes.get(v.name, v.type.nbytes) for v in g.inputs if v.name in trainable)
     frozen = sum(v.type.nbytes for v in g.inputs if v.name not in trainable | ram_inputs)
+    frozen += sum(v.type.nbytes - sram_bytes[v.name] for v in g.inputs if v.name in trainable and v.name in sram_bytes)
     weights = sum(v.type.nbytes for v in g.inputs if v.name not in ram_inputs and not v.name.startswith("momentum:"))
     return MemoryReport(peak_bytes=arena.size + t_bytes, activation_bytes=activation, trainable_bytes=t_bytes,
                         frozen_bytes=frozen, weight_bytes=weights, peak_step=peak_step,
