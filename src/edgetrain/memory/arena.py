@@ -181,16 +181,33 @@ def _validate(lifetimes: Sequence[Lifetime], alignment: int) -> None:
             raise ValueError(f"bad lifetime {lt.root}: nodes {lt.start}..{lt.end}, {lt.nbytes} bytes")
 
 
+#: orders tried by `plan_arena` (the first wins ties): largest first (TFLite's greedy by
+#: size), largest size x duration first, longest-lived first, in schedule order, and in
+#: reverse order of death
+PACKING_ORDERS: tuple[Callable[[Lifetime, int], tuple], ...] = (
+    lambda lt, i: (-lt.nbytes, lt.start, i),
+    lambda lt, i: (-lt.nbytes * (lt.end - lt.start + 1), lt.start, i),
+    lambda lt, i: (-(lt.end - lt.start), -lt.nbytes, i),
+    lambda lt, i: (lt.start, -lt.nbytes, i),
+    lambda lt, i: (-lt.end, -lt.nbytes, i),
+)
+
+
 def plan_arena(lifetimes: Sequence[Lifetime], alignment: int = ALIGNMENT,
                merges: Sequence[tuple[Value, Value]] = ()) -> ArenaPlan:
-    """Greedy by size, best fit: largest first (ties: earlier start, then input order),
-    each at the smallest gap that holds it among the tensors live at the same time.
+    """Greedy best fit: in each of PACKING_ORDERS (largest first, ties: earlier start,
+    then input order; ...), each tensor at the smallest gap that holds it among the
+    tensors live at the same time; the smallest of these arenas.
     `merges` (input root, output root) pairs share one storage: in-place reuse
     (`liveness.inplace_merges`)."""
     _validate(lifetimes, alignment)
     joined, storage = merge_lifetimes(lifetimes, merges)
-    order = sorted(range(len(joined)), key=lambda i: (-joined[i].nbytes, joined[i].start, i))
-    plan = _pack(joined, order, _best_fit, alignment)
+    plan = None
+    for key in PACKING_ORDERS:  # greedy packing is order-sensitive: keep the smallest arena
+        order = sorted(range(len(joined)), key=lambda i: key(joined[i], i))
+        candidate = _pack(joined, order, _best_fit, alignment)
+        if plan is None or candidate.size < plan.size:
+            plan = candidate
     if not merges:
         return plan
     offsets = MappingProxyType({lt.root: plan.offsets[storage[lt.root]] for lt in lifetimes})
