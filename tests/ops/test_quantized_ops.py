@@ -22,7 +22,7 @@ from edgetrain.ops.qoptim import uniform_hash
 from edgetrain.quantize import QParams, quantize_weight
 
 #: ops covered here (test_ops.test_every_op_is_tested counts them as tested)
-QUANTIZED_OPS_TESTED = {"quantize", "dequantize", "qmask_grad", "qconv2d", "qconv2d_grad_input",
+QUANTIZED_OPS_TESTED = {"quantize", "dequantize", "qmask_grad", "qmask_pack", "qconv2d", "qconv2d_grad_input",
                         "qconv2d_grad_weight", "qconv2d_grad_bias", "qadd", "qmean", "qclamp", "qsgd_update",
                         "qconv2d_pw_dw"}  # the fused op: tests/passes/test_fuse.py
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -211,3 +211,20 @@ def test_uniform_hash_is_uniform():
     u = uniform_hash(3, 1, 7, np.arange(100_000))
     assert u.min() >= 0 and u.max() < 1 and abs(u.mean() - 0.5) < 0.005
     assert np.histogram(u, bins=10, range=(0, 1))[0].min() > 9_500
+
+
+# --- saturation masks saved as bits ------------------------------------------------------------
+@SETTINGS
+@given(shape=st.lists(st.integers(1, 7), min_size=1, max_size=4), lo=st.integers(-128, 0), hi=st.integers(0, 127),
+       seed=st.integers(0, 2**16))
+def test_packed_mask_gradient_equals_the_mask_of_the_output(shape, lo, hi, seed):
+    from edgetrain.ops import get_op
+    from edgetrain.ops.qelementwise import mask_bytes
+
+    rng = np.random.default_rng(seed)
+    y = rng.integers(-128, 128, shape).astype(np.int8)
+    g = rng.standard_normal(shape).astype(np.float32)
+    (m,) = get_op("qmask_pack").ref([y], {"lo": lo, "hi": hi})
+    assert m.dtype == np.int8 and m.shape == (mask_bytes(y.size),)  # one bit per element
+    (out,) = get_op("qmask_grad").ref([g, m], {})
+    np.testing.assert_array_equal(out, g * ((y > lo) & (y < hi)))

@@ -148,9 +148,21 @@ def test_pass_fuses_a_pair_into_one_node_defining_the_same_value():
     assert plan_memory(f, {"x"}, ()).activation_bytes == x + y + scratch
 
 
+@pytest.mark.parametrize("pw_kernel, pw_kw", [(1, {"stride": 2}), (3, {"padding": 1}), (3, {"stride": 2, "padding": 1})])
+def test_pass_fuses_any_dense_first_conv(pw_kernel, pw_kw):
+    """Streaming by output channel needs only the whole input: a strided or 3x3 dense
+    conv (a network's first conv) fuses with its depthwise conv like a 1x1 one."""
+    g, _, _ = small_pair(pw_kernel, pw_kw, {})
+    f = verify(fuse_pointwise_depthwise(g))
+    assert [n.op for n in f.nodes] == [FUSED_OP]
+    rng = np.random.default_rng(0)
+    feeds = {v.name: (rng.integers(-128, 128, v.shape) if v.dtype == "int8" else rng.integers(-500, 500, v.shape))
+             .astype(v.dtype) for v in g.inputs}
+    (a, _), (b, _) = run_graph(g, feeds), run_graph(f, feeds)
+    np.testing.assert_array_equal(a[g.output_names[0]], b[f.output_names[0]])
+
+
 @pytest.mark.parametrize("pw_kernel, pw_kw, dw_kw", [
-    (1, {"stride": 2}, {}),             # not a stride-1 pointwise conv
-    (3, {"padding": 1}, {}),            # not 1x1
     (1, {}, {"groups": 1}),             # the second conv is dense, not depthwise
     (1, {}, {"float_out": True}),       # the second conv returns float logits
 ])
@@ -165,7 +177,7 @@ def test_pass_leaves_a_pair_whose_intermediate_is_read_elsewhere():
     as_output = g.replace(outputs=g.outputs + (t,), output_names=g.output_names + ("t",))
     assert fuse_pointwise_depthwise(as_output) is as_output
     e = Emitter()
-    extra = e.emit("qmask_grad", e.emit("dequantize", t, scale=0.1, zero=0), t, lo=-128, hi=127)
+    extra = e.emit("qmask_pack", t, lo=-128, hi=127)
     two_readers = g.replace(nodes=g.nodes + tuple(e.nodes), outputs=g.outputs + (extra,),
                             output_names=g.output_names + ("m",))
     verify(two_readers)
@@ -252,11 +264,11 @@ def forward_peak(g, report):
 @needs_assets
 def test_mbv2_fused_step_is_bit_identical_and_needs_less_memory(mbv2):
     p = mbv2
-    assert sum(n.op == FUSED_OP for n in p.train_graph.nodes) == 8  # compile() fuses
+    assert sum(n.op == FUSED_OP for n in p.train_graph.nodes) == 9  # compile() fuses (with the first conv)
     g = reorder_for_memory(apply_updates_early(p.stages["updates"]), ram_of(p))  # the order without fusion
     f = verify(fuse_pointwise_depthwise(g))
     fused = [n for n in f.nodes if n.op == FUSED_OP]
-    assert len(fused) == 8
+    assert len(fused) == 9  # 8 expansions and the first conv with block 0's depthwise
     # block 1's 48x64x64 expansion (192 KB) is gone; the 4 KB channel block replaces it
     assert not any(n.op == "qconv2d" and n.out.shape == (1, 48, 64, 64) for n in f.nodes)
     assert any(n.inputs[1].name == "blocks.1.pointwise1.conv.weight" and n.outputs[1].type.nbytes == 64 * 64

@@ -7,7 +7,7 @@ acc * x_scale * w_scale[c] instead (a classifier feeding the loss).
 
 Backward, in float32 on the real values the int8 tensors stand for (the straight-through
 estimator: rounding passes the gradient, saturation stops it):
-- qmask_grad     zero where the output sat at its clamp bounds;
+- qmask_grad     zero where the output sat at its clamp bounds (from its packed bit mask);
 - qconv2d_grad_input   conv-transpose with the real weight w_scale[c] * w (never stored);
 - qconv2d_grad_weight  d loss / d w_int = x_scale * w_scale[c] * conv_wgrad(x - x_zero, g);
 - qconv2d_grad_bias    d loss / d b_int = x_scale * w_scale[c] * sum(g).
@@ -23,6 +23,7 @@ from .base import Cost, OpDef, register
 from .conv import (CONV_KEYS, _conv_cost, _is_depthwise, conv2d_grad_input_ref,
                    conv2d_grad_weight_ref, conv2d_ref, conv_out_hw)
 from .fixed_point import INT8_MAX, INT8_MIN, multiply_by_quantized_multiplier, saturate_int32
+from .qelementwise import emit_mask_grad
 
 
 def _channel(v, ndim=4):
@@ -85,7 +86,7 @@ def _vjp_qconv(e, node, grads, needs):
     x, w, _ = node.inputs
     a = node.attrs
     geo = {k: a[k] for k in CONV_KEYS}
-    g = gy if a.get("float_out") else e.emit("qmask_grad", gy, node.out, lo=a["qmin"], hi=a["qmax"])
+    g = gy if a.get("float_out") else emit_mask_grad(e, gy, node.out, a["qmin"], a["qmax"])
     gx = e.emit("qconv2d_grad_input", g, w, input_shape=x.shape, w_scales=a["w_scales"], **geo) if needs[0] else None
     gw = _weight_grad(e, x, w, g, a, geo, needs[1]) if needs[1] else None
     gb = e.emit("qconv2d_grad_bias", g, scales=tuple(float(s) for s in out_scales(a))) if needs[2] else None

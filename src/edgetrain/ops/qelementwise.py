@@ -3,7 +3,8 @@ straight-through gradient mask they share.
 
 Every int8 tensor stands for real = scale * (q - zero). Gradients flow as float32 with
 respect to those real values, so quantize and dequantize pass them unchanged (rounding is
-straight-through) and saturation at a clamp bound stops them (`qmask_grad`).
+straight-through) and saturation at a clamp bound stops them (`qmask_grad`, reading the
+bit mask `qmask_pack` saved in the forward pass instead of the int8 output itself).
 """
 from __future__ import annotations
 
@@ -32,16 +33,48 @@ def dequantize_ref(q, a):
     return (q.astype(np.float32) - np.float32(a["zero"])) * np.float32(a["scale"])
 
 
+#: a saturation mask keeps one bit per element (8 per byte), packed little-endian
+MASK_BITS_PER_BYTE = 8
+
+
+def mask_bytes(numel: int) -> int:
+    return -(-numel // MASK_BITS_PER_BYTE)
+
+
+def _pack_infer(ts, a):
+    (y,) = ts
+    if y.dtype != "int8":
+        raise ValueError(f"qmask_pack: expected an int8 output, got {y}")
+    return [TensorType((mask_bytes(y.numel),), "int8")]
+
+
+def _pack_ref(xs, a):
+    keep = (xs[0] > a["lo"]) & (xs[0] < a["hi"])
+    return [np.packbits(keep.reshape(-1), bitorder="little").view(np.int8)]
+
+
 def _mask_infer(ts, a):
-    g, y = ts
-    if g.shape != y.shape or g.dtype != "float32":
-        raise ValueError(f"qmask_grad: gradient {g} does not match output {y}")
+    g, m = ts
+    if g.dtype != "float32" or m.dtype != "int8" or m.shape != (mask_bytes(g.numel),):
+        raise ValueError(f"qmask_grad: gradient {g} does not match packed mask {m}")
     return [g]
+
+
+def _mask_ref(xs, a):
+    g, m = xs
+    keep = np.unpackbits(m.view(np.uint8), count=g.size, bitorder="little").reshape(g.shape)
+    return [g * keep.astype(g.dtype)]
+
+
+def emit_mask_grad(e, g, y, lo, hi):
+    """The gradient `g` of int8 output `y` where `y` did not saturate at [lo, hi]: the
+    forward keeps only a packed bit mask of `y` (1/8 of its bytes) for the backward."""
+    return e.emit("qmask_grad", g, e.emit("qmask_pack", y, lo=lo, hi=hi))
 
 
 def _vjp_masked(e, node, grads, needs):
     """The output's gradient where it did not saturate, to every input that needs one."""
-    m = e.emit("qmask_grad", grads[0], node.out, lo=node.attrs["qmin"], hi=node.attrs["qmax"])
+    m = emit_mask_grad(e, grads[0], node.out, node.attrs["qmin"], node.attrs["qmax"])
     return [m if need else None for need in needs]
 
 
@@ -49,9 +82,8 @@ register(OpDef("quantize", _typed("int8", ("float32", "float64"), "quantize"), l
                _vjp_masked, num_inputs=(1, 1)))
 register(OpDef("dequantize", _typed("float32", ("int8",), "dequantize"), lambda xs, a: [dequantize_ref(xs[0], a)],
                lambda e, n, g, nd: [g[0]], num_inputs=(1, 1)))
-register(OpDef("qmask_grad", _mask_infer,
-               lambda xs, a: [xs[0] * ((xs[1] > a["lo"]) & (xs[1] < a["hi"])).astype(xs[0].dtype)],
-               num_inputs=(2, 2), inplace=((0, 0),)))
+register(OpDef("qmask_pack", _pack_infer, _pack_ref, num_inputs=(1, 1)))
+register(OpDef("qmask_grad", _mask_infer, _mask_ref, num_inputs=(2, 2), inplace=((0, 0),)))
 
 
 # --- qadd: TFLite's quantized add -------------------------------------------------------

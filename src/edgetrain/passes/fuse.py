@@ -4,7 +4,7 @@ pass in MobileNetV2-like networks) is never stored.
 
 `fuse_pointwise_depthwise` replaces a pair
 
-    t = qconv2d(x, w1, b1)   1x1 kernel, stride 1, no padding, groups 1, int8 output
+    t = qconv2d(x, w1, b1)   dense (groups 1; 1x1 expansion, or e.g. a 3x3 first conv), int8 output
     y = qconv2d(t, w2, b2)   depthwise (groups == channels in == channels out), int8 output
 
 by `y, scratch = qconv2d_pw_dw(x, w1, b1, w2, b2)` (ops/qfused.py) when t is read by that
@@ -28,9 +28,10 @@ FUSED_OP = "qconv2d_pw_dw"
 
 
 def _is_pointwise(n: Node) -> bool:
+    """A dense int8 conv (any kernel, stride, padding): each output channel needs the
+    whole input and nothing else, so it can be produced one channel at a time."""
     a = n.attrs
-    return (n.op == "qconv2d" and tuple(n.inputs[1].shape[2:]) == (1, 1) and tuple(a["stride"]) == (1, 1)
-            and tuple(a["padding"]) == (0, 0) and int(a["groups"]) == 1 and not a.get("float_out"))
+    return n.op == "qconv2d" and int(a["groups"]) == 1 and not a.get("float_out")
 
 
 def _is_depthwise_of(d: Node, t) -> bool:
