@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .mnist import FILES, IDX_MAGIC_IMAGES, IDX_MAGIC_LABELS, DataError, _read_idx
+from .mnist import FILES, DataError, read_idx_split
 
 FASHION_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
@@ -33,9 +33,4 @@ def load_fashion_mnist(split: str = "train",
     order; `limit` keeps the first `limit` images."""
     if split not in FILES:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    folder = fashion_mnist_dir()
-    images = _read_idx(folder / FILES[split][0], IDX_MAGIC_IMAGES)
-    labels = _read_idx(folder / FILES[split][1], IDX_MAGIC_LABELS).astype(np.int64)
-    if len(images) != len(labels):
-        raise DataError(f"Fashion-MNIST {split}: {len(images)} images but {len(labels)} labels")
-    return (images[:limit], labels[:limit]) if limit is not None else (images, labels)
+    return read_idx_split(fashion_mnist_dir(), split, limit, "Fashion-MNIST")

@@ -43,13 +43,20 @@ def _read_idx(path: Path, magic: int) -> np.ndarray:
     return data.reshape(dims)
 
 
+def read_idx_split(folder: Path, split: str, limit: int | None, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """(images, labels int64) of `split` from the MNIST-layout idx files in `folder`; the
+    first `limit` when given."""
+    if split not in FILES:
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    images = _read_idx(folder / FILES[split][0], IDX_MAGIC_IMAGES)
+    labels = _read_idx(folder / FILES[split][1], IDX_MAGIC_LABELS).astype(np.int64)
+    if len(images) != len(labels):
+        raise DataError(f"{what} {split}: {len(images)} images but {len(labels)} labels")
+    return (images[:limit], labels[:limit]) if limit is not None else (images, labels)
+
+
 def load_mnist(split: str = "train", limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(images uint8 (N, 28, 28), labels int64 (N,)) of the 'train' or 'test' split."""
     if split not in FILES:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    folder = mnist_dir()
-    images = _read_idx(folder / FILES[split][0], IDX_MAGIC_IMAGES)
-    labels = _read_idx(folder / FILES[split][1], IDX_MAGIC_LABELS).astype(np.int64)
-    if len(images) != len(labels):
-        raise DataError(f"MNIST {split}: {len(images)} images but {len(labels)} labels")
-    return (images[:limit], labels[:limit]) if limit else (images, labels)
+    return read_idx_split(mnist_dir(), split, limit or None, "MNIST")
