@@ -150,7 +150,7 @@ def run(job: dict) -> dict:
     t0 = time.perf_counter()
     prog = et.compile(make_model(), (torch.from_numpy(xtr[:t.batch]),), loss="cross_entropy",
                       update=scheme(job["scheme"]), quantize="int8" if int8 else None,
-                      optimizer=et.SGD(lr=t.lr_for(job["scheme"]), momentum=t.momentum,
+                      optimizer=et.SGD(lr=job.get("lr") or t.lr_for(job["scheme"]), momentum=t.momentum,
                                        qas=job["precision"] == "int8 QAS", seed=job["seed"]),
                       calibration=[xtr[:64]] if int8 else None)
 
@@ -174,7 +174,7 @@ def run(job: dict) -> dict:
             break
     train_s = time.perf_counter() - t1
     after = top1()
-    return {**job, "batch": t.batch, "lr": t.lr_for(job["scheme"]), "momentum": t.momentum,
+    return {**job, "batch": t.batch, "lr": job.get("lr") or t.lr_for(job["scheme"]), "momentum": t.momentum,
             "before": before, "after": after,
             "steps": len(losses), "diverged": diverged, "final_loss": float(np.mean(losses[-50:])),
             "train_s_per_image": train_s / max(1, len(losses) * t.batch), "peak_kb": prog.memory.peak_bytes / 1024,
@@ -218,6 +218,7 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--schemes", nargs="+", help="only these of the task's schemes")
+    p.add_argument("--lr", type=float, help="learning rate for every run (default: the task's, per scheme)")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="runs in parallel (processes)")
     p.add_argument("--json-only", action="store_true")
     p.add_argument("--table-from", nargs="+", metavar="LOG",
@@ -233,7 +234,7 @@ def main(argv=None) -> int:
         print(table(list(latest.values()), args.task))
         return 0
     jobs = [{"task": args.task, "scheme": s, "precision": prec, "seed": seed, "epochs": args.epochs,
-             "train": args.train or t.train, "test": args.test or t.test}
+             "train": args.train or t.train, "test": args.test or t.test, "lr": args.lr}
             for seed in args.seeds for s in t.schemes if not args.schemes or s in args.schemes
             for prec in (PRECISIONS if s in t.int8_schemes else PRECISIONS[:1])]
     rows = []
