@@ -114,7 +114,7 @@ def data(task: str, n_train: int, n_test: int, seed: int):
     if task == "cifar10":
         from edgetrain.data.assets import default_assets_dir
         from edgetrain.data.cifar import load_cifar10
-        from edgetrain.demo import to_mcu_input
+        from edgetrain.demo import MBV2_FILE, to_mcu_input
         from edgetrain.models import from_tiny_training
 
         assets = default_assets_dir()
@@ -122,7 +122,7 @@ def data(task: str, n_train: int, n_test: int, seed: int):
             raise SystemExit("cifar10 needs ../shared/assets (the paper's models and CIFAR-10)")
         xtr, ytr = load_cifar10("train", n_train, seed=seed)
         xte, yte = load_cifar10("test", n_test, seed=seed)
-        path = assets / "tiny-training" / "mbv2-w0.35.pkl"
+        path = assets / MBV2_FILE
         out = (lambda: from_tiny_training(path, num_classes=10, seed=seed), to_mcu_input(xtr), ytr,
                to_mcu_input(xte), yte)
     else:

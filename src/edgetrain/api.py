@@ -94,8 +94,9 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     if budget is not None and budget.flash is not None and memory.frozen_bytes > budget.flash:
         raise BudgetError(f"read-only weights need {memory.frozen_bytes:,} B of flash, over the budget "
                           f"of {budget.flash:,} B")
-    return Program(inputs=cap.inputs, graph_inputs=data_inputs, input_transform=transform, state=state, stages=stages, forward=forward, grad_graph=grads,
-                   train_graph=train, trainable=trainable, layers=tuple(layers), memory=memory, loss=loss,
+    return Program(inputs=cap.inputs, graph_inputs=data_inputs, input_transform=transform, state=state,
+                   stages=stages, forward=forward, grad_graph=grads, train_graph=train, trainable=trainable,
+                   layers=tuple(layers), memory=memory, loss=loss,
                    optimizer=optimizer, state_aliases=_state_aliases(model, set(cap.params) | set(cap.buffers)),
                    export=export, quantize=quantize)
 

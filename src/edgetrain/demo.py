@@ -34,6 +34,8 @@ MCU_RESOLUTION = 128
 #: last 25 convolutions, and these convolutions' weights (index -> ratio of input channels)
 MBV2_SPARSE_99KB = {"bias_last": 25, "weights": {27: 1, 30: 1, 33: 1, 36: 1, 39: 1, 42: 0.125, 45: 0.5, 48: 1}}
 TASKS = ("auto", "digits", "cifar10")
+#: the paper's int8 MobileNetV2-0.35, relative to the shared assets folder
+MBV2_FILE = Path("tiny-training") / "mbv2-w0.35.pkl"
 
 
 class DigitNet(nn.Module):
@@ -98,10 +100,9 @@ def normalise(images: np.ndarray) -> np.ndarray:
 
 def to_mcu_input(images: np.ndarray, size: int = MCU_RESOLUTION) -> np.ndarray:
     """uint8 (N, H, W, 3) RGB -> float32 (N, 3, size, size) pixel values 0..255 (bilinear)."""
-    from PIL import Image
+    from .data import resize
 
-    out = np.stack([np.asarray(Image.fromarray(im).resize((size, size), Image.BILINEAR)) for im in images])
-    return out.transpose(0, 3, 1, 2).astype(np.float32)
+    return resize(images, size).transpose(0, 3, 1, 2).astype(np.float32)
 
 
 def accuracy(prog, x: np.ndarray, y: np.ndarray) -> float:
@@ -114,10 +115,10 @@ def resolve_task(task: str) -> str:
     if task != "auto":
         return task
     from .data.assets import default_assets_dir
+    from .data.cifar import CIFAR10_ZIP
 
     assets = default_assets_dir()
-    ok = assets is not None and (assets / "cifar10-jpg.zip").is_file() and (
-        assets / "tiny-training" / "mbv2-w0.35.pkl").is_file()
+    ok = assets is not None and (assets / CIFAR10_ZIP).is_file() and (assets / MBV2_FILE).is_file()
     return "cifar10" if ok else "digits"
 
 
@@ -142,7 +143,7 @@ def _cifar10(t: _Task, seed: int):
 
     xtr, ytr = load_cifar10("train", t.train_images, seed=seed)
     xte, yte = load_cifar10("test", t.test_images, seed=seed)
-    model = from_tiny_training(default_assets_dir() / "tiny-training" / "mbv2-w0.35.pkl", num_classes=10, seed=seed)
+    model = from_tiny_training(default_assets_dir() / MBV2_FILE, num_classes=10, seed=seed)
     note = "the paper's int8 ImageNet-pretrained MobileNetV2-0.35 -> CIFAR-10 (new classifier, sparse update)"
     return model, to_mcu_input(xtr), ytr, to_mcu_input(xte), yte, Sparse(**MBV2_SPARSE_99KB), note
 

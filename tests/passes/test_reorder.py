@@ -25,7 +25,7 @@ from edgetrain.backends.reference import run_graph
 from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.ops import Emitter, get_op, verify
 from edgetrain.passes.loss import LABEL
-from edgetrain.passes.reorder import build_problem, peak_live_bytes, reorder_for_memory, schedule, RULES
+from edgetrain.passes.reorder import build_problem, order_peak_bytes, reorder_for_memory, schedule, RULES
 from edgetrain.passes.updates import STEP, apply_updates_early
 
 #: tensor lengths of the random graphs: spread wide, so that orders differ in their peaks
@@ -172,7 +172,7 @@ def test_random_graphs_keep_every_invariant(case):
     assert len(r.nodes) == len(g.nodes) and set(map(id, r.nodes)) == set(map(id, g.nodes))
     assert (r.inputs, r.outputs, r.output_names) == (g.inputs, g.outputs, g.output_names)
     assert overwrite_violations(r) == []
-    assert peak_live_bytes(r, ram) <= peak_live_bytes(g, ram)
+    assert order_peak_bytes(r, ram) <= order_peak_bytes(g, ram)
     assert reorder_for_memory(g, ram).nodes == r.nodes  # deterministic
     assert_same_outputs(run_copy(g, feeds_for(g), ram), run_copy(r, feeds_for(g), ram))
 
@@ -202,7 +202,7 @@ def test_consumers_of_a_branch_run_before_the_next_branch_starts():
     g = verify(Graph((x,), tuple(e.nodes), (ra, rb), ("ra", "rb")))
     r = reorder_for_memory(g, {"x"})
     assert [n.op for n in r.nodes] == ["relu", "sum", "neg", "sum"]
-    assert peak_live_bytes(g, {"x"}) == 3 * 1024 and peak_live_bytes(r, {"x"}) == 2 * 1024 + 4
+    assert order_peak_bytes(g, {"x"}) == 3 * 1024 and order_peak_bytes(r, {"x"}) == 2 * 1024 + 4
 
 
 def test_an_update_runs_as_soon_as_its_gradient_exists_and_frees_it():
@@ -214,7 +214,7 @@ def test_an_update_runs_as_soon_as_its_gradient_exists_and_frees_it():
     g = verify(Graph((x, w1, w2), tuple(e.nodes), (u1, u2), ("w1", "w2")))
     r = reorder_for_memory(g, {"x"})
     assert [n.op for n in r.nodes] == ["mul", "sgd_update", "neg", "sgd_update"]
-    assert peak_live_bytes(r, {"x"}) < peak_live_bytes(g, {"x"})
+    assert order_peak_bytes(r, {"x"}) < order_peak_bytes(g, {"x"})
 
 
 def test_readers_of_a_view_run_before_the_update_that_overwrites_it():
@@ -244,7 +244,7 @@ def test_an_empty_graph_is_returned_as_is():
     x = _vec("x")
     g = Graph((x,), (), (x,), ("x",))
     assert reorder_for_memory(g, {"x"}) is g
-    assert peak_live_bytes(g, {"x"}) == 0
+    assert order_peak_bytes(g, {"x"}) == 0
 
 
 def test_a_graph_of_thousands_of_nodes_is_reordered_quickly():
@@ -264,7 +264,7 @@ def test_a_graph_of_thousands_of_nodes_is_reordered_quickly():
     start = time.perf_counter()
     r = reorder_for_memory(g, {"x"})
     assert time.perf_counter() - start < MAX_SECONDS
-    assert peak_live_bytes(r, {"x"}) <= peak_live_bytes(g, {"x"})
+    assert order_peak_bytes(r, {"x"}) <= order_peak_bytes(g, {"x"})
 
 
 # --- real training programs -----------------------------------------------------------------
@@ -294,7 +294,7 @@ def test_training_programs_compute_the_same_step_in_less_or_equal_memory(case):
     assert time.perf_counter() - start < MAX_SECONDS
     verify(r)
     assert overwrite_violations(r) == []
-    before, after = peak_live_bytes(g, ram), peak_live_bytes(r, ram)
+    before, after = order_peak_bytes(g, ram), order_peak_bytes(r, ram)
     assert after <= before
     if case == "full":  # the last 1x1 conv's weight gradient waits until memory is low
         assert after < before

@@ -11,6 +11,7 @@ import edgetrain as et
 from edgetrain.data import DataError, load_mnist
 from edgetrain.demo import normalise, pretrained_digitnet
 from edgetrain.ops.qoptim import uniform_hash
+from edgetrain.quantize import CalibrationError
 
 BATCH = 16
 
@@ -177,7 +178,8 @@ def test_int8_fine_tuning_on_inverted_digits_raises_accuracy(digits):
 def test_int8_compile_rejects_bad_calibration(digits):
     xtr = digits[0]
     model = pretrained_digitnet()
-    with pytest.raises(Exception, match="calibration|shape|batch"):
+    want = r"calibration input .* expected \(N,1,28,28\), got \(16, 3, 28, 28\)"
+    with pytest.raises(CalibrationError, match=want):
         et.compile(model, (torch.from_numpy(normalise(xtr[:BATCH])),), quantize="int8",
                    calibration=[np.zeros((BATCH, 3, 28, 28), np.float32)])
 

@@ -52,10 +52,8 @@ class ArenaPlan:
             assert lt.root in self.offsets, f"{lt.root} (nodes {lt.start}..{lt.end}) has no offset"
             s = storage[lt.root]
             assert self.offsets[lt.root] == self.offsets[s], f"{lt.root} is reused in place but not at {s}'s offset"
-        lifetimes = joined
         rows = []
-        for lt in lifetimes:
-            assert lt.root in self.offsets, f"{lt.root} (nodes {lt.start}..{lt.end}) has no offset"
+        for lt in joined:  # each storage once, its members checked to share its offset above
             off, n = self.offsets[lt.root], align_up(lt.nbytes, self.alignment)
             assert off >= 0 and off % self.alignment == 0, \
                 f"{lt.root} at offset {off} is not {self.alignment}-byte aligned"

@@ -86,8 +86,9 @@ def inplace_merges(g: Graph, lts: list[Lifetime]) -> list[tuple[Value, Value]]:
                 continue
             o, v = n.outputs[k], n.inputs[j]
             r = root[v]
-            if (root[o] is o and o not in used and r not in used and v.type == o.type and r.type.nbytes == o.type.nbytes
-                    and end.get(r) == i and r not in outputs and r not in inputs and o in end):
+            if (root[o] is o and o not in used and r not in used and v.type == o.type
+                    and r.type.nbytes == o.type.nbytes and end.get(r) == i and r not in outputs
+                    and r not in inputs and o in end):
                 merges.append((r, o))
                 used.update((r, o))
     return merges

@@ -17,8 +17,8 @@ class MemoryReport:
     input's storage in place where the op allows it) + `trainable_bytes` (trained weights
     and their optimizer state, which must sit in RAM). `activation_bytes` is the peak of
     live bytes in the node order without in-place reuse (what the reference runtime,
-    which allocates every output, holds), so the arena can be below it. Frozen weights, buffers and
-    constants are read-only (`flash_bytes`: flash on a microcontroller)."""
+    which allocates every output, holds), so the arena can be below it. Frozen weights,
+    buffers and constants are read-only (`flash_bytes`: flash on a microcontroller)."""
 
     peak_bytes: int
     activation_bytes: int
@@ -88,10 +88,14 @@ def plan_memory(g: Graph, ram_inputs: Iterable[str], trainable: Iterable[str],
     timeline = live_bytes_timeline(g, lts)
     peak_step = max(range(len(timeline)), key=timeline.__getitem__) if timeline else 0
     activation = timeline[peak_step] if timeline else sum(lt.nbytes for lt in lts)
-    t_bytes = sum(sram_bytes.get(v.name, v.type.nbytes) for v in g.inputs if v.name in trainable)
-    frozen = sum(v.type.nbytes for v in g.inputs if v.name not in trainable | ram_inputs)
-    frozen += sum(v.type.nbytes - sram_bytes[v.name] for v in g.inputs if v.name in trainable and v.name in sram_bytes)
-    weights = sum(v.type.nbytes for v in g.inputs if v.name not in ram_inputs and not v.name.startswith("momentum:"))
+    t_bytes = frozen = weights = 0
+    for v in g.inputs:
+        if v.name in ram_inputs:
+            continue
+        in_sram = sram_bytes.get(v.name, v.type.nbytes) if v.name in trainable else 0
+        t_bytes += in_sram
+        frozen += v.type.nbytes - in_sram
+        weights += 0 if v.name.startswith("momentum:") else v.type.nbytes
     return MemoryReport(peak_bytes=arena.size + t_bytes, activation_bytes=activation, trainable_bytes=t_bytes,
                         frozen_bytes=frozen, weight_bytes=weights, peak_step=peak_step,
                         peak_op=g.nodes[peak_step].op if g.nodes else "",

@@ -1,9 +1,10 @@
-"""Fused int8 ops: an expansion (pointwise) convolution computed one channel block at a
-time and immediately convolved depthwise, so its full output is never stored.
+"""Fused int8 ops: a dense convolution (a 1x1 expansion, or a network's first 3x3 conv)
+computed one channel block at a time and immediately convolved depthwise, so its full
+output is never stored.
 
 ``qconv2d_pw_dw(x, w1, b1, w2, b2) -> (y, scratch)`` is, by definition,
 
-    t = qconv2d(x, w1, b1; pw)      # groups 1 (a 1x1 expansion in the networks we fuse)
+    t = qconv2d(x, w1, b1; pw)      # groups 1, any kernel, stride and padding
     y = qconv2d(t, w2, b2; dw)      # depthwise: groups == channels of t == channels of y
 
 with output channel c of y depending only on channel c of t. The kernel (and this

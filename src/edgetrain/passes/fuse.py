@@ -27,7 +27,7 @@ from ..ops.qfused import fuse_attrs
 FUSED_OP = "qconv2d_pw_dw"
 
 
-def _is_pointwise(n: Node) -> bool:
+def _is_dense(n: Node) -> bool:
     """A dense int8 conv (any kernel, stride, padding): each output channel needs the
     whole input and nothing else, so it can be produced one channel at a time."""
     a = n.attrs
@@ -62,7 +62,7 @@ def fuse_pointwise_depthwise(g: Graph) -> Graph:
     drop: set[int] = set()
     fused: dict[int, Node] = {}
     for i, n in enumerate(g.nodes):
-        if id(n) in drop or id(n) in fused or not _is_pointwise(n):
+        if id(n) in drop or id(n) in fused or not _is_dense(n):
             continue
         t = n.out
         users = readers.get(t, [])

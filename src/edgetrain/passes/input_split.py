@@ -64,7 +64,8 @@ def split_input_transform(g: Graph, data_inputs: Iterable[str]) -> Optional[Inpu
     rest_nodes = tuple(n if not any(v in new for v in n.inputs) else
                        Node(n.op, tuple(new.get(v, v) for v in n.inputs), n.outputs, n.attrs)
                        for n in g.nodes if id(n) not in prefix)
-    rest = g.replace(inputs=tuple(new[v] for v in boundary) + tuple(v for v in g.inputs if v not in set(data)),
+    others = tuple(v for v in g.inputs if v not in set(data))
+    rest = g.replace(inputs=tuple(new[v] for v in boundary) + others,
                      nodes=rest_nodes, outputs=tuple(new.get(v, v) for v in g.outputs))
     return InputSplit(transform, rest)
 

@@ -25,7 +25,7 @@ from ..memory.liveness import lifetimes, live_bytes_timeline, storage_roots
 from ..ops import get_op
 
 
-def peak_live_bytes(g: Graph, ram_inputs: Iterable[str]) -> int:
+def order_peak_bytes(g: Graph, ram_inputs: Iterable[str]) -> int:
     """The peak of live bytes of `g` in its node order (what `plan_memory` reports as
     activation bytes)."""
     return max(live_bytes_timeline(g, lifetimes(g, set(ram_inputs))), default=0)
@@ -43,7 +43,7 @@ class Problem:
     readers: tuple[tuple[int, ...], ...]  # nodes reading each storage
     kept: tuple[bool, ...]  # holds a graph output: live to the end
     initial: tuple[int, ...]  # graph inputs in RAM: live from the start
-    eager: tuple[bool, ...] = ()  # in-place updates: run as soon as ready (they only free)
+    eager: tuple[bool, ...]  # in-place updates: run as soon as ready (they only free)
 
     @property
     def allocs(self) -> list[int]:
@@ -210,7 +210,7 @@ def schedule(p: Problem, rule: Rule) -> list[int]:
             ready.put(i, net(i))
     live = sum(p.nbytes[s] for s in p.initial)
     unused_inputs = sum(p.nbytes[s] for s in p.initial if not p.readers[s] and not p.kept[s])
-    eager = p.eager or (False,) * n
+    eager = p.eager
     ready_updates = [i for i in range(n) if not waiting[i] and eager[i]]
     peak, order = 0, []
     while ready.net:
@@ -252,11 +252,11 @@ def reorder_for_memory(g: Graph, ram_inputs: Iterable[str]) -> Graph:
     p = build_problem(g, ram_inputs)
     best, best_peak = None, 0
     if all(k < i for i, ps in enumerate(p.preds) for k in ps):  # else a view is read after an overwrite
-        best, best_peak = g, peak_live_bytes(g, ram_inputs)
+        best, best_peak = g, order_peak_bytes(g, ram_inputs)
     for rule in RULES:
         order = schedule(p, rule)
         candidate = g.replace(nodes=tuple(g.nodes[i] for i in order))
-        peak = peak_live_bytes(candidate, ram_inputs)
+        peak = order_peak_bytes(candidate, ram_inputs)
         if best is None or peak < best_peak:
             best, best_peak = candidate, peak
     return best
