@@ -12,10 +12,11 @@ from .ir import Graph
 from .memory import plan_memory, trained_channel_bytes
 from .ops import verify
 from .passes import apply_updates_early, attach_loss, eliminate_dead_code, insert_updates
-from .passes.fuse import fuse_pointwise_depthwise
+from .passes.fuse import fuse_pointwise_depthwise, fuse_weight_grad_update
 from .passes.input_split import split_input_transform
 from .passes.loss import LABEL, LOSSES
 from .passes.reorder import reorder_for_memory
+from .passes.stream import stream_frozen_chains
 from .passes.updates import STEP, momentum_name
 from .program import Program
 from .quantize import SPEC_ATTR, dequantized_state, qas_scales, quantize_int8
@@ -81,8 +82,10 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
                                               optimizer.weight_decay, grad_scales, optimizer.seed))
     ram_inputs = set(data_inputs) | {LABEL, STEP}
     early = apply_updates_early(updated)
-    if quantize == "int8":  # frozen expansion convs stream into their depthwise conv, channel by channel
-        early = fuse_pointwise_depthwise(early)
+    if quantize == "int8":  # frozen expansion convs stream into their depthwise conv, channel by channel;
+        early = fuse_pointwise_depthwise(early)  # frozen chains at the forward peak run row by row
+        early = stream_frozen_chains(early, data_inputs)
+        early = fuse_weight_grad_update(early)  # weight gradients applied one channel at a time
     train = stage("reordered", reorder_for_memory(early, ram_inputs))
 
     state_names = list(trainable) + ([momentum_name(p) for p in trainable] if optimizer.momentum else [])

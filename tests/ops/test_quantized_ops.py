@@ -24,7 +24,9 @@ from edgetrain.quantize import QParams, quantize_weight
 #: ops covered here (test_ops.test_every_op_is_tested counts them as tested)
 QUANTIZED_OPS_TESTED = {"quantize", "dequantize", "qmask_grad", "qmask_pack", "qconv2d", "qconv2d_grad_input",
                         "qconv2d_grad_weight", "qconv2d_grad_bias", "qadd", "qmean", "qclamp", "qsgd_update",
-                        "qconv2d_pw_dw"}  # the fused op: tests/passes/test_fuse.py
+                        "qconv2d_pw_dw",  # the fused op: tests/passes/test_fuse.py
+                        "qstream",  # tests/passes/test_stream.py
+                        "qconv2d_dw_grad_input", "qconv2d_grad_weight_update"}  # tests/ops/test_fused_backward.py
 SETTINGS = settings(max_examples=25, deadline=None)
 
 

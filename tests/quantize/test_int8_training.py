@@ -113,7 +113,8 @@ def test_qas_scaling_through_the_program_matches_the_formula(digits, qas):
         factors[weight] = s_w ** -2 if qas else np.ones_like(s_w)
         factors[bias] = (s_w * s_x) ** -2 if qas else np.ones_like(s_w)
     assert set(factors) == set(prog.trainable)
-    ids = {n.outputs[0].name: n.attrs["param_id"] for n in prog.train_graph.nodes if n.op == "qsgd_update"}
+    ids = {n.outputs[0].name: n.attrs.get("param_id", n.attrs.get("up_param_id")) for n in prog.train_graph.nodes
+           if n.op in ("qsgd_update", "qconv2d_grad_weight_update")}
     checked = 0
     for p, w0 in before.items():
         scale = factors[p].reshape((-1,) + (1,) * (w0.ndim - 1))

@@ -87,7 +87,11 @@ def _vjp_qconv(e, node, grads, needs):
     a = node.attrs
     geo = {k: a[k] for k in CONV_KEYS}
     g = gy if a.get("float_out") else emit_mask_grad(e, gy, node.out, a["qmin"], a["qmax"])
-    gx = e.emit("qconv2d_grad_input", g, w, input_shape=x.shape, w_scales=a["w_scales"], **geo) if needs[0] else None
+    gx = None
+    if needs[0]:
+        dw = _is_depthwise(x.shape[1], w.shape[0], geo["groups"])
+        op = "qconv2d_dw_grad_input" if dw else "qconv2d_grad_input"
+        gx = e.emit_multi(op, g, w, input_shape=x.shape, w_scales=a["w_scales"], **geo)[0]
     gw = _weight_grad(e, x, w, g, a, geo, needs[1]) if needs[1] else None
     gb = e.emit("qconv2d_grad_bias", g, scales=tuple(float(s) for s in out_scales(a))) if needs[2] else None
     return [gx, gw, gb]
@@ -117,6 +121,31 @@ def _grad_input_ref(xs, a):
     return [conv2d_grad_input_ref(xs[0], _real_weight(xs[1], a), a)]
 
 
+def _dw_grad_input_ref(xs, a):
+    """One channel at a time through a one-plane buffer: the kernel may then write the
+    input gradient over the output gradient it reads (channel c of each depends only on
+    channel c of the other), which `inplace` lets the arena planner do."""
+    g, w = xs
+    n, c, h, wd = a["input_shape"]
+    w_real = _real_weight(w, a)
+    gx = np.empty((n, c, h, wd), np.float32) if g.shape != (n, c, h, wd) else g.copy()
+    plane = np.zeros((n, 1, h, wd), np.float32)
+    one = {**a, "groups": 1, "input_shape": (n, 1, h, wd)}
+    for ch in range(c):
+        plane[...] = conv2d_grad_input_ref(gx[:, ch:ch + 1] if gx.shape == g.shape else g[:, ch:ch + 1],
+                                           w_real[ch:ch + 1], one)
+        gx[:, ch:ch + 1] = plane
+    return [gx, plane]
+
+
+def _dw_grad_input_infer(ts, a):
+    (gx,) = _grad_infer("input")(ts, a)
+    n, c, h, wd = gx.shape
+    if int(a["groups"]) != c or ts[1].shape[0] != c or ts[1].shape[1] != 1:
+        raise ValueError(f"qconv2d_dw_grad_input: expected a depthwise weight over {c} channels, got {ts[1]}")
+    return [gx, TensorType((n, 1, h, wd), "float32")]
+
+
 def _grad_weight_ref(xs, a):
     x, g = xs
     gw = conv2d_grad_weight_ref(x.astype(np.float32) - np.float32(a["x_zero"]), g, a)
@@ -141,8 +170,9 @@ def _grad_infer(kind):
 
 def _qgrad_cost(node):
     """As many MACs as the forward convolution (see conv._grad_cost)."""
-    g = node.inputs[0] if node.op == "qconv2d_grad_input" else node.inputs[1]
-    w_shape = node.inputs[1].shape if node.op == "qconv2d_grad_input" else node.attrs["weight_shape"]
+    grad_input = node.op in ("qconv2d_grad_input", "qconv2d_dw_grad_input")
+    g = node.inputs[0] if grad_input else node.inputs[1]
+    w_shape = node.inputs[1].shape if grad_input else node.attrs["weight_shape"]
     macs = g.type.numel * int(np.prod(w_shape[1:]))
     return Cost(macs, sum(v.type.nbytes for v in node.inputs + node.outputs))
 
@@ -150,6 +180,8 @@ def _qgrad_cost(node):
 register(OpDef("qconv2d", _qconv_infer, lambda xs, a: [qconv2d_ref(*xs, a)], _vjp_qconv, cost=_conv_cost,
                num_inputs=(3, 3)))
 register(OpDef("qconv2d_grad_input", _grad_infer("input"), _grad_input_ref, cost=_qgrad_cost, num_inputs=(2, 2)))
+register(OpDef("qconv2d_dw_grad_input", _dw_grad_input_infer, _dw_grad_input_ref, cost=_qgrad_cost,
+               num_inputs=(2, 2), inplace=((0, 0),)))
 register(OpDef("qconv2d_grad_weight", _grad_infer("weight"), _grad_weight_ref, cost=_qgrad_cost,
                num_inputs=(2, 2)))
 register(OpDef("qconv2d_grad_bias", _grad_infer("bias"), _grad_bias_ref,

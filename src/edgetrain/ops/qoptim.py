@@ -60,25 +60,52 @@ def _infer(ts, a):
     return [w] + list(ts[3:])
 
 
-def qsgd_ref(xs, a):
-    w, g, step = xs[:3]
-    sel = _selection(w.shape, a)
+def _scale(a, rows=None) -> np.ndarray:
+    """Per-row gradient factors: of the selected rows when the update selects dim 0."""
     scale = np.asarray(a["scale"], dtype=np.float32)
     if a.get("index") is not None and a["dim"] == 0:
         scale = scale[np.asarray(a["index"])]
-    scale = scale.reshape((-1,) + (1,) * (g.ndim - 1))
-    wsel = w[sel].astype(np.float32)
-    d = g * scale
+    return scale if rows is None else scale[rows]
+
+
+def _apply(wsel, g, m, u, scale, a):
+    """(new integer values, new momentum) of the elements `wsel` (as float32)."""
+    d = g * scale.reshape((-1,) + (1,) * (g.ndim - 1))
     if a["weight_decay"]:
         d = d + np.float32(a["weight_decay"]) * wsel
-    if len(xs) > 3:
-        d = np.float32(a["momentum"]) * xs[3] + d
+    if m is not None:
+        d = np.float32(a["momentum"]) * m + d
     v = wsel - np.float32(a["lr"]) * d
+    return np.clip(np.floor(v + u), a["qmin"], a["qmax"]), d.astype(np.float32)
+
+
+def qsgd_ref(xs, a):
+    w, g, step = xs[:3]
+    sel = _selection(w.shape, a)
     flat_index = np.arange(w.size, dtype=np.int64).reshape(w.shape)[sel]
     u = uniform_hash(a["seed"], a["param_id"], int(step), flat_index)
+    values, d = _apply(w[sel].astype(np.float32), g, xs[3] if len(xs) > 3 else None, u, _scale(a), a)
     w_new = w.copy()
-    w_new[sel] = np.clip(np.floor(v + u), a["qmin"], a["qmax"]).astype(w.dtype)
-    return [w_new] + ([d.astype(np.float32)] if len(xs) > 3 else [])
+    w_new[sel] = values.astype(w.dtype)
+    return [w_new] + ([d] if len(xs) > 3 else [])
+
+
+def qsgd_rows(w: np.ndarray, g_rows: np.ndarray, step: int, m_rows, a, lo: int, hi: int):
+    """Update, in place in `w`, the rows lo..hi-1 of the gradient `qsgd_update` would take
+    (positions along dim 0 of its `g`), given those rows `g_rows` (and of the momentum
+    buffer, `m_rows`): elementwise the same arithmetic as `qsgd_ref`. Returns the new
+    momentum rows (or None)."""
+    sel = _selection(w.shape, a)
+    flat_index = np.arange(w.size, dtype=np.int64).reshape(w.shape)[sel][lo:hi]
+    u = uniform_hash(a["seed"], a["param_id"], int(step), flat_index)
+    values, d = _apply(w[sel][lo:hi].astype(np.float32), g_rows, m_rows, u, _scale(a, slice(lo, hi)), a)
+    if a.get("index") is not None and a["dim"] == 0:
+        w[np.asarray(a["index"][lo:hi], dtype=np.int64)] = values.astype(w.dtype)
+    elif a.get("index") is not None:
+        w[lo:hi, np.asarray(a["index"], dtype=np.int64)] = values.astype(w.dtype)
+    else:
+        w[lo:hi] = values.astype(w.dtype)
+    return d if m_rows is not None else None
 
 
 register(OpDef("qsgd_update", _infer, qsgd_ref,

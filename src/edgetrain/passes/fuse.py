@@ -23,6 +23,9 @@ from ..ir import Graph, Node, new_value
 from ..memory.liveness import storage_roots
 from ..ops import get_op
 from ..ops.qfused import fuse_attrs
+from ..ops.qgradupdate import FUSED_OP as GRAD_UPDATE_OP
+from ..ops.qgradupdate import fusable
+from ..ops.qgradupdate import fuse_attrs as fuse_grad_update_attrs
 
 FUSED_OP = "qconv2d_pw_dw"
 
@@ -81,3 +84,35 @@ def fuse_pointwise_depthwise(g: Graph) -> Graph:
         return g
     nodes = [fused.get(id(n), n) for n in g.nodes if id(n) in fused or id(n) not in drop]
     return g.replace(nodes=tuple(nodes))
+
+
+def fuse_weight_grad_update(g: Graph) -> Graph:
+    """`g` with each int8 convolution's weight gradient that only its `qsgd_update` reads
+    fused with that update into `qconv2d_grad_weight_update` (ops/qgradupdate.py), placed
+    where the update was: the gradient is then computed and applied one output channel
+    at a time and never stored whole. The fused node reads the gradient's operands where
+    the update ran, after every node between the two, none of which overwrites them (only
+    updates write in place, and they write parameters)."""
+    readers = g.consumers()
+    outputs = set(g.outputs)
+    drop: set[int] = set()
+    fused: dict[int, Node] = {}
+    for n in g.nodes:
+        if n.op != "qconv2d_grad_weight":
+            continue
+        users = readers.get(n.out, [])
+        if n.out in outputs or len(users) != 1 or users[0].op != "qsgd_update" or users[0].inputs[1] is not n.out:
+            continue
+        u = users[0]
+        x, gy = n.inputs
+        if not fusable(n.attrs, x.shape[1]):
+            continue
+        w, _, step, *m = u.inputs
+        scratch = get_op(GRAD_UPDATE_OP).infer([v.type for v in (x, gy, w, step, *m)],
+                                               fuse_grad_update_attrs(n.attrs, u.attrs))[-1]
+        fused[id(u)] = Node(GRAD_UPDATE_OP, (x, gy, w, step, *m), (*u.outputs, new_value(scratch)),
+                            fuse_grad_update_attrs(n.attrs, u.attrs))
+        drop.add(id(n))
+    if not fused:
+        return g
+    return g.replace(nodes=tuple(fused.get(id(n), n) for n in g.nodes if id(n) not in drop))
