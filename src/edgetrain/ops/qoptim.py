@@ -90,24 +90,6 @@ def qsgd_ref(xs, a):
     return [w_new] + ([d] if len(xs) > 3 else [])
 
 
-def qsgd_rows(w: np.ndarray, g_rows: np.ndarray, step: int, m_rows, a, lo: int, hi: int):
-    """Update, in place in `w`, the rows lo..hi-1 of the gradient `qsgd_update` would take
-    (positions along dim 0 of its `g`), given those rows `g_rows` (and of the momentum
-    buffer, `m_rows`): elementwise the same arithmetic as `qsgd_ref`. Returns the new
-    momentum rows (or None)."""
-    sel = _selection(w.shape, a)
-    flat_index = np.arange(w.size, dtype=np.int64).reshape(w.shape)[sel][lo:hi]
-    u = uniform_hash(a["seed"], a["param_id"], int(step), flat_index)
-    values, d = _apply(w[sel][lo:hi].astype(np.float32), g_rows, m_rows, u, _scale(a, slice(lo, hi)), a)
-    if a.get("index") is not None and a["dim"] == 0:
-        w[np.asarray(a["index"][lo:hi], dtype=np.int64)] = values.astype(w.dtype)
-    elif a.get("index") is not None:
-        w[lo:hi, np.asarray(a["index"], dtype=np.int64)] = values.astype(w.dtype)
-    else:
-        w[lo:hi] = values.astype(w.dtype)
-    return d if m_rows is not None else None
-
-
 register(OpDef("qsgd_update", _infer, qsgd_ref,
                cost=lambda n: Cost(4 * n.inputs[1].type.numel, 3 * n.inputs[1].type.nbytes),
                shares=((0, 0), (1, 3)), mutates=True, num_inputs=(3, 4)))
