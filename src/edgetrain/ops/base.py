@@ -134,3 +134,15 @@ def norm_dim(d: int, rank: int) -> int:
     if not -rank <= d < max(rank, 1):
         raise ValueError(f"dim {d} out of range for rank {rank}")
     return d % max(rank, 1)
+
+
+def prefix_attrs(parts: Mapping[str, Mapping[str, Any]]) -> dict:
+    """A fused node's attributes: each part's under its prefix ({prefix: attrs}), so every
+    value stays a scalar or a tuple (the IR freezes lists only; a nested dict would stay
+    mutable) and prints one key at a time."""
+    return {prefix + k: v for prefix, attrs in parts.items() for k, v in attrs.items()}
+
+
+def unprefix_attrs(a: Mapping[str, Any], *prefixes: str) -> tuple[dict, ...]:
+    """The parts of `prefix_attrs`' result, one dict per prefix: its inverse."""
+    return tuple({k[len(p):]: v for k, v in a.items() if k.startswith(p)} for p in prefixes)

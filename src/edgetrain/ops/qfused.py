@@ -35,7 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, register
+from .base import Cost, OpDef, prefix_attrs, register, unprefix_attrs
 from .qconv import _qconv_infer, qconv2d_ref
 
 #: Channels of the expansion computed (and held in the scratch buffer) per step: one, as
@@ -50,14 +50,12 @@ PER_CHANNEL_KEYS = ("w_scales", "mult", "shift")
 
 def fuse_attrs(pw: Mapping[str, Any], dw: Mapping[str, Any]) -> dict:
     """The fused node's attributes from the pointwise and the depthwise qconv2d's."""
-    return {**{PW + k: v for k, v in pw.items()}, **{DW + k: v for k, v in dw.items()}}
+    return prefix_attrs({PW: pw, DW: dw})
 
 
 def split_attrs(a: Mapping[str, Any]) -> tuple[dict, dict]:
     """(pointwise attrs, depthwise attrs) of a fused node: the inverse of `fuse_attrs`."""
-    def part(prefix):
-        return {k[len(prefix):]: v for k, v in a.items() if k.startswith(prefix)}
-    return part(PW), part(DW)
+    return unprefix_attrs(a, PW, DW)
 
 
 def _channel_slice(a: Mapping[str, Any], lo: int, hi: int) -> dict:

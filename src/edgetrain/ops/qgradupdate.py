@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, get_op, register
+from .base import Cost, OpDef, get_op, prefix_attrs, register, unprefix_attrs
 from .qconv import _grad_weight_ref
 from .qoptim import qsgd_ref
 
@@ -35,13 +35,11 @@ GW, UP = "gw_", "up_"
 
 
 def fuse_attrs(gw: Mapping[str, Any], up: Mapping[str, Any]) -> dict:
-    return {**{GW + k: v for k, v in gw.items()}, **{UP + k: v for k, v in up.items()}}
+    return prefix_attrs({GW: gw, UP: up})
 
 
 def split_attrs(a: Mapping[str, Any]) -> tuple[dict, dict]:
-    def part(prefix):
-        return {k[len(prefix):]: v for k, v in a.items() if k.startswith(prefix)}
-    return part(GW), part(UP)
+    return unprefix_attrs(a, GW, UP)
 
 
 def fusable(gw_attrs: Mapping[str, Any], x_channels: int) -> bool:
