@@ -21,6 +21,9 @@ from .passes.updates import STEP, momentum_name
 from .program import Program
 from .quantize import SPEC_ATTR, dequantized_state, qas_scales, quantize_int8
 from .sparse import Full, UpdateScheme, find_layers, resolve_scheme
+from .sparse.auto import SEARCHES, CostCache, search_scheme
+from .sparse.contribution import ContributionError, as_table
+from .sparse.search import InfeasibleBudget
 
 BACKENDS = ("reference",)
 QUANTIZE = (None, "int8")
@@ -33,15 +36,24 @@ class BudgetError(ValueError):
 def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_entropy",
             update: Union[UpdateScheme, str] = Full(), quantize: Optional[str] = None,
             optimizer: SGD = SGD(lr=0.01), budget: Optional[Budget] = None,
-            backend: str = "reference", calibration: Optional[Iterable] = None) -> Program:
+            backend: str = "reference", calibration: Optional[Iterable] = None,
+            contributions=None, search: str = "exact") -> Program:
     """Compile `model` into a training program for inputs shaped like `example_inputs`.
 
     quantize="int8" trains the int8 model a microcontroller runs: batch norm folded, int8
     weights and activations, int32 biases, QAS when `optimizer.qas`. Its scales come from
     the published parameters of a pre-quantized model (`models.from_tiny_training`),
     otherwise from the ranges seen on `calibration` (an iterable of input batches, each an
-    array or a tuple of arrays; default: the example inputs)."""
-    _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend)
+    array or a tuple of arrays; default: the example inputs).
+
+    update="auto" searches the Sparse scheme with the largest summed gain in `contributions`
+    (a sparse.ContributionTable or the path of its JSON) whose peak fits `budget.sram`,
+    with the exact solver or the paper's evolutionary one (`search`); `prog.search` tells
+    how (sparse/auto.py)."""
+    _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend, contributions, search)
+    if isinstance(update, str):
+        return _compile_auto(model, tuple(example_inputs), loss, quantize, optimizer, budget, backend, calibration,
+                             contributions, search)
     stages: dict[str, Graph] = {}
 
     def stage(name: str, g: Graph) -> Graph:
@@ -101,7 +113,28 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
                    stages=stages, forward=forward, grad_graph=grads, train_graph=train, trainable=trainable,
                    layers=tuple(layers), memory=memory, loss=loss,
                    optimizer=optimizer, state_aliases=_state_aliases(model, set(cap.params) | set(cap.buffers)),
-                   export=export, quantize=quantize)
+                   export=export, quantize=quantize, scheme=update)
+
+
+def _compile_auto(model, example_inputs, loss, quantize, optimizer, budget, backend, calibration, contributions,
+                  search) -> Program:
+    table = as_table(contributions)
+    if table.meta.get("quantize", quantize) != quantize:
+        raise ContributionError(f"the contribution table was measured for quantize={table.meta['quantize']!r} "
+                                f"(its channel choice), not {quantize!r}")
+
+    def compile_scheme(scheme):
+        return compile(model, example_inputs, loss, scheme, quantize, optimizer, None, backend, calibration)
+
+    try:
+        prog, info = search_scheme(table, budget.sram, CostCache(compile_scheme), search, seed=optimizer.seed)
+    except InfeasibleBudget as err:
+        raise BudgetError(f"update='auto': {err}") from err
+    if budget.flash is not None and prog.memory.frozen_bytes > budget.flash:
+        raise BudgetError(f"read-only weights need {prog.memory.frozen_bytes:,} B of flash, over the budget "
+                          f"of {budget.flash:,} B")
+    prog.search = info
+    return prog
 
 
 def _state_aliases(model: torch.nn.Module, names: set[str]) -> dict[str, str]:
@@ -119,14 +152,16 @@ def _state_aliases(model: torch.nn.Module, names: set[str]) -> dict[str, str]:
     return out
 
 
-def _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend):
+def _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend, contributions=None,
+                search="exact"):
     if not isinstance(example_inputs, (tuple, list)) or not example_inputs:
         raise TypeError("example_inputs must be a non-empty tuple of arrays or tensors, e.g. (x,)")
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     if isinstance(update, str):
-        raise ValueError(f"update={update!r}: the budgeted sparse-update search is not available yet; "
-                         f"pass Full(), BiasOnly(), LastK(k) or Sparse(...)")
+        _check_auto(update, budget, contributions, search)
+    elif contributions is not None:
+        raise ValueError("contributions= is used only with update='auto'")
     if quantize not in QUANTIZE:
         raise ValueError(f"quantize={quantize!r}: use None (float32) or 'int8'")
     if not isinstance(optimizer, SGD):
@@ -135,3 +170,17 @@ def _check_args(example_inputs, loss, update, quantize, optimizer, budget, backe
         raise TypeError(f"budget must be edgetrain.Budget, got {type(budget).__name__}")
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}: available backends are {BACKENDS}")
+
+
+def _check_auto(update, budget, contributions, search):
+    if update != "auto":
+        raise ValueError(f"update={update!r}: pass 'auto', Full(), BiasOnly(), LastK(k) or Sparse(...)")
+    if not isinstance(budget, Budget) or budget.sram is None:
+        raise ValueError("update='auto' searches under a memory budget: pass budget=edgetrain.Budget(sram=...)")
+    if contributions is None:
+        raise ValueError("update='auto' maximises measured accuracy gains: pass contributions= a "
+                         "ContributionTable or the path of its JSON, made by "
+                         "edgetrain.sparse.analyze_contributions(model, (x, y), (x_test, y_test)).save(path) "
+                         "or by bench/contribution.py (docs/results/contrib-<model>.json)")
+    if search not in SEARCHES:
+        raise ValueError(f"search={search!r}: use one of {SEARCHES}")

@@ -42,7 +42,8 @@ class Program:
                  forward: Graph, grad_graph: Graph, train_graph: Graph,
                  trainable: Mapping[str, Optional[ChannelSelect]], layers: tuple, memory: MemoryReport, loss: str,
                  optimizer, state_aliases: Mapping[str, str], export=None, quantize: Optional[str] = None,
-                 graph_inputs: Optional[tuple[str, ...]] = None, input_transform: Optional[Graph] = None):
+                 graph_inputs: Optional[tuple[str, ...]] = None, input_transform: Optional[Graph] = None,
+                 scheme=None):
         self.stages = stages
         self.forward_graph, self.grad_graph, self.train_graph = forward, grad_graph, train_graph
         self.trainable = dict(trainable)
@@ -56,6 +57,8 @@ class Program:
         self.graph_inputs = tuple(graph_inputs) if graph_inputs is not None else self.inputs
         self.input_transform = input_transform
         self.quantize = quantize
+        self.scheme = scheme  # the update scheme it trains (for update="auto": the one chosen)
+        self.search = None  # for update="auto": how the scheme was chosen (sparse.auto.SearchInfo)
         self.steps = 0
         self.state: dict[str, np.ndarray] = {k: np.array(v, copy=True) for k, v in state.items()}
         self._export = export

@@ -191,7 +191,7 @@ def test_budget_too_small_names_smallest_fit(model):
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(loss="hinge"), "loss must be one of"),
-    (dict(update="auto"), "not available yet"),
+    (dict(update="auto"), r"budget=edgetrain.Budget\(sram=...\)"),
     (dict(update=et.Sparse(weights={99: 0.5})), "out of range"),
     (dict(backend="tvm"), "available backends"),
     (dict(optimizer="sgd"), "edgetrain.SGD"),

@@ -1,0 +1,56 @@
+"""A small network built like the paper's MCU models (batch norm already folded: convs with
+bias, ReLU6, an inverted-residual block), and a learnable synthetic task for it."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+CLASSES = 4
+SIZE = 16
+
+
+class Block(nn.Module):
+    def __init__(self, c: int, expand: int):
+        super().__init__()
+        self.pointwise1 = nn.Conv2d(c, c * expand, 1)
+        self.depthwise = nn.Conv2d(c * expand, c * expand, 3, 1, 1, groups=c * expand)
+        self.pointwise2 = nn.Conv2d(c * expand, c, 1)
+
+    def forward(self, x):
+        y = torch.clamp(self.pointwise1(x), 0, 6)
+        y = torch.clamp(self.depthwise(y), 0, 6)
+        return x + self.pointwise2(y)
+
+
+class TinyNet(nn.Module):
+    """Sparse layers: 0 stem, 1-3 block1, 4-6 block2, 7 head; then the classifier."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.stem = nn.Conv2d(3, 8, 3, 2, 1)
+        self.block1 = Block(8, 2)
+        self.block2 = Block(8, 2)
+        self.head = nn.Conv2d(8, 16, 1)
+        self.classifier = nn.Linear(16, CLASSES)
+
+    def forward(self, x):
+        x = self.block2(self.block1(torch.clamp(self.stem(x), 0, 6)))
+        return self.classifier(torch.clamp(self.head(x), 0, 6).mean((2, 3)))
+
+
+def tiny_net(seed: int = 0) -> TinyNet:
+    return TinyNet(seed).eval()
+
+
+def task(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Images (n, 3, SIZE, SIZE) whose label is the brightest of four quadrants."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, CLASSES, n)
+    x = rng.normal(0, 1, (n, 3, SIZE, SIZE)).astype(np.float32)
+    h = SIZE // 2
+    for i, label in enumerate(y):
+        r, c = divmod(int(label), 2)
+        x[i, :, r * h:(r + 1) * h, c * h:(c + 1) * h] += 1.0
+    return x, y.astype(np.int64)
