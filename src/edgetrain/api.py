@@ -25,7 +25,7 @@ from .sparse.auto import SEARCHES, CostCache, search_scheme
 from .sparse.contribution import ContributionError, as_table
 from .sparse.search import InfeasibleBudget
 
-BACKENDS = ("reference",)
+BACKENDS = ("reference", "c")
 QUANTIZE = (None, "int8")
 
 
@@ -109,11 +109,21 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     if budget is not None and budget.flash is not None and memory.frozen_bytes > budget.flash:
         raise BudgetError(f"read-only weights need {memory.frozen_bytes:,} B of flash, over the budget "
                           f"of {budget.flash:,} B")
-    return Program(inputs=cap.inputs, graph_inputs=data_inputs, input_transform=transform, state=state,
+    prog = Program(inputs=cap.inputs, graph_inputs=data_inputs, input_transform=transform, state=state,
                    stages=stages, forward=forward, grad_graph=grads, train_graph=train, trainable=trainable,
                    layers=tuple(layers), memory=memory, loss=loss,
                    optimizer=optimizer, state_aliases=_state_aliases(model, set(cap.params) | set(cap.buffers)),
                    export=export, quantize=quantize, scheme=update)
+    return _on_backend(prog, backend)
+
+
+def _on_backend(prog: Program, backend: str) -> Program:
+    """The program run by `backend` (the reference Program, or the C backend's CProgram)."""
+    if backend == "c":
+        from .backends.c.host import to_c_program
+
+        return to_c_program(prog)
+    return prog
 
 
 def _compile_auto(model, example_inputs, loss, quantize, optimizer, budget, backend, calibration, contributions,
@@ -124,7 +134,7 @@ def _compile_auto(model, example_inputs, loss, quantize, optimizer, budget, back
                                 f"(its channel choice), not {quantize!r}")
 
     def compile_scheme(scheme):
-        return compile(model, example_inputs, loss, scheme, quantize, optimizer, None, backend, calibration)
+        return compile(model, example_inputs, loss, scheme, quantize, optimizer, None, "reference", calibration)
 
     try:
         prog, info = search_scheme(table, budget.sram, CostCache(compile_scheme), search, seed=optimizer.seed)
@@ -133,6 +143,7 @@ def _compile_auto(model, example_inputs, loss, quantize, optimizer, budget, back
     if budget.flash is not None and prog.memory.frozen_bytes > budget.flash:
         raise BudgetError(f"read-only weights need {prog.memory.frozen_bytes:,} B of flash, over the budget "
                           f"of {budget.flash:,} B")
+    prog = _on_backend(prog, backend)
     prog.search = info
     return prog
 

@@ -157,6 +157,13 @@ class Program:
             outs.append(run_graph(g, feeds)[0]["output"])
         return np.concatenate(outs)[:n]
 
+    def emit_c(self, out_dir, target: str = "host", samples=(), embed_weights=None):
+        """Write this program as a C project (backends/c: host library or Cortex-M firmware)
+        into `out_dir`; returns its path."""
+        from .backends.c import emit_c
+
+        return emit_c(self, out_dir, target=target, samples=samples, embed_weights=embed_weights)
+
     # --- weights out -------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """The current weights as torch tensors under the original model's state_dict keys.

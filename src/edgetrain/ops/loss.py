@@ -5,8 +5,9 @@ import numpy as np
 
 from ..ir import TensorType
 from .base import OpDef, register
+from .detmath import exp_like_c
 from .embedding import INDEX_DTYPES
-from .softmax import _log_softmax, _softmax
+from .softmax import _log_softmax
 
 
 def _ce_infer(ts, a):
@@ -23,10 +24,20 @@ def _ce_ref(xs, a):
 
 
 def _ce_grad_ref(xs, a):
+    """(softmax - one_hot) * g / N. Computed in float64 with the C runtime's exp, the max
+    subtracted first, the row sum in class order, rounded once to the logits' dtype: the
+    generated C computes exactly this, so an int8 program's gradients (rounded
+    stochastically into its integers) are bit-identical in C and here."""
     g, logits, labels = xs
-    p = _softmax(logits, 1)
-    p[np.arange(len(labels)), labels] -= 1.0
-    return [(p * (g / len(labels))).astype(logits.dtype)]
+    n, c = logits.shape
+    x = logits.astype(np.float64)
+    e = exp_like_c(x - logits.max(axis=1).astype(np.float64)[:, None])
+    s = np.zeros(n)
+    for k in range(c):  # sequential, as the C loop
+        s = s + e[:, k]
+    p = e / s[:, None]
+    p[np.arange(n), labels] -= 1.0
+    return [(p * (float(g) / n)).astype(logits.dtype)]
 
 
 def _mse_infer(ts, a):

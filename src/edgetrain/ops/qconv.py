@@ -20,8 +20,8 @@ import numpy as np
 
 from ..ir import TensorType
 from .base import Cost, OpDef, register
-from .conv import (CONV_KEYS, _conv_cost, _is_depthwise, conv2d_grad_input_ref,
-                   conv2d_grad_weight_ref, conv2d_ref, conv_out_hw)
+from .conv import (CONV_KEYS, _conv_cost, _geometry, _im2col, _is_depthwise, _pad, conv2d_grad_input_ref,
+                   conv2d_ref, conv_out_hw)
 from .fixed_point import INT8_MAX, INT8_MIN, multiply_by_quantized_multiplier, saturate_int32
 from .qelementwise import emit_mask_grad
 
@@ -117,8 +117,53 @@ def _weight_grad(e, x, w, g, a, geo, select):
                      f"and depthwise (dim 0) convolutions, not groups={geo['groups']}")
 
 
+# --- The float32 backward in one summation order -------------------------------------------
+# An int8 program's integers after an update depend on the last bit of its float32
+# gradients (stochastic rounding), so every backend must add the same terms in the same
+# order. The references below fix that order (backends/c/runtime/et_int8.h follows it):
+# - an input-gradient element adds its terms w_real[o, c, i, j] * g[n, o, ho, wo] in
+#   (o, i, j) order, starting from 0;
+# - a weight-gradient element adds g[n, o, ho, wo] * (x - x_zero)[n, c, tap] and a bias
+#   gradient g[n, o, h, w] sequentially over (n, ho, wo), then multiplies by its scale.
+# Sequential sums are np.cumsum (a running float32 sum, element by element) over the
+# product terms; a padded tap adds an exact zero, which changes no sum.
+
+#: product terms materialised at once by the vectorised sums (16 MB of float32)
+SUM_BLOCK = 1 << 22
+
+
+def sequential_sum(terms: np.ndarray) -> np.ndarray:
+    """Left-to-right float32 sum over the last axis (0 for no terms)."""
+    if terms.shape[-1] == 0:
+        return np.zeros(terms.shape[:-1], np.float32)
+    return np.cumsum(terms, axis=-1, dtype=np.float32)[..., -1]
+
+
+def _blocks(total: int, per_item: int):
+    step = max(1, SUM_BLOCK // max(per_item, 1))
+    return [(lo, min(lo + step, total)) for lo in range(0, total, step)]
+
+
 def _grad_input_ref(xs, a):
-    return [conv2d_grad_input_ref(xs[0], _real_weight(xs[1], a), a)]
+    """d loss / d x: each element sums w_real * g over (o, i, j) in that order."""
+    g, w = xs
+    wr = _real_weight(w, a)
+    s, p, d, groups = _geometry(a)
+    n, c, h, wd = a["input_shape"]
+    o, cg, kh, kw = w.shape
+    if _is_depthwise(c, o, groups):  # one term per tap: the (i, j) loop below is the order
+        return [conv2d_grad_input_ref(g, wr, a)]
+    ho, wo = g.shape[2:]
+    opg = o // groups
+    gxp = np.zeros((n, c, h + 2 * p[0], wd + 2 * p[1]), np.float32)
+    for oc in range(o):
+        c0 = (oc // opg) * cg
+        for i in range(kh):
+            for j in range(kw):
+                tap = (slice(None), slice(c0, c0 + cg), slice(i * d[0], i * d[0] + s[0] * (ho - 1) + 1, s[0]),
+                       slice(j * d[1], j * d[1] + s[1] * (wo - 1) + 1, s[1]))
+                gxp[tap] += wr[None, oc, :, i, j, None, None] * g[:, oc:oc + 1]
+    return [gxp[:, :, p[0]:p[0] + h, p[1]:p[1] + wd]]
 
 
 def _dw_grad_input_ref(xs, a):
@@ -141,13 +186,36 @@ def _dw_grad_input_infer(ts, a):
 
 
 def _grad_weight_ref(xs, a):
+    """d loss / d w_int: scales[o] * (sum over (n, ho, wo), in that order, of g * (x - x_zero))."""
     x, g = xs
-    gw = conv2d_grad_weight_ref(x.astype(np.float32) - np.float32(a["x_zero"]), g, a)
+    s, p, d, groups = _geometry(a)
+    o, cg, kh, kw = a["weight_shape"]
+    n, c = x.shape[:2]
+    ho, wo = g.shape[2:]
+    r = n * ho * wo
+    xc = _pad(x.astype(np.float32) - np.float32(a["x_zero"]), p)
+    cols = _im2col(xc, kh, kw, s, d, ho, wo).transpose(1, 2, 3, 0, 4, 5).reshape(c, kh * kw, r)  # terms last
+    gr = g.transpose(1, 0, 2, 3).reshape(o, r)
+    opg = o // groups
+    gw = np.empty((o, cg, kh * kw), np.float32)
+    if cg == 1 and opg == 1:  # depthwise-like: output channel k reads input channel k
+        for lo, hi in _blocks(o, kh * kw * r):
+            gw[lo:hi, 0] = sequential_sum(gr[lo:hi, None, :] * cols[lo:hi])
+    else:
+        for oc_lo, oc_hi in _blocks(o, cg * kh * kw * r):
+            for grp in range(oc_lo // opg, (oc_hi - 1) // opg + 1):
+                lo, hi = max(oc_lo, grp * opg), min(oc_hi, (grp + 1) * opg)
+                xg = cols[grp * cg:(grp + 1) * cg]
+                gw[lo:hi] = sequential_sum(gr[lo:hi, None, None, :] * xg[None])
+    gw = gw.reshape(o, cg, kh, kw)
     return [gw * np.asarray(a["scales"], dtype=np.float32).reshape(-1, 1, 1, 1)]
 
 
 def _grad_bias_ref(xs, a):
-    return [xs[0].sum(axis=(0, 2, 3), dtype=np.float32) * np.asarray(a["scales"], dtype=np.float32)]
+    """scales[o] * (sum over (n, h, w), in that order, of g)."""
+    g = xs[0]
+    total = sequential_sum(g.transpose(1, 0, 2, 3).reshape(g.shape[1], -1))
+    return [total * np.asarray(a["scales"], dtype=np.float32)]
 
 
 def _grad_infer(kind):

@@ -1,0 +1,153 @@
+"""The paper's three int8 models as Cortex-M firmware: flash, SRAM, measured stack and
+instructions per training step under QEMU, beside the paper's figures.
+
+    PYTHONPATH=src python bench/mcu_size.py [--models mbv2-w0.35 ...] [--scheme 49kb]
+        [--target cortex-m7] [--steps 2] [--no-run] [--no-icount] [--check-host] [--out DIR]
+
+For each model: `from_tiny_training(..., num_classes=10)` at 128x128, compiled with
+quantize="int8", the paper's sparse update scheme (default "49kb" of
+../shared/assets/tiny-training/schemes.json) and SGD(lr=0.01); `emit_c(target=...)` writes a
+firmware project that trains on `--steps` embedded samples (seeded random images and labels),
+`make` links it into the 1 MiB flash / 256 KiB SRAM regions (a program that does not fit fails
+to link: reported as such), and QEMU (mps2-an500 for the Cortex-M7) runs it: the losses, the
+stack high-water mark (stack painting) and, with a TCG plugin, the guest instructions of each
+step. QEMU has no timing model: instructions are not cycles; at 216 MHz and an assumed 1
+instruction per cycle, the time per step is instructions / 216e6 s (a lower bound on the real
+time: loads, multi-cycle multiplies and flash wait states add cycles).
+
+--check-host also builds the host C program (`emit_c(target="host")`) and checks that its loss
+lines equal the firmware's, as text.
+
+Columns (KB = 1024 B): flash = code + read-only data (frozen weights, samples) + .data image;
+SRAM = .data + .bss (arena, trained weights) + heap and stack reserves; stack = measured
+high-water mark; prog.memory peak = the compiler's planned peak (arena + trained weights).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import edgetrain as et
+from edgetrain.backends.c import cortexm, emit_c
+from edgetrain.data.assets import default_assets_dir
+from edgetrain.models import from_tiny_training
+
+RES, KB = 128, 1024
+MODELS = ("mbv2-w0.35", "proxyless-w0.3", "mcunet-5fps")
+PAPER_MHZ = 216  # the paper's STM32F746 (Cortex-M7)
+
+
+def scheme_of(table: dict, model: str, label: str):
+    s = table["schemes"][model][label]
+    return et.Sparse(bias_last=s["bias_last"], weights={int(k): v for k, v in s["weights"].items() if v})
+
+
+def samples(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((1, 3, RES, RES)).astype(np.float32), np.array([int(rng.integers(10))]))
+            for _ in range(n)]
+
+
+def host_lines(prog, data, out: Path) -> list[str]:
+    emit_c(prog, out, "host", data)
+    r = subprocess.run("make -s main && ./main", shell=True, cwd=out, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"host build failed: {r.stderr[-2000:]}")
+    return [l for l in r.stdout.splitlines() if l.startswith("step ")]
+
+
+def measure(model: str, args, table: dict) -> dict:
+    path = default_assets_dir() / "tiny-training" / f"{model}.pkl"
+    t0 = time.time()
+    prog = et.compile(from_tiny_training(path, num_classes=10), (torch.zeros(1, 3, RES, RES),),
+                      update=scheme_of(table, model, args.scheme), quantize="int8", optimizer=et.SGD(lr=0.01))
+    row = {"model": model, "scheme": args.scheme, "target": args.target,
+           "planned_peak_kb": prog.memory.peak_bytes / KB, "planned_flash_kb": prog.memory.flash_bytes / KB,
+           "compile_s": time.time() - t0,
+           "paper_peak_kb": table["paper_peak_kb_sparse_reorder"][model],
+           "paper_ms_per_image": table["paper_latency_ms_per_image_stm32f746"][model]}
+    data = samples(args.steps)
+    d = Path(args.out) / f"{model}-{args.target}"
+    emit_c(prog, d, args.target, data)
+    try:
+        elf = cortexm.build(d, jobs=2)
+    except cortexm.CortexMError as e:
+        row["link_error"] = str(e).strip().splitlines()[-3:]
+        return row
+    run = None
+    if not args.no_run:
+        t0 = time.time()
+        run = cortexm.run_qemu(d, args.target, icount=not args.no_icount)
+        row.update(qemu_s=time.time() - t0, exit_code=run.exit_code, steps=list(run.step_lines))
+        if run.instructions_per_step:
+            row["instructions_per_step"] = list(run.instructions_per_step)
+            row["ms_at_216mhz_1ipc"] = 1e3 * float(np.mean(run.instructions_per_step)) / (PAPER_MHZ * 1e6)
+    size = cortexm.firmware_size(elf, run)
+    row.update(flash_kb=size.flash / KB, sram_kb=size.sram / KB, sram_used_kb=size.sram_used / KB,
+               text_kb=size.text / KB, rodata_kb=size.rodata / KB, data_kb=size.data / KB, bss_kb=size.bss / KB,
+               stack_reserve_kb=size.stack_reserve / KB, heap_reserve_kb=size.heap_reserve / KB,
+               stack_high_water_b=size.stack_high_water)
+    if args.check_host and run is not None:
+        host = host_lines(prog, data, Path(args.out) / f"{model}-host")
+        row["host_lines_equal"] = host == list(run.step_lines)
+    return row
+
+
+def show(r: dict) -> None:
+    print(f"\n{r['model']} ({r['scheme']} scheme, {r['target']}): prog.memory peak {r['planned_peak_kb']:.1f} KB, "
+          f"frozen weights {r['planned_flash_kb']:.1f} KB; paper: {r['paper_peak_kb']} KB peak, "
+          f"{r['paper_ms_per_image']} ms/image at {PAPER_MHZ} MHz")
+    if "link_error" in r:
+        print("  does not link:", " | ".join(r["link_error"]))
+        return
+    print(f"  flash {r['flash_kb']:.1f} KB (text {r['text_kb']:.1f}, rodata {r['rodata_kb']:.1f}, data {r['data_kb']:.1f})"
+          f"; SRAM {r['sram_kb']:.1f} KB (data {r['data_kb']:.1f}, bss {r['bss_kb']:.1f}, heap {r['heap_reserve_kb']:.1f}, "
+          f"stack reserve {r['stack_reserve_kb']:.1f})")
+    if "exit_code" in r:
+        print(f"  QEMU: exit {r['exit_code']} in {r['qemu_s']:.0f} s; stack high water {r['stack_high_water_b']} B; "
+              f"SRAM with the measured stack {r['sram_used_kb']:.1f} KB")
+        for l in r["steps"]:
+            print("   ", l)
+    if "instructions_per_step" in r:
+        print(f"  instructions per step: {r['instructions_per_step']} -> {r['ms_at_216mhz_1ipc']:.0f} ms at "
+              f"{PAPER_MHZ} MHz and 1 instruction/cycle (paper: {r['paper_ms_per_image']} ms)")
+    if "host_lines_equal" in r:
+        print(f"  host C losses equal to the firmware's as text: {r['host_lines_equal']}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--scheme", default="49kb")
+    ap.add_argument("--target", default="cortex-m7", choices=sorted(cortexm.TARGETS))
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--no-run", action="store_true")
+    ap.add_argument("--no-icount", action="store_true")
+    ap.add_argument("--check-host", action="store_true")
+    ap.add_argument("--out", default="/tmp/edgetrain-mcu")
+    ap.add_argument("--json", help="also write the rows here")
+    args = ap.parse_args(argv)
+    if cortexm.missing_tools():
+        print("missing tools:", ", ".join(cortexm.missing_tools()), file=sys.stderr)
+        return 2
+    table = json.loads((default_assets_dir() / "tiny-training" / "schemes.json").read_text())
+    rows = []
+    for m in args.models:
+        r = measure(m, args, table)
+        show(r)
+        sys.stdout.flush()
+        rows.append(r)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,422 @@
+"""Cortex-M firmware projects for emitted training programs.
+
+`write_project(out_dir, target, samples)` adds to a directory holding an emitted program
+(model.c / model.h and their runtime headers) what makes it a bare-metal firmware for a
+Cortex-M4 or Cortex-M7: startup code (vector table, .data/.bss set-up, FPU on, stack painting),
+a linker script with a 1 MiB flash and a 256 KiB SRAM region (a program that does not fit
+fails to link), semihosting output and exit, a main.c that trains on the samples embedded in
+flash and prints `step <i> loss <value>` per step, and a Makefile (`make`, `make run`,
+`make size`). `build` runs make, `run_qemu` runs the firmware on QEMU's MPS2 board of the
+target (optionally counting instructions per step with a small TCG plugin), `firmware_size`
+reports flash and SRAM from the ELF's sections.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .layout import CBackendError
+
+RUNTIME_DIR = Path(__file__).parent / "runtime" / "cortexm"
+# Copied verbatim into the project (main.c includes model.h and the generated samples.h).
+RUNTIME_FILES = ("startup.c", "main.c", "semihost.c", "semihost.h", "cortexm.h", "Makefile")
+GENERATED_FILES = ("link.ld", "config.mk", "samples.h", "samples.c")
+
+# Both QEMU boards (mps2-an386, mps2-an500) have 4 MiB of RAM at each of these addresses
+# (ZBT SSRAM1 at 0, ZBT SSRAM2/3 at 0x20000000); the regions are cut to the device budget.
+FLASH_ORIGIN = 0x0000_0000
+RAM_ORIGIN = 0x2000_0000
+FLASH_BYTES = 1024 * 1024  # the paper's STM32F746: 1 MB flash
+SRAM_BYTES = 256 * 1024  # ... and 320 KB SRAM, of which the paper budgets 256 KB
+# Stack reserve: the kernels are loops over compile-time shapes with a few scalars; main's
+# line buffer and newlib's snprintf (about 1.5 KB for %g) are the deepest users.
+DEFAULT_STACK_BYTES = 8 * 1024
+# Heap reserve for newlib: snprintf's number conversion (dtoa) allocates its bignums.
+DEFAULT_HEAP_BYTES = 4 * 1024
+DEFAULT_OPT = "-O2"
+QEMU_TIMEOUT_S = 600.0
+ICOUNT_MARKER = "et_icount_mark"
+
+C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.int64): "int64_t",
+           np.dtype(np.int32): "int32_t", np.dtype(np.int8): "int8_t", np.dtype(np.uint8): "uint8_t",
+           np.dtype(np.bool_): "uint8_t"}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    cpu: str  # -mcpu
+    fpu: str  # -mfpu (single precision, hard float ABI)
+    machine: str  # qemu-system-arm -M
+
+
+TARGETS = {
+    "cortex-m4": Target("cortex-m4", "cortex-m4", "fpv4-sp-d16", "mps2-an386"),
+    # fpv5-sp-d16: the single-precision FPU of the paper's STM32F746 (QEMU's M7 has the
+    # double-precision one, a superset).
+    "cortex-m7": Target("cortex-m7", "cortex-m7", "fpv5-sp-d16", "mps2-an500"),
+}
+
+
+class CortexMError(CBackendError):
+    """A firmware project could not be written, built or run."""
+
+
+def get_target(target: str) -> Target:
+    try:
+        return TARGETS[target]
+    except KeyError:
+        raise CortexMError(f"unknown Cortex-M target {target!r}; expected one of {sorted(TARGETS)}") from None
+
+
+# --- tools -----------------------------------------------------------------------------------
+TOOLS = ("arm-none-eabi-gcc", "arm-none-eabi-size", "arm-none-eabi-readelf", "arm-none-eabi-nm",
+         "qemu-system-arm", "make")
+
+
+def missing_tools() -> list[str]:
+    """The tools building and running a firmware needs that are not on PATH (Debian:
+    gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm make)."""
+    return [t for t in TOOLS if shutil.which(t) is None]
+
+
+# --- samples ---------------------------------------------------------------------------------
+def format_step_line(step: int, loss: float) -> str:
+    """The line the firmware (and the host driver) prints after a step: `step` is the number
+    of steps done (1 after the first); the loss is C's "%.9g" of the float32 value, which
+    round-trips (Python's %-formatting of the same double gives the same text)."""
+    return "step %d loss %.9g" % (step, float(np.float32(loss)))
+
+
+def prepare_samples(prog, samples: Sequence) -> tuple[np.ndarray, np.ndarray]:
+    """The (inputs, labels) arrays, one row per training step, that the firmware embeds for
+    `prog`: each (x, y) as `prog.step` feeds it (int8 programs: the int8 sample after
+    `prog.input_transform`; labels in the dtype of the train graph's label input)."""
+    if len(prog.inputs) != 1:
+        raise CortexMError(f"the firmware drives models with one input; this one takes {len(prog.inputs)}")
+    g = prog.train_graph
+    xs, ys = [], []
+    for x, y in samples:
+        xs.append(np.ascontiguousarray(prog._data_feeds(g, x)[prog.graph_inputs[0]]))
+        ys.append(np.ascontiguousarray(prog._label_feed(g, y)))
+    if not xs:
+        raise CortexMError("the firmware needs at least one training sample")
+    return np.stack(xs), np.stack(ys)
+
+
+def _c_literal(v, dtype: np.dtype) -> str:
+    if dtype.kind == "f":
+        f = float(v)
+        if not np.isfinite(f):
+            raise CortexMError(f"a sample holds the non-finite value {f}")
+        text = "%.9g" % f if dtype.itemsize == 4 else repr(f)  # both round-trip
+        if not any(c in text for c in ".e"):
+            text += ".0"  # "2f" is not a C literal
+        return text + ("f" if dtype.itemsize == 4 else "")
+    return str(int(v)) + ("LL" if dtype.itemsize == 8 else "")
+
+
+def _c_array(name: str, a: np.ndarray, per_line: int = 12) -> str:
+    dtype = a.dtype
+    flat = a.reshape(-1)
+    items = [_c_literal(v, dtype) for v in flat]
+    rows = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
+    body = ",\n    ".join(rows)
+    return f"const {C_TYPES[dtype]} {name}[{len(items)}] __attribute__((aligned(8))) = {{\n    {body}\n}};\n"
+
+
+def _samples_sources(inputs: np.ndarray, labels: np.ndarray) -> tuple[str, str]:
+    if inputs.shape[0] != labels.shape[0]:
+        raise CortexMError(f"{inputs.shape[0]} inputs but {labels.shape[0]} labels")
+    n = inputs.shape[0]
+    for what, a in (("input", inputs), ("label", labels)):
+        if a.dtype not in C_TYPES:
+            raise CortexMError(f"sample {what}s of dtype {a.dtype} are not supported")
+    x_elems = int(np.prod(inputs.shape[1:], dtype=np.int64))
+    y_elems = int(np.prod(labels.shape[1:], dtype=np.int64))
+    xt, yt = C_TYPES[inputs.dtype], C_TYPES[labels.dtype]
+    header = f"""/* Training samples embedded in flash (generated by edgetrain.backends.c.cortexm). */
+#ifndef ET_SAMPLES_H
+#define ET_SAMPLES_H
+#include <stdint.h>
+#include "model.h"
+
+#define ET_NUM_SAMPLES {n}
+#define ET_SAMPLE_INPUT_ELEMS {x_elems}
+#define ET_SAMPLE_LABEL_ELEMS {y_elems}
+extern const {xt} et_sample_input[{n * x_elems}];
+extern const {yt} et_sample_label[{n * y_elems}];
+
+_Static_assert(sizeof({xt}) * ET_SAMPLE_INPUT_ELEMS == ET_INPUT_BYTES,
+               "the embedded samples do not match the model's input size");
+#ifdef ET_LABEL_BYTES
+_Static_assert(sizeof({yt}) * ET_SAMPLE_LABEL_ELEMS == ET_LABEL_BYTES,
+               "the embedded labels do not match the model's label size");
+#endif
+#endif
+"""
+    source = ('/* Training samples (generated by edgetrain.backends.c.cortexm). */\n#include "samples.h"\n\n'
+              + _c_array("et_sample_input", np.ascontiguousarray(inputs))
+              + "\n" + _c_array("et_sample_label", np.ascontiguousarray(labels)))
+    return header, source
+
+
+# --- project ---------------------------------------------------------------------------------
+def emit_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = (), **project) -> Path:
+    """A firmware project for `prog` in out_dir: the emitted model.c / model.h / runtime
+    headers with the initial weights compiled in (frozen ones `const`: flash), and the
+    firmware files of `write_project` training on `samples` ((x, y) pairs as for
+    `prog.step`). `make` builds firmware.elf, `make run` runs it on QEMU."""
+    from .emit import emit_sources
+
+    get_target(target)
+    inputs, labels = prepare_samples(prog, samples)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    # The firmware runs the train graph only: where the emitter can leave out the predict and
+    # gradient graphs, the arena is the train graph's plan (at 128x128 the predict graph,
+    # planned without row streaming, alone needs about 240 KB).
+    kw = {"graphs": ("train",)} if "graphs" in inspect.signature(emit_sources).parameters else {}
+    for name, text in emit_sources(prog, embed_weights=True, **kw).items():
+        (out / name).write_text(text)
+    return write_project(out, target, (inputs, labels), **project)
+
+
+
+def write_project(out_dir, target: str = "cortex-m4", samples=None, *, stack_bytes: int = DEFAULT_STACK_BYTES,
+                  heap_bytes: int = DEFAULT_HEAP_BYTES, opt: str = DEFAULT_OPT,
+                  flash_bytes: int = FLASH_BYTES, sram_bytes: int = SRAM_BYTES) -> Path:
+    """Writes the firmware files into `out_dir` (which holds, or will hold, the emitted
+    model.c/model.h). `samples`: a tuple (inputs, labels) of two arrays with one row per
+    step (what `prepare_samples` returns), or a list of (x, y) array pairs already in the
+    program's dtypes. Returns out_dir."""
+    t = get_target(target)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if samples is None:
+        raise CortexMError("the firmware needs training samples to embed")
+    if isinstance(samples, tuple) and len(samples) == 2 and all(isinstance(a, np.ndarray) for a in samples):
+        inputs, labels = samples  # (inputs, labels) with a leading step axis: prepare_samples' form
+    else:
+        pairs = list(samples)
+        if not pairs:
+            raise CortexMError("the firmware needs at least one training sample")
+        inputs = np.stack([np.asarray(x) for x, _ in pairs])
+        labels = np.stack([np.asarray(y) for _, y in pairs])
+    for name in RUNTIME_FILES:
+        shutil.copyfile(RUNTIME_DIR / name, out / name)
+    ld = Template((RUNTIME_DIR / "link.ld.in").read_text()).substitute(
+        flash_origin=f"0x{FLASH_ORIGIN:08X}", flash_bytes=str(flash_bytes),
+        ram_origin=f"0x{RAM_ORIGIN:08X}", ram_bytes=str(sram_bytes),
+        stack_bytes=str(stack_bytes), heap_bytes=str(heap_bytes))
+    (out / "link.ld").write_text(ld)
+    (out / "config.mk").write_text(
+        f"# generated by edgetrain.backends.c.cortexm for {t.name}\n"
+        f"CPU = {t.cpu}\nFPU = {t.fpu}\nMACHINE = {t.machine}\nOPT = {opt}\n")
+    header, source = _samples_sources(inputs, labels)
+    (out / "samples.h").write_text(header)
+    (out / "samples.c").write_text(source)
+    return out
+
+
+def build(out_dir, jobs: int = 1, extra_cflags: Sequence[str] = ()) -> Path:
+    """`make` in out_dir; returns firmware.elf. A program that does not fit the flash or SRAM
+    region fails here (the linker's message, "region `RAM' overflowed by ...", is in the
+    error)."""
+    missing = [t for t in ("arm-none-eabi-gcc", "make") if shutil.which(t) is None]
+    if missing:
+        raise CortexMError(f"cannot build the firmware: {', '.join(missing)} not found "
+                           "(Debian: apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi make)")
+    out = Path(out_dir)
+    cmd = ["make", "-C", str(out), f"-j{jobs}", "firmware.elf"]
+    if extra_cflags:
+        cmd.append("EXTRA_CFLAGS=" + " ".join(extra_cflags))
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise CortexMError(f"firmware build failed in {out}:\n{r.stdout[-4000:]}{r.stderr[-8000:]}")
+    return out / "firmware.elf"
+
+
+# --- running ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QemuRun:
+    exit_code: int
+    lines: tuple[str, ...]  # the firmware's output lines
+    losses: tuple[float, ...]  # from the `step <i> loss <v>` lines
+    stack_high_water: Optional[int]  # bytes, measured by stack painting
+    stack_reserve: Optional[int]
+    instructions_per_step: Optional[tuple[int, ...]]  # guest instructions of each step (icount=True)
+    instructions_total: Optional[int]  # from reset to the end of the last step (icount=True)
+    # (counts are per translation block entered: a block left early by an exception still
+    # counts whole; training code raises none)
+
+    @property
+    def step_lines(self) -> tuple[str, ...]:
+        return tuple(l for l in self.lines if l.startswith("step "))
+
+
+_STEP_RE = re.compile(r"^step (\d+) loss (\S+)$")
+_STACK_RE = re.compile(r"^stack high water (\d+) of (\d+) bytes$")
+
+
+def _plugin_path() -> Path:
+    src = RUNTIME_DIR / "icount_plugin.c"
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "edgetrain"
+    so = cache / f"qemu-icount-{digest}.so"
+    if so.exists():
+        return so
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise CortexMError("instruction counting needs a host C compiler (cc) to build the QEMU plugin")
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = so.with_suffix(f".{os.getpid()}.tmp")
+    r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(tmp), str(src)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise CortexMError(f"building the QEMU instruction-count plugin failed:\n{r.stderr}")
+    os.replace(tmp, so)
+    return so
+
+
+def _symbol_address(elf: Path, symbol: str) -> int:
+    r = subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True, check=True)
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2] == symbol:
+            return int(parts[0], 16) & ~1  # clear the Thumb bit
+    raise CortexMError(f"{elf} has no symbol {symbol}")
+
+
+def run_qemu(out_dir, target: str = "cortex-m4", *, icount: bool = False,
+             timeout: float = QEMU_TIMEOUT_S) -> QemuRun:
+    """Runs out_dir/firmware.elf on the target's QEMU MPS2 board with semihosting. With
+    `icount`, a TCG plugin (built here with the host cc) counts the guest instructions of
+    each training step (QEMU executes instructions, not cycles: no timing model)."""
+    t = get_target(target)
+    if shutil.which("qemu-system-arm") is None:
+        raise CortexMError("cannot run the firmware: qemu-system-arm not found (Debian: apt-get install qemu-system-arm)")
+    elf = Path(out_dir) / "firmware.elf"
+    cmd = ["qemu-system-arm", "-M", t.machine, "-nographic", "-monitor", "none", "-serial", "none",
+           "-semihosting-config", "enable=on,target=native", "-kernel", str(elf)]
+    with tempfile.TemporaryDirectory(prefix="et-qemu-") as tmp:
+        marks_file = Path(tmp) / "marks.txt"
+        if icount:
+            marker = _symbol_address(elf, ICOUNT_MARKER)
+            cmd[1:1] = ["-plugin", f"{_plugin_path()},marker=0x{marker:x},out={marks_file}"]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise CortexMError(f"QEMU did not finish in {timeout:.0f} s: {(e.stdout or '')[-2000:]}") from None
+        marks = [int(s) for s in marks_file.read_text().split()] if icount and marks_file.exists() else None
+    lines = tuple(l.rstrip("\r") for l in r.stdout.splitlines())
+    losses, hw, reserve = [], None, None
+    for l in lines:
+        m = _STEP_RE.match(l)
+        if m:
+            losses.append(float(m.group(2)))
+            continue
+        m = _STACK_RE.match(l)
+        if m:
+            hw, reserve = int(m.group(1)), int(m.group(2))
+    per_step = total = None
+    if marks:
+        # marks: the running count before and after each step (main.c's et_icount_mark)
+        per_step = tuple(b - a for a, b in zip(marks[0::2], marks[1::2]))
+        total = marks[-1]
+    if r.returncode != 0 and not lines:
+        raise CortexMError(f"QEMU failed (exit {r.returncode}): {r.stderr[-2000:]}")
+    return QemuRun(r.returncode, lines, tuple(losses), hw, reserve, per_step, total)
+
+
+# --- size report -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FirmwareSize:
+    """Memory of a firmware image, in bytes. flash = code + read-only data (weights frozen in
+    flash, embedded samples) + the initial values of .data; sram = .data + .bss (arena, trained
+    weights, optimizer state) + the heap and stack reserves of link.ld."""
+    flash: int
+    sram: int
+    text: int  # .isr_vector + .text (+ ARM unwind tables)
+    rodata: int
+    data: int
+    bss: int
+    heap_reserve: int
+    stack_reserve: int
+    flash_limit: int = FLASH_BYTES
+    sram_limit: int = SRAM_BYTES
+    stack_high_water: Optional[int] = None  # measured on a run (stack painting)
+    instructions_per_step: Optional[int] = None  # measured under QEMU (mean over the steps)
+
+    @property
+    def sram_used(self) -> int:
+        """SRAM with the stack counted at its measured high-water mark (when known)."""
+        if self.stack_high_water is None:
+            return self.sram
+        return self.sram - self.stack_reserve + self.stack_high_water
+
+    def describe(self) -> str:
+        kb = lambda b: f"{b / 1024:.1f} KB"
+        s = (f"flash {kb(self.flash)} of {kb(self.flash_limit)} (text {kb(self.text)}, rodata {kb(self.rodata)}, "
+             f"data {kb(self.data)}); SRAM {kb(self.sram)} of {kb(self.sram_limit)} (data {kb(self.data)}, "
+             f"bss {kb(self.bss)}, heap {kb(self.heap_reserve)}, stack {kb(self.stack_reserve)})")
+        if self.stack_high_water is not None:
+            s += f"; stack high water {self.stack_high_water} B"
+        if self.instructions_per_step is not None:
+            s += f"; {self.instructions_per_step} instructions/step"
+        return s
+
+
+def _sections(elf: Path) -> dict[str, tuple[int, int, str]]:
+    """name -> (address, size, type) of the allocated sections (arm-none-eabi-readelf -S)."""
+    r = subprocess.run(["arm-none-eabi-readelf", "-S", "-W", str(elf)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise CortexMError(f"readelf failed on {elf}: {r.stderr}")
+    out = {}
+    row = re.compile(r"^\s*\[\s*\d+\]\s+(\S+)\s+(\S+)\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)\s+\S+\s+(\S*)")
+    for line in r.stdout.splitlines():
+        m = row.match(line)
+        if m and "A" in m.group(5):
+            out[m.group(1)] = (int(m.group(3), 16), int(m.group(4), 16), m.group(2))
+    return out
+
+
+def firmware_size(elf, run: Optional[QemuRun] = None) -> FirmwareSize:
+    """Flash and SRAM of a linked firmware (from its section headers), with the stack
+    high-water mark and instructions per step of `run` when given."""
+    secs = _sections(Path(elf))
+    text = rodata = data = bss = heap = stack = 0
+    flash = 0
+    for name, (addr, size, typ) in secs.items():
+        in_ram = RAM_ORIGIN <= addr < RAM_ORIGIN + SRAM_BYTES * 16
+        if name == ".heap":
+            heap = size
+        elif name == ".stack":
+            stack = size
+        elif name == ".rodata":
+            rodata = size
+        elif in_ram and typ == "NOBITS":
+            bss += size
+        elif in_ram:
+            data += size
+        else:
+            text += size
+        if not in_ram or typ != "NOBITS":
+            flash += size  # code and constants, or the initial image of .data
+    sram = sum(size for addr, size, _ in secs.values() if RAM_ORIGIN <= addr)
+    ips = None
+    if run is not None and run.instructions_per_step:
+        ips = round(sum(run.instructions_per_step) / len(run.instructions_per_step))
+    return FirmwareSize(flash=flash, sram=sram, text=text, rodata=rodata, data=data, bss=bss, heap_reserve=heap,
+                        stack_reserve=stack, stack_high_water=run.stack_high_water if run else None,
+                        instructions_per_step=ips)

@@ -1,0 +1,285 @@
+"""Build an emitted program with the system C compiler and run it through ctypes.
+
+Libraries are cached by a content hash of the emitted sources, the flags and the compiler;
+each Program loads its own copy of the library (its state arrays are its weights)."""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from ...autodiff import grad_name
+from ...program import NonFiniteLossError, Program, as_array
+from .layout import CBackendError, Layout, build_layout
+
+#: host build: optimised for this machine, no FMA contraction (the numerics contract: x86 and
+#: Cortex-M agree), sqrt as an instruction, `omp simd` reductions vectorised without -fopenmp;
+#: no ET_FLOAT_FMA by default: with it the float32 GEMM / convolution kernels use explicit fused
+#: multiply-adds (faster on FMA CPUs, within 1e-5 of the reference) but a float program's
+#: losses then differ in the last bits from its Cortex-M build's; pass FMA_CFLAGS to opt in
+DEFAULT_CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fopenmp-simd", "-DET_OMP_SIMD",
+                  "-std=gnu11",
+                  "-Wall", "-Wno-unused-function", "-Wno-unused-variable")
+FMA_CFLAGS = DEFAULT_CFLAGS + ("-DET_FLOAT_FMA",)
+#: an emitted project's Makefile: every float sum in the source's order (no `omp simd`
+#: reassociation), so its host build prints the very losses its Cortex-M build prints
+PROJECT_CFLAGS = tuple(f for f in DEFAULT_CFLAGS if f != "-DET_OMP_SIMD")
+#: the sanitizer build of the tests
+SANITIZE_CFLAGS = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                   "-fno-omit-frame-pointer", "-ffp-contract=off", "-fno-math-errno", "-fopenmp-simd", "-DET_OMP_SIMD",
+                   "-std=gnu11")
+#: seconds a compile may take (a large model's model.c at -O3)
+COMPILE_TIMEOUT = 900
+
+
+def find_cc() -> str:
+    """The C compiler: $CC, else cc, gcc or clang on PATH."""
+    for cand in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if cand and shutil.which(cand):
+            return shutil.which(cand)
+    raise CBackendError("backend='c' needs a C compiler: none of $CC, cc, gcc, clang was found on PATH")
+
+
+def cache_dir() -> Path:
+    d = os.environ.get("EDGETRAIN_CACHE")
+    return Path(d) if d else Path.home() / ".cache" / "edgetrain" / "c"
+
+
+def content_key(files: Mapping[str, str], flags: Sequence[str], cc: str) -> str:
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    h.update(" ".join(flags).encode() + b"\0" + cc.encode())
+    return h.hexdigest()[:24]
+
+
+def compile_c(cc: str, args: Sequence[str], cwd: Path) -> None:
+    try:
+        r = subprocess.run([cc, *args], cwd=cwd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT)
+    except subprocess.TimeoutExpired as err:
+        raise CBackendError(f"C compile timed out after {COMPILE_TIMEOUT} s in {cwd}") from err
+    if r.returncode != 0:
+        raise CBackendError(f"C compile failed in {cwd} ({cc} {' '.join(args)}):\n{r.stderr[-4000:]}")
+
+
+def build_library(files: Mapping[str, str], flags: Sequence[str] = DEFAULT_CFLAGS) -> Path:
+    """Compile model.c of `files` into a shared library (cached); returns its path."""
+    cc = find_cc()
+    key = content_key(files, flags, cc)
+    d = cache_dir() / key
+    lib = d / "libmodel.so"
+    if lib.exists():
+        return lib
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=cache_dir()))
+    try:
+        for name, text in files.items():
+            (work / name).write_text(text)
+        compile_c(cc, [*flags, "-fPIC", "-shared", "-o", "libmodel.so", "model.c"], work)
+        try:
+            work.rename(d)
+        except OSError:  # another process built it meanwhile
+            shutil.rmtree(work, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return lib
+
+
+def build_executable(src_dir, flags: Sequence[str] = SANITIZE_CFLAGS, out: str = "main") -> Path:
+    """Compile model.c + main.c of an emitted project (emit_c with samples) into an executable."""
+    src_dir = Path(src_dir)
+    compile_c(find_cc(), [*flags, "-o", out, "model.c", "main.c"], src_dir)
+    return src_dir / out
+
+
+def _load_private(lib: Path) -> ctypes.CDLL:
+    """dlopen a private copy (a second load of one path would share its static arrays)."""
+    fd, tmp = tempfile.mkstemp(suffix=".so", prefix="et-")
+    os.close(fd)
+    shutil.copyfile(lib, tmp)
+    try:
+        return ctypes.CDLL(tmp, mode=ctypes.RTLD_LOCAL)
+    finally:
+        os.unlink(tmp)
+
+
+def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
+    vp, i = ctypes.c_void_p, ctypes.c_int
+    sig = {"et_init": (None, []), "et_train_step": (ctypes.c_float, [vp, vp]), "et_predict": (None, [vp, vp]),
+           "et_check_guards": (i, []), "et_set_step": (None, [ctypes.c_int32]), "et_get_step": (ctypes.c_int32, []),
+           "et_num_state": (i, []), "et_state_name": (ctypes.c_char_p, [i]), "et_state_bytes": (ctypes.c_long, [i]),
+           "et_get_state": (i, [i, vp]), "et_set_state": (i, [i, vp]), "et_state_ptr": (vp, [i]),
+           "et_num_grads": (i, []), "et_grad_name": (ctypes.c_char_p, [i]), "et_grad_bytes": (ctypes.c_long, [i]),
+           "et_gradients": (None, [vp, vp, vp]), "et_train_step_checked": (i, [vp, vp, vp])}
+    for name, (res, args) in sig.items():
+        f = getattr(dll, name)
+        f.restype, f.argtypes = res, args
+    return dll
+
+
+class CProgram(Program):
+    """A Program whose step / gradients / predict run the emitted C through ctypes. Unsplit
+    state tensors in `self.state` are numpy views of the library's arrays; a weight stored
+    split is copied in before and out after each call."""
+
+    def _attach(self, flags: Sequence[str] = DEFAULT_CFLAGS) -> "CProgram":
+        from .emit import emit_sources
+
+        self.c_layout: Layout = build_layout(self)
+        self.c_files = emit_sources(self, embed_weights=False, layout=self.c_layout)
+        self.c_library = build_library(self.c_files, flags)
+        self._lib = _bind(_load_private(self.c_library))
+        self._lib.et_init()
+        self._views: dict[str, np.ndarray] = {}
+        for st in self.c_layout.states.values():
+            arr = np.ascontiguousarray(self.state[st.name], dtype=st.dtype)
+            if self._lib.et_set_state(st.index, arr.ctypes.data) != 0:
+                raise CBackendError(f"could not load state tensor {st.name!r}")
+            if st.kind != "split":
+                ptr = self._lib.et_state_ptr(st.index)
+                buf = (ctypes.c_uint8 * (st.numel * np.dtype(st.dtype).itemsize)).from_address(ptr)
+                view = np.frombuffer(buf, dtype=st.dtype).reshape(st.shape)
+                self.state[st.name] = self._views[st.name] = view
+        self.state = _TrackedState(self.state)
+        self._state_obj = self.state
+        self._split = [st for st in self.c_layout.states.values() if st.kind == "split"]
+        self.c_layout_names = list(self.c_layout.states)
+        return self
+
+    # --- state sync -------------------------------------------------------------------
+    def _push(self):
+        if self.state is not self._state_obj:  # a new dict: take it over
+            self._state_obj = self.state = _TrackedState(self.state)
+            self.state.rebound.update(self._views)
+        for name in list(self.state.rebound):
+            view = self._views.get(name)
+            cur = self.state[name]
+            if view is not None and cur is not view:  # the user rebound the entry: load it, keep the view
+                view[...] = as_array(cur, _tt(view), f"state[{name!r}]")
+                dict.__setitem__(self.state, name, view)
+        self.state.rebound.clear()
+        for st in self._split:
+            arr = np.ascontiguousarray(self.state[st.name], dtype=st.dtype)
+            if arr.shape != st.shape:
+                raise ValueError(f"state[{st.name!r}]: expected shape {st.shape}, got {arr.shape}")
+            self._lib.et_set_state(st.index, arr.ctypes.data)
+
+    def _pull_split(self):
+        for st in self._split:
+            out = np.empty(st.shape, dtype=st.dtype)
+            self._lib.et_get_state(st.index, out.ctypes.data)
+            dict.__setitem__(self.state, st.name, out)
+
+    def _input_bytes(self, g, x) -> np.ndarray:
+        feeds = self._data_feeds(g, x)
+        if len(self.graph_inputs) == 1:
+            return np.ascontiguousarray(feeds[self.graph_inputs[0]])
+        return np.concatenate([np.ascontiguousarray(feeds[n]).reshape(-1).view(np.uint8) for n in self.graph_inputs])
+
+    # --- running ------------------------------------------------------------------------
+    def step(self, x, y) -> float:
+        g = self.train_graph
+        xin = self._input_bytes(g, x)
+        yin = np.ascontiguousarray(self._label_feed(g, y))
+        self._push()
+        self._lib.et_set_step(self.steps)
+        loss_c = ctypes.c_float()
+        bad = self._lib.et_train_step_checked(xin.ctypes.data, yin.ctypes.data, ctypes.byref(loss_c))
+        loss = float(loss_c.value)
+        if bad:
+            what = "" if bad < 0 else f", {self.c_layout_names[bad - 1]} became non-finite"
+            raise NonFiniteLossError(f"step {self.steps + 1}: loss is {loss}{what}; weights kept from step "
+                                     f"{self.steps}")
+        self._pull_split()
+        self.steps += 1
+        return loss
+
+    def gradients(self, x, y) -> dict[str, np.ndarray]:
+        g = self.grad_graph
+        xin = self._input_bytes(g, x)
+        yin = np.ascontiguousarray(self._label_feed(g, y))
+        self._push()
+        self._lib.et_set_step(self.steps)
+        outs = [np.empty(v.shape, dtype=v.dtype) for v in g.outputs]
+        ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
+        self._lib.et_gradients(xin.ctypes.data, yin.ctypes.data, ptrs)
+        by_name = dict(zip(g.output_names, outs))
+        grads = {}
+        for p, sel in self.trainable.items():
+            gv = by_name[grad_name(p)]
+            if sel is not None:
+                full = np.zeros(self.state[p].shape, dtype=gv.dtype)
+                idx = [slice(None)] * full.ndim
+                idx[sel.dim] = np.asarray(sel.index)
+                full[tuple(idx)] = gv
+                gv = full
+            grads[p] = gv
+        return grads
+
+    def predict(self, x) -> np.ndarray:
+        g = self.forward_graph
+        out_v = g.output("output")
+        self._push()
+        if len(self.inputs) != 1:
+            out = np.empty(out_v.shape, dtype=np.float32)
+            self._lib.et_predict(self._input_bytes(g, x).ctypes.data, out.ctypes.data)
+            return out
+        want = (self.input_transform or g).input(self.inputs[0]).type
+        a = as_array(x, want, "input", batch_free=True)
+        b, n = want.shape[0], a.shape[0]
+        pad = (-n) % b
+        if pad:
+            a = np.concatenate([a, np.zeros((pad,) + a.shape[1:], dtype=a.dtype)])
+        outs = []
+        for i in range(0, a.shape[0], b):
+            out = np.empty(out_v.shape, dtype=np.float32)
+            self._lib.et_predict(self._input_bytes(g, a[i:i + b]).ctypes.data, out.ctypes.data)
+            outs.append(out)
+        return np.concatenate(outs)[:n]
+
+    def check_guards(self) -> bool:
+        """True if the arena's guard words are intact."""
+        return self._lib.et_check_guards() == 0
+
+    def raw_step(self, xin: np.ndarray, yin: np.ndarray) -> float:
+        """One et_train_step on prepared arrays (graph input layout), no checks or sync: for timing."""
+        return float(self._lib.et_train_step(xin.ctypes.data, yin.ctypes.data))
+
+
+class _TrackedState(dict):
+    """prog.state of a CProgram: remembers the entries rebound since the last sync (entries
+    changed in place are the library's own arrays and need no sync)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.rebound: set = set()
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self.rebound.add(key)
+
+    def update(self, *args, **kw):
+        for k, v in dict(*args, **kw).items():
+            self[k] = v
+
+
+def _tt(view):
+    from ...ir import TensorType
+
+    return TensorType(tuple(view.shape), str(view.dtype))
+
+
+def to_c_program(prog: Program, flags: Optional[Sequence[str]] = None) -> CProgram:
+    """The same program run by the C backend (the Program's fields, its own library)."""
+    c = CProgram.__new__(CProgram)
+    c.__dict__.update(prog.__dict__)
+    c.state = {k: np.array(v, copy=True) for k, v in prog.state.items()}
+    return c._attach(flags or DEFAULT_CFLAGS)

@@ -1,0 +1,478 @@
+"""float32 kernels: each emitter returns a C block calling runtime/et_float.h with constant
+shapes, or (elementwise, reductions, shape ops) nested loops with constant bounds."""
+from __future__ import annotations
+
+from math import prod
+
+from ....ir import Node
+from ..layout import CBackendError
+from . import EmitContext, register
+
+
+def _f32(node: Node, what=None):
+    vals = list(node.inputs) + list(node.outputs) if what is None else what
+    for v in vals:
+        if v.dtype != "float32":
+            raise CBackendError(f"C kernel for {node.op}: {v} is {v.dtype}, only float32 is supported")
+
+
+def _strides(shape):
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return tuple(reversed(out))
+
+
+def _bcast_strides(in_shape, out_shape):
+    """Element strides of an input broadcast to out_shape (0 on broadcast dims)."""
+    lead = len(out_shape) - len(in_shape)
+    st = _strides(in_shape)
+    return tuple(0 if i < lead or in_shape[i - lead] == 1 and out_shape[i] != 1 else st[i - lead]
+                 for i in range(len(out_shape)))
+
+
+def _merge_dims(shape, stride_sets):
+    """Collapse adjacent dims that every operand walks contiguously; drop size-1 dims."""
+    dims = [(d, [s[i] for s in stride_sets]) for i, d in enumerate(shape) if d != 1]
+    out = []
+    for d, st in dims:
+        if out:
+            pd, pst = out[-1]
+            if all(a == b * d for a, b in zip(pst, st)):
+                out[-1] = (pd * d, st)
+                continue
+        out.append((d, st))
+    return [d for d, _ in out], [[st[k] for _, st in out] for k in range(len(stride_sets))]
+
+
+def loop_nest(shape, ptr_strides, body) -> str:
+    """Nested loops over `shape`; `ptr_strides` is a list of element-stride tuples, one per
+    operand; `body(offsets)` gets each operand's offset expression and returns C statements."""
+    dims, strides = _merge_dims(tuple(shape), [tuple(s) for s in ptr_strides])
+    if not dims:
+        return body(["0"] * len(ptr_strides))
+    lines, offs = [], []
+    for k, s in enumerate(strides):
+        offs.append(" + ".join(f"i{j} * {st}" for j, st in enumerate(s) if st) or "0")
+    for j, d in enumerate(dims):
+        if j == len(dims) - 1:
+            lines.append("ET_SIMD")
+        lines.append("  " * j + f"for (int i{j} = 0; i{j} < {d}; ++i{j})")
+    lines.append("  " * len(dims) + "{ " + body(offs) + " }")
+    return "\n".join(lines)
+
+
+def _block(*lines) -> str:
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+# --- elementwise --------------------------------------------------------------------------
+_BINARY = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}"}
+
+
+def _binary(op):
+    def emit(node, ctx: EmitContext):
+        _f32(node)
+        a, b = node.inputs
+        y = node.out
+        pa, pb, py = ctx.ptr(a), ctx.ptr(b), ctx.ptr(y)
+        sts = [_bcast_strides(a.shape, y.shape), _bcast_strides(b.shape, y.shape), _strides(y.shape)]
+        expr = _BINARY[op]
+        return _block(f"const float *A = {pa}; const float *B = {pb}; float *Y = {py};",
+                      loop_nest(y.shape, sts, lambda o: f"Y[{o[2]}] = " + expr.format(a=f"A[{o[0]}]",
+                                                                                      b=f"B[{o[1]}]") + ";"))
+    return emit
+
+
+for _op in _BINARY:
+    register(_op)(_binary(_op))
+
+
+def _unary(expr_fn):
+    def emit(node, ctx):
+        _f32(node)
+        ins = [ctx.ptr(v) for v in node.inputs]
+        n = node.out.type.numel
+        decl = " ".join(f"const float *X{k} = {p};" for k, p in enumerate(ins))
+        return _block(decl + f" float *Y = {ctx.ptr(node.out)};",
+                      "ET_SIMD", f"for (int i = 0; i < {n}; ++i) {{ {expr_fn(node, ctx)} }}")
+    return emit
+
+
+def _clamp_bounds(node, ctx):
+    lo, hi = node.attrs.get("min"), node.attrs.get("max")
+    return lo, hi
+
+
+def _clamp_expr(node, ctx):
+    lo, hi = _clamp_bounds(node, ctx)
+    e = "float v = X0[i];"
+    if lo is not None:
+        e += f" v = v < {ctx.c_float(lo)} ? {ctx.c_float(lo)} : v;"
+    if hi is not None:
+        e += f" v = v > {ctx.c_float(hi)} ? {ctx.c_float(hi)} : v;"
+    return e + " Y[i] = v;"
+
+
+def _clamp_grad_expr(node, ctx):
+    lo, hi = _clamp_bounds(node, ctx)
+    conds = ([f"X1[i] > {ctx.c_float(lo)}"] if lo is not None else []) + \
+            ([f"X1[i] < {ctx.c_float(hi)}"] if hi is not None else [])
+    return f"Y[i] = ({' && '.join(conds) or '1'}) ? X0[i] : 0.0f;"
+
+
+register("relu")(_unary(lambda n, c: "float v = X0[i]; Y[i] = v > 0.0f ? v : 0.0f;"))
+register("relu_grad")(_unary(lambda n, c: "Y[i] = X1[i] > 0.0f ? X0[i] : 0.0f;"))
+register("clamp")(_unary(_clamp_expr))
+register("clamp_grad")(_unary(_clamp_grad_expr))
+register("neg")(_unary(lambda n, c: "Y[i] = -X0[i];"))
+
+
+@register("const")
+def _const(node, ctx):
+    v = node.out
+    if v.dtype == "float32":
+        lit = ctx.c_float(node.attrs["value"])
+    elif v.dtype == "float64":
+        lit = ctx.c_double(node.attrs["value"])
+    else:
+        lit = ctx.c_int(node.attrs["value"])
+    return f"{{ *{ctx.ptr(v)} = {lit}; }}"
+
+
+@register("reshape")
+def _reshape(node, ctx):
+    return ""  # a view: shares its input's storage
+
+
+# --- reductions and broadcasts ------------------------------------------------------------
+def _reduce(x_shape, y_ptr, x_ptr, dims, scale_div=None) -> str:
+    """y[kept] = sum over dims of x; kept dims outer, reduced dims inner (float accumulator)."""
+    dims = set(dims)
+    st = _strides(x_shape)
+    kept = [i for i in range(len(x_shape)) if i not in dims]
+    red = [i for i in range(len(x_shape)) if i in dims]
+    kshape = [x_shape[i] for i in kept]
+    kst = _strides(kshape)
+    rdims, (rst,) = _merge_dims([x_shape[i] for i in red], [[st[i] for i in red]])
+    kdims, (kx, ky) = _merge_dims(kshape, [[st[i] for i in kept], list(kst)])
+    lines = [f"const float *X = {x_ptr}; float *Y = {y_ptr};"]
+    for j, d in enumerate(kdims):
+        lines.append(f"for (int k{j} = 0; k{j} < {d}; ++k{j})")
+    xo = " + ".join([f"k{j} * {s}" for j, s in enumerate(kx) if s] + ["0"])
+    yo = " + ".join([f"k{j} * {s}" for j, s in enumerate(ky) if s] + ["0"])
+    inner = [f"const float *x = X + {xo}; float s = 0.0f;"]
+    for j, d in enumerate(rdims):
+        if j == len(rdims) - 1:
+            inner.append("ET_SIMD_SUM(s)")
+        inner.append(f"for (int r{j} = 0; r{j} < {d}; ++r{j})")
+    ro = " + ".join([f"r{j} * {s}" for j, s in enumerate(rst) if s] + ["0"])
+    inner.append(f"s += x[{ro}];")
+    div = f" / {scale_div}.0f" if scale_div else ""
+    inner.append(f"Y[{yo}] = s{div};")
+    lines.append("{ " + "\n".join(inner) + " }")
+    return _block(*lines)
+
+
+def _red_dims(rank, a):
+    d = a.get("dims")
+    return tuple(range(rank)) if d is None or len(d) == 0 else tuple(sorted(x % rank for x in d))
+
+
+@register("sum")
+def _sum(node, ctx):
+    _f32(node)
+    x = node.inputs[0]
+    return _reduce(x.shape, ctx.ptr(node.out), ctx.ptr(x), _red_dims(len(x.shape), node.attrs))
+
+
+@register("mean")
+def _mean(node, ctx):
+    _f32(node)
+    x = node.inputs[0]
+    dims = _red_dims(len(x.shape), node.attrs)
+    n = prod(x.shape[i] for i in dims)
+    return _reduce(x.shape, ctx.ptr(node.out), ctx.ptr(x), dims, scale_div=n)
+
+
+@register("sum_to")
+def _sum_to(node, ctx):
+    _f32(node)
+    x, shape = node.inputs[0], tuple(node.attrs["shape"])
+    lead = len(x.shape) - len(shape)
+    dims = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape) if d == 1 and x.shape[lead + i] != 1)
+    return _reduce(x.shape, ctx.ptr(node.out), ctx.ptr(x), dims)
+
+
+@register("expand")
+def _expand(node, ctx):
+    x, y = node.inputs[0], node.out
+    t = ctx.ctype(y)
+    sts = [_bcast_strides(x.shape, y.shape), _strides(y.shape)]
+    return _block(f"const {t} *X = {ctx.ptr(x)}; {t} *Y = {ctx.ptr(y)};",
+                  loop_nest(y.shape, sts, lambda o: f"Y[{o[1]}] = X[{o[0]}];"))
+
+
+@register("permute")
+def _permute(node, ctx):
+    x, y = node.inputs[0], node.out
+    t = ctx.ctype(y)
+    xs = _strides(x.shape)
+    sts = [tuple(xs[p] for p in node.attrs["perm"]), _strides(y.shape)]
+    return _block(f"const {t} *X = {ctx.ptr(x)}; {t} *Y = {ctx.ptr(y)};",
+                  loop_nest(y.shape, sts, lambda o: f"Y[{o[1]}] = X[{o[0]}];"))
+
+
+def _outer_inner(shape, dim):
+    return prod(shape[:dim]), shape[dim], prod(shape[dim + 1:])
+
+
+def _index_array(name, idx):
+    return f"static const uint16_t {name}[{len(idx)}] = {{{', '.join(map(str, idx))}}};"
+
+
+# index_select / index_select_grad (any dtype): kernels/int8.py
+
+
+# --- convolutions -------------------------------------------------------------------------
+def _geo(a):
+    s, p, d = tuple(a["stride"]), tuple(a["padding"]), tuple(a["dilation"])
+    return s, p, d, int(a["groups"])
+
+
+def _is_pointwise(wshape, s, p, g):
+    return wshape[2:] == (1, 1) and s == (1, 1) and p == (0, 0) and g == 1
+
+
+def _conv_args(xs, ws, ys, s, p, d, g):
+    n, c, h, w = xs
+    o, _, kh, kw = ws
+    return (f"{n}, {c}, {h}, {w}, {o}, {ys[2]}, {ys[3]}, {kh}, {kw}, {s[0]}, {s[1]}, {p[0]}, {p[1]}, "
+            f"{d[0]}, {d[1]}, {g}")
+
+
+@register("conv2d")
+def _conv2d(node, ctx):
+    _f32(node)
+    x, w = node.inputs[:2]
+    b = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "(const float *)0"
+    y = node.out
+    s, p, d, g = _geo(node.attrs)
+    if _is_pointwise(w.shape, s, p, g):
+        n, c, h, wd = x.shape
+        o, P = w.shape[0], h * wd
+        return _block(f"for (int n = 0; n < {n}; ++n)",
+                      f"  et_gemm_wx({ctx.ptr(w)}, {ctx.ptr(x)} + n * {c * P}, {b}, {ctx.ptr(y)} + n * {o * P}, "
+                      f"{o}, {c}, {P}, {c}, 1);")
+    return _block(f"et_conv_fwd({ctx.ptr(x)}, {ctx.ptr(w)}, {b}, {ctx.ptr(y)}, "
+                  f"{_conv_args(x.shape, w.shape, y.shape, s, p, d, g)});")
+
+
+@register("conv2d_grad_input")
+def _conv2d_grad_input(node, ctx):
+    _f32(node)
+    gy, w = node.inputs
+    gx = node.out
+    s, p, d, g = _geo(node.attrs)
+    if _is_pointwise(w.shape, s, p, g):
+        n, c, h, wd = gx.shape
+        o, P = w.shape[0], h * wd
+        return _block(f"for (int n = 0; n < {n}; ++n)",
+                      f"  et_gemm_wx({ctx.ptr(w)}, {ctx.ptr(gy)} + n * {o * P}, (const float *)0, "
+                      f"{ctx.ptr(gx)} + n * {c * P}, {c}, {o}, {P}, 1, {c});")
+    if s == (1, 1):
+        n, c, h, wd = gx.shape
+        o, _, kh, kw = w.shape
+        return _block(f"et_conv_grad_input_s1({ctx.ptr(gy)}, {ctx.ptr(w)}, {ctx.ptr(gx)}, {n}, {c}, {h}, {wd}, {o}, "
+                      f"{gy.shape[2]}, {gy.shape[3]}, {kh}, {kw}, {p[0]}, {p[1]}, {d[0]}, {d[1]}, {g});")
+    return _block(f"et_conv_grad_input({ctx.ptr(gy)}, {ctx.ptr(w)}, {ctx.ptr(gx)}, "
+                  f"{_conv_args(gx.shape, w.shape, gy.shape, s, p, d, g)});")
+
+
+@register("conv2d_grad_weight")
+def _conv2d_grad_weight(node, ctx):
+    _f32(node)
+    x, gy = node.inputs
+    gw = node.out
+    s, p, d, g = _geo(node.attrs)
+    if _is_pointwise(gw.shape, s, p, g):
+        n, c, h, wd = x.shape
+        o, P = gw.shape[0], h * wd
+        return _block(f"for (int n = 0; n < {n}; ++n)",
+                      f"  et_gemm_abt({ctx.ptr(gy)} + n * {o * P}, {ctx.ptr(x)} + n * {c * P}, {ctx.ptr(gw)}, "
+                      f"{o}, {c}, {P}, n > 0);")
+    return _block(f"et_conv_grad_weight({ctx.ptr(x)}, {ctx.ptr(gy)}, {ctx.ptr(gw)}, "
+                  f"{_conv_args(x.shape, gw.shape, gy.shape, s, p, d, g)});")
+
+
+# --- batch norm -----------------------------------------------------------------------------
+def _nchw(shape):
+    return shape[0], shape[1], prod(shape[2:])
+
+
+@register("batch_norm")
+def _batch_norm(node, ctx):
+    _f32(node)
+    x, mean, var = node.inputs[:3]
+    w = ctx.ptr(node.inputs[3]) if len(node.inputs) > 3 else "(const float *)0"
+    b = ctx.ptr(node.inputs[4]) if len(node.inputs) > 4 else "(const float *)0"
+    n, c, hw = _nchw(x.shape)
+    return _block(f"et_bn_fwd({ctx.ptr(x)}, {ctx.ptr(mean)}, {ctx.ptr(var)}, {w}, {b}, {ctx.ptr(node.out)}, "
+                  f"{n}, {c}, {hw}, {ctx.c_float(node.attrs['eps'])});")
+
+
+@register("batch_norm_grad_input")
+def _batch_norm_grad_input(node, ctx):
+    _f32(node)
+    g, var = node.inputs[:2]
+    w = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "(const float *)0"
+    n, c, hw = _nchw(g.shape)
+    return _block(f"et_bn_grad_input({ctx.ptr(g)}, {ctx.ptr(var)}, {w}, {ctx.ptr(node.out)}, {n}, {c}, {hw}, "
+                  f"{ctx.c_float(node.attrs['eps'])});")
+
+
+@register("batch_norm_grad_weight")
+def _batch_norm_grad_weight(node, ctx):
+    _f32(node)
+    g, x, mean, var = node.inputs
+    n, c, hw = _nchw(g.shape)
+    return _block(f"et_bn_grad_weight({ctx.ptr(g)}, {ctx.ptr(x)}, {ctx.ptr(mean)}, {ctx.ptr(var)}, "
+                  f"{ctx.ptr(node.out)}, {n}, {c}, {hw}, {ctx.c_float(node.attrs['eps'])});")
+
+
+# --- dense ----------------------------------------------------------------------------------
+@register("linear")
+def _linear(node, ctx):
+    _f32(node)
+    x, w = node.inputs[:2]
+    b = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "(const float *)0"
+    o, k = w.shape
+    n = x.type.numel // k
+    return _block(f"et_linear({ctx.ptr(x)}, {ctx.ptr(w)}, {b}, {ctx.ptr(node.out)}, {n}, {k}, {o});")
+
+
+@register("linear_grad_weight")
+def _linear_grad_weight(node, ctx):
+    _f32(node)
+    x, gy = node.inputs
+    k, o = x.shape[-1], gy.shape[-1]
+    n = x.type.numel // k
+    return _block(f"et_linear_grad_weight({ctx.ptr(x)}, {ctx.ptr(gy)}, {ctx.ptr(node.out)}, {n}, {k}, {o});")
+
+
+@register("matmul")
+def _matmul(node, ctx):
+    _f32(node)
+    a, b = node.inputs
+    y = node.out
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    ba, bb, by = a.shape[:-2], b.shape[:-2], y.shape[:-2]
+    nb = prod(by)
+    if ba == by and bb == by:
+        sa, sb = m * k, k * n
+    elif ba == by and not bb:
+        sa, sb = m * k, 0
+    else:
+        raise CBackendError(f"C kernel for matmul: batch dims {ba} @ {bb} (broadcasting) are not supported")
+    return _block(f"for (int i = 0; i < {nb}; ++i)",
+                  f"  et_matmul({ctx.ptr(a)} + i * {sa}, {ctx.ptr(b)} + i * {sb}, {ctx.ptr(y)} + i * {m * n}, "
+                  f"{m}, {k}, {n});")
+
+
+# --- losses ---------------------------------------------------------------------------------
+def _labels(node, v):
+    if v.dtype != "int64":
+        raise CBackendError(f"C kernel for {node.op}: labels must be int64, got {v.dtype}")
+
+
+@register("cross_entropy")
+def _cross_entropy(node, ctx):
+    logits, labels = node.inputs
+    _f32(node, [logits, node.out])
+    _labels(node, labels)
+    n, c = logits.shape
+    return f"{{ *{ctx.ptr(node.out)} = et_cross_entropy({ctx.ptr(logits)}, {ctx.ptr(labels)}, {n}, {c}); }}"
+
+
+@register("cross_entropy_grad")
+def _cross_entropy_grad(node, ctx):
+    g, logits, labels = node.inputs
+    _f32(node, [g, logits, node.out])
+    _labels(node, labels)
+    n, c = logits.shape
+    return (f"{{ et_cross_entropy_grad(*{ctx.ptr(g)}, {ctx.ptr(logits)}, {ctx.ptr(labels)}, {ctx.ptr(node.out)}, "
+            f"{n}, {c}); }}")
+
+
+@register("mse")
+def _mse(node, ctx):
+    _f32(node)
+    a, b = node.inputs
+    return f"{{ *{ctx.ptr(node.out)} = et_mse({ctx.ptr(a)}, {ctx.ptr(b)}, {a.type.numel}); }}"
+
+
+@register("mse_grad")
+def _mse_grad(node, ctx):
+    _f32(node)
+    g, a, b = node.inputs
+    n = a.type.numel
+    return _block(f"const float *A = {ctx.ptr(a)}, *B = {ctx.ptr(b)}; float *Y = {ctx.ptr(node.out)};",
+                  f"const float k = 2.0f * *{ctx.ptr(g)} / {n}.0f;",
+                  f"for (int i = 0; i < {n}; ++i) Y[i] = (A[i] - B[i]) * k;")
+
+
+# --- optimizer ------------------------------------------------------------------------------
+@register("sgd_update", split_aware=True)
+def _sgd_update(node, ctx):
+    _f32(node)
+    w, g = node.inputs[:2]
+    mom = node.inputs[2] if len(node.inputs) > 2 else None
+    a = node.attrs
+    lr, wd, mu = ctx.c_float(a["lr"]), a.get("weight_decay") or 0.0, a.get("momentum") or 0.0
+    st = ctx.state_of(w)
+    n = g.type.numel
+    body = ["float d = G[i];"]
+    if wd:
+        body.append(f"d = d + {ctx.c_float(wd)} * W[j];")
+    if mom is not None:
+        body.append(f"d = {ctx.c_float(mu)} * M[i] + d; M[i] = d;")
+    body.append(f"W[j] = W[j] - {lr} * d;")
+    decl = f"const float *G = {ctx.ptr(g)};" + (f" float *M = {ctx.ptr(mom)};" if mom is not None else "")
+    if a.get("index") is None or (st is not None and st.kind == "split"):
+        wp = st.sram if st is not None else ctx.ptr(w)
+        return _block(decl + f" float *W = (float *){wp};",
+                      f"for (int i = 0; i < {n}; ++i) {{ const int j = i; {' '.join(body)} }}")
+    # a channel subset of a weight kept whole (not split): indexed update
+    outer, d, inner = _outer_inner(w.shape, a["dim"])
+    idx = tuple(a["index"])
+    return _block(_index_array("IDX", idx), decl + f" float *W = {ctx.ptr(w)};",
+                  f"for (int o = 0; o < {outer}; ++o) for (int k = 0; k < {len(idx)}; ++k)"
+                  f" for (int t = 0; t < {inner}; ++t) {{",
+                  f"  const int i = (o * {len(idx)} + k) * {inner} + t, j = (o * {d} + IDX[k]) * {inner} + t;",
+                  "  " + " ".join(body) + " }")
+
+
+# --- fused batch-norm backward (fusion.py) ----------------------------------------------------
+def emit_bn_backward(grp, ctx: EmitContext) -> str:
+    """One et_bn_backward_fused call for a fusion.BNBackward group."""
+    bgi, bgw, gb, mask = grp.grad_input, grp.grad_weight, grp.grad_bias, grp.mask
+    src = mask.inputs[0] if mask is not None else bgi.inputs[0]
+    null = "(float *)0"
+    kind, lo, hi, xc = 0, "0.0f", "0.0f", "(const float *)0"
+    if mask is not None:
+        xc = ctx.ptr(mask.inputs[1])
+        if mask.op == "clamp_grad":
+            kind = 1
+            lo = ctx.c_float(mask.attrs["min"] if mask.attrs.get("min") is not None else float("-inf"))
+            hi = ctx.c_float(mask.attrs["max"] if mask.attrs.get("max") is not None else float("inf"))
+        else:
+            kind = 2
+    x, mean = (ctx.ptr(bgw.inputs[1]), ctx.ptr(bgw.inputs[2])) if bgw is not None else ("(const float *)0",) * 2
+    w = ctx.ptr(bgi.inputs[2]) if len(bgi.inputs) > 2 else "(const float *)0"
+    n, c, hw = _nchw(src.shape)
+    return _block(f"et_bn_backward_fused({ctx.ptr(src)}, {xc}, {kind}, {lo}, {hi}, {x}, {mean}, "
+                  f"{ctx.ptr(bgi.inputs[1])}, {w}, {ctx.ptr(bgw.out) if bgw is not None else null}, "
+                  f"{ctx.ptr(gb.out) if gb is not None else null}, {ctx.ptr(bgi.out)}, {n}, {c}, {hw}, "
+                  f"{ctx.c_float(bgi.attrs['eps'])});")

@@ -1,0 +1,140 @@
+"""Where every value of a compiled program lives in the emitted C program.
+
+- One static arena for the data, labels, activations, gradients and temporaries of all three
+  graphs (train, forward, grad): each graph is planned on its own with the memory planner's
+  machinery (liveness + in-place merges + `plan_arena`); the arena is the largest of the three.
+- State tensors (weights, buffers, momentum) are C arrays: trainable ones (and their momentum)
+  writable (SRAM), frozen ones `const` (flash), a weight trained on a ChannelSelect only as two
+  arrays, the selected channels (SRAM) and the rest (flash), with const uint16 index arrays.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from ...autodiff import ChannelSelect
+from ...ir import Graph, Value
+from ...memory.arena import ALIGNMENT, align_up, plan_arena
+from ...memory.liveness import inplace_merges, lifetimes, storage_roots
+from ...passes.loss import LABEL
+from ...passes.updates import STEP
+
+#: C element type of each IR dtype
+C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "int8": "int8_t",
+           "bool": "uint8_t"}
+#: the three graphs of a program, by the name their C function carries
+GRAPHS = ("train", "forward", "grad")
+
+
+class CBackendError(RuntimeError):
+    """The C backend cannot emit, build or run this program (unsupported op, no compiler, ...)."""
+
+
+def c_ident(text: str, limit: int = 40) -> str:
+    return re.sub(r"\W", "_", text)[:limit]
+
+
+@dataclass(frozen=True)
+class StateArray:
+    """A state tensor of the program as C arrays. kind: "sram" (trainable, momentum),
+    "flash" (frozen) or "split" (trained on `sel` only: `sram` holds the selected channels in
+    index order, `flash` the others in order; `sel_index` / `rest_index` their positions)."""
+
+    index: int
+    name: str
+    shape: tuple
+    dtype: str
+    kind: str
+    c_name: str
+    sel: Optional[ChannelSelect] = None
+    rest: tuple = ()
+
+    @property
+    def ctype(self) -> str:
+        return C_TYPES[self.dtype]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def sram(self) -> str:
+        return self.c_name + "_sel" if self.kind == "split" else self.c_name
+
+    @property
+    def flash(self) -> str:
+        return self.c_name + "_rest" if self.kind == "split" else self.c_name
+
+    @property
+    def sel_index(self) -> str:
+        return self.c_name + "_si"
+
+    @property
+    def rest_index(self) -> str:
+        return self.c_name + "_ri"
+
+    def part_shape(self, which: str) -> tuple:
+        """Shape of the "sel" or "rest" part of a split tensor."""
+        shape = list(self.shape)
+        shape[self.sel.dim] = len(self.sel.index) if which == "sel" else len(self.rest)
+        return tuple(shape)
+
+
+@dataclass(frozen=True)
+class GraphLayout:
+    graph: Graph
+    roots: dict  # Value -> storage root Value
+    offsets: dict  # arena root Value -> byte offset
+    size: int
+    lifetimes: tuple = ()  # memory.liveness.Lifetime of every arena root
+
+
+@dataclass(frozen=True)
+class Layout:
+    graphs: dict  # "train" / "forward" / "grad" -> GraphLayout
+    states: dict  # state name -> StateArray, in prog.state order
+    ram_inputs: frozenset
+    data_inputs: tuple  # the graphs' data input names (prog.graph_inputs)
+    arena_bytes: int
+
+
+def plan_graph(g: Graph, ram_inputs: set) -> GraphLayout:
+    lts = lifetimes(g, ram_inputs)
+    plan = plan_arena(lts, merges=inplace_merges(g, lts))
+    return GraphLayout(g, storage_roots(g), dict(plan.offsets), plan.size, tuple(lts))
+
+
+def build_layout(prog, graphs: tuple = GRAPHS) -> Layout:
+    """The placement of every value and state tensor of `prog` (a compiled Program), for the
+    graphs named in `graphs` (the arena is the largest of their plans)."""
+    bad = [k for k in graphs if k not in GRAPHS] or ([] if "train" in graphs else ["(train is required)"])
+    if bad:
+        raise CBackendError(f"graphs={graphs!r}: choose among {GRAPHS}, train included; not {bad}")
+    ram = frozenset(prog.graph_inputs) | {LABEL, STEP}
+    every = {"train": prog.train_graph, "forward": prog.forward_graph, "grad": prog.grad_graph}
+    graphs = {k: every[k] for k in GRAPHS if k in graphs}
+    layouts = {k: plan_graph(g, set(ram)) for k, g in graphs.items()}
+    used = {v.name: v for g in graphs.values() for v in g.inputs if v.name not in ram}
+    missing = [n for n in used if n not in prog.state]
+    if missing:
+        raise CBackendError(f"graph inputs {missing[:3]} are neither data, label, step nor state tensors")
+    trainable = set(prog.trainable) | {k for k in prog.state if k.startswith("momentum:")}
+    states = {}
+    for name in prog.state:
+        if name not in used:
+            continue
+        v = used[name]
+        sel = prog.trainable.get(name)
+        kind = "split" if sel is not None else "sram" if name in trainable else "flash"
+        rest = ()
+        if sel is not None:
+            chosen = set(sel.index)
+            rest = tuple(i for i in range(v.shape[sel.dim]) if i not in chosen)
+        i = len(states)
+        states[name] = StateArray(i, name, tuple(v.shape), v.dtype, kind, f"et_s{i}_{c_ident(name)}", sel, rest)
+    size = align_up(max([gl.size for gl in layouts.values()] + [ALIGNMENT]))
+    return Layout(layouts, states, ram, tuple(prog.graph_inputs), size)

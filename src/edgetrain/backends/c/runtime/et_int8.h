@@ -1,0 +1,410 @@
+/* edgetrain int8 kernels: the integer forward of TFLite Micro / CMSIS-NN and the float32
+ * backward of the int8 training program, bit-identical to the numpy references in
+ * src/edgetrain/ops (q*.py, fixed_point.py).
+ *
+ * Numerics contract (see the references' docstrings):
+ * - forward: exact int32 accumulation, then MultiplyByQuantizedMultiplier exactly as
+ *   ops/fixed_point.py (rounding-doubling high multiply, rounding right shift);
+ * - backward: every float32 sum runs in one documented order (ops/qconv.py): weight and
+ *   bias gradients sum sequentially over (n, ho, wo); an input gradient element adds its
+ *   contributions in (o, i, j) order; compile with -ffp-contract=off;
+ * - the update: elementwise float32 arithmetic of ops/qoptim.py with the counter hash.
+ * No allocation: scratch comes from the op's scratch output; a small fixed stack block of
+ * ET_ACC_BLOCK int32 accumulators per output row segment. NCHW everywhere.
+ */
+#ifndef ET_INT8_H
+#define ET_INT8_H
+
+#include <stdint.h>
+#include <string.h>
+
+#ifndef ET_RESTRICT
+#define ET_RESTRICT __restrict__
+#endif
+
+/* int32 accumulators held on the stack per output-row segment (1 KB at 256) */
+#define ET_ACC_BLOCK 64
+
+/* ---- fixed point (ops/fixed_point.py) -------------------------------------------------- */
+static inline int32_t et_mbqm(int32_t x, int32_t mult, int32_t shift) {
+    int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+    int64_t xl = (int64_t)x * ((int64_t)1 << left);
+    if (xl > INT32_MAX) xl = INT32_MAX;
+    if (xl < INT32_MIN) xl = INT32_MIN;
+    int64_t ab = xl * (int64_t)mult;
+    int64_t nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
+    int64_t s = ab + nudge;
+    int64_t hi = s >= 0 ? (s >> 31) : -((-s) >> 31); /* toward zero */
+    int64_t mask = ((int64_t)1 << right) - 1;
+    int64_t rem = hi & mask;
+    int64_t thr = (mask >> 1) + (hi < 0);
+    return (int32_t)((hi >> right) + (rem > thr));
+}
+
+static inline int32_t et_sat32(int64_t v) {
+    return v > INT32_MAX ? INT32_MAX : (v < INT32_MIN ? INT32_MIN : (int32_t)v);
+}
+
+static inline int32_t et_clampi(int32_t v, int32_t lo, int32_t hi) {
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* floor of a float32 without libm (exact for every float) */
+static inline float et_floorf_(float x) {
+    if (!(x > -8388608.0f && x < 8388608.0f)) return x; /* already an integer (or nan/inf) */
+    int32_t i = (int32_t)x;
+    if ((float)i > x) i -= 1;
+    return (float)i;
+}
+
+/* round half to even (np.round) of a float32 without libm */
+static inline float et_rintf_(float x) {
+    if (!(x > -4194304.0f && x < 4194304.0f)) return x; /* |x| >= 2**22: integral enough */
+    volatile float t = x + 12582912.0f;                   /* 1.5 * 2**23 */
+    return t - 12582912.0f;
+}
+
+/* ---- the counter hash of ops/qoptim.py ----------------------------------------------- */
+static inline uint32_t et_hash_key(uint32_t seed, uint32_t param_id, int32_t step) {
+    return seed + (uint32_t)step * 0x85EBCA77u + param_id * 0xC2B2AE3Du;
+}
+
+static inline float et_uniform(uint32_t key, uint32_t index) {
+    uint32_t h = index * 0x9E3779B1u + key;
+    h ^= h >> 16;
+    h *= 0x85EBCA6Bu;
+    h ^= h >> 13;
+    h *= 0xC2B2AE35u;
+    h ^= h >> 16;
+    return (float)(h >> 8) * 0x1p-24f;
+}
+
+/* ---- operands ------------------------------------------------------------------------- */
+/* Rows of an int8 NCHW tensor, whole or a ring buffer of `cap` rows per channel:
+ * row k of channel c of image n is at p + n*nstride + c*cstride + (k % cap) * width. */
+typedef struct { int8_t *p; int32_t nstride, cstride, cap; } et_rows8;
+
+/* An int8 OIHW weight, whole (map == 0) or split in two arrays along `dim` (0 or 1):
+ * map[k] >= 0: channel k is row map[k] of `sel`; else row -map[k]-1 of `rest`. */
+typedef struct {
+    const int8_t *w; const int8_t *sel; const int8_t *rest; const int16_t *map;
+    int32_t dim, nsel, nrest;
+} et_w8;
+
+/* the KH*KW taps of w[o, c] (c within the group) for a weight of CG channels per group */
+static inline const int8_t *et_w8_taps(const et_w8 *w, int32_t o, int32_t c, int32_t cg, int32_t khkw) {
+    if (!w->map) return w->w + ((int32_t)o * cg + c) * khkw;
+    if (w->dim == 1) {
+        int32_t m = w->map[c];
+        return m >= 0 ? w->sel + (o * w->nsel + m) * khkw : w->rest + (o * w->nrest + (-m - 1)) * khkw;
+    }
+    int32_t m = w->map[o];
+    return m >= 0 ? w->sel + (m * cg + c) * khkw : w->rest + ((-m - 1) * cg + c) * khkw;
+}
+
+/* ---- qconv2d: geometry and quantization of one layer ----------------------------------- */
+typedef struct {
+    int32_t n, c, h, w;        /* input */
+    int32_t o, cg, kh, kw;     /* weight (cg = c / groups) */
+    int32_t ho, wo;            /* output */
+    int32_t sh, sw, ph, pw, dh, dw;
+    int32_t groups;
+    int32_t x_zero, y_zero, qmin, qmax;
+    const int32_t *mult, *shift; /* per output channel (int8 output) */
+    const float *out_scale;      /* per output channel (float output: x_scale * w_scale[o]) */
+} et_qconv_p;
+
+/* output columns [lo, hi) whose tap j reads an in-range input column */
+static inline void et_col_range(const et_qconv_p *P, int32_t j, int32_t *lo, int32_t *hi) {
+    int32_t off = j * P->dw - P->pw; /* input column = wo * sw + off */
+    int32_t a = off >= 0 ? 0 : (-off + P->sw - 1) / P->sw;
+    int32_t b = (P->w - 1 - off) >= 0 ? (P->w - 1 - off) / P->sw + 1 : 0;
+    if (b > P->wo) b = P->wo;
+    *lo = a; *hi = b < a ? a : b;
+}
+
+/* Output rows [r0, r1) of output channels [o0, o1) of a qconv2d. y (int8) or yf (float32,
+ * float_out) is addressed like x: row ho of channel o of image n at
+ * base + n*nstride + (o - yo_off)*cstride + (ho % cap)*wo; input channel k is channel
+ * k - xc_off of x (a buffer holding some channels only); the weight, bias, mult, shift and
+ * out_scale are indexed by the absolute output channel o. */
+static inline void et_qconv_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
+                                 const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0, int32_t r1,
+                                 int32_t o0, int32_t o1) {
+    const int32_t opg = P->o / P->groups, khkw = P->kh * P->kw;
+    int32_t acc[ET_ACC_BLOCK];
+    for (int32_t n = 0; n < P->n; n++)
+        for (int32_t o = o0; o < o1; o++) {
+            const int32_t c0 = (o / opg) * P->cg - xc_off;
+            for (int32_t ho = r0; ho < r1; ho++)
+                for (int32_t b0 = 0; b0 < P->wo; b0 += ET_ACC_BLOCK) {
+                    const int32_t b1 = b0 + ET_ACC_BLOCK < P->wo ? b0 + ET_ACC_BLOCK : P->wo;
+                    for (int32_t t = 0; t < b1 - b0; t++) acc[t] = 0;
+                    for (int32_t c = 0; c < P->cg; c++) {
+                        const int8_t *taps = et_w8_taps(w, o, c, P->cg, khkw);
+                        for (int32_t i = 0; i < P->kh; i++) {
+                            const int32_t hi = ho * P->sh - P->ph + i * P->dh;
+                            if (hi < 0 || hi >= P->h) continue;
+                            const int8_t *xr = x.p + n * x.nstride + (c0 + c) * x.cstride + (hi % x.cap) * P->w;
+                            for (int32_t j = 0; j < P->kw; j++) {
+                                const int32_t wv = taps[i * P->kw + j];
+                                if (wv == 0) continue;
+                                int32_t lo, hi2;
+                                et_col_range(P, j, &lo, &hi2);
+                                if (lo < b0) lo = b0;
+                                if (hi2 > b1) hi2 = b1;
+                                const int8_t *xp = xr + j * P->dw - P->pw;
+                                if (P->sw == 1)
+                                    for (int32_t q = lo; q < hi2; q++) acc[q - b0] += wv * ((int32_t)xp[q] - P->x_zero);
+                                else
+                                    for (int32_t q = lo; q < hi2; q++)
+                                        acc[q - b0] += wv * ((int32_t)xp[q * P->sw] - P->x_zero);
+                            }
+                        }
+                    }
+                    const int32_t bo = bias[o];
+                    if (yf) {
+                        float *yr = yf + n * y.nstride + (o - yo_off) * y.cstride + (ho % y.cap) * P->wo;
+                        const float s = P->out_scale[o];
+                        for (int32_t t = 0; t < b1 - b0; t++) yr[b0 + t] = (float)et_sat32((int64_t)acc[t] + bo) * s;
+                    } else {
+                        int8_t *yr = y.p + n * y.nstride + (o - yo_off) * y.cstride + (ho % y.cap) * P->wo;
+                        const int32_t m = P->mult[o], s = P->shift[o];
+                        for (int32_t t = 0; t < b1 - b0; t++) {
+                            int32_t v = et_mbqm(et_sat32((int64_t)acc[t] + bo), m, s) + P->y_zero;
+                            yr[b0 + t] = (int8_t)et_clampi(v, P->qmin, P->qmax);
+                        }
+                    }
+                }
+        }
+}
+
+static inline et_rows8 et_whole8(const void *p, int32_t c, int32_t h, int32_t w) {
+    et_rows8 r = {(int8_t *)p, c * h * w, h * w, h};
+    return r;
+}
+
+/* ---- qadd (TFLite quantized add), one row of all channels or a whole tensor --------------- */
+typedef struct {
+    int32_t a_zero, b_zero, y_zero, a_mult, a_shift, b_mult, b_shift, y_mult, y_shift, qmin, qmax;
+} et_qadd_p;
+
+static inline void et_qadd(const et_qadd_p *P, const int8_t *a, const int8_t *b, int8_t *y, int32_t count) {
+    for (int32_t k = 0; k < count; k++) {
+        int32_t xa = et_mbqm(((int32_t)a[k] - P->a_zero) * (1 << 20), P->a_mult, P->a_shift);
+        int32_t xb = et_mbqm(((int32_t)b[k] - P->b_zero) * (1 << 20), P->b_mult, P->b_shift);
+        int32_t v = et_mbqm(et_sat32((int64_t)xa + xb), P->y_mult, P->y_shift) + P->y_zero;
+        y[k] = (int8_t)et_clampi(v, P->qmin, P->qmax);
+    }
+}
+
+/* row r of every channel of every image (a qstream step) */
+static inline void et_qadd_row(const et_qadd_p *P, et_rows8 a, et_rows8 b, et_rows8 y, int32_t n, int32_t c,
+                               int32_t w, int32_t r) {
+    for (int32_t k = 0; k < n; k++)
+        for (int32_t ch = 0; ch < c; ch++)
+            et_qadd(P, a.p + k * a.nstride + ch * a.cstride + (r % a.cap) * w,
+                    b.p + k * b.nstride + ch * b.cstride + (r % b.cap) * w,
+                    y.p + k * y.nstride + ch * y.cstride + (r % y.cap) * w, w);
+}
+
+/* ---- qmean over the trailing `inner` elements of each of `outer` groups ------------------ */
+static inline void et_qmean(const int8_t *x, int8_t *y, int32_t outer, int32_t inner, int32_t zero) {
+    for (int32_t k = 0; k < outer; k++) {
+        int32_t total = 0;
+        for (int32_t t = 0; t < inner; t++) total += (int32_t)x[k * inner + t] - zero;
+        int32_t mag = ((total < 0 ? -total : total) + inner / 2) / inner;
+        y[k] = (int8_t)et_clampi((total < 0 ? -mag : mag) + zero, -128, 127);
+    }
+}
+
+static inline void et_qclamp(const int8_t *x, int8_t *y, int32_t count, int32_t lo, int32_t hi) {
+    for (int32_t k = 0; k < count; k++) y[k] = (int8_t)et_clampi(x[k], lo, hi);
+}
+
+/* ---- quantize / dequantize --------------------------------------------------------------- */
+static inline void et_quantize(const float *x, int8_t *y, int32_t count, float scale, int32_t zero,
+                               int32_t qmin, int32_t qmax) {
+    for (int32_t k = 0; k < count; k++) {
+        float q = et_rintf_(x[k] / scale) + (float)zero;
+        q = q < (float)qmin ? (float)qmin : (q > (float)qmax ? (float)qmax : q);
+        y[k] = (int8_t)(int32_t)q;
+    }
+}
+
+static inline void et_dequantize(const int8_t *q, float *y, int32_t count, float scale, int32_t zero) {
+    for (int32_t k = 0; k < count; k++) y[k] = ((float)q[k] - (float)zero) * scale;
+}
+
+/* ---- saturation masks ------------------------------------------------------------------ */
+static inline void et_qmask_pack(const int8_t *y, uint8_t *m, int32_t count, int32_t lo, int32_t hi) {
+    for (int32_t b = 0; b < (count + 7) / 8; b++) {
+        uint32_t byte = 0;
+        for (int32_t k = 0; k < 8 && b * 8 + k < count; k++) {
+            int32_t v = y[b * 8 + k];
+            byte |= (uint32_t)(v > lo && v < hi) << k;
+        }
+        m[b] = (uint8_t)byte;
+    }
+}
+
+static inline void et_qmask_grad(const float *g, const uint8_t *m, float *out, int32_t count) {
+    for (int32_t k = 0; k < count; k++) out[k] = g[k] * (float)((m[k >> 3] >> (k & 7)) & 1u);
+}
+
+/* ---- index_select along one dim: outer x [len(index) of dim] x inner elements ------------ */
+static inline void et_index_select(const void *x, void *y, int32_t outer, int32_t dim_size, int32_t inner,
+                                   const uint16_t *index, int32_t count, int32_t elem_bytes) {
+    const uint8_t *src = (const uint8_t *)x;
+    uint8_t *dst = (uint8_t *)y;
+    const int32_t row = inner * elem_bytes;
+    for (int32_t k = 0; k < outer; k++)
+        for (int32_t t = 0; t < count; t++)
+            memcpy(dst + (k * count + t) * row, src + (k * dim_size + index[t]) * row, (size_t)row);
+}
+
+/* ---- backward (float32) ---------------------------------------------------------------- */
+/* qconv2d_grad_input: gx = conv-transpose(g, w * w_scale[o]); each gx element adds its
+ * contributions in (o, i, j) order starting from 0 (ops/qconv.py: _grad_input_ref). */
+static inline void et_qconv_grad_input(const et_qconv_p *P, const float *g, const et_w8 *w, const float *w_scale,
+                                       float *ET_RESTRICT gx) {
+    const int32_t opg = P->o / P->groups, khkw = P->kh * P->kw, hw = P->h * P->w, howo = P->ho * P->wo;
+    memset(gx, 0, sizeof(float) * (size_t)(P->n * P->c * hw));
+    for (int32_t n = 0; n < P->n; n++)
+        for (int32_t o = 0; o < P->o; o++) {
+            const int32_t c0 = (o / opg) * P->cg;
+            const float *go = g + (n * P->o + o) * howo;
+            for (int32_t i = 0; i < P->kh; i++)
+                for (int32_t j = 0; j < P->kw; j++) {
+                    int32_t lo, hi;
+                    et_col_range(P, j, &lo, &hi);
+                    for (int32_t c = 0; c < P->cg; c++) {
+                        const float wr = (float)et_w8_taps(w, o, c, P->cg, khkw)[i * P->kw + j] * w_scale[o];
+                        float *gxc = gx + (n * P->c + c0 + c) * hw + j * P->dw - P->pw;
+                        for (int32_t ho = 0; ho < P->ho; ho++) {
+                            const int32_t h = ho * P->sh - P->ph + i * P->dh;
+                            if (h < 0 || h >= P->h) continue;
+                            float *gr = gxc + h * P->w;
+                            const float *gi = go + ho * P->wo;
+                            for (int32_t q = lo; q < hi; q++) {
+                                const float p = wr * gi[q];
+                                gr[q * P->sw] = gr[q * P->sw] + p;
+                            }
+                        }
+                    }
+                }
+        }
+}
+
+/* qconv2d_dw_grad_input: one channel at a time through `plane` (H*W floats), so gx may be
+ * g's own storage (same shape); per element the contributions add in (i, j) order. */
+static inline void et_qconv_dw_grad_input(const et_qconv_p *P, const float *g, const et_w8 *w, const float *w_scale,
+                                          float *gx, float *ET_RESTRICT plane) {
+    const int32_t khkw = P->kh * P->kw, hw = P->h * P->w, howo = P->ho * P->wo;
+    for (int32_t n = 0; n < P->n; n++)
+        for (int32_t c = 0; c < P->c; c++) {
+            const float *gc = g + (n * P->c + c) * howo;
+            const int8_t *taps = et_w8_taps(w, c, 0, 1, khkw);
+            for (int32_t t = 0; t < hw; t++) plane[t] = 0.0f;
+            for (int32_t i = 0; i < P->kh; i++)
+                for (int32_t j = 0; j < P->kw; j++) {
+                    const float wr = (float)taps[i * P->kw + j] * w_scale[c];
+                    int32_t lo, hi;
+                    et_col_range(P, j, &lo, &hi);
+                    for (int32_t ho = 0; ho < P->ho; ho++) {
+                        const int32_t h = ho * P->sh - P->ph + i * P->dh;
+                        if (h < 0 || h >= P->h) continue;
+                        float *pr = plane + h * P->w + j * P->dw - P->pw;
+                        const float *gi = gc + ho * P->wo;
+                        for (int32_t q = lo; q < hi; q++) {
+                            const float p = wr * gi[q];
+                            pr[q * P->sw] = pr[q * P->sw] + p;
+                        }
+                    }
+                }
+            memcpy(gx + (n * P->c + c) * hw, plane, sizeof(float) * (size_t)hw);
+        }
+}
+
+/* Row o of qconv2d_grad_weight into gw_row (CG*KH*KW floats): each element is the
+ * sequential float32 sum over (n, ho, wo) of g * (x - x_zero), times scale (the padded
+ * taps, zero terms, are skipped). x holds the layer input (C channels; group of o). */
+static inline void et_qconv_grad_weight_row(const et_qconv_p *P, const int8_t *x, const float *g, int32_t o,
+                                            float scale, float *ET_RESTRICT gw_row) {
+    const int32_t opg = P->o / P->groups, hw = P->h * P->w, howo = P->ho * P->wo;
+    const int32_t c0 = (o / opg) * P->cg;
+    for (int32_t c = 0; c < P->cg; c++)
+        for (int32_t i = 0; i < P->kh; i++)
+            for (int32_t j = 0; j < P->kw; j++) {
+                int32_t lo, hi;
+                et_col_range(P, j, &lo, &hi);
+                float acc = 0.0f;
+                for (int32_t n = 0; n < P->n; n++) {
+                    const int8_t *xc = x + (n * P->c + c0 + c) * hw + j * P->dw - P->pw;
+                    const float *go = g + (n * P->o + o) * howo;
+                    for (int32_t ho = 0; ho < P->ho; ho++) {
+                        const int32_t h = ho * P->sh - P->ph + i * P->dh;
+                        if (h < 0 || h >= P->h) continue;
+                        const int8_t *xr = xc + h * P->w;
+                        const float *gr = go + ho * P->wo;
+                        for (int32_t q = lo; q < hi; q++) {
+                            const float p = gr[q] * (float)((int32_t)xr[q * P->sw] - P->x_zero);
+                            acc = acc + p;
+                        }
+                    }
+                }
+                gw_row[(c * P->kh + i) * P->kw + j] = acc * scale;
+            }
+}
+
+/* qconv2d_grad_bias: sequential float32 sum over (n, h, w), times scale[o] */
+static inline void et_qconv_grad_bias(const float *g, float *gb, int32_t n, int32_t o, int32_t hw,
+                                      const float *scale) {
+    for (int32_t k = 0; k < o; k++) {
+        float acc = 0.0f;
+        for (int32_t b = 0; b < n; b++) {
+            const float *r = g + (b * o + k) * hw;
+            for (int32_t t = 0; t < hw; t++) acc = acc + r[t];
+        }
+        gb[k] = acc * scale[k];
+    }
+}
+
+/* ---- qsgd_update: one row of the (selected) gradient ----------------------------------- */
+typedef struct {
+    float lr, momentum, weight_decay;
+    int32_t qmin, qmax;
+    uint32_t seed, param_id;
+} et_qsgd_p;
+
+/* Update one row of `len` gradient elements g (momentum row m, or 0). Element e is the
+ * full tensor's flat element flat0 + e, or, with idx (dense weights trained on some input
+ * channels), flat0 + idx[e / khkw] * khkw + e % khkw. It is stored at wq[flat] when
+ * `full` (the whole tensor in one array), else at wq[pos0 + e] (a split weight's trained
+ * part, or a whole row). wq is int8 when w8, else int32. */
+static inline void et_qsgd_row(const et_qsgd_p *P, uint32_t key, void *wq, int32_t w8, int32_t full,
+                               int32_t pos0, const float *g, float *m, float scale, int32_t len, uint32_t flat0,
+                               const uint16_t *idx, int32_t khkw) {
+    for (int32_t e = 0; e < len; e++) {
+        const uint32_t flat = idx ? flat0 + (uint32_t)idx[e / khkw] * (uint32_t)khkw + (uint32_t)(e % khkw)
+                                  : flat0 + (uint32_t)e;
+        const int32_t at = full ? (int32_t)flat : pos0 + e;
+        const int32_t wi = w8 ? (int32_t)((int8_t *)wq)[at] : ((int32_t *)wq)[at];
+        const float wf = (float)wi;
+        float d = g[e] * scale;
+        if (P->weight_decay != 0.0f) d = d + P->weight_decay * wf;
+        if (m) {
+            d = P->momentum * m[e] + d;
+            m[e] = d;
+        }
+        const float v = wf - P->lr * d;
+        float r = et_floorf_(v + et_uniform(key, flat));
+        if (r < (float)P->qmin) r = (float)P->qmin;
+        if (r > (float)P->qmax) r = (float)P->qmax;
+        const int32_t q = r >= 2147483648.0f ? INT32_MAX : (int32_t)r;
+        if (w8) ((int8_t *)wq)[at] = (int8_t)q;
+        else ((int32_t *)wq)[at] = q;
+    }
+}
+
+#endif /* ET_INT8_H */

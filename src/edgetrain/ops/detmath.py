@@ -1,0 +1,38 @@
+"""exp in float64 exactly as the C runtime computes it (backends/c/runtime/et_common.h:
+et_exp), operation for operation. numpy's exp (SIMD, platform-dependent) and a C libm
+differ in the last bit; a reference whose float result feeds integer stochastic rounding
+(the loss gradient of an int8 program) must be reproducible bit for bit by the generated C
+on the host and on a Cortex-M, so both use this one algorithm: x = k ln2 + r (Cody-Waite
+split of ln2), exp(r) by its Taylor polynomial to r^13 in Horner form, times 2^k.
+IEEE float64 +, -, *, / are exact-rounded alike in numpy and in C compiled with
+-ffp-contract=off."""
+from __future__ import annotations
+
+import numpy as np
+
+LN2_HI, LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10  # ln2 = HI + LO, HI with 32 bits
+INV_LN2 = 1.44269504088896338700e+00
+TAYLOR_DEGREE = 13  # |r| <= ln2/2: the r^14 term is below 2^-60 of the sum
+UNDERFLOW = -745.2  # exp(x) below the smallest float64 subnormal
+OVERFLOW = 709.7
+SUBNORMAL_K = -1022  # 2^k is no longer a normal float64 below this
+SUBNORMAL_SHIFT = 600
+
+
+def exp_like_c(x) -> np.ndarray:
+    """float64 exp(x), bit-identical to et_exp of et_common.h."""
+    x = np.asarray(x, np.float64)
+    kf = x * INV_LN2
+    k = np.where(kf < 0, kf - 0.5, kf + 0.5).astype(np.int64)  # C's (int) truncates toward zero
+    kd = k.astype(np.float64)
+    r = (x - kd * LN2_HI) - kd * LN2_LO
+    p = 1.0 + r / float(TAYLOR_DEGREE)
+    for i in range(TAYLOR_DEGREE - 1, 0, -1):
+        p = 1.0 + r / float(i) * p
+    small = k < SUBNORMAL_K
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.where(small, np.ldexp(np.ldexp(p, np.where(small, k + SUBNORMAL_SHIFT, 0)),
+                                       -SUBNORMAL_SHIFT * small), np.ldexp(p, np.clip(k, -1100, 1100)))
+        out = np.where(x > OVERFLOW, np.inf, out)
+    out = np.where(x < UNDERFLOW, 0.0, out)
+    return np.where(np.isnan(x), x, out)

@@ -1,0 +1,151 @@
+"""The host side of the C backend: backend="c" in compile, the emitted project (sample driver
+built under AddressSanitizer + UBSan), arena guard words, the content-hash build cache,
+state sync with prog.state, the non-finite loss rule and the clear errors."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import edgetrain as et
+from edgetrain.backends.c import CBackendError, emit_c
+from edgetrain.backends.c import host
+from edgetrain.program import NonFiniteLossError
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(1, 4, 3, 1, 1, bias=False), nn.BatchNorm2d(4), nn.ReLU6())
+        self.dw = nn.Sequential(nn.Conv2d(4, 4, 3, 2, 1, groups=4, bias=False), nn.BatchNorm2d(4), nn.ReLU())
+        self.fc = nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x):
+        return self.fc(self.dw(self.conv(x)).flatten(1))
+
+
+def _tiny():
+    torch.manual_seed(0)
+    return Tiny().eval()
+
+
+X = torch.randn(1, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+Y = np.array([2])
+OPT = et.SGD(lr=0.1, momentum=0.9)
+
+
+@pytest.fixture(scope="module")
+def progs():
+    scheme = et.Sparse(bias_last=1, weights={0: 0.5, 1: 0.5})
+    ref = et.compile(_tiny(), (X,), update=scheme, optimizer=OPT)
+    c = et.compile(_tiny(), (X,), update=scheme, optimizer=OPT, backend="c")
+    return ref, c
+
+
+def test_backend_c_in_compile(progs):
+    ref, c = progs
+    assert isinstance(c, host.CProgram) and isinstance(c, et.Program)
+    for _ in range(2):
+        lc, lr_ = c.step(X, Y), ref.step(X, Y)
+        assert abs(lc - lr_) <= 1e-5 * abs(lr_)
+    for k in ref.state:
+        np.testing.assert_allclose(c.state[k], ref.state[k], rtol=1e-5, atol=1e-6)
+    assert c.check_guards()
+    assert c.state_dict().keys() == ref.state_dict().keys()
+
+
+def test_state_sync_both_ways(progs):
+    ref, c = progs
+    name = next(k for k, sel in c.trainable.items() if sel is None)
+    # a rebound entry is loaded into the library before the next step
+    new = np.full_like(ref.state[name], 0.01)
+    ref.state[name] = new.copy()
+    c.state[name] = new.copy()
+    split = next(k for k, sel in c.trainable.items() if sel is not None)
+    ref.state[split] = ref.state[split] * 0.5
+    c.state[split] = c.state[split] * 0.5
+    lc, lr_ = c.step(X, Y), ref.step(X, Y)
+    assert abs(lc - lr_) <= 1e-5 * abs(lr_)
+    for k in ref.state:
+        np.testing.assert_allclose(c.state[k], ref.state[k], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(c.predict(np.repeat(X.numpy(), 3, 0)), ref.predict(np.repeat(X.numpy(), 3, 0)),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def full_pair():
+    return (et.compile(_tiny(), (X,), optimizer=OPT, backend="c"),
+            et.compile(_tiny(), (X,), optimizer=OPT, backend="c"))
+
+
+def test_programs_do_not_share_weights(full_pair):
+    a, b = full_pair
+    assert a.c_library == b.c_library  # one cached build
+    before = {k: v.copy() for k, v in b.state.items()}
+    a.step(X, Y)
+    for k, v in before.items():
+        np.testing.assert_array_equal(b.state[k], v)
+
+
+def test_non_finite_loss_keeps_weights(full_pair):
+    c = full_pair[1]
+    c.step(X, Y)
+    w = next(iter(c.trainable))
+    c.state[w][...] = 3e38  # the next step overflows
+    saved = {k: v.copy() for k, v in c.state.items()}
+    steps = c.steps
+    with pytest.raises(NonFiniteLossError, match="non-finite|loss is"):
+        c.step(X, Y)
+    assert c.steps == steps
+    for k, v in saved.items():
+        np.testing.assert_array_equal(c.state[k], v)
+
+
+def test_content_hash_cache_is_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGETRAIN_CACHE", str(tmp_path))
+    files = {"model.c": "int et_answer(void) { return 42; }\n", "model.h": "/* */\n"}
+    lib = host.build_library(files)
+    stamp = lib.stat().st_mtime_ns
+    assert host.build_library(dict(files)) == lib and lib.stat().st_mtime_ns == stamp
+    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 1
+    changed = dict(files, **{"model.c": files["model.c"] + "/* changed */\n"})
+    assert host.build_library(changed) != lib
+    assert host.build_library(files, host.DEFAULT_CFLAGS + ("-DX=1",)) != lib  # the flags are in the key
+
+
+def test_no_compiler_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(host.shutil, "which", lambda name: None)
+    with pytest.raises(CBackendError, match="C compiler"):
+        host.find_cc()
+
+
+def test_emitted_project_runs_clean_under_sanitizers(tmp_path):
+    """emit_c with samples (weights compiled in) -> model.c + main.c built with
+    -fsanitize=address,undefined: a few steps print the reference losses, guard words intact."""
+    if subprocess.run(["sh", "-c", "command -v gcc"], capture_output=True).returncode:
+        pytest.skip("gcc not found")
+    scheme = et.Sparse(bias_last=1, weights={0: 0.5, 1: 0.5})
+    prog = et.compile(_tiny(), (X,), update=scheme, optimizer=OPT)
+    rng = np.random.default_rng(0)
+    samples = [(rng.normal(size=(1, 1, 8, 8)).astype(np.float32), np.array([i % 5])) for i in range(3)]
+    out = prog.emit_c(tmp_path / "proj", samples=samples)
+    for name in ("model.c", "model.h", "Makefile", "README.md", "samples.h", "main.c", "et_common.h"):
+        assert (out / name).exists(), name
+    exe = host.build_executable(out, host.SANITIZE_CFLAGS)
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="halt_on_error=1")
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "guards ok" in r.stdout and "runtime error" not in r.stderr
+    losses = [float(line.split()[-1]) for line in r.stdout.splitlines() if line.startswith("step")]
+    expect = [prog.step(x, y) for x, y in samples]
+    np.testing.assert_allclose(losses, expect, rtol=1e-5)
+
+
+def test_bad_target():
+    prog = et.compile(_tiny(), (X,))
+    with pytest.raises(CBackendError, match="target"):
+        emit_c(prog, "/nonexistent", target="z80")
