@@ -31,6 +31,9 @@ class MemoryReport:
     ops: tuple[str, ...]
     arena_bytes: int = 0
     arena: ArenaPlan | None = field(default=None, repr=False, compare=False)
+    #: the linked Cortex-M firmware's size report (backends.c.cortexm.FirmwareSize), once
+    #: `backends.c.cortexm.run_firmware` has built and run it
+    firmware: object = field(default=None, compare=False)
 
     @property
     def flash_bytes(self) -> int:
@@ -43,7 +46,8 @@ class MemoryReport:
 
         return (f"peak {kb(self.peak_bytes)} = arena {kb(self.arena_bytes)} (live peak without "
                 f"in-place reuse {kb(self.activation_bytes)} at node {self.peak_step}, {self.peak_op}) + trainable "
-                f"{kb(self.trainable_bytes)}; flash {kb(self.frozen_bytes)}; all weights {kb(self.weight_bytes)}")
+                f"{kb(self.trainable_bytes)}; flash {kb(self.frozen_bytes)}; all weights {kb(self.weight_bytes)}"
+                + (f"; firmware: {self.firmware.describe()}" if self.firmware is not None else ""))
 
     def plot(self, path) -> str:
         """Draw live activation bytes per node (PNG) and return the path."""

@@ -155,21 +155,21 @@ def _host_step_lines(prog, data, d):
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler (cc) for the host build")
 @pytest.mark.parametrize("quantize,target", [(None, "cortex-m4"), ("int8", "cortex-m7")])
 def test_compiled_program_matches_host_build(tmp_path, quantize, target):
-    from edgetrain.backends.c import emit_c
-
     prog, data = _compiled(quantize)
     host = _host_step_lines(prog, data, tmp_path / "host")
     assert len(host) == len(data)
-    d = emit_c(prog, tmp_path / target, target, data)
-    elf = cortexm.build(d)
-    run = cortexm.run_qemu(d, target, icount=True)
+    fw = cortexm.run_firmware(prog, tmp_path / target, target, data)
+    run = fw.run
     assert run.exit_code == 0, run.lines
+    # the size report is on the program: it fits, and the stack was measured
+    assert prog.memory.firmware is fw.size and 0 < fw.size.sram <= 256 * 1024 and fw.size.flash <= 1024 * 1024
+    assert fw.size.stack_high_water and "firmware: flash" in prog.memory.summary()
     assert list(run.step_lines) == host
     # the trained program's reference losses agree (to float tolerance: the references sum
     # in another order)
     ref = [prog.step(x, y) for x, y in data]
     np.testing.assert_allclose(run.losses, ref, rtol=1e-5)
-    size = cortexm.firmware_size(elf, run)
+    size = fw.size
     assert size.flash <= cortexm.FLASH_BYTES and size.sram <= cortexm.SRAM_BYTES
     assert size.bss >= prog.memory.arena_bytes  # the arena is a zero-initialised static buffer
     assert run.instructions_per_step and min(run.instructions_per_step) > 1000

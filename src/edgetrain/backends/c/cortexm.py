@@ -420,3 +420,29 @@ def firmware_size(elf, run: Optional[QemuRun] = None) -> FirmwareSize:
     return FirmwareSize(flash=flash, sram=sram, text=text, rodata=rodata, data=data, bss=bss, heap_reserve=heap,
                         stack_reserve=stack, stack_high_water=run.stack_high_water if run else None,
                         instructions_per_step=ips)
+
+
+@dataclass(frozen=True)
+class FirmwareRun:
+    """A firmware built and run under QEMU: the project, its run and its size report."""
+    out_dir: Path
+    run: QemuRun
+    size: FirmwareSize
+
+
+def run_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = (), *,
+                 icount: bool = True) -> FirmwareRun:
+    """Emit `prog` as a `target` firmware training on `samples`, link it (CortexMError if it
+    does not fit 256 KB SRAM / 1 MB flash), run it under QEMU, and attach the size report
+    (flash, SRAM, measured stack high-water mark, instructions per step) to the program:
+    `prog.memory.firmware`."""
+    import dataclasses
+
+    d = emit_firmware(prog, out_dir, target, samples)
+    elf = build(d)
+    run = run_qemu(d, target, icount=icount)
+    if run.exit_code != 0:
+        raise CortexMError(f"the firmware exited with {run.exit_code}: {' | '.join(run.lines[-5:])}")
+    size = firmware_size(elf, run)
+    prog.memory = dataclasses.replace(prog.memory, firmware=size)
+    return FirmwareRun(Path(d), run, size)
