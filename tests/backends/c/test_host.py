@@ -123,13 +123,28 @@ def test_no_compiler_is_a_clear_error(monkeypatch):
         host.find_cc()
 
 
-def test_emitted_project_runs_clean_under_sanitizers(tmp_path):
+def _int8_net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1, groups=8),
+                         nn.ReLU(), nn.Conv2d(8, 8, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(8, 5))
+
+
+@pytest.mark.parametrize("quantize", [None, "int8"])
+def test_emitted_project_runs_clean_under_sanitizers(tmp_path, quantize):
     """emit_c with samples (weights compiled in) -> model.c + main.c built with
-    -fsanitize=address,undefined: a few steps print the reference losses, guard words intact."""
+    -fsanitize=address,undefined: a few steps print the reference losses, guard words intact
+    (float32, and int8 with weights trained on some channels: split storage)."""
     if subprocess.run(["sh", "-c", "command -v gcc"], capture_output=True).returncode:
         pytest.skip("gcc not found")
-    scheme = et.Sparse(bias_last=1, weights={0: 0.5, 1: 0.5})
-    prog = et.compile(_tiny(), (X,), update=scheme, optimizer=OPT)
+    if quantize is None:
+        scheme = et.Sparse(bias_last=1, weights={0: 0.5, 1: 0.5})
+        prog = et.compile(_tiny(), (X,), update=scheme, optimizer=OPT)
+    else:
+        scheme = et.Sparse(bias_last=2, weights={1: 0.5, 2: 0.25})
+        prog = et.compile(_int8_net(), (X,), update=scheme, optimizer=et.SGD(lr=0.05, momentum=0.9),
+                          quantize="int8")
+        assert any(sel is not None for sel in prog.trainable.values())
     rng = np.random.default_rng(0)
     samples = [(rng.normal(size=(1, 1, 8, 8)).astype(np.float32), np.array([i % 5])) for i in range(3)]
     out = prog.emit_c(tmp_path / "proj", samples=samples)
