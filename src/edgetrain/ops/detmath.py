@@ -22,7 +22,9 @@ SUBNORMAL_SHIFT = 600
 def exp_like_c(x) -> np.ndarray:
     """float64 exp(x), bit-identical to et_exp of et_common.h."""
     x = np.asarray(x, np.float64)
-    kf = x * INV_LN2
+    # NaN and |x| beyond the float64 range are answered below (as et_exp returns early for
+    # them): clip so that the integer conversion stays defined
+    kf = np.clip(np.nan_to_num(x, nan=0.0), UNDERFLOW - 1, OVERFLOW + 1) * INV_LN2
     k = np.where(kf < 0, kf - 0.5, kf + 0.5).astype(np.int64)  # C's (int) truncates toward zero
     kd = k.astype(np.float64)
     r = (x - kd * LN2_HI) - kd * LN2_LO
