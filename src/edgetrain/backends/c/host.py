@@ -19,18 +19,16 @@ from ...autodiff import grad_name
 from ...program import NonFiniteLossError, Program, as_array
 from .layout import CBackendError, Layout, build_layout
 
-#: host build: optimised for this machine, no FMA contraction (the numerics contract: x86 and
-#: Cortex-M agree), sqrt as an instruction, `omp simd` reductions vectorised without -fopenmp;
-#: no ET_FLOAT_FMA by default: with it the float32 GEMM / convolution kernels use explicit fused
-#: multiply-adds (faster on FMA CPUs, within 1e-5 of the reference) but a float program's
-#: losses then differ in the last bits from its Cortex-M build's; pass FMA_CFLAGS to opt in
+#: the ctypes library: optimised for this machine, no implicit FMA contraction (int8 kernels'
+#: float sums must be exactly the reference's), sqrt as an instruction; ET_FLOAT_FMA: the float32 GEMM / convolution kernels use explicit fused multiply-adds where
+#: the CPU has them, and ET_OMP_SIMD lets `omp simd` reductions reassociate float sums: the
+#: fast host library, within 1e-5 of the reference (int8 kernels use neither)
 DEFAULT_CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fopenmp-simd", "-DET_OMP_SIMD",
-                  "-std=gnu11",
+                  "-DET_FLOAT_FMA", "-std=gnu11",
                   "-Wall", "-Wno-unused-function", "-Wno-unused-variable")
-FMA_CFLAGS = DEFAULT_CFLAGS + ("-DET_FLOAT_FMA",)
-#: an emitted project's Makefile: every float sum in the source's order (no `omp simd`
-#: reassociation), so its host build prints the very losses its Cortex-M build prints
-PROJECT_CFLAGS = tuple(f for f in DEFAULT_CFLAGS if f != "-DET_OMP_SIMD")
+#: an emitted project's Makefile: every float sum in the source's order, no FMA, so its host
+#: build prints the very losses its Cortex-M build prints
+PROJECT_CFLAGS = tuple(f for f in DEFAULT_CFLAGS if f not in ("-DET_OMP_SIMD", "-DET_FLOAT_FMA"))
 #: the sanitizer build of the tests
 SANITIZE_CFLAGS = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                    "-fno-omit-frame-pointer", "-ffp-contract=off", "-fno-math-errno", "-fopenmp-simd", "-DET_OMP_SIMD",
