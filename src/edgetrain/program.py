@@ -106,6 +106,11 @@ class Program:
         (d loss / d w_int = w_scale * d loss / d w_real), before QAS."""
         g = self.grad_graph
         out, _ = run_graph(g, self._feeds(g, x, y), set(self.graph_inputs) | {LABEL, STEP})
+        return self._full_gradients(out)
+
+    def _full_gradients(self, out: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """{param: gradient} from the grad graph's outputs `out`, a selected-channel gradient
+        scattered into zeros of its parameter's shape."""
         grads = {}
         for p, sel in self.trainable.items():
             gv = out[grad_name(p)]

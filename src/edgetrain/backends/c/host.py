@@ -15,7 +15,6 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from ...autodiff import grad_name
 from ...program import NonFiniteLossError, Program, as_array
 from .layout import CBackendError, Layout, build_layout
 
@@ -209,18 +208,7 @@ class CProgram(Program):
         outs = [np.empty(v.shape, dtype=v.dtype) for v in g.outputs]
         ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
         self._lib.et_gradients(xin.ctypes.data, yin.ctypes.data, ptrs)
-        by_name = dict(zip(g.output_names, outs))
-        grads = {}
-        for p, sel in self.trainable.items():
-            gv = by_name[grad_name(p)]
-            if sel is not None:
-                full = np.zeros(self.state[p].shape, dtype=gv.dtype)
-                idx = [slice(None)] * full.ndim
-                idx[sel.dim] = np.asarray(sel.index)
-                full[tuple(idx)] = gv
-                gv = full
-            grads[p] = gv
-        return grads
+        return self._full_gradients(dict(zip(g.output_names, outs)))
 
     def predict(self, x) -> np.ndarray:
         g = self.forward_graph
