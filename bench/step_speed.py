@@ -1,7 +1,7 @@
 """Training-step time of the C backend against PyTorch eager, one thread, batch 1.
 
     PYTHONPATH=src python bench/step_speed.py [--model mbv2-w0.35] [--size 128]
-        [--schemes full,last8] [--repeats 30] [--no-int8] [--torch-compile] [--json-only]
+        [--schemes full,last8] [--repeats 30] [--no-int8] [--torch-compile] [--no-fma] [--json-only]
 
 For each scheme (Full, LastK(8)) on `et.models.get(model, num_classes=10)` (float32, SGD
 lr 0.01 momentum 0.9): the median wall time of one training step of
@@ -12,14 +12,14 @@ lr 0.01 momentum 0.9): the median wall time of one training step of
   cross-entropy + backward + torch.optim.SGD step;
 - `torch_compile` (with --torch-compile): the same step under torch.compile.
 The runs alternate (C, torch, C, torch, ...) so that a shared machine's load hits both alike.
-With int8 kernels present (backends/c/kernels/int8.py) and the paper's model file
-(../shared/assets/tiny-training/mbv2-w0.35.pkl), also the int8 step (quantize="int8", SGD
-without momentum) in C against the reference runtime. Prints JSON lines and a markdown table.
+With the paper's model file (../shared/assets/tiny-training/mbv2-w0.35.pkl), also the int8 step (quantize="int8", SGD
+without momentum) in C against the reference runtime. The C library is built with the
+backend's default flags (explicit FMA in the float GEMM / convolution kernels), or without
+FMA (--no-fma). Prints JSON lines and a markdown table.
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 import edgetrain as et
+from edgetrain.backends.c.host import DEFAULT_CFLAGS, to_c_program
 
 SCHEMES = {"full": et.Full(), "last8": et.LastK(8), "bias": et.BiasOnly()}
 ASSETS = Path(__file__).resolve().parents[1] / ".." / "shared" / "assets" / "tiny-training"
@@ -63,13 +64,19 @@ def torch_step_fn(model, prog, x, y, lr, momentum, compiled=False):
     return step
 
 
+def cflags(args) -> tuple:
+    """The C library's compiler flags: the backend's default, or without ET_FLOAT_FMA."""
+    return tuple(f for f in DEFAULT_CFLAGS if not (args.no_fma and f == "-DET_FLOAT_FMA"))
+
+
 def bench_float(args, name, scheme_key, out):
     lr, mom = 0.01, 0.9
     model = et.models.get(args.model, num_classes=10).eval()
     x = torch.randn(1, 3, args.size, args.size, generator=torch.Generator().manual_seed(0))
     y = np.array([3])
     t0 = time.perf_counter()
-    prog = et.compile(model, (x,), update=SCHEMES[scheme_key], optimizer=et.SGD(lr=lr, momentum=mom), backend="c")
+    prog = to_c_program(et.compile(model, (x,), update=SCHEMES[scheme_key], optimizer=et.SGD(lr=lr, momentum=mom)),
+                        cflags(args))
     build_s = time.perf_counter() - t0
     xin = np.ascontiguousarray(x.numpy())
     yin = np.ascontiguousarray(y.astype(np.int64))
@@ -110,19 +117,16 @@ def bench_int8(args, scheme_key, out):
     from edgetrain.models import from_tiny_training
 
     path = ASSETS / f"{args.model}.pkl"
-    if importlib.util.find_spec("edgetrain.backends.c.kernels.int8") is None or not path.exists():
-        print(f"# int8: skipped (no int8 kernels or no {path})", file=sys.stderr)
+    if not path.exists():
+        print(f"# int8: skipped (no {path})", file=sys.stderr)
         return
     model = from_tiny_training(path, num_classes=10)
     x = torch.randn(1, 3, args.size, args.size, generator=torch.Generator().manual_seed(0))
     y = np.array([3])
     opt = et.SGD(lr=0.05)
     t0 = time.perf_counter()
-    try:
-        prog = et.compile(model, (x,), update=SCHEMES[scheme_key], quantize="int8", optimizer=opt, backend="c")
-    except Exception as err:  # noqa: BLE001 - report and go on
-        print(f"# int8 {scheme_key}: C build failed: {type(err).__name__}: {str(err)[:300]}", file=sys.stderr)
-        return
+    prog = to_c_program(et.compile(model, (x,), update=SCHEMES[scheme_key], quantize="int8", optimizer=opt),
+                        cflags(args))
     build_s = time.perf_counter() - t0
     ref = et.compile(model, (x,), update=SCHEMES[scheme_key], quantize="int8", optimizer=opt)
     runs = {"c": lambda: prog.step(x, y), "reference": lambda: ref.step(x, y)}
@@ -164,6 +168,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--no-int8", action="store_true")
     ap.add_argument("--torch-compile", action="store_true")
+    ap.add_argument("--no-fma", action="store_true",
+                    help="build the C library without explicit fused multiply-adds (the emitted projects' numerics)")
     ap.add_argument("--json-only", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)

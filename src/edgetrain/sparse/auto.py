@@ -55,11 +55,13 @@ class Measured:
     peak: int
     arena: int
     trainable: int
+    weights: tuple[str, ...] = ()  # the weight of each layer Sparse can name, by index
 
     @classmethod
     def of(cls, prog) -> "Measured":
         m = prog.memory
-        return cls(m.peak_bytes, m.arena_bytes, m.trainable_bytes)
+        weights = tuple(layer.weight for layer in prog.layers if layer.kind in ("conv", "linear"))[:-1]
+        return cls(m.peak_bytes, m.arena_bytes, m.trainable_bytes, weights)
 
 
 @dataclass(frozen=True)
@@ -132,16 +134,24 @@ def scheme_of(choices) -> Sparse:
 
 
 class CostCache:
-    """Compiles schemes and remembers what each holds (`measured`: {scheme: Measured}).
-    Keep one per model and compile settings to reuse measured costs across budgets."""
+    """Compiles schemes and remembers what each holds (`measured`: {scheme: Measured}), and
+    the last program it compiled until someone asks for it (programs are large: only that
+    one is kept, and handed out once). Keep one per model and compile settings to reuse
+    measured costs across budgets."""
 
     def __init__(self, compile_fn: Callable[[Sparse], object]):
         self.compile_fn, self.measured, self.compiles = compile_fn, {}, 0
+        self._last: tuple = (None, None)  # (scheme, program)
 
     def program(self, scheme: Sparse):
+        """The compiled program of `scheme` (compiled again unless it was the last one)."""
+        if self._last[0] == scheme:
+            prog, self._last = self._last[1], (None, None)
+            return prog
         prog = self.compile_fn(scheme)
         self.compiles += 1
         self.measured[scheme] = Measured.of(prog)
+        self._last = (scheme, prog)
         return prog
 
     def measure(self, scheme: Sparse) -> Measured:
@@ -232,28 +242,28 @@ def search_scheme(table: ContributionTable, budget: int, cache: CostCache, searc
     if search not in SEARCHES:
         raise ValueError(f"search={search!r}: use one of {SEARCHES}")
     t0 = time.perf_counter()
-    base_prog = cache.program(Sparse())
-    base = Measured.of(base_prog)
+    base = cache.measure(Sparse())  # compiled once per cache, whatever the budget
     if base.peak > budget:
         raise InfeasibleBudget(budget, base.peak, "the baseline, training only the classifier")
-    table.check_layers([layer.weight for layer in base_prog.layers if layer.kind in ("conv", "linear")][:-1])
+    table.check_layers(base.weights)
     groups = _pieces(table, base, cache)
-    internal, rounds, best = budget, [], (None, base_prog, base.peak)
+    internal, rounds, best = budget, [], (None, None, base.peak)
     for _ in range(MAX_ROUNDS):
         exact = solve_levels(groups, base, internal)
         evo = solve_evolutionary(groups, base, internal, seed)
         pick = exact if search == "exact" else evo
         if pick.scheme == Sparse():
             break
-        prog = cache.program(pick.scheme) if pick.scheme not in cache.measured else None
-        peak = cache.measured[pick.scheme].peak
+        peak = cache.measure(pick.scheme).peak
         rounds.append(Round(internal, pick.scheme, pick.predicted_peak, peak))
         if peak <= budget:
-            best = (pick, prog if prog is not None else cache.program(pick.scheme), peak)
+            best = (pick, cache.program(pick.scheme), peak)
             break
         # assume this prediction's error recurs, but give up at most half the slack per round
         internal = min(internal - 1, max(budget - (peak - pick.predicted_peak), (internal + base.peak) // 2))
     pick, prog, peak = best
+    if prog is None:  # nothing beyond the classifier fits or gains: the baseline itself
+        prog = cache.program(Sparse())
     info = SearchInfo(budget=budget, search=search, scheme=pick.scheme if pick else Sparse(),
                       predicted_gain=pick.gain if pick else 0.0,
                       predicted_accuracy=table.base_accuracy + (pick.gain if pick else 0.0),

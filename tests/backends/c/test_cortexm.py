@@ -78,8 +78,8 @@ def test_fixture_trains_under_qemu(tmp_path, target):
 
 
 def test_make_run_and_samples_as_pairs(tmp_path):
-    """`make run` gives the same output; samples may be given as a list of (x, y) pairs;
-    integral float values are written as C literals too."""
+    """`make run` gives the same output; samples may be given as a list of (x, y) pairs
+    (embedded as their bytes, integral float values included)."""
     import subprocess
     x, y = fixture_samples(3, seed=1)
     x = np.round(x)

@@ -14,6 +14,7 @@ from torch import nn
 import edgetrain as et
 from edgetrain.backends.c import CBackendError, emit_c
 from edgetrain.backends.c import host
+from edgetrain.backends.c.layout import build_layout
 from edgetrain.program import NonFiniteLossError
 
 
@@ -56,6 +57,9 @@ def test_backend_c_in_compile(progs):
         np.testing.assert_allclose(c.state[k], ref.state[k], rtol=1e-5, atol=1e-6)
     assert c.check_guards()
     assert c.state_dict().keys() == ref.state_dict().keys()
+    # the C train graph uses the very arena plan that prog.memory reports
+    train = build_layout(ref, ("train",)).graphs["train"]
+    assert train.size == ref.memory.arena_bytes and train.offsets == dict(ref.memory.arena.offsets)
 
 
 def test_state_sync_both_ways(progs):

@@ -15,7 +15,7 @@ from typing import Optional
 
 from ...autodiff import ChannelSelect
 from ...ir import Graph, Value
-from ...memory.arena import ALIGNMENT, align_up, plan_arena
+from ...memory.arena import ALIGNMENT, ArenaPlan, align_up, plan_arena
 from ...memory.liveness import inplace_merges, lifetimes, storage_roots
 from ...passes.loss import LABEL
 from ...passes.updates import STEP
@@ -102,9 +102,12 @@ class Layout:
     arena_bytes: int
 
 
-def plan_graph(g: Graph, ram_inputs: set) -> GraphLayout:
+def plan_graph(g: Graph, ram_inputs: set, plan: Optional[ArenaPlan] = None) -> GraphLayout:
+    """Where `g`'s values live: `plan` (an arena plan of `g` for these RAM inputs, such as
+    the program's own `prog.memory.arena`), or a new one."""
     lts = lifetimes(g, ram_inputs)
-    plan = plan_arena(lts, merges=inplace_merges(g, lts))
+    if plan is None:
+        plan = plan_arena(lts, merges=inplace_merges(g, lts))
     return GraphLayout(g, storage_roots(g), dict(plan.offsets), plan.size, tuple(lts))
 
 
@@ -117,7 +120,8 @@ def build_layout(prog, graphs: tuple = GRAPHS) -> Layout:
     ram = frozenset(prog.graph_inputs) | {LABEL, STEP}
     every = {"train": prog.train_graph, "forward": prog.forward_graph, "grad": prog.grad_graph}
     graphs = {k: every[k] for k in GRAPHS if k in graphs}
-    layouts = {k: plan_graph(g, set(ram)) for k, g in graphs.items()}
+    # the train graph at the offsets prog.memory reports (its arena is the one planned there)
+    layouts = {k: plan_graph(g, set(ram), prog.memory.arena if k == "train" else None) for k, g in graphs.items()}
     used = {v.name: v for g in graphs.values() for v in g.inputs if v.name not in ram}
     missing = [n for n in used if n not in prog.state]
     if missing:

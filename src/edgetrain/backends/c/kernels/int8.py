@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....ir import Node, Value
+from ....ir import DTYPE_BYTES, Node, Value
 from ....ops.qconv import out_scales
 from ....ops.qfused import split_attrs as split_pw_dw
 from ....ops.qgradupdate import split_attrs as split_grad_update
@@ -252,10 +252,6 @@ def qmask_grad(node: Node, ctx) -> str:
                    f"{g.type.numel});"])
 
 
-def _elem_bytes(v: Value) -> int:
-    return {"float32": 4, "float64": 8, "int64": 8, "int32": 4, "int8": 1, "bool": 1}[v.dtype]
-
-
 @register("index_select")
 def index_select(node: Node, ctx) -> str:
     x = node.inputs[0]
@@ -264,7 +260,7 @@ def index_select(node: Node, ctx) -> str:
     outer, inner = _numel(x.shape[:dim]), _numel(x.shape[dim + 1:])
     return _block([_ints("uint16_t", "IDX", idx),
                    f"et_index_select({ctx.ptr(x)}, {ctx.ptr(node.outputs[0])}, {outer}, {x.shape[dim]}, {inner}, "
-                   f"IDX, {len(idx)}, {_elem_bytes(x)});"])
+                   f"IDX, {len(idx)}, {DTYPE_BYTES[x.dtype]});"])
 
 
 @register("index_select_grad")
@@ -274,7 +270,7 @@ def index_select_grad(node: Node, ctx) -> str:
     dim = node.attrs["dim"] % out.type.rank
     idx = node.attrs["index"]
     outer, inner = _numel(out.shape[:dim]), _numel(out.shape[dim + 1:])
-    eb = _elem_bytes(g)
+    eb = DTYPE_BYTES[g.dtype]
     return _block([_ints("uint16_t", "IDX", idx),
                    f"uint8_t *dst = (uint8_t *){ctx.ptr(out)}; const uint8_t *src = (const uint8_t *){ctx.ptr(g)};",
                    f"memset(dst, 0, {out.type.numel * eb});",

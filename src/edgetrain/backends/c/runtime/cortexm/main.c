@@ -27,8 +27,7 @@ int main(void)
     et_init();
     for (int i = 0; i < ET_NUM_SAMPLES; ++i) {
         et_icount_mark(2 * i);
-        float loss = et_train_step(et_sample_input + (long)i * ET_SAMPLE_INPUT_ELEMS,
-                                   et_sample_label + (long)i * ET_SAMPLE_LABEL_ELEMS);
+        float loss = et_train_step(et_sample_input[i], et_sample_label[i]);
         et_icount_mark(2 * i + 1);
         snprintf(line, sizeof line, "step %d loss %.9g\n", (int)et_get_step(), (double)loss);
         et_semihost_puts(line);
