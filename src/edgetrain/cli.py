@@ -57,6 +57,16 @@ def _demo(args) -> int:
     return 0 if res["after"] > res["before"] else 1
 
 
+def _profile(args) -> int:
+    import json
+
+    from .devices import calibrate_host, get_device
+
+    dev = calibrate_host() if args.calibrate else get_device(args.device)
+    print(json.dumps(dev.as_dict(), indent=2) if args.json else dev.describe())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="edgetrain", description="Compile PyTorch models into on-device training "
                                 "programs that fit the device's memory.")
@@ -79,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0, help="data order, new classifier and rounding seed")
     d.add_argument("--no-qas", action="store_true", help="turn Quantization-Aware Scaling off")
     d.set_defaults(func=_demo)
+    f = sub.add_parser("profile", help="print a device's cost profile (RAM, compute, energy, paging)")
+    f.add_argument("--device", default="host", help="m0 | m4f | m7 | a72 | tx2 | host (default host)")
+    f.add_argument("--calibrate", action="store_true", help="measure this machine instead (a few seconds)")
+    f.add_argument("--json", action="store_true", help="print the profile as JSON")
+    f.set_defaults(func=_profile)
     return p
 
 
