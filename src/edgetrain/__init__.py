@@ -4,8 +4,9 @@ from .api import BudgetError, compile
 from .config import SGD, Budget
 from .frontend import CaptureError, UnsupportedOpError
 from .program import NonFiniteLossError, Program
+from .schedule import schedule  # et.schedule is the function; `import edgetrain.schedule.plan` etc. still work
 from .sparse import BiasOnly, Full, LastK, Sparse
 
 __version__ = "0.1.0"
 __all__ = ["BiasOnly", "Budget", "BudgetError", "CaptureError", "Full", "LastK", "NonFiniteLossError", "Program",
-           "SGD", "Sparse", "UnsupportedOpError", "compile", "models"]
+           "SGD", "Sparse", "UnsupportedOpError", "compile", "models", "schedule"]

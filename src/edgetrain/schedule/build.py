@@ -223,7 +223,7 @@ def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram:
     for s, a in enumerate(starts):
         b = starts[s + 1] if s + 1 < S else N
         stages.append(Stage(index=s, nodes=tuple(range(a, b)), needs=tuple(sorted(needs[s])),
-                            fixed_bytes=max(fixed_at[p] for p in range(a, b)),
+                            fixed_bytes=fixed_at[a], rest_bytes=max((fixed_at[p] for p in range(a + 1, b)), default=0),
                             time_s=sum(t_node[a:b]), energy_j=sum(e_node[a:b])))
     return ScheduleProblem(device=device, graph=g, units=tuple(units), stages=tuple(stages),
                            forward_live=forward_live, fixed_ram=fixed_ram, base_time_s=sum(t_node),

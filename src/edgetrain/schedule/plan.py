@@ -180,11 +180,17 @@ def peak_model(problem, keep, resident, recompute, page_in) -> tuple[int, str]:
         b = problem.fixed_ram + live + extra
         if b > best:
             best, where = b, f"forward position {p}"
+    S = len(problem.stages)
     for s, st in enumerate(problem.stages):
         mat = set(resident[s]) | set(recompute[s]) | set(page_in[s])
         b = problem.fixed_ram + st.fixed_bytes + sum(us[u].bytes for u in mat)
         if b > best:
             best, where = b, f"stage {s}"
+        if len(st.nodes) > 1:
+            on = resident[s + 1] if s + 1 < S else ()
+            b = problem.fixed_ram + st.rest_bytes + sum(us[u].bytes for u in on)
+            if b > best:
+                best, where = b, f"stage {s} after its first node"
     return best, where
 
 

@@ -11,8 +11,9 @@ the recomputations and page-ins a schedule chooses for it run at its start.
 What the model counts (`plan.make_schedule` checks and prices a schedule with it) is an
 upper bound of what the runtime measures when `apply.apply_schedule` runs the schedule:
 at a forward position, the plain schedule's live bytes plus the units kept past their
-last forward use; in a stage, its fixed nodes' live bytes plus every unit carried into,
-recomputed in or paged in at the stage, for the whole stage.
+last forward use; at a stage's first node (the one reading units), its fixed live bytes
+plus every unit carried into, recomputed in or paged in at the stage; at the stage's
+other nodes, their fixed live bytes plus the units carried on into the next stage.
 """
 from __future__ import annotations
 
@@ -56,8 +57,10 @@ class Stage:
 
     index: int
     nodes: tuple[int, ...]
-    needs: tuple[int, ...]  # units its nodes read
-    fixed_bytes: int  # max over its nodes of live bytes that are not unit storages
+    needs: tuple[int, ...]  # units its first node reads (the others read none)
+    fixed_bytes: int  # live bytes that are not unit storages at its first node
+    rest_bytes: int  # the same, max over its other nodes (0 if it has one node): there only
+    #                 the units carried into the next stage are still live
     time_s: float
     energy_j: float
 

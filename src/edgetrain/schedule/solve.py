@@ -1,0 +1,39 @@
+"""et.schedule(): a program's rematerialization / paging schedule on a device profile."""
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+from ..config import parse_bytes
+from .build import build_problem
+from .plan import Schedule
+
+SOLVER_NAMES = ("milp", "none", "chen", "checkmate", "paging", "dtr")
+
+
+def schedule(prog, device="a72", ram: Union[int, str, None] = None, deadline: Optional[float] = None,
+             solver: str = "milp", time_limit: float = 60.0) -> Schedule:
+    """Decide, per saved tensor and backward stage, to keep it in RAM, recompute it or page
+    it out to storage and back, so that the training step fits `ram` bytes (int or "3MB";
+    None: unlimited) and `deadline` seconds (None: unlimited) on `device` (a name from
+    edgetrain.devices or a Device) at the least energy. `solver`: "milp" (POET's MILP,
+    HiGHS), "checkmate" (the same without paging), "paging" (without recomputation),
+    "chen" (sqrt(n) checkpoints), "dtr" (greedy eviction) or "none" (plain
+    back-propagation: everything kept). The MILP stops after `time_limit` seconds with its
+    best schedule and optimality gap. Run the result with `prog.apply(sched)`."""
+    from ..devices import get_device
+
+    if solver not in SOLVER_NAMES:
+        raise ValueError(f"solver={solver!r}: use one of {', '.join(SOLVER_NAMES)}")
+    ram = parse_bytes(ram, "ram")
+    if deadline is not None and not (isinstance(deadline, (int, float)) and math.isfinite(deadline)
+                                     and deadline > 0):
+        raise ValueError(f"deadline must be a positive number of seconds or None, got {deadline!r}")
+    if not (isinstance(time_limit, (int, float)) and time_limit > 0):
+        raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    if not hasattr(prog, "train_graph"):
+        raise TypeError(f"schedule() takes a compiled edgetrain Program, got {type(prog).__name__}")
+    problem = build_problem(prog, get_device(device))
+    from .solvers import SOLVERS
+
+    return SOLVERS[solver](problem, ram, deadline, float(time_limit))
