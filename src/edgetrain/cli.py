@@ -67,6 +67,59 @@ def _profile(args) -> int:
     return 0
 
 
+def _schedule(args) -> int:
+    import json
+
+    import torch
+
+    import edgetrain as et
+    from edgetrain.config import parse_bytes
+    from edgetrain.devices import get_device
+    from edgetrain.schedule.build import build_problem
+    from edgetrain.schedule.solvers import SOLVERS
+
+    model = et.models.get(args.model, num_classes=args.classes)
+    x = et.models.example_input(args.model, batch=args.batch)
+    if args.size:
+        if x.dim() != 4:
+            raise ValueError(f"--size applies to image models; {args.model} takes {tuple(x.shape)}")
+        x = torch.randn(args.batch, x.shape[1], args.size, args.size, generator=torch.Generator().manual_seed(0))
+    prog = et.compile(model, (x,), update=args.update)
+    problem = build_problem(prog, get_device(args.device))
+    if args.ram is not None and args.fraction is not None:
+        raise ValueError("give --ram or --fraction, not both")
+    ram = parse_bytes(args.ram, "--ram")
+    if args.fraction is not None:
+        if not 0 < args.fraction:
+            raise ValueError(f"--fraction must be positive, got {args.fraction}")
+        ram = problem.fixed_ram + int(args.fraction * problem.activation_bytes)
+    deadline = args.deadline
+    if args.deadline_factor is not None:
+        deadline = args.deadline_factor * problem.base_time_s
+    sched = SOLVERS[args.solver](problem, ram, deadline, args.time_limit)
+    if args.json:
+        print(json.dumps(dict(model=args.model, device=args.device, solver=args.solver, ram=ram, deadline_s=deadline,
+                              energy_j=sched.energy_j, time_s=sched.time_s, peak_bytes=sched.peak_bytes,
+                              activation_bytes=sched.activation_bytes, plain_activation_bytes=problem.activation_bytes,
+                              base_energy_j=problem.base_energy_j, base_time_s=problem.base_time_s,
+                              recomputations=sched.recomputations, page_ins=sched.page_ins,
+                              page_outs=len(sched.page_out), solve_s=sched.solve_s, gap=sched.gap,
+                              status=sched.status)))
+    else:
+        print(f"# {args.model} (batch {args.batch}) on {problem.device.title}")
+        print(f"  {problem.describe()}")
+        print(f"  budget: {'unlimited' if ram is None else f'{ram:,} B'}; deadline: "
+              f"{'none' if deadline is None else f'{deadline:.4g} s'}")
+        print(f"  {sched.summary()}")
+        print(f"  energy x{sched.energy_j / problem.base_energy_j:.4f}, time x{sched.time_s / problem.base_time_s:.4f} "
+              f"of plain back-propagation")
+    if args.plot:
+        from edgetrain.schedule.chart import plot_schedule
+
+        print(f"  schedule map drawn to {plot_schedule(sched, args.plot)}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="edgetrain", description="Compile PyTorch models into on-device training "
                                 "programs that fit the device's memory.")
@@ -94,6 +147,26 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--calibrate", action="store_true", help="measure this machine instead (a few seconds)")
     f.add_argument("--json", action="store_true", help="print the profile as JSON")
     f.set_defaults(func=_profile)
+    c = sub.add_parser("schedule", help="plan rematerialization and paging of a model's training step under a RAM "
+                       "budget and a deadline on a device profile (POET)")
+    c.add_argument("model", help="a zoo model name")
+    c.add_argument("--device", default="a72", help="device profile: m0, m4f, m7, a72, tx2, host (default a72)")
+    c.add_argument("--ram", help="whole RAM budget, e.g. 48MB (weights included; default unlimited)")
+    c.add_argument("--fraction", type=float, help="budget as weights + this fraction of plain back-propagation's "
+                   "peak activation memory (instead of --ram)")
+    c.add_argument("--deadline", type=float, help="seconds per training step (default none)")
+    c.add_argument("--deadline-factor", type=float, help="deadline as this multiple of the plain step's time")
+    c.add_argument("--solver", default="milp", choices=("milp", "checkmate", "paging", "chen", "dtr", "none"),
+                   help="milp (POET, HiGHS; default), checkmate (remat only), paging (paging only), chen (sqrt(n) "
+                   "checkpoints), dtr (greedy eviction), none (keep everything)")
+    c.add_argument("--time-limit", type=float, default=60.0, help="MILP time limit in seconds (default 60)")
+    c.add_argument("--update", type=_scheme, default="full", help="full | bias | last:K (default full)")
+    c.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
+    c.add_argument("--size", type=int, help="image side for image models (default the zoo's)")
+    c.add_argument("--classes", type=int, default=10, help="number of output classes (default 10)")
+    c.add_argument("--plot", metavar="PNG", help="draw the time x layer schedule map to this file")
+    c.add_argument("--json", action="store_true", help="print one JSON line")
+    c.set_defaults(func=_schedule)
     return p
 
 

@@ -1,0 +1,126 @@
+"""Energy and time of one training step against the RAM budget, for every schedule solver,
+on ResNet-18, MobileNetV2 and a BERT-style encoder and the A72 / M4F / M7 profiles.
+
+    PYTHONPATH=src python bench/poet.py [--cases resnet18-cifar:8 resnet18:1:224 ...]
+        [--devices a72 m4f m7] [--fractions 1 0.8 0.6 0.5 0.4 0.3] [--solvers milp checkmate ...]
+        [--time-limit 60] [--deadline-factor F] [--out docs/results/poet.jsonl] [--charts docs/results]
+
+A case is `model:batch[:size]` (a zoo model, its batch, and for image models the input
+side, default the zoo's). Each is compiled for float32 training (full update, SGD) and
+turned into its schedule problem on each device profile (`schedule.build.build_problem`).
+The RAM budget is the weights' RAM (`problem.fixed_ram`: trained weights, and frozen ones
+where the device does not read them from flash) plus a fraction of the activation memory
+plain back-propagation needs (`problem.activation_bytes`, the no-remat peak); the same
+problem goes to every solver (`SOLVERS[name](problem, ram, deadline, time_limit)`).
+With --deadline-factor F the deadline is F x the plain step time, as POET's "runtime
+factor".
+
+Prints and writes one JSON line per (case, device, fraction, solver): energy and time
+relative to plain back-propagation's, the model's peak, recomputations, page traffic,
+solve seconds, optimality gap and status ("infeasible" when nothing fits); draws
+energy-vs-budget charts per case and device and the time x layer schedule map of the
+MILP at the --map-fraction budget (PNG).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+import edgetrain as et
+from edgetrain.devices import get_device
+from edgetrain.schedule.build import build_problem
+from edgetrain.schedule.chart import plot_energy_vs_budget, plot_schedule
+from edgetrain.schedule.plan import Infeasible
+from edgetrain.schedule.solvers import SOLVERS
+
+warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+
+DEFAULT_CASES = ("resnet18-cifar:8", "resnet18:1:224", "mbv2-w0.35:1", "bert-tiny:8")
+DEFAULT_SOLVERS = ("none", "chen", "dtr", "paging", "checkmate", "milp")
+
+
+def compile_case(case: str):
+    name, batch, *size = case.split(":")
+    model = et.models.get(name)
+    x = et.models.example_input(name, batch=int(batch))
+    if size:
+        x = torch.randn(int(batch), x.shape[1], int(size[0]), int(size[0]), generator=torch.Generator().manual_seed(0))
+    return et.compile(model, (x,))
+
+
+def run(args) -> list[dict]:
+    rows = []
+    out = Path(args.out) if args.out else None
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("")
+    for case in args.cases:
+        prog = compile_case(case)
+        for dev_name in args.devices:
+            problem = build_problem(prog, get_device(dev_name))
+            deadline = args.deadline_factor * problem.base_time_s if args.deadline_factor else None
+            series: dict[str, list] = {s: [] for s in args.solvers}
+            for frac in args.fractions:
+                ram = problem.fixed_ram + int(frac * problem.activation_bytes)
+                for solver in args.solvers:
+                    row = dict(case=case, device=dev_name, fraction=frac, ram=ram, solver=solver,
+                               units=len(problem.units), stages=len(problem.stages),
+                               plain_activation_bytes=problem.activation_bytes, fixed_ram=problem.fixed_ram,
+                               deadline_s=deadline)
+                    t0 = time.perf_counter()
+                    try:
+                        s = SOLVERS[solver](problem, ram, deadline, args.time_limit)
+                    except Infeasible as err:
+                        row.update(status="infeasible", message=str(err)[:200],
+                                   solve_s=round(time.perf_counter() - t0, 3))
+                    else:
+                        row.update(status=s.status, energy_rel=s.energy_j / problem.base_energy_j,
+                                   time_rel=s.time_s / problem.base_time_s, energy_j=s.energy_j, time_s=s.time_s,
+                                   peak_bytes=s.peak_bytes, activation_bytes=s.activation_bytes,
+                                   recomputations=s.recomputations, page_ins=s.page_ins,
+                                   page_outs=len(s.page_out), page_in_bytes=s.page_in_bytes,
+                                   page_out_bytes=s.page_out_bytes, solve_s=round(s.solve_s, 3), gap=s.gap)
+                        assert s.peak_bytes <= ram or solver == "none"
+                        if s.peak_bytes <= ram:
+                            series[solver].append((frac, row["energy_rel"]))
+                        if solver == "milp" and abs(frac - args.map_fraction) < 1e-9 and args.charts:
+                            path = Path(args.charts) / f"poet-map-{case.replace(':', '-')}-{dev_name}.png"
+                            plot_schedule(s, path, title=f"{case} on {dev_name}, activations ≤ {frac:.0%} of plain: "
+                                          + s.summary().split(": ", 1)[1])
+                    rows.append(row)
+                    line = json.dumps(row)
+                    print(line, flush=True)
+                    if out:
+                        with out.open("a") as f:
+                            f.write(line + "\n")
+            if args.charts:
+                path = Path(args.charts) / f"poet-energy-{case.replace(':', '-')}-{dev_name}.png"
+                plot_energy_vs_budget(series, path, title=f"{case} on {problem.device.title}: energy vs RAM budget")
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", nargs="+", default=list(DEFAULT_CASES))
+    ap.add_argument("--devices", nargs="+", default=["a72", "m4f", "m7"])
+    ap.add_argument("--fractions", nargs="+", type=float, default=[1.0, 0.8, 0.6, 0.5, 0.4, 0.3])
+    ap.add_argument("--solvers", nargs="+", default=list(DEFAULT_SOLVERS), choices=list(SOLVERS))
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--deadline-factor", type=float, default=None)
+    ap.add_argument("--map-fraction", type=float, default=0.5)
+    ap.add_argument("--out", default="docs/results/poet.jsonl")
+    ap.add_argument("--charts", default="docs/results")
+    args = ap.parse_args(argv)
+    torch.manual_seed(0)
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
