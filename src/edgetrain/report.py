@@ -1,0 +1,163 @@
+"""Reports people can read: the memory timeline split by kind (as the tiny-training
+paper's memory breakdown), the update scheme drawn over the layers, and a schedule's
+time x layer map (as POET's figure 2); `write_report` puts them in one HTML page.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+import numpy as np
+
+from .memory.liveness import lifetimes
+from .passes.loss import LABEL
+from .passes.updates import STEP
+
+KINDS = ("input data", "forward activations", "backward: gradients and temporaries")
+_COLOURS = ("#8172b2", "#4c72b0", "#dd8452")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def memory_by_kind(prog) -> tuple[np.ndarray, int]:
+    """(3, nodes) live bytes per kind at each node of the training graph (input data,
+    values made in the forward phase, values made in the backward) and the position where
+    the backward starts (the first node reading the label)."""
+    g = prog.train_graph
+    ram = set(prog.graph_inputs) | {LABEL, STEP}
+    n = len(g.nodes)
+    b0 = next((i for i, nd in enumerate(g.nodes) if any(v.name == LABEL for v in nd.inputs)), n)
+    out = np.zeros((3, n + 1), dtype=np.int64)
+    produced = {o: i for i, nd in enumerate(g.nodes) for o in nd.outputs}
+    for lt in lifetimes(g, ram):
+        p = produced.get(lt.root)
+        kind = 0 if p is None else (1 if p < b0 else 2)
+        out[kind, lt.start] += lt.nbytes
+        out[kind, lt.end + 1] -= lt.nbytes
+    return np.cumsum(out, axis=1)[:, :n], b0
+
+
+def plot_memory(prog, path, title: str = "") -> str:
+    """Stacked live bytes per kind over the training step, with the trained weights (RAM)
+    and the arena size marked; PNG at `path`."""
+    plt = _pyplot()
+    kinds, b0 = memory_by_kind(prog)
+    m = prog.memory
+    x = np.arange(kinds.shape[1])
+    fig, ax = plt.subplots(figsize=(10, 4))
+    base = m.trainable_bytes / 1024
+    ax.fill_between(x, 0, np.full(len(x), base), step="mid", color="#55a868", alpha=0.7,
+                    label=f"trained weights + optimizer state ({base:,.1f} KB)")
+    acc = np.full(len(x), base)
+    for k, name in enumerate(KINDS):
+        top = acc + kinds[k] / 1024
+        ax.fill_between(x, acc, top, step="mid", color=_COLOURS[k], alpha=0.75, label=name)
+        acc = top
+    ax.axhline((m.arena_bytes + m.trainable_bytes) / 1024, color="k", lw=0.8, ls="--",
+               label=f"planned peak {m.peak_bytes / 1024:,.1f} KB (arena + weights)")
+    if b0 < len(x):
+        ax.axvline(b0 - 0.5, color="0.4", lw=0.8, ls=":")
+        ax.text(b0, 0.02, " backward →", transform=ax.get_xaxis_transform(), fontsize=8, color="0.2")
+    ax.set_xlabel("node (schedule order)")
+    ax.set_ylabel("RAM, KB")
+    ax.set_title(title or f"training memory; flash (read-only weights) {m.frozen_bytes / 1024:,.1f} KB", fontsize=9)
+    ax.legend(loc="upper right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
+def scheme_rows(prog) -> list[dict]:
+    """Per layer (forward order): its kind, weight, the fraction of the weight trained
+    (channels) and whether its bias is trained."""
+    rows = []
+    for i, layer in enumerate(prog.layers):
+        sel = prog.trainable.get(layer.weight)
+        if layer.weight not in prog.trainable:
+            frac = 0.0
+        elif sel is None:
+            frac = 1.0
+        else:
+            frac = len(sel.index) / prog.state[layer.weight].shape[sel.dim]
+        rows.append(dict(index=i, kind=layer.kind + (" dw" if layer.depthwise else ""), weight=layer.weight,
+                         weight_trained=frac, bias_trained=any(b in prog.trainable for b in layer.bias)))
+    return rows
+
+
+def plot_scheme(prog, path, title: str = "") -> str:
+    """The update scheme over the layers: bar height = trained fraction of the weight's
+    channels, a dot where the bias is trained; PNG at `path`."""
+    plt = _pyplot()
+    rows = scheme_rows(prog)
+    fig, ax = plt.subplots(figsize=(10, 3))
+    x = np.arange(len(rows))
+    ax.bar(x, [r["weight_trained"] for r in rows], color="#4c72b0", label="weight channels trained")
+    bx = [r["index"] for r in rows if r["bias_trained"]]
+    ax.scatter(bx, [1.05] * len(bx), marker="o", s=12, color="#dd8452", label="bias trained", zorder=3)
+    ax.set_ylim(0, 1.15)
+    ax.set_xlabel("layer (forward order)")
+    ax.set_ylabel("fraction trained")
+    ax.set_title(title or f"update scheme: {prog.scheme!r}", fontsize=9)
+    ax.legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
+def _embed(draw, *args) -> str:
+    buf = io.BytesIO()
+    draw(*args, buf)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def write_report(prog, path, sched=None, title: str = "edgetrain report") -> str:
+    """One self-contained HTML page: memory summary and timeline by kind, the update scheme
+    over the layers, and (given a schedule from et.schedule) its time x layer map."""
+    from .schedule.chart import plot_schedule
+
+    m = prog.memory
+    parts = [f"<h1>{html.escape(title)}</h1>",
+             f"<p>{html.escape(repr(prog))}</p>",
+             "<h2>Memory</h2>",
+             "<table>" + "".join(f"<tr><td>{k}</td><td style='text-align:right'>{v / 1024:,.1f} KB</td></tr>" for k, v in
+                                 (("peak RAM (arena + trained weights)", m.peak_bytes), ("arena", m.arena_bytes),
+                                  ("live peak without in-place reuse", m.activation_bytes),
+                                  ("trained weights + optimizer state", m.trainable_bytes),
+                                  ("flash (read-only weights)", m.frozen_bytes))) + "</table>",
+             f"<img src='{_embed(plot_memory, prog)}' alt='memory timeline'>",
+             "<h2>Update scheme</h2>",
+             f"<img src='{_embed(plot_scheme, prog)}' alt='update scheme'>",
+             "<details><summary>per layer</summary><pre>"
+             + html.escape("\n".join(json.dumps(r) for r in scheme_rows(prog))) + "</pre></details>"]
+    if sched is not None:
+        parts += ["<h2>Rematerialization / paging schedule</h2>", f"<p>{html.escape(sched.summary())}</p>",
+                  f"<img src='{_embed(plot_schedule, sched)}' alt='schedule map'>"]
+    page = ("<!doctype html><html><head><meta charset='utf-8'><title>" + html.escape(title) + "</title><style>"
+            "body{font-family:sans-serif;max-width:1100px;margin:2em auto} img{max-width:100%} "
+            "td{padding:2px 12px}</style></head><body>" + "\n".join(parts) + "</body></html>")
+    Path(path).write_text(page)
+    return str(path)
+
+
+def report_files(prog, out_dir, sched=None) -> dict[str, str]:
+    """report.html plus the PNGs beside it in `out_dir`."""
+    from .schedule.chart import plot_schedule
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"html": write_report(prog, out / "report.html", sched),
+             "memory": plot_memory(prog, out / "memory.png"), "scheme": plot_scheme(prog, out / "scheme.png")}
+    if sched is not None:
+        files["schedule"] = plot_schedule(sched, out / "schedule.png")
+    return files
