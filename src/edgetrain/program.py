@@ -59,6 +59,8 @@ class Program:
         self.quantize = quantize
         self.scheme = scheme  # the update scheme it trains (for update="auto": the one chosen)
         self.search = None  # for update="auto": how the scheme was chosen (sparse.auto.SearchInfo)
+        self.schedule = None  # the rematerialization / paging schedule it runs (`apply`), if any
+        self.page_store = None  # where that schedule pages tensors to (schedule.apply.PageStore)
         self.steps = 0
         self.state: dict[str, np.ndarray] = {k: np.array(v, copy=True) for k, v in state.items()}
         self._export = export
@@ -94,6 +96,9 @@ class Program:
         feeds = {v.name: self.state[v.name] for v in g.inputs if v.name in self.state}
         feeds.update(self._data_feeds(g, x))
         feeds[LABEL] = self._label_feed(g, y)
+        store = getattr(self, "page_store", None)
+        if store is not None and any(v.name == store.name for v in g.inputs):
+            feeds[store.name] = store.array
         if any(v.name == STEP for v in g.inputs):
             feeds[STEP] = np.array(self.steps, dtype=np.int32)
         return feeds
@@ -161,6 +166,14 @@ class Program:
             feeds.update(self._data_feeds(g, a[i:i + b]))
             outs.append(run_graph(g, feeds)[0]["output"])
         return np.concatenate(outs)[:n]
+
+    def apply(self, sched, page_file=None) -> "Program":
+        """A new program running `sched` (from `edgetrain.schedule(self, ...)`): its train graph
+        rewritten to recompute and page tensors as the schedule says, pages written to
+        `page_file` (default: a temporary file). See schedule/apply.py."""
+        from .schedule.apply import apply_schedule
+
+        return apply_schedule(self, sched, page_file)
 
     def emit_c(self, out_dir, target: str = "host", samples=(), embed_weights=None):
         """Write this program as a C project (backends/c: host library or Cortex-M firmware)

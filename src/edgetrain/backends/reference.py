@@ -2,7 +2,9 @@
 
 It frees every array after its last use and counts the bytes it holds as it goes,
 independently of the static liveness analysis (memory/liveness.py), which tests compare
-it with. In-place ops write into the storage they overwrite (the caller's weights).
+it with. In-place ops write into the storage they overwrite (the caller's weights; a page
+store's memmap, which page_out writes itself). It also counts the bytes paged to and from
+secondary storage by the ops that declare `OpDef.io`.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from ..ops import get_op
 class RunTrace:
     peak_bytes: int  # peak of bytes held in RAM-resident storages (arena)
     timeline: tuple[int, ...]
+    paged_in_bytes: int = 0  # read back from secondary storage (ops with io="in")
+    paged_out_bytes: int = 0  # written to it (ops with io="out")
 
 
 class BindError(ValueError):
@@ -50,6 +54,7 @@ def run_graph(g: Graph, feeds: Mapping[str, np.ndarray], ram_inputs=frozenset())
     keep = set(g.outputs)
     live = sum(counted.values())
     timeline = []
+    paged = {"in": 0, "out": 0}
 
     def release(v: Value):
         nonlocal live
@@ -65,13 +70,19 @@ def run_graph(g: Graph, feeds: Mapping[str, np.ndarray], ram_inputs=frozenset())
         opdef = get_op(n.op)
         outs = opdef.ref([env[v] for v in n.inputs], n.attrs)
         shares = dict(opdef.shares)
-        for k, (o, arr) in enumerate(zip(n.outputs, outs)):
-            arr = np.asarray(arr)
+        if opdef.io == "out":
+            written = {j for _, j in opdef.shares}
+            paged["out"] += sum(v.type.nbytes for j, v in enumerate(n.inputs) if j not in written)
+        elif opdef.io == "in":
+            paged["in"] += sum(o.type.nbytes for o in n.outputs)
+        for k, (o, raw) in enumerate(zip(n.outputs, outs)):
+            arr = np.asarray(raw)
             j = shares.get(k)
             if j is not None and j < len(n.inputs):
                 src = n.inputs[j]
                 if opdef.mutates:
-                    env[src][...] = arr  # in place: the storage keeps its identity
+                    if raw is not env[src]:  # an op that wrote its input itself returns it
+                        env[src][...] = arr  # in place: the storage keeps its identity
                     arr = env[src]
                 tok = owner[src]
             else:
@@ -93,4 +104,4 @@ def run_graph(g: Graph, feeds: Mapping[str, np.ndarray], ram_inputs=frozenset())
         if uses.get(v, 0) == 0 and v in owner:
             release(v)
     out = {name: env[v] for name, v in zip(g.output_names, g.outputs)}
-    return out, RunTrace(max(timeline, default=live), tuple(timeline))
+    return out, RunTrace(max(timeline, default=live), tuple(timeline), paged["in"], paged["out"])

@@ -11,6 +11,9 @@ An op's rules:
   in-place result; such an output costs no new memory.
 - ``mutates``: the op overwrites the inputs named in ``shares`` (in-place update), so
   nothing may read those inputs after it.
+- ``io``: "out" for an op that writes its other inputs to secondary storage (flash / SD),
+  "in" for one whose outputs are read back from it (ops/page.py); runtimes count those
+  bytes as page traffic.
 """
 from __future__ import annotations
 
@@ -58,6 +61,9 @@ class OpDef:
     #: storage when input j is read by nobody after this node and has output k's type (the
     #: arena planner then gives both one offset: in-place reuse; the op itself is unchanged)
     inplace: tuple[tuple[int, int], ...] = ()
+    #: "out": the inputs not named in `shares` are written to secondary storage; "in": the
+    #: outputs are read from it; None: no page traffic
+    io: Optional[str] = None
 
 
 OPS: dict[str, OpDef] = {}

@@ -59,7 +59,9 @@ def find_bn_backward(gl: GraphLayout) -> list[BNBackward]:
             continue
         gv = n.inputs[0]
         users = consumers.get(gv, [])
-        gw = next((u for u in users if u.op == "batch_norm_grad_weight" and u.inputs[0] is gv), None)
+        # the weight gradient of the same batch norm (one gradient may feed two: a residual's)
+        gw = next((u for u in users if u.op == "batch_norm_grad_weight" and u.inputs[0] is gv
+                   and u.inputs[3] is n.inputs[1]), None)
         gb = next((u for u in users if u.op == "sum" and _is_channel_sum(u)), None)
         if gw is None and gb is None:
             continue

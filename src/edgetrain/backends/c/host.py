@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -147,9 +148,35 @@ class CProgram(Program):
                 self.state[st.name] = self._views[st.name] = view
         self.state = _TrackedState(self.state)
         self._state_obj = self.state
+        if self.c_layout.page_bytes:
+            self._open_pages()
         self._split = [st for st in self.c_layout.states.values() if st.kind == "split"]
         self.c_layout_names = list(self.c_layout.states)
         return self
+
+    def _open_pages(self):
+        """Point the library's page API (et_page.h) at the page store's file."""
+        ll, lib = ctypes.c_longlong, self._lib
+        for name, res, args in (("et_page_open", ctypes.c_int, [ctypes.c_char_p]), ("et_page_close", None, []),
+                                ("et_paged_in_bytes", ll, []), ("et_paged_out_bytes", ll, []),
+                                ("et_page_error", ctypes.c_int, [])):
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
+        if lib.et_page_open(os.fsencode(self.page_store.path)) != 0:
+            raise CBackendError(f"cannot open the page file {self.page_store.path}")
+        weakref.finalize(self, lib.et_page_close)
+
+    def paged_bytes(self) -> tuple[int, int]:
+        """(bytes read from, bytes written to) the page file by the library so far."""
+        if not self.c_layout.page_bytes:
+            return 0, 0
+        return int(self._lib.et_paged_in_bytes()), int(self._lib.et_paged_out_bytes())
+
+    def _check_pages(self, before: tuple[int, int]) -> None:
+        after = self.paged_bytes()
+        self.last_paged_in_bytes, self.last_paged_out_bytes = after[0] - before[0], after[1] - before[1]
+        if self.c_layout.page_bytes and self._lib.et_page_error():
+            raise CBackendError(f"reading or writing the page file {self.page_store.path} failed")
 
     # --- state sync -------------------------------------------------------------------
     def _push(self):
@@ -189,7 +216,9 @@ class CProgram(Program):
         self._push()
         self._lib.et_set_step(self.steps)
         loss_c = ctypes.c_float()
+        paged = self.paged_bytes()
         bad = self._lib.et_train_step_checked(xin.ctypes.data, yin.ctypes.data, ctypes.byref(loss_c))
+        self._check_pages(paged)
         loss = float(loss_c.value)
         if bad:
             what = "" if bad < 0 else f", {self.c_layout_names[bad - 1]} became non-finite"
@@ -207,7 +236,9 @@ class CProgram(Program):
         self._lib.et_set_step(self.steps)
         outs = [np.empty(v.shape, dtype=v.dtype) for v in g.outputs]
         ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
+        paged = self.paged_bytes()
         self._lib.et_gradients(xin.ctypes.data, yin.ctypes.data, ptrs)
+        self._check_pages(paged)
         return self._full_gradients(dict(zip(g.output_names, outs)))
 
     def predict(self, x) -> np.ndarray:

@@ -100,6 +100,7 @@ class Layout:
     ram_inputs: frozenset
     data_inputs: tuple  # the graphs' data input names (prog.graph_inputs)
     arena_bytes: int
+    page_bytes: int = 0  # the page store's size (0: the program does not page)
 
 
 def plan_graph(g: Graph, ram_inputs: set, plan: Optional[ArenaPlan] = None) -> GraphLayout:
@@ -122,7 +123,9 @@ def build_layout(prog, graphs: tuple = GRAPHS) -> Layout:
     graphs = {k: every[k] for k in GRAPHS if k in graphs}
     # the train graph at the offsets prog.memory reports (its arena is the one planned there)
     layouts = {k: plan_graph(g, set(ram), prog.memory.arena if k == "train" else None) for k, g in graphs.items()}
-    used = {v.name: v for g in graphs.values() for v in g.inputs if v.name not in ram}
+    store = getattr(prog, "page_store", None)
+    store_name = store.name if store is not None else None
+    used = {v.name: v for g in graphs.values() for v in g.inputs if v.name not in ram and v.name != store_name}
     missing = [n for n in used if n not in prog.state]
     if missing:
         raise CBackendError(f"graph inputs {missing[:3]} are neither data, label, step nor state tensors")
@@ -141,4 +144,4 @@ def build_layout(prog, graphs: tuple = GRAPHS) -> Layout:
         i = len(states)
         states[name] = StateArray(i, name, tuple(v.shape), v.dtype, kind, f"et_s{i}_{c_ident(name)}", sel, rest)
     size = align_up(max([gl.size for gl in layouts.values()] + [ALIGNMENT]))
-    return Layout(layouts, states, ram, tuple(prog.graph_inputs), size)
+    return Layout(layouts, states, ram, tuple(prog.graph_inputs), size, store.nbytes if store is not None else 0)

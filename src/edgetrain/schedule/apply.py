@@ -1,0 +1,261 @@
+"""apply_schedule: a compiled program rewritten to run a rematerialization / paging schedule.
+
+The train graph's node order is the plain schedule (problem.py). The rewrite keeps every
+node and inserts copies of the units the schedule brings back:
+
+1. forward (positions before the first label-dependent node): every node as it is; after
+   the last node of a unit the schedule pages out, a `page_out` of each of its storages
+   into one page store (a graph input standing for flash / SD, ops/page.py), at offsets
+   16-byte aligned;
+2. each stage in order: a `page_in` of each storage of the units paged in at the stage
+   (and clones of the unit's views over them), then clones of the units recomputed at the
+   stage, then the stage's fixed nodes. A node's input that belongs to a unit is the
+   unit's *current copy*: the one it had at the previous stage when it is carried into
+   this one (`resident`), the new one when it is paged in or recomputed here. Every other
+   value is the original.
+
+The rewritten program (`apply_schedule`) runs in the reference runtime and the C backend
+with the page store bound to a real file; what it measures (RunTrace.peak_bytes +
+problem.fixed_ram, RunTrace.paged_*_bytes) is checked against the schedule's model in
+tests/schedule/test_apply.py.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import weakref
+from typing import Optional
+
+import numpy as np
+
+from ..autodiff import grad_name
+from ..ir import Graph, Node, TensorType, Value, new_value
+from ..memory import ALIGNMENT, plan_memory, storage_roots, trained_channel_bytes
+from ..memory.arena import align_up
+from ..ops import get_op, verify
+from ..ops.page import STORE_DTYPE
+from ..passes.dce import eliminate_dead_code
+from ..passes.loss import LABEL
+from ..passes.updates import STEP, momentum_name
+from .plan import Schedule, ScheduleError
+
+#: the graph input name of the page store
+STORE_NAME = "page:store"
+#: updates whose gradient is an input (op -> its index): the scheduled gradient graph reads
+#: it there; a fused gradient+update (qconv2d_grad_weight_update) never materializes one
+GRADIENT_INPUT = {"sgd_update": 1, "qsgd_update": 1}
+
+
+class PageStore:
+    """The file standing for secondary storage: `nbytes` bytes at `path` (a temporary file,
+    deleted with this object, unless a path was given), mapped as `array` (int8 memmap)."""
+
+    def __init__(self, nbytes: int, path=None, name: str = STORE_NAME):
+        self.name, self.nbytes = name, int(nbytes)
+        if path is None:
+            fd, path = tempfile.mkstemp(prefix="edgetrain-pages-", suffix=".bin")
+            os.close(fd)
+            weakref.finalize(self, _unlink, path)
+        self.path = str(path)
+        with open(self.path, "r+b" if os.path.exists(self.path) else "w+b") as f:
+            f.truncate(max(self.nbytes, 1))
+        self.array = np.memmap(self.path, dtype=np.int8, mode="r+", shape=(self.nbytes,))
+
+    def __repr__(self) -> str:
+        return f"PageStore({self.nbytes:,} B at {self.path})"
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def unit_storages(problem, roots=None) -> dict[int, tuple[Value, ...]]:
+    """{unit: its storage roots} (the roots its non-view nodes produce), in node order."""
+    g = problem.graph
+    roots = roots or storage_roots(g)
+    out = {}
+    for u in problem.units:
+        out[u.index] = tuple(o for p in u.nodes for o in g.nodes[p].outputs if roots[o] is o)
+    return out
+
+
+def page_layout(problem, sched: Schedule, roots=None) -> tuple[dict[Value, int], int]:
+    """({storage root: byte offset in the store}, store bytes) for the units paged out."""
+    storages = unit_storages(problem, roots)
+    offsets, end = {}, 0
+    for u in sorted(sched.page_out):
+        got = sum(r.type.nbytes for r in storages[u])
+        if got != problem.units[u].bytes:
+            raise ScheduleError(f"unit {problem.units[u].name}: its storages take {got} B, the problem says "
+                                f"{problem.units[u].bytes} B")
+        for r in storages[u]:
+            offsets[r] = end
+            end = align_up(end + r.type.nbytes, ALIGNMENT)
+    return offsets, end
+
+
+def rewrite_graph(problem, sched: Schedule, offsets: dict, store: Optional[Value]) -> Graph:
+    """The train graph of `problem` running `sched` (module docstring); `store` is the page
+    store's graph input (None when nothing is paged), `offsets` from `page_layout`."""
+    g = problem.graph
+    nodes, b0, units = g.nodes, problem.forward_end, problem.units
+    if problem.stages and [p for st in problem.stages for p in st.nodes] != list(range(b0, len(nodes))):
+        raise ScheduleError("the problem's stages do not cover the backward positions in order")
+    roots = storage_roots(g)
+    storages = unit_storages(problem, roots)
+    unit_of: dict[Value, int] = {}  # every value a node unit's nodes produce -> the unit
+    for u in units:
+        for p in u.nodes:
+            for o in nodes[p].outputs:
+                unit_of[o] = u.index
+    out: list[Node] = []
+    cur_store = store
+
+    # --- 1. the forward, with page-outs after each paged unit's last node ---------------------
+    paged_after: dict[int, list[int]] = {}
+    for u in sorted(sched.page_out):
+        if not units[u].nodes:
+            raise ScheduleError(f"{units[u].name} is a graph input: it cannot be paged")
+        paged_after.setdefault(max(units[u].nodes), []).append(u)
+    for p in range(b0):
+        out.append(nodes[p])
+        for u in paged_after.get(p, ()):
+            for r in storages[u]:
+                nxt = new_value(cur_store.type, cur_store.name)
+                out.append(Node("page_out", (cur_store, r), (nxt,), {"offset": offsets[r]}))
+                cur_store = nxt
+
+    # --- 2. stages: page-ins, recomputations, then the fixed nodes ------------------------------
+    forward_copy = {u.index: {o: o for p in u.nodes for o in nodes[p].outputs} for u in units}
+    here: dict[int, dict[Value, Value]] = {}
+
+    def current(v: Value, s: int, local: Optional[dict] = None) -> Value:
+        if local is not None and v in local:
+            return local[v]
+        u = unit_of.get(v)
+        if u is None:
+            return v
+        if u not in here:
+            raise ScheduleError(f"stage {s} reads {v} of {units[u].name}, which is neither carried into the "
+                                f"stage, recomputed nor paged in there")
+        return here[u][v]
+
+    for s, st in enumerate(problem.stages):
+        prev = here
+        here = {}
+        for u in sched.resident[s]:
+            here[u] = forward_copy[u] if s == 0 else prev[u]
+        for u in sched.page_in[s]:
+            if cur_store is None:
+                raise ScheduleError(f"stage {s} pages in {units[u].name} but nothing was paged out")
+            m: dict[Value, Value] = {}
+            for r in storages[u]:
+                x = new_value(r.type, r.name)
+                out.append(Node("page_in", (cur_store,), (x,), {"offset": offsets[r], "shape": r.shape,
+                                                                  "dtype": r.dtype}))
+                m[r] = x
+            for p in units[u].nodes:  # the unit's views, over the paged-in storage
+                n = nodes[p]
+                shares = dict(get_op(n.op).shares)
+                if shares and not get_op(n.op).mutates and all(n.inputs[j] in m for j in shares.values()):
+                    outs = tuple(new_value(o.type, o.name) for o in n.outputs)
+                    out.append(Node(n.op, tuple(current(v, s, m) for v in n.inputs), outs, n.attrs))
+                    m.update(zip(n.outputs, outs))
+            here[u] = m
+        for u in sched.recompute[s]:
+            m = {}
+            for p in units[u].nodes:
+                n = nodes[p]
+                outs = tuple(new_value(o.type, o.name) for o in n.outputs)
+                out.append(Node(n.op, tuple(current(v, s, m) for v in n.inputs), outs, n.attrs))
+                m.update(zip(n.outputs, outs))
+            here[u] = m
+        for p in st.nodes:
+            n = nodes[p]
+            ins = tuple(current(v, s) for v in n.inputs)
+            out.append(n if ins == n.inputs else Node(n.op, ins, n.outputs, n.attrs))
+    bad = [v for v in g.outputs if v in unit_of]
+    if bad:
+        raise ScheduleError(f"graph output {bad[0]} belongs to a unit")
+    inputs = g.inputs + ((store,) if store is not None else ())
+    return g.replace(inputs=inputs, nodes=tuple(out))
+
+
+def gradient_graph(prog, train: Graph) -> Optional[Graph]:
+    """The scheduled train graph without its updates, returning the gradients they read as
+    `grad:<param>` (the outputs of `prog.grad_graph`); None when an update is fused with its
+    gradient (no gradient value exists)."""
+    named = train.named_outputs()
+    producer = {o: n for n in train.nodes for o in n.outputs}
+    updates, grads = set(), {}
+    for p in prog.trainable:
+        n = producer.get(named.get(p))
+        if n is None or n.op not in GRADIENT_INPUT:
+            return None
+        updates.add(n)
+        grads[grad_name(p)] = n.inputs[GRADIENT_INPUT[n.op]]
+    names = [k for k in prog.grad_graph.output_names if k in grads]
+    if sorted(names) != sorted(grads):
+        return None
+    g = Graph(train.inputs, tuple(n for n in train.nodes if n not in updates), tuple(grads[k] for k in names),
+              tuple(names))
+    g = eliminate_dead_code(g)
+    used = {v for n in g.nodes for v in n.inputs} | set(g.outputs)
+    keep = set(prog.graph_inputs) | {LABEL}
+    return verify(g.replace(inputs=tuple(v for v in g.inputs if v in used or v.name in keep)))
+
+
+def apply_schedule(prog, sched: Schedule, page_file=None):
+    """`prog` (a compiled Program, reference or C) running `sched`: a new Program of the same
+    kind whose train graph is rewritten (module docstring), with its memory report, its
+    `schedule` and its `page_store` (the file pages go to: `page_file`, else a temporary
+    file). `gradients()` runs the scheduled graph without the updates; for a program whose
+    weight gradients are fused into their updates (int8) it runs the unscheduled one."""
+    from ..program import Program
+
+    problem = sched.problem
+    if getattr(prog, "schedule", None) is not None:
+        raise ScheduleError("this program already runs a schedule: schedule and apply to the original program")
+    if problem.graph is not prog.train_graph and problem.graph != prog.train_graph:
+        raise ScheduleError("the schedule was made for another program's train graph")
+    offsets, nbytes = page_layout(problem, sched)
+    store = PageStore(nbytes, page_file) if sched.page_out else None
+    store_v = new_value(TensorType((nbytes,), STORE_DTYPE), STORE_NAME) if store is not None else None
+    train = verify(rewrite_graph(problem, sched, offsets, store_v))
+    grad = gradient_graph(prog, train)
+    ram_inputs = set(prog.graph_inputs) | {LABEL, STEP}
+    state_names = list(prog.trainable) + ([momentum_name(p) for p in prog.trainable]
+                                          if prog.optimizer.momentum else [])
+    memory = plan_memory(train, ram_inputs, state_names, trained_channel_bytes(prog.trainable, prog.state))
+    if store is not None:  # the store is neither RAM nor a weight: plan_memory counted it as flash
+        from dataclasses import replace
+
+        memory = replace(memory, frozen_bytes=memory.frozen_bytes - nbytes,
+                         weight_bytes=memory.weight_bytes - nbytes)
+    new = Program.__new__(Program)
+    new.__dict__.update({k: v for k, v in vars(prog).items() if not _backend_private(k)})
+    new.state = {k: np.array(v, copy=True) for k, v in prog.state.items()}
+    new.train_graph = train
+    new.grad_graph = grad if grad is not None else prog.grad_graph
+    new.stages = {**prog.stages, "scheduled": train}
+    new.memory, new.schedule, new.page_store = memory, sched, store
+    if type(prog) is not Program:  # the C backend: its own library for the rewritten graphs
+        from ..backends.c.host import CProgram, to_c_program
+
+        if isinstance(prog, CProgram):
+            return to_c_program(new)
+    return new
+
+
+def _backend_private(key: str) -> bool:
+    """Attributes of a CProgram (its library and layout), rebuilt for the new program."""
+    return key.startswith("c_") or key in ("_lib", "_views", "_state_obj", "_split", "last_trace")
+
+
+def measured_peak(prog, trace) -> int:
+    """RAM a scheduled program held at its peak in the reference run `trace`: the runtime's
+    live arena bytes (no in-place reuse) + what the problem holds all along (fixed_ram)."""
+    return trace.peak_bytes + prog.schedule.problem.fixed_ram
