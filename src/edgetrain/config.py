@@ -18,8 +18,8 @@ def parse_bytes(v: Union[int, str, None], what: str = "size") -> Optional[int]:
     if isinstance(v, bool):
         raise ValueError(f"{what}: expected a byte count like 256KB, got {v!r}")
     if isinstance(v, (int, float)):
-        if v <= 0 or not math.isfinite(v):
-            raise ValueError(f"{what} must be positive, got {v!r}")
+        if not math.isfinite(v) or int(v) <= 0:
+            raise ValueError(f"{what} must be a positive number of bytes, got {v!r}")
         return int(v)
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(v))
     if not m or m.group(2).upper() not in UNITS:
