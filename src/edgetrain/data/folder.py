@@ -1,0 +1,179 @@
+"""Labelled images for fine-tuning from the command line: an ImageFolder tree or a named
+offline set, turned into the model's input as batches are drawn.
+
+    data = load_images("photos/", (3, 64, 64))        # photos/<class>/<image>, classes sorted
+    data = load_images("mnist", (1, 28, 28), limit=500)
+    x = data.batch([0, 5], mean=(0.5,), std=(0.25,))  # float32 (2, C, H, W)
+
+Every image of a folder is decoded (Pillow) and resized to the model's input when loaded, so
+a corrupt or truncated file is found before training starts: FolderError lists all of them,
+or with `skip_bad` they are left out and listed in `ImageSet.skipped`."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .mnist import DataError
+
+#: file name suffixes read as images (as torchvision's ImageFolder); other files are ignored
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".pgm", ".pbm", ".tif", ".tiff", ".webp")
+NAMED_SETS = ("mnist", "fashion-mnist", "cifar10")
+#: how many bad files an error message lists by name
+MAX_LISTED = 10
+
+
+class FolderError(DataError):
+    """An image folder cannot be used as it is (its message lists the files at fault)."""
+
+
+@dataclass
+class ImageSet:
+    """uint8 images (N, H, W) or (N, H, W, 3), int64 labels, class names, and where they are from."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    classes: tuple[str, ...]
+    source: str
+    skipped: tuple[str, ...] = ()  # "file: reason" of the images left out (skip_bad)
+    files: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def batch(self, index: Sequence[int], shape: tuple[int, int, int], mean=(0.0,), std=(1.0,)) -> np.ndarray:
+        """Images `index` as float32 (len(index), C, H, W): resized to H x W (bilinear) where
+        they are not, in [0, 1], then (x - mean) / std per channel."""
+        c, h, w = shape
+        out = np.empty((len(index), c, h, w), dtype=np.float32)
+        for j, i in enumerate(index):
+            out[j] = _to_chw(self.images[int(i)], shape)
+        m = np.asarray(mean, dtype=np.float32).reshape(-1, 1, 1)
+        s = np.asarray(std, dtype=np.float32).reshape(-1, 1, 1)
+        return (out - m) / s
+
+    def fingerprint(self) -> str:
+        """sha256 of the pixels and labels (what a resumed run must train on again)."""
+        h = hashlib.sha256()
+        h.update(np.ascontiguousarray(self.images).tobytes())
+        h.update(np.ascontiguousarray(self.labels).tobytes())
+        return h.hexdigest()
+
+
+def _to_chw(image: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
+    from PIL import Image
+
+    c, h, w = shape
+    if image.shape[:2] != (h, w):
+        image = np.asarray(Image.fromarray(image).resize((w, h), Image.BILINEAR))
+    if image.ndim == 2 and c == 3:
+        image = np.repeat(image[:, :, None], 3, axis=2)
+    elif image.ndim == 3 and c == 1:  # ITU-R 601-2 luma, as Pillow's convert("L")
+        image = np.asarray(Image.fromarray(image).convert("L"))
+    pixels = image.astype(np.float32) / 255.0
+    return pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
+
+
+def check_image_shape(shape: Sequence[int], what: str = "the model") -> tuple[int, int, int]:
+    """(C, H, W) of an image input (B, C, H, W) with C 1 or 3."""
+    if len(shape) != 4 or shape[1] not in (1, 3):
+        raise DataError(f"training on images needs a float input (batch, 1 or 3 channels, height, width); "
+                        f"{what} takes {'x'.join(map(str, shape))}")
+    return int(shape[1]), int(shape[2]), int(shape[3])
+
+
+def decode_image(file: Path, shape: tuple[int, int, int]) -> np.ndarray:
+    """One image file as uint8 (H, W) for C=1 or (H, W, 3) for C=3 at the model's size.
+    Any failure of Pillow (corrupt, truncated, not an image) raises DataError."""
+    from PIL import Image
+
+    c, h, w = shape
+    try:
+        with Image.open(file) as image:
+            image.load()
+            image = image.convert("L" if c == 1 else "RGB")
+            if image.size != (w, h):
+                image = image.resize((w, h), Image.BILINEAR)
+            return np.asarray(image, dtype=np.uint8).copy()
+    except Exception as err:  # Pillow raises many types on malformed files (OSError, SyntaxError, ...)
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise DataError(f"{file}: {msg}") from None
+
+
+def load_folder(root, shape: tuple[int, int, int], skip_bad: bool = False) -> ImageSet:
+    """An ImageFolder tree: root/<class>/<image>, classes in sorted order labelled 0, 1, ...;
+    every image decoded and resized to `shape` (C, H, W)."""
+    root = Path(root)
+    if not root.exists():
+        raise FolderError(f"data folder {root} does not exist")
+    if not root.is_dir():
+        raise FolderError(f"{root} is not a folder (ImageFolder layout: {root}/<class>/<image>)")
+    classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not classes:
+        raise FolderError(f"{root} has no class subfolders (ImageFolder layout: {root}/<class>/<image>)")
+    files, labels = [], []
+    empty = []
+    for label, name in enumerate(classes):
+        found = sorted(p for p in (root / name).rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+                       and not any(part.startswith(".") for part in p.relative_to(root).parts))
+        if not found:
+            empty.append(name)
+        files += found
+        labels += [label] * len(found)
+    if empty:
+        raise FolderError(f"{root}: class folder(s) {', '.join(empty)} hold no images "
+                          f"({', '.join(IMAGE_SUFFIXES)})")
+    images, kept, bad = [], [], []
+    for f, label in zip(files, labels):
+        try:
+            images.append(decode_image(f, shape))
+            kept.append((f, label))
+        except DataError as err:
+            bad.append(str(err))
+    if bad and not skip_bad:
+        listed = "\n  ".join(bad[:MAX_LISTED]) + (f"\n  ... and {len(bad) - MAX_LISTED} more"
+                                                  if len(bad) > MAX_LISTED else "")
+        raise FolderError(f"{len(bad)} of {len(files)} images in {root} cannot be read:\n  {listed}\n"
+                          f"(fix or remove them, or pass --skip-bad-images to train without them)")
+    if not kept:
+        raise FolderError(f"none of the {len(files)} images in {root} can be read")
+    return ImageSet(np.stack(images), np.array([l for _, l in kept], dtype=np.int64), tuple(classes), str(root),
+                    tuple(bad), tuple(str(f.relative_to(root)) for f, _ in kept))
+
+
+def load_named(name: str, split: str = "train", limit: Optional[int] = None) -> ImageSet:
+    """One of NAMED_SETS (offline: see edgetrain.data)."""
+    from . import load_cifar10, load_fashion_mnist, load_mnist
+    from .cifar import CIFAR10_CLASSES
+    from .fashion import FASHION_CLASSES
+
+    if name == "mnist":
+        x, y = load_mnist(split, limit)
+        classes = tuple(str(i) for i in range(10))
+    elif name == "fashion-mnist":
+        x, y = load_fashion_mnist(split, limit)
+        classes = tuple(FASHION_CLASSES)
+    elif name == "cifar10":
+        x, y = load_cifar10(split, limit)
+        classes = tuple(CIFAR10_CLASSES)
+    else:
+        raise DataError(f"unknown data set {name!r}; named sets: {', '.join(NAMED_SETS)}")
+    return ImageSet(np.ascontiguousarray(x), y.astype(np.int64), classes, f"{name} ({split})")
+
+
+def load_images(data: str, shape: tuple[int, int, int], *, split: str = "train", limit: Optional[int] = None,
+                skip_bad: bool = False) -> ImageSet:
+    """A named set (NAMED_SETS) or an ImageFolder path; with `limit`, that many images (a named
+    set's class-balanced choice; for a folder, a fixed random choice, kept in file order)."""
+    if limit is not None and limit < 1:
+        raise DataError(f"--limit must be a positive number of images, got {limit}")
+    if data in NAMED_SETS and not Path(data).exists():
+        return load_named(data, split, limit)
+    s = load_folder(data, shape, skip_bad)
+    if limit is not None and limit < len(s):
+        keep = np.sort(np.random.default_rng(0).permutation(len(s))[:limit])
+        s = ImageSet(s.images[keep], s.labels[keep], s.classes, s.source, s.skipped, tuple(s.files[i] for i in keep))
+    return s
