@@ -1,4 +1,5 @@
-"""edgetrain <command>: inspect a model's training program, run the demo."""
+"""edgetrain <command>: compile a model into a training program (firmware, memory report),
+fine-tune it, export its weights, inspect it, plan its schedule, run the demo."""
 from __future__ import annotations
 
 import argparse
@@ -22,14 +23,39 @@ def _scheme(text: str):
     raise argparse.ArgumentTypeError(f"unknown update scheme {text!r}: use full, bias or last:K")
 
 
+def _model_and_inputs(args) -> tuple:
+    """(model, example inputs) of `args.model`: a zoo name (its own input at --batch), or
+    path/to/model.py:FACTORY with --input (and --model-arg)."""
+    import edgetrain as et
+
+    from .usermodel import check_forward, example_inputs, load_model, parse_input, parse_model_args, parse_model_spec
+
+    spec = parse_model_spec(args.model)
+    if not spec.is_file and not args.input:
+        return et.models.get(args.model, num_classes=args.classes or 10), (et.models.example_input(
+            args.model, batch=args.batch),)
+    if not args.input:
+        raise ValueError(f"{spec}: give the model's input shape, e.g. --input 1x3x64x64 (batch first)")
+    model = load_model(spec, parse_model_args(args.model_arg), args.classes)
+    xs = example_inputs([parse_input(t) for t in args.input])
+    check_forward(model, xs, str(spec))
+    return model, xs
+
+
+def _add_model_options(p) -> None:
+    p.add_argument("--input", action="append", metavar="SHAPE[:DTYPE]",
+                   help="for a model file: its input shape, batch first, e.g. 1x3x64x64 or 1x128:int64 (repeatable)")
+    p.add_argument("--model-arg", action="append", metavar="NAME=VALUE",
+                   help="for a model file: a keyword argument of its factory (repeatable)")
+
+
 def _inspect(args) -> int:
     import torch
 
     import edgetrain as et
 
-    model = et.models.get(args.model, num_classes=args.classes)
-    x = et.models.example_input(args.model, batch=args.batch)
-    prog = et.compile(model, (x,), update=args.update)
+    model, xs = _model_and_inputs(args)
+    prog = et.compile(model, xs, update=args.update)
     print(f"# {args.model}: captured graph")
     print(prog.stages["captured"])
     if args.training_graph:
@@ -40,7 +66,7 @@ def _inspect(args) -> int:
     for p, sel in prog.trainable.items():
         extra = f"  channels {len(sel.index)}/{prog.state[p].shape[sel.dim]} of dim {sel.dim}" if sel else ""
         print(f"  {p:50s} {tuple(prog.state[p].shape)}{extra}")
-    print(f"\n# memory ({args.update}, batch {args.batch})")
+    print(f"\n# memory ({args.update}, batch {xs[0].shape[0]})")
     print(f"  {prog.memory.summary()}")
     if args.plot:
         print(f"  timeline drawn to {prog.memory.plot(args.plot)}")
@@ -78,13 +104,14 @@ def _schedule(args) -> int:
     from edgetrain.schedule.build import build_problem
     from edgetrain.schedule.solvers import SOLVERS
 
-    model = et.models.get(args.model, num_classes=args.classes)
-    x = et.models.example_input(args.model, batch=args.batch)
+    model, xs = _model_and_inputs(args)
+    x = xs[0]
     if args.size:
         if x.dim() != 4:
             raise ValueError(f"--size applies to image models; {args.model} takes {tuple(x.shape)}")
-        x = torch.randn(args.batch, x.shape[1], args.size, args.size, generator=torch.Generator().manual_seed(0))
-    prog = et.compile(model, (x,), update=args.update)
+        x = torch.randn(x.shape[0], x.shape[1], args.size, args.size, generator=torch.Generator().manual_seed(0))
+        xs = (x,) + tuple(xs[1:])
+    prog = et.compile(model, xs, update=args.update)
     problem = build_problem(prog, get_device(args.device))
     if args.ram is not None and args.fraction is not None:
         raise ValueError("give --ram or --fraction, not both")
@@ -106,7 +133,7 @@ def _schedule(args) -> int:
                               page_outs=len(sched.page_out), solve_s=sched.solve_s, gap=sched.gap,
                               status=sched.status)))
     else:
-        print(f"# {args.model} (batch {args.batch}) on {problem.device.title}")
+        print(f"# {args.model} (batch {x.shape[0]}) on {problem.device.title}")
         print(f"  {problem.describe()}")
         print(f"  budget: {'unlimited' if ram is None else f'{ram:,} B'}; deadline: "
               f"{'none' if deadline is None else f'{deadline:.4g} s'}")
@@ -121,13 +148,20 @@ def _schedule(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .cli_program import EXIT_CODES, add_commands
+
     p = argparse.ArgumentParser(prog="edgetrain", description="Compile PyTorch models into on-device training "
-                                "programs that fit the device's memory.")
-    sub = p.add_subparsers(dest="command", required=True)
+                                "programs that fit the device's memory.", epilog=EXIT_CODES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--traceback", action="store_true", help="print the Python traceback of an error too")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_commands(sub)
     i = sub.add_parser("inspect", help="print a model's captured graph, trained parameters and memory report")
-    i.add_argument("model", help="a zoo model name (see `edgetrain inspect --list`)")
+    i.add_argument("model", help="a zoo model name, or path/to/model.py:FACTORY with --input")
+    _add_model_options(i)
     i.add_argument("--update", type=_scheme, default="full", help="full | bias | last:K (default full)")
-    i.add_argument("--classes", type=int, default=10, help="number of output classes (default 10)")
+    i.add_argument("--classes", type=int, help="number of output classes (default 10; for a model file, passed to "
+                   "its factory as num_classes= when given)")
     i.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
     i.add_argument("--training-graph", action="store_true", help="also print the whole training graph")
     i.add_argument("--plot", metavar="PNG", help="draw the memory timeline to this file")
@@ -149,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=_profile)
     c = sub.add_parser("schedule", help="plan rematerialization and paging of a model's training step under a RAM "
                        "budget and a deadline on a device profile (POET)")
-    c.add_argument("model", help="a zoo model name")
+    c.add_argument("model", help="a zoo model name, or path/to/model.py:FACTORY with --input")
+    _add_model_options(c)
     c.add_argument("--device", default="a72", help="device profile: m0, m4f, m7, a72, tx2, host (default a72)")
     c.add_argument("--ram", help="whole RAM budget, e.g. 48MB (weights included; default unlimited)")
     c.add_argument("--fraction", type=float, help="budget as weights + this fraction of plain back-propagation's "
@@ -163,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--update", type=_scheme, default="full", help="full | bias | last:K (default full)")
     c.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
     c.add_argument("--size", type=int, help="image side for image models (default the zoo's)")
-    c.add_argument("--classes", type=int, default=10, help="number of output classes (default 10)")
+    c.add_argument("--classes", type=int, help="number of output classes (default 10; for a model file, passed to "
+                   "its factory as num_classes= when given)")
     c.add_argument("--plot", metavar="PNG", help="draw the time x layer schedule map to this file")
     c.add_argument("--json", action="store_true", help="print one JSON line")
     c.set_defaults(func=_schedule)
@@ -177,15 +213,32 @@ TORCH_EXPORT_NOISE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 def main(argv=None) -> int:
     import warnings
 
+    from .cli_program import exit_code_for
+
     warnings.filterwarnings("ignore", message=TORCH_EXPORT_NOISE, category=FutureWarning)
     args = build_parser().parse_args(argv)
-    if isinstance(getattr(args, "update", None), str):
-        args.update = _scheme(args.update)
     try:
+        if isinstance(getattr(args, "update", None), str):
+            args.update = _scheme(args.update)
         return args.func(args)
-    except (ValueError, TypeError, RuntimeError) as err:  # boundary: a clear message, no traceback
+    except argparse.ArgumentTypeError as err:
         print(f"edgetrain {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BaseException as err:  # boundary: a clear message and a meaningful exit code, no traceback
+        if isinstance(err, SystemExit):
+            raise
+        code = exit_code_for(err)
+        if args.traceback:
+            import traceback
+
+            traceback.print_exc()
+        if code is None:
+            print(f"edgetrain {args.command}: internal error: {type(err).__name__}: {err} (a bug: rerun with "
+                  f"--traceback and report it)", file=sys.stderr)
+            return 1
+        msg = str(err) or type(err).__name__
+        print(f"edgetrain {args.command}: {'interrupted' if code == 130 else 'error'}: {msg}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

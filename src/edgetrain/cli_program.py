@@ -1,0 +1,614 @@
+"""`edgetrain compile | train | export`: a user's own model from the command line to a
+firmware project, a fine-tuned checkpoint, and weights PyTorch loads back."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+#: firmware steps embedded by `compile` when no --samples is given
+DEFAULT_SAMPLES = 4
+#: relative difference allowed between the firmware's printed losses and the reference
+#: runtime's (float32 sums in another order; the C backend's tests hold 1e-5)
+VERIFY_RTOL = 1e-4
+#: QEMU's MPS2 boards have 4 MiB at the flash and at the SRAM address: the most a budget can give
+#: the firmware's linker script
+QEMU_REGION_BYTES = 4 << 20
+#: tests only: "save:N:SECONDS" pauses the Nth checkpoint save between its temporary file's fsync
+#: and its rename, "step:N:SECONDS" pauses before step N, each after printing a line to stderr
+TEST_PAUSE_ENV = "EDGETRAIN_TEST_PAUSE"
+TARGETS = ("host", "cortex-m4", "cortex-m7")
+#: the checkpoint `compile` writes next to the project (a program before any training)
+COMPILED_FILE = "program.ckpt"
+_STEP_LINE = re.compile(r"^step (\d+) loss (\S+)$")
+
+
+def _update_text(text: str) -> str:
+    """--update: full | bias | last:K | auto, normalised ('last' is last:1)."""
+    t = text.strip().lower()
+    if t == "auto":
+        return t
+    if t in ("full",):
+        return "full"
+    if t in ("bias", "bias-only", "biasonly"):
+        return "bias"
+    m = re.fullmatch(r"last(?::([0-9]{1,6}))?", t)
+    if m and int(m.group(1) or 1) >= 1:
+        return f"last:{int(m.group(1) or 1)}"
+    raise argparse.ArgumentTypeError(f"unknown update scheme {text!r}: use full, bias, last:K or auto")
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, e.g. 0.5,0.5,0.5; got {text!r}")
+    if not vals or not all(np.isfinite(vals)):
+        raise argparse.ArgumentTypeError(f"expected finite numbers, got {text!r}")
+    return vals
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+# --- parsers -------------------------------------------------------------------------------------
+MODEL_HELP = ("path/to/model.py:FACTORY (a function or class in the file that returns a torch.nn.Module, called "
+              "with the --model-arg values) or a zoo model name (mbv2-w0.35, mcunet-5fps, proxyless-w0.3, resnet18, "
+              "resnet18-cifar, bert-tiny)")
+
+
+def add_program_options(p: argparse.ArgumentParser, for_train: bool = False) -> None:
+    """The options that say which program to compile (compile and train share them). For train
+    they default to None, so that a checkpoint's settings can be told apart from given ones."""
+    d = (lambda v: None) if for_train else (lambda v: v)
+    g = p.add_argument_group("program (what to compile)")
+    g.add_argument("--input", action="append", metavar="SHAPE[:DTYPE]",
+                   help="an input's shape, batch first, e.g. 1x3x128x128 (float32), or 1x128:int64 for token ids "
+                        "(1x128:int64:30522 draws example ids below 30522); repeat for several inputs; a zoo model's "
+                        "default is its own input at batch 1")
+    g.add_argument("--model-arg", action="append", metavar="NAME=VALUE",
+                   help="keyword argument of the factory (value read as a Python literal), repeatable")
+    g.add_argument("--classes", type=_positive_int,
+                   help="output classes: a zoo model's num_classes (default 10); for a model file, passed to the "
+                        "factory as num_classes=")
+    g.add_argument("--loss", choices=("cross_entropy", "mse"), default=d("cross_entropy"),
+                   help="training loss (default cross_entropy)")
+    g.add_argument("--update", dest="update_spec", type=_update_text, default=d("full"), metavar="SCHEME",
+                   help="what to train: full, bias (biases only), last:K (the last K conv/linear layers), or auto "
+                        "(the sparse scheme of largest measured gain that fits --sram; needs --contributions) "
+                        "(default full)")
+    g.add_argument("--contributions", metavar="JSON",
+                   help="with --update auto: the contribution table (edgetrain.sparse.analyze_contributions(...)"
+                        ".save(path), or bench/contribution.py)")
+    g.add_argument("--search", choices=("exact", "evolutionary"), default=d("exact"),
+                   help="with --update auto: exact knapsack (default) or the paper's evolutionary search")
+    g.add_argument("--quantize", choices=("none", "int8"), default=d("none"),
+                   help="int8: the integer training program a microcontroller runs (QAS on unless --no-qas); "
+                        "default none (float32)")
+    g.add_argument("--calibrate", metavar="DATA",
+                   help="int8: calibrate the scales on these images (an ImageFolder or mnist | fashion-mnist | "
+                        "cifar10) instead of the example input (train's default: its training images)")
+    g.add_argument("--calibrate-images", type=_positive_int, default=d(32), metavar="N",
+                   help="images of --calibrate used (default 32)")
+    g.add_argument("--lr", type=float, default=d(0.01), help="SGD learning rate (default 0.01)")
+    g.add_argument("--momentum", type=float, default=d(0.0), help="SGD momentum (default 0)")
+    g.add_argument("--weight-decay", type=float, default=d(0.0), help="SGD weight decay (default 0)")
+    g.add_argument("--no-qas", action="store_true", default=d(False),
+                   help="int8: turn Quantization-Aware Scaling off")
+    g.add_argument("--rounding-seed", type=int, default=d(0), metavar="SEED",
+                   help="int8: seed of the stochastic rounding of updates (default 0)")
+    g.add_argument("--sram", metavar="BYTES",
+                   help="SRAM budget, e.g. 256KB: the program must fit (exit 3 with the smallest budget that fits "
+                        "otherwise); also the firmware's RAM region")
+    g.add_argument("--flash", metavar="BYTES", help="flash budget for read-only weights, e.g. 1MB")
+    g.add_argument("--backend", choices=("reference", "c"), default=d("reference"),
+                   help="run the program with the numpy reference (default) or the generated C built for this host")
+    g.add_argument("--mean", type=_floats, metavar="M[,M,M]",
+                   help="images: per-channel mean subtracted from pixels in [0, 1] (default 0)")
+    g.add_argument("--std", type=_floats, metavar="S[,S,S]",
+                   help="images: per-channel divisor after the mean (default 1); --std 0.00392156862745098 feeds "
+                        "pixels 0..255")
+
+
+def _wrap(text: str) -> str:
+    import textwrap
+
+    return textwrap.fill(text, 88)
+
+
+def add_commands(sub) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    c = sub.add_parser("compile", formatter_class=fmt,
+                       help="compile a model into a training program: firmware project, memory report, checkpoint",
+                       description=_wrap("Compile MODEL into an on-device training program and write into -o DIR: the C "
+                       "project for --target (host library, or Cortex-M firmware training on --samples embedded "
+                       "samples), memory.json and memory.png (the memory report) and program.ckpt (the program, "
+                       "which `edgetrain train --resume DIR/program.ckpt` fine-tunes)."),
+                       epilog="example:\n  edgetrain compile nets/mine.py:build --input 1x3x64x64 --sram 256KB "
+                       "--flash 1MB --quantize int8 --target cortex-m4 --verify -o out/\n\n" + EXIT_CODES)
+    c.add_argument("model", help=MODEL_HELP)
+    add_program_options(c)
+    c.add_argument("--target", choices=TARGETS, default="cortex-m4",
+                   help="host (C library + test driver) or cortex-m4 | cortex-m7 firmware (default cortex-m4)")
+    c.add_argument("--samples", type=_positive_int, default=DEFAULT_SAMPLES, metavar="N",
+                   help=f"training samples embedded in the firmware, one step each (default {DEFAULT_SAMPLES}): "
+                        f"from --calibrate's images when given, else random inputs and labels")
+    c.add_argument("--verify", action="store_true",
+                   help="build the project and run it (Cortex-M: under QEMU), print its losses and check them "
+                        "against the reference runtime's (exit 5 on failure)")
+    c.add_argument("--no-plot", action="store_true", help="do not draw memory.png")
+    c.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder (created)")
+    c.set_defaults(func=run_compile)
+
+    t = sub.add_parser("train", formatter_class=fmt, help="fine-tune a program on images, with a checkpoint per epoch",
+                       description=_wrap("Fine-tune a training program on labelled images: an ImageFolder (DATA/<class>/"
+                       "<image>, classes in sorted order, images resized to the model's input) or a named offline set "
+                       "(mnist, fashion-mnist, cifar10). The program is MODEL compiled with the program options, or a "
+                       "checkpoint: --resume continues a run exactly (the same data, order and settings: the final "
+                       "weights equal an uninterrupted run's), --init starts a new run from a checkpoint's weights. "
+                       "After each epoch DIR/epoch-NNNN.ckpt is written atomically; a non-finite loss or Ctrl-C "
+                       "saves the last good state to DIR/stopped.ckpt."),
+                       epilog="examples:\n  edgetrain train nets/mine.py:build --input 1x3x64x64 --data photos/ "
+                       "--epochs 5 -o runs/a\n  edgetrain train --resume runs/a --data photos/ --epochs 8 -o runs/a\n"
+                       "  edgetrain compile ... -o out/ && edgetrain train --resume out/program.ckpt --data mnist "
+                       "-o runs/b\n\n" + EXIT_CODES)
+    t.add_argument("model", nargs="?", help=MODEL_HELP + " (not with --resume / --init)")
+    t.add_argument("--data", required=True, help="training images: an ImageFolder path, or mnist | fashion-mnist | "
+                   "cifar10 (their train split)")
+    t.add_argument("-o", "--output", required=True, metavar="DIR", help="where checkpoints go (created)")
+    t.add_argument("--epochs", type=_positive_int, default=1, help="train until this many epochs are done (default 1)")
+    t.add_argument("--seed", type=int, help="data order seed (default 0; a resumed run keeps its own)")
+    t.add_argument("--limit", type=_positive_int, metavar="N", help="use N training images")
+    t.add_argument("--skip-bad-images", action="store_true",
+                   help="leave unreadable (corrupt, truncated) images out with a warning instead of stopping")
+    t.add_argument("--val", metavar="DATA", help="images to measure accuracy on after each epoch (a folder, or a "
+                   "named set: its test split)")
+    t.add_argument("--val-limit", type=_positive_int, metavar="N", help="use N validation images")
+    src = t.add_mutually_exclusive_group()
+    src.add_argument("--resume", metavar="CKPT|DIR", help="continue the run of this checkpoint (a folder: its "
+                     "furthest complete checkpoint)")
+    src.add_argument("--init", metavar="CKPT|DIR", help="start a new run from this checkpoint's program and weights")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_program_options(t, for_train=True)
+    t.set_defaults(func=run_train)
+
+    e = sub.add_parser("export", formatter_class=fmt, help="write a checkpoint's weights as a PyTorch state_dict "
+                       "(safetensors)",
+                       description=_wrap("Write the trained weights of a checkpoint as the original model's state_dict in "
+                       "safetensors format (an int8 program's as real values, batch norm folded into its "
+                       "convolution); checked to load into the model with load_state_dict before it is written."),
+                       epilog="example:\n  edgetrain export runs/a -o mine.safetensors\n  python -c \"from safetensors."
+                       "torch import load_file; model.load_state_dict(load_file('mine.safetensors'))\"\n\n"
+                       + EXIT_CODES)
+    e.add_argument("checkpoint", metavar="CKPT|DIR", help="a checkpoint, or a folder (its furthest complete one)")
+    e.add_argument("-o", "--output", required=True, metavar="FILE", help="the .safetensors file to write")
+    e.set_defaults(func=run_export)
+
+
+EXIT_CODES = """exit codes:
+  0  done
+  1  internal error (a bug: please report it with --traceback's output)
+  2  bad usage or input: options, model file, input shape, unsupported op, data, checkpoint
+  3  does not fit: the memory budget (the message says the smallest that fits) or the firmware's regions
+  4  training stopped on a non-finite loss (the last good weights are saved)
+  5  toolchain or firmware failure: C compiler, arm-none-eabi-gcc, QEMU, a firmware run that failed
+130  interrupted (Ctrl-C; train saves its last good state first)"""
+
+
+# --- building the program from the options --------------------------------------------------
+def _config(args, model_text: str):
+    from .checkpoint import ProgramConfig
+    from .config import parse_bytes
+    from .usermodel import default_inputs, parse_input, parse_model_args, parse_model_spec
+
+    spec = parse_model_spec(model_text)
+    inputs = args.input or None
+    if inputs is None:
+        if spec.is_file:
+            raise ValueError(f"{spec}: give the model's input shape, e.g. --input 1x3x64x64 (batch first)")
+        inputs = default_inputs(spec.name)
+    specs = [str(parse_input(s)) for s in inputs]
+    if args.update_spec != "auto" and args.contributions:
+        raise ValueError("--contributions is used only with --update auto")
+    return ProgramConfig(model=str(spec), inputs=tuple(specs), model_args=parse_model_args(args.model_arg),
+                         classes=args.classes, loss=args.loss or "cross_entropy", update=args.update_spec or "full",
+                         quantize=None if args.quantize in (None, "none") else args.quantize,
+                         lr=_opt(args.lr, 0.01), momentum=_opt(args.momentum, 0.0),
+                         weight_decay=_opt(args.weight_decay, 0.0), qas=not args.no_qas,
+                         seed=_opt(args.rounding_seed, 0), sram=parse_bytes(args.sram, "--sram"),
+                         flash=parse_bytes(args.flash, "--flash"), backend=args.backend or "reference")
+
+
+def _opt(v, default):
+    return default if v is None else v
+
+
+def _norm(args, channels: int, stored=None) -> tuple[tuple, tuple]:
+    mean = args.mean if args.mean is not None else (stored[0] if stored else (0.0,))
+    std = args.std if args.std is not None else (stored[1] if stored else (1.0,))
+    for name, v in (("--mean", mean), ("--std", std)):
+        if len(v) not in (1, channels):
+            raise ValueError(f"{name} has {len(v)} values; the model's images have {channels} channel(s)")
+    if any(s == 0 for s in std):
+        raise ValueError("--std values must not be 0")
+    return tuple(float(v) for v in mean), tuple(float(v) for v in std)
+
+
+def _calibration_from(args, config, mean_std=None):
+    """--calibrate DATA as one float batch (int8 only)."""
+    if not args.calibrate:
+        return None
+    if config.quantize != "int8":
+        raise ValueError("--calibrate applies to --quantize int8")
+    from .data.folder import check_image_shape, load_images
+    from .usermodel import parse_input
+
+    shape = check_image_shape(parse_input(config.inputs[0]).shape)
+    mean, std = mean_std or _norm(args, shape[0])
+    data = load_images(args.calibrate, shape, limit=args.calibrate_images or 32, skip_bad=True)
+    batch = data.batch(np.arange(len(data)), shape, mean, std)
+    return [batch], data
+
+
+def _say(*a):
+    print(*a, flush=True)
+
+
+# --- compile ---------------------------------------------------------------------------------------
+def run_compile(args) -> int:
+    from .checkpoint import Checkpoint, atomic_write, build_program, save_checkpoint
+    from .train import TrainMeta
+
+    t0 = time.perf_counter()
+    config = _config(args, args.model)
+    if args.target != "host":
+        for name, v in (("--sram", config.sram), ("--flash", config.flash)):
+            if v is not None and v > QEMU_REGION_BYTES:
+                raise ValueError(f"{name} {v:,} B: the Cortex-M firmware here runs on QEMU boards with "
+                                 f"{QEMU_REGION_BYTES:,} B of each memory")
+    calib = _calibration_from(args, config)
+    built = build_program(config, calibration=calib[0] if calib else None, contributions=args.contributions,
+                          search=args.search)
+    prog = built.prog
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    ck = save_checkpoint(out / COMPILED_FILE, Checkpoint.of(built, TrainMeta(reason="compiled").as_dict()))
+    _say(f"compiled {config.model} ({', '.join(config.inputs)}; update {_scheme_text(built.config.update)}"
+         f"{', int8' if config.quantize else ''}) in {time.perf_counter() - t0:.1f} s")
+    _say(f"  {prog.memory.summary()}")
+    if prog.search is not None:
+        _say(f"  update=auto: {prog.search.summary()}")
+    samples = _samples(prog, args, calib[1] if calib else None)
+    if args.target == "host":
+        prog.emit_c(out, target="host", samples=samples)
+    else:
+        from .backends.c.cortexm import emit_firmware
+
+        regions = {k: v for k, v in (("sram_bytes", config.sram), ("flash_bytes", config.flash)) if v is not None}
+        emit_firmware(prog, out, args.target, samples, **regions)
+    _say(f"  wrote the {args.target} project, program.ckpt ({ck.stat().st_size:,} B) to {out}")
+    report = memory_report(prog, built.config, args.target)
+    atomic_write(out / "memory.json", (json.dumps(report, indent=1) + "\n").encode())
+    code = 0
+    if args.verify:
+        report["verify"] = _verify(prog, out, args.target, samples)
+        if not report["verify"]["ok"]:
+            code = 5
+    if prog.memory.firmware is not None:
+        report["firmware"] = _firmware_dict(prog.memory.firmware)
+    atomic_write(out / "memory.json", (json.dumps(report, indent=1) + "\n").encode())
+    if not args.no_plot:
+        prog.memory.plot(out / "memory.png")
+    _say(f"  memory report: {out / 'memory.json'}" + ("" if args.no_plot else f", {out / 'memory.png'}"))
+    return code
+
+
+def _scheme_text(update) -> str:
+    if isinstance(update, dict):
+        w = ", ".join(f"{k}:{v:g}" for k, v in update["weights"].items())
+        return f"sparse (biases of the last {update['bias_last']}{'; weights ' + w if w else ''})"
+    return str(update)
+
+
+def _samples(prog, args, data=None) -> list:
+    """`args.samples` (x, y) pairs for the firmware: images of --calibrate with their labels,
+    else random inputs (seed 1) and labels."""
+    import torch
+
+    from .usermodel import example_inputs, parse_input
+
+    n = args.samples
+    out_t = prog.forward_graph.output("output")
+    classes = out_t.shape[-1]
+    rng = np.random.default_rng(1)
+    specs = [parse_input(s) for s in _input_texts(prog)]
+    pairs = []
+    for i in range(n):
+        if data is not None and len(prog.inputs) == 1:
+            b = specs[0].shape[0]
+            idx = [(i * b + j) % len(data) for j in range(b)]
+            from .data.folder import check_image_shape
+
+            shape = check_image_shape(specs[0].shape)
+            mean, std = _norm(args, shape[0])
+            x = data.batch(idx, shape, mean, std)
+            y = data.labels[idx]
+            if int(y.max()) >= classes:
+                raise ValueError(f"labels out of range: {data.source} has {len(data.classes)} classes but the model "
+                                 f"outputs {classes}")
+        else:
+            xs = tuple(t.numpy() for t in example_inputs(specs, seed=1 + i))
+            x = xs[0] if len(xs) == 1 else xs
+            if prog.loss == "cross_entropy":
+                y = rng.integers(0, classes, size=out_t.shape[:-1]).astype(np.int64)
+            else:
+                y = rng.standard_normal(out_t.shape).astype(np.float32)
+        pairs.append((x, y))
+    del torch
+    return pairs
+
+
+def _input_texts(prog) -> list[str]:
+    from .usermodel import InputSpec
+
+    src = prog.input_transform or prog.forward_graph
+    out = []
+    for name in prog.inputs:
+        t = src.input(name).type
+        out.append(str(InputSpec(tuple(t.shape), t.dtype if t.dtype in ("int64", "int32") else "float32")))
+    return out
+
+
+def memory_report(prog, config, target: str) -> dict:
+    m = prog.memory
+    return {"model": config.model, "inputs": list(config.inputs), "update": config.update,
+            "quantize": config.quantize, "target": target,
+            "budget": {"sram": config.sram, "flash": config.flash},
+            "peak_bytes": m.peak_bytes, "arena_bytes": m.arena_bytes, "activation_bytes": m.activation_bytes,
+            "trainable_bytes": m.trainable_bytes, "flash_bytes": m.frozen_bytes, "weight_bytes": m.weight_bytes,
+            "peak_step": m.peak_step, "peak_op": m.peak_op, "summary": m.summary(),
+            "trainable": {p: {"shape": list(prog.state[p].shape),
+                              "channels": None if sel is None else [sel.dim, len(sel.index)]}
+                          for p, sel in prog.trainable.items()},
+            "timeline": list(m.timeline)}
+
+
+def _firmware_dict(size) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(size)
+
+
+def _verify(prog, out: Path, target: str, samples) -> dict:
+    """Build and run the project; compare its losses with the reference runtime's."""
+    import subprocess
+
+    from .backends.c import CBackendError
+
+    t0 = time.perf_counter()
+    if target == "host":
+        r = subprocess.run(["make", "-s", "main"], cwd=out, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise CBackendError(f"building the host driver in {out} failed:\n{r.stderr[-3000:]}")
+        r = subprocess.run(["./main"], cwd=out, capture_output=True, text=True, timeout=600)
+        lines = r.stdout.splitlines()
+        losses = [float(m.group(2)) for m in map(_STEP_LINE.match, lines) if m]
+        exit_code = r.returncode
+        where = "host build"
+    else:
+        import dataclasses
+
+        from .backends.c import cortexm
+
+        elf = cortexm.build(out)
+        run = cortexm.run_qemu(out, target)
+        prog.memory = dataclasses.replace(prog.memory, firmware=cortexm.firmware_size(elf, run))
+        losses, exit_code, lines = list(run.losses), run.exit_code, list(run.lines)
+        where = f"QEMU {target}"
+        _say(f"  firmware: {prog.memory.firmware.describe()}")
+    ref = [prog.step(x, y) for x, y in samples]
+    diff = max((abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref)), default=float("inf"))
+    ok = exit_code == 0 and len(losses) == len(ref) and diff <= VERIFY_RTOL
+    for i, (a, b) in enumerate(zip(losses, ref), start=1):
+        _say(f"  {where}: step {i} loss {a:.9g}   (reference {b:.9g})")
+    verdict = (f"verified: {len(losses)} steps, largest relative difference {diff:.2g} (allowed {VERIFY_RTOL:g})" if ok
+               else f"verification FAILED: exit {exit_code}, {len(losses)} of {len(ref)} steps, largest relative "
+                    f"difference {diff:.2g}; last lines: {' | '.join(lines[-3:])}")
+    _say(f"  {verdict} ({time.perf_counter() - t0:.1f} s)")
+    if not ok:
+        print(f"edgetrain compile: error: {verdict}", file=sys.stderr)
+    return {"ok": ok, "where": where, "losses": losses, "reference": ref, "max_rel_diff": diff,
+            "exit_code": exit_code}
+
+
+# --- train -------------------------------------------------------------------------------------------
+_PROGRAM_OPTS = ("input", "model_arg", "classes", "loss", "update_spec", "contributions", "search", "quantize",
+                 "calibrate", "lr", "momentum", "weight_decay", "no_qas", "rounding_seed", "sram", "flash", "backend")
+
+
+def _test_hook():
+    """The pause of TEST_PAUSE_ENV ("save:N:SECONDS" or "step:N:SECONDS": the Nth save of this
+    process, or step N of the run), or None."""
+    spec = os.environ.get(TEST_PAUSE_ENV)
+    if not spec:
+        return None
+    m = re.fullmatch(r"(save|step):([0-9]+):([0-9.]+)", spec)
+    if not m:
+        raise ValueError(f"{TEST_PAUSE_ENV}={spec!r}: use save:N:SECONDS or step:N:SECONDS")
+    kind, at, seconds = m.group(1), int(m.group(2)), float(m.group(3))
+    saves = [0]
+
+    def hook(what, value):
+        if what != kind:
+            return
+        if what == "save":
+            saves[0] += 1
+        if (saves[0] if what == "save" else value) == at:
+            print(f"edgetrain-test: paused in {what} {at}: {value}", file=sys.stderr, flush=True)
+            time.sleep(seconds)
+
+    return hook
+
+
+def run_train(args) -> int:
+    from .checkpoint import ProgramConfig, build_program, load_checkpoint, remove_stale_temporaries
+    from .data.folder import load_images
+    from .train import TrainMeta, TrainOptions, calibration_batch, describe_skipped, fit, image_shape
+
+    out = Path(args.output)
+    if out.is_dir():
+        remove_stale_temporaries(out)
+    given = [o for o in _PROGRAM_OPTS if getattr(args, o) not in (None, False)]
+    source = args.resume or args.init
+    if source:
+        if args.model:
+            raise ValueError(f"give a model or --{'resume' if args.resume else 'init'}, not both")
+        allowed = {"lr"} if args.init else set()
+        fixed = [o for o in given if o not in allowed]
+        if fixed:
+            raise ValueError(f"--{fixed[0].replace('_', '-')}: the program is fixed by the checkpoint "
+                             f"({'--init may change --lr only' if args.init else 'a resumed run cannot change it'})")
+        ck = load_checkpoint(source)
+        resumed = args.resume and ck.train.get("reason") != "compiled"
+        if args.init and args.lr is not None:
+            import dataclasses
+
+            ck.config = dataclasses.replace(ck.config, lr=args.lr)
+        built = ck.restore()
+        prog = built.prog
+        meta = TrainMeta.from_dict(ck.train) if resumed else TrainMeta()
+        _say(f"loaded {ck.path} ({ck.config.model}, {prog.steps} steps done"
+             + (f", epoch {meta.epoch} batch {meta.position})" if resumed else ")"))
+    else:
+        if not args.model:
+            raise ValueError("give a model (path/to/model.py:FACTORY or a zoo name), --resume or --init")
+        config = _config(args, args.model)
+        built, ck, resumed, meta = None, None, False, TrainMeta()
+    # the image shape, from the program (or, before compiling, from the config)
+    if built is not None:
+        b, c, h, w = image_shape(built.prog)
+    else:
+        from .data.folder import check_image_shape
+        from .usermodel import parse_input
+
+        if config.loss != "cross_entropy":
+            raise ValueError("train fits labelled images: it needs --loss cross_entropy")
+        c, h, w = check_image_shape(parse_input(config.inputs[0]).shape)
+    if resumed:
+        if args.seed is not None and args.seed != meta.seed:
+            raise ValueError(f"--seed {args.seed}: the resumed run uses seed {meta.seed}")
+        for name, new, old in (("--mean", args.mean, meta.mean), ("--std", args.std, meta.std)):
+            if new is not None and tuple(new) != tuple(old):
+                raise ValueError(f"{name}: the resumed run normalises with {list(old)}")
+        mean, std = _norm(args, c, (meta.mean, meta.std))
+    else:
+        mean, std = _norm(args, c)
+        meta.seed = 0 if args.seed is None else args.seed
+    meta.mean, meta.std = mean, std
+    data = load_images(args.data, (c, h, w), limit=args.limit, skip_bad=args.skip_bad_images)
+    if data.skipped:
+        print(describe_skipped(data.skipped), file=sys.stderr)
+    fingerprint = data.fingerprint()
+    if resumed and meta.data and meta.data != fingerprint:
+        raise ValueError(f"--data {args.data} is not the data this run trained on ({len(data)} images now; its "
+                         f"fingerprint differs): resume with the same --data and --limit, or start a new run from "
+                         f"these weights with --init")
+    meta.data = fingerprint
+    _check_output(out, ck if resumed else None)
+    val = load_images(args.val, (c, h, w), split="test", limit=args.val_limit, skip_bad=args.skip_bad_images) \
+        if args.val else None
+    if built is None:
+        calib = None
+        if config.quantize == "int8":
+            if args.calibrate:
+                calib = _calibration_from(args, config, (mean, std))[0]
+            else:
+                calib = [calibration_batch(data, (c, h, w), mean, std, meta.seed)]
+        t0 = time.perf_counter()
+        built = build_program(config, calibration=calib, contributions=args.contributions,
+                              search=args.search or "exact")
+        _say(f"compiled {config.model} in {time.perf_counter() - t0:.1f} s: {built.prog.memory.summary()}")
+    if meta.epoch >= args.epochs:
+        _say(f"nothing to do: {meta.epoch} epochs are done (--epochs {args.epochs})")
+        return 0
+    _say(f"training on {data.source}: {len(data)} images in {len(data.classes)} classes, epochs "
+         f"{meta.epoch + 1}..{args.epochs}, checkpoints in {out}")
+    opts = TrainOptions(epochs=args.epochs, out_dir=out, mean=mean, std=std, progress=not args.no_progress,
+                        hook=_test_hook())
+    written = fit(built, data, opts, meta, val, log=_say)
+    _say(f"done: {built.prog.steps} steps; last checkpoint {written[-1]}")
+    return 0
+
+
+def _check_output(out: Path, resumed_from) -> None:
+    """A new run must not overwrite another run's checkpoints; a resumed run writes into its own
+    folder (or a fresh one)."""
+    from .checkpoint import SUFFIX, TMP_PREFIX
+
+    if not out.is_dir():
+        return
+    found = sorted(p.name for p in out.glob("*" + SUFFIX) if not p.name.startswith(TMP_PREFIX)
+                   and p.name != COMPILED_FILE)
+    if not found:
+        return
+    if resumed_from is not None and resumed_from.path is not None and \
+            resumed_from.path.resolve().parent == out.resolve():
+        return
+    raise ValueError(f"{out} already holds checkpoints ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}) "
+                     f"of another run: resume it with --resume {out}, or write to another -o folder")
+
+
+# --- export ---------------------------------------------------------------------------------------------
+def run_export(args) -> int:
+    from safetensors.torch import save
+
+    from .checkpoint import atomic_write, load_checkpoint
+
+    ck = load_checkpoint(args.checkpoint)
+    built = ck.restore()
+    sd = {k: v.contiguous() for k, v in built.prog.state_dict().items()}
+    try:
+        built.model.load_state_dict(sd)
+    except RuntimeError as err:
+        raise ValueError(f"the exported weights do not load into {ck.config.model}: {str(err).splitlines()[0]}")
+    meta = {"format": "pt", "edgetrain_model": ck.config.model, "edgetrain_steps": str(built.prog.steps)}
+    path = atomic_write(args.output, save(sd, metadata=meta))
+    _say(f"wrote {len(sd)} tensors ({sum(v.numel() for v in sd.values()):,} values) of {ck.config.model} after "
+         f"{built.prog.steps} steps to {path}")
+    return 0
+
+
+def exit_code_for(err: BaseException) -> Optional[int]:
+    """The exit code of an error raised by a command (None: not one of ours: internal)."""
+    from .api import BudgetError
+    from .backends.c import CBackendError
+    from .program import NonFiniteLossError
+    from .train import TrainingStopped
+
+    if isinstance(err, BudgetError):
+        return 3
+    if isinstance(err, TrainingStopped):
+        return 4 if err.reason == "non-finite" else 130
+    if isinstance(err, NonFiniteLossError):
+        return 4
+    if isinstance(err, KeyboardInterrupt):
+        return 130
+    if isinstance(err, CBackendError):
+        return 3 if "overflowed" in str(err) else 5
+    if isinstance(err, (ValueError, TypeError, RuntimeError, OSError)):
+        return 2
+    return None
