@@ -16,11 +16,12 @@ DEVICE = SimpleNamespace(name="fake", title="a fake device")  # problem.py only 
 
 
 def build(sizes, inputs, *, needs=None, flops=None, recompute_until=None, holds=None, pageable=None,
-          fixed=None, rest=None, page_cost=1.0, fixed_ram=1000, stage_energy=1.0) -> ScheduleProblem:
+          fixed=None, rest=None, page_cost=1.0, page_time=1.0, fixed_ram=1000, stage_energy=1.0) -> ScheduleProblem:
     """A net of len(sizes) units (unit i computed at forward position i from `inputs[i]`)
     and backward stages (default: one per unit in reverse order, reading the unit and its
     inputs; weights updated in place at that stage, so recompute_until is the stage).
-    `rest[k]` > 0 gives stage k a second node with that many fixed bytes."""
+    `rest[k]` > 0 gives stage k a second node with that many fixed bytes. Paging costs
+    `page_cost` times a default in energy and `page_time` times that in time."""
     n = len(sizes)
     flops = flops or [float(b) for b in sizes]
     needs = needs or [tuple(sorted({n - 1 - k, *inputs[n - 1 - k]})) for k in range(n)]
@@ -39,8 +40,9 @@ def build(sizes, inputs, *, needs=None, flops=None, recompute_until=None, holds=
         for v in inputs[w]:
             last[v] = max(last[v], min(last[w], recompute_until[w]))
     units = tuple(Unit(index=i, name=f"u{i}", nodes=(i,), bytes=sizes[i], time_s=flops[i] * 1e-3,
-                       energy_j=flops[i] * 1e-3, page_out_s=(0.5 + sizes[i] * 1e-3) * page_cost,
-                       page_out_j=(0.5 + sizes[i] * 2e-3) * page_cost, page_in_s=(0.5 + sizes[i] * 1e-3) * page_cost,
+                       energy_j=flops[i] * 1e-3, page_out_s=(0.5 + sizes[i] * 1e-3) * page_cost * page_time,
+                       page_out_j=(0.5 + sizes[i] * 2e-3) * page_cost,
+                       page_in_s=(0.5 + sizes[i] * 1e-3) * page_cost * page_time,
                        page_in_j=(0.5 + sizes[i] * 1e-3) * page_cost, inputs=tuple(inputs[i]), produced=i,
                        last_forward=last_forward[i], last_stage=last[i], recompute_until=recompute_until[i],
                        holds=tuple(holds.get(i, ())), pageable=pageable[i])
@@ -243,3 +245,51 @@ def test_tiny_random_problems_never_break_the_greedies():
                 except Infeasible:
                     continue
                 assert s.peak_bytes <= ram
+
+
+# --- on a compiled program -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def skip_problem():
+    import torch
+    from torch import nn
+
+    import edgetrain as et
+    from edgetrain.devices import get_device
+    from edgetrain.schedule.build import build_problem
+
+    class Skip(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+            self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+            self.c3 = nn.Conv2d(8, 8, 3, padding=1)
+            self.fc = nn.Linear(8, 5)
+
+        def forward(self, x):
+            a = torch.relu(self.c1(x))
+            b = torch.relu(self.c2(a)) + a
+            c = torch.relu(self.c3(b)) + b
+            return self.fc(c.mean((2, 3)))
+
+    torch.manual_seed(0)
+    prog = et.compile(Skip().eval(), (torch.randn(4, 3, 16, 16),))
+    return build_problem(prog, get_device("a72"))
+
+
+def test_none_on_a_program_reaches_the_plain_peak(skip_problem):
+    p = skip_problem
+    s = greedy.solve_none(p, None, None, 1.0)
+    assert s.activation_bytes == p.activation_bytes
+    assert s.peak_bytes == p.fixed_ram + p.activation_bytes
+
+
+def test_greedies_on_a_program_fit_their_budgets(skip_problem):
+    p = skip_problem
+    for ram in budgets(p, (0.9, 0.7, 0.5)):
+        for solve in (greedy.solve_dtr, greedy.solve_chen, greedy.solve_page_greedy):
+            try:
+                s = solve(p, ram, None, 1.0)
+            except Infeasible:
+                continue
+            assert s.peak_bytes <= ram

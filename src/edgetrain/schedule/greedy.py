@@ -230,7 +230,7 @@ def _run(problem, solver, choose_keep: Callable, pol: _Policy, keep, t0, page_ou
             resident, recompute, page_in, po = _simulate(problem, f, k, pins, page_out, pol, solver)
             break
         except _TooBig as e:  # keep a checkpoint halfway (by bytes) through the recomputation
-            todo = [u for u in e.rec if pins.get(u, (0, -1))[1] < e.stage]
+            todo = [u for u in e.rec if u not in keep]
             if not todo:
                 raise Infeasible(f"{solver}: stage {e.stage} cannot fit ram={problem.fixed_ram + pol.budget:,} "
                                  f"bytes") from None

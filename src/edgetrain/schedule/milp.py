@@ -17,9 +17,16 @@ Reductions (each keeps the optimum):
 Paging variables are not dropped by a paging-versus-recompute dominance: whether a unit's
 inputs are resident depends on the rest of the schedule, so no such rule keeps optimality.
 
-The warm start is the cheapest of the greedy schedules that fits ("dtr", "chen", the paging
-greedy, "none"); the result is the incumbent at the time limit with HiGHS's relative gap on
-the total energy (base energy included).
+The search (`_solve`): if keeping everything fits, that is optimal (no extra energy).
+Else the LP relaxation gives a bound and, rounded at several thresholds, warm starts; with
+the greedy schedules ("dtr", "chen", the paging greedy) the cheapest that fits is the first
+incumbent, and it is returned at once when within the gap of the LP bound. Then HiGHS on the
+full model for a share of the time (the easy cases end there); then, when recomputation is
+allowed, restricted models that recompute a unit only within a few input hops of what a
+stage reads (DEPTHS; much smaller, solved to near optimality in seconds on ResNet-18, where
+the full model's heuristics find poor schedules), each warm-started from the incumbent; then
+the full model again for the rest of the time. The result is the best schedule with its gap
+to the best proven bound, on the total energy (base energy included, like `energy_j`).
 """
 from __future__ import annotations
 
@@ -36,6 +43,10 @@ MIP_REL_GAP = 0.01  # the issue's target: within 1 % of the optimum
 THREADS = 2  # the target machine: 2 cores
 KIB = 1024.0  # memory rows in KiB keep coefficients near 1..1e6
 MIN_HIGHS_S = 0.05  # HiGHS always gets at least this long (a warm start is then still checked)
+FIRST_TRY = 0.15  # share of the time limit for the full model before the restricted ones
+DEPTHS = (2, 3, 4, 5, 6)  # restricted models: recompute a unit only this close to what a stage reads
+DEPTH_SHARE = 0.1  # share of the time limit for each restricted model
+INF = float("inf")
 ROUND_AT = (0.999, 0.9, 0.7, 0.5, 0.3, 0.1, 0.001)  # thresholds of the LP rounding warm start
 RETRIES = 3  # re-solves with a tightened row when rounding the binaries overshoots a limit by a hair
 
@@ -44,7 +55,7 @@ class _Model:
     """Columns and rows of the MILP (rows kept as lists, passed to HiGHS at once)."""
 
     def __init__(self, problem: ScheduleProblem, budget: Optional[float], deadline: Optional[float],
-                 remat: bool, paging: bool, min_ram: bool = False):
+                 remat: bool, paging: bool, min_ram: bool = False, depth: Optional[int] = None):
         self.p, us, stages = problem, problem.units, problem.stages
         self.f = f = greedy.facts(problem)
         self.lb, self.ub, self.cost = [], [], []
@@ -56,12 +67,24 @@ class _Model:
         for u in us:
             for s in range(min(f.horizon[u.index], u.recompute_until) + 1 if remat else 0):
                 readable[s] |= set(u.inputs)
+        near = None
+        if depth is not None:  # the restricted model: recompute only within `depth` of what is read
+            S = len(stages)
+            near = []
+            for s, st in enumerate(stages):
+                ring = set(st.needs) | (f.held[s + 1] if s + 1 < S else set())
+                ring |= {u.index for u in us if u.recompute_until == s and f.horizon[u.index] > s}
+                got = set(ring)
+                for _ in range(depth):
+                    ring = {v for u in ring for v in us[u].inputs} - got
+                    got |= ring
+                near.append(got)
         for u in us:
             i = u.index
             for s in range(f.horizon[i] + 1):
                 held = i in f.held[s]
                 self.S[s, i] = self._col(1.0 if held else 0.0, 1.0, 0.0)
-                if remat and s <= u.recompute_until and not held:
+                if remat and s <= u.recompute_until and not held and (near is None or i in near[s]):
                     self.R[s, i] = self._col(0.0, 1.0, u.energy_j / escale)
                 if paging and u.pageable and i in readable[s] and not held:
                     self.I[s, i] = self._col(0.0, 1.0, u.page_in_j / escale)
@@ -187,11 +210,14 @@ class _Model:
             page_in=[[i for t, i in I_ if t == s] for s in range(n)], solve_s=solve_s, gap=gap, status=status)
 
 
-def _highs(model: _Model, time_limit: float, gap: float, start: Optional[list[float]] = None):
+def _highs(model: _Model, time_limit: float, gap: float, start: Optional[list[float]] = None, first=False):
+    """Solve with HiGHS (`first`: stop at the first feasible solution)."""
     import highspy
     h = highspy.Highs()
+    if first:
+        h.setOptionValue("mip_max_improving_sols", 1)
     for name, value in (("output_flag", False), ("threads", THREADS), ("random_seed", 0),
-                        ("mip_rel_gap", gap), ("time_limit", max(MIN_HIGHS_S, time_limit))):
+                        ("mip_rel_gap", gap), ("mip_heuristic_effort", 0.3), ("time_limit", max(MIN_HIGHS_S, time_limit))):
         h.setOptionValue(name, value)
     h.passModel(model.lp(highspy))
     if start is not None:
@@ -207,8 +233,8 @@ def _highs(model: _Model, time_limit: float, gap: float, start: Optional[list[fl
     return status == highspy.HighsModelStatus.kOptimal, status == highspy.HighsModelStatus.kInfeasible, x, info
 
 
-def _relaxation(model: _Model, time_limit: float) -> Optional[list[float]]:
-    """The LP relaxation's column values (None if it has none in time)."""
+def _relaxation(model: _Model, time_limit: float):
+    """The LP relaxation: (infeasible, column values or None, objective: a lower bound)."""
     import highspy
     h = highspy.Highs()
     for name, value in (("output_flag", False), ("threads", THREADS), ("random_seed", 0),
@@ -218,15 +244,16 @@ def _relaxation(model: _Model, time_limit: float) -> Optional[list[float]]:
     lp.integrality_ = []
     h.passModel(lp)
     h.run()
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-        return None
-    return list(h.getSolution().col_value)
+    status = h.getModelStatus()
+    if status != highspy.HighsModelStatus.kOptimal:
+        return status == highspy.HighsModelStatus.kInfeasible, None, -INF
+    return False, list(h.getSolution().col_value), h.getInfo().objective_function_value
 
 
-def _roundings(problem, model: _Model, x, ram, remat, paging):
+def _roundings(problem, model: _Model, x, remat):
     """Schedules from the LP relaxation `x` rounded at several thresholds (greedy.solve_guided)."""
     weight = lambda s, u: x[model.S[s, u]] if (s, u) in model.S else 0.0  # noqa: E731
-    page_out = {u for u, c in model.O.items() if x[c] >= 0.5} if remat else ()
+    page_out = {u for u, c in model.O.items() if x[c] >= 0.5}
     for tau in ROUND_AT:
         yield lambda problem, ram, deadline, _, tau=tau: greedy.solve_guided(
             problem, ram, "lp-round", weight, tau, page_out, recompute=remat)
@@ -234,13 +261,13 @@ def _roundings(problem, model: _Model, x, ram, remat, paging):
 
 def _warm_start(problem, ram, deadline, remat, paging, model=None, x=None):
     """The cheapest greedy or rounded-LP schedule that fits (None if none does)."""
-    solvers = [greedy.solve_none]
+    solvers = []
     if remat:
         solvers += [greedy.solve_dtr, greedy.solve_chen]
     if paging:
         solvers += [greedy.solve_page_greedy]
     if x is not None:
-        solvers += list(_roundings(problem, model, x, ram, remat, paging))
+        solvers += list(_roundings(problem, model, x, remat))
     best = None
     for solve in solvers:
         try:
@@ -254,45 +281,101 @@ def _warm_start(problem, ram, deadline, remat, paging, model=None, x=None):
     return best
 
 
+class _Search:
+    """The best schedule found so far (within ram and deadline) and the best proven bound."""
+
+    def __init__(self, problem, ram, deadline, solver, t0):
+        self.p, self.ram, self.deadline, self.solver, self.t0 = problem, ram, deadline, solver, t0
+        self.best: Optional[Schedule] = None
+        self.bound = -INF  # J
+        self.over = (0, 0.0)  # how far a rounded solver solution overshot (bytes, s)
+
+    def left(self, limit):
+        return limit - (time.perf_counter() - self.t0)
+
+    def offer(self, sched: Optional[Schedule]) -> None:
+        if sched is None:
+            return
+        over_ram = sched.peak_bytes - self.ram if self.ram is not None else 0
+        over_time = sched.time_s - self.deadline if self.deadline is not None else 0.0
+        if over_ram > 0 or over_time > 0:
+            self.over = (max(self.over[0], over_ram), max(self.over[1], over_time))
+        elif self.best is None or sched.energy_j < self.best.energy_j:
+            self.best = sched
+
+    def run(self, model: _Model, limit: float, gap: float, proves: bool, first=False):
+        """Solve `model` from the best schedule so far; `proves`: its bound is valid."""
+        start = model.values_of(self.best) if self.best is not None else None
+        optimal, infeasible, x, info = _highs(model, limit, gap, start, first)
+        if x is not None:
+            self.offer(model.schedule(x, self.solver, 0.0, 0.0, ""))
+        if proves and (x is not None or optimal):
+            self.bound = max(self.bound, float(info.mip_dual_bound) * model.escale)
+        return optimal, infeasible
+
+    def done(self, mip_rel_gap) -> bool:
+        """The best schedule is proven within the gap."""
+        return self.best is not None and self.result(mip_rel_gap).status == "optimal"
+
+    def result(self, mip_rel_gap) -> Schedule:
+        e = self.best.energy_j
+        gap = min(1.0, max(0.0, (e - self.bound) / e)) if e > 0 else 0.0
+        return _retag(self.best, self.solver, self.t0, gap, "optimal" if gap <= mip_rel_gap + 1e-12 else "time_limit")
+
+
 def _solve(problem: ScheduleProblem, ram, deadline, time_limit, solver, remat, paging,
            mip_rel_gap=MIP_REL_GAP) -> Schedule:
+    """The full model first (the easy cases end there); if it has not converged, models
+    that recompute only near what each stage reads (DEPTHS: smaller, solved much faster)
+    improve the incumbent; then the full model again from it, for the rest of the time."""
     t0 = time.perf_counter()
     f = greedy.facts(problem)
     greedy.check_ram(problem, ram, solver, f)
     if deadline is not None and deadline < problem.base_time_s:
         raise Infeasible(f"{solver}: deadline {deadline:.4g} s < {problem.base_time_s:.4g} s, the time of the "
                          f"plain schedule (every node once), which no schedule beats")
-    budget, dl = stage_bytes_budget(problem, ram), deadline
-    model = _Model(problem, budget, dl, remat, paging)
-    x = _relaxation(model, time_limit / 4)
-    warm = _warm_start(problem, ram, deadline, remat, paging, model, x)
+    search = _Search(problem, ram, deadline, solver, t0)
+    plain = greedy.solve_none(problem)
+    search.offer(plain)
+    if search.best is not None:  # keeping everything fits: no schedule spends less energy
+        search.bound = plain.energy_j
+        return search.result(mip_rel_gap)
+    budget = stage_bytes_budget(problem, ram)
+    full = _Model(problem, budget, deadline, remat, paging)
+    infeasible, x, lp_bound = _relaxation(full, time_limit / 4)
+    if infeasible:
+        raise Infeasible(_why(problem, ram, deadline, solver, remat, paging, search.left(time_limit)))
+    search.bound = lp_bound * full.escale
+    search.offer(_warm_start(problem, ram, deadline, remat, paging, full, x))
+    if search.done(mip_rel_gap):
+        return search.result(mip_rel_gap)  # the warm start is within the gap of the LP bound
+    if search.best is not None:
+        optimal, infeasible = search.run(full, min(search.left(time_limit), FIRST_TRY * time_limit), mip_rel_gap,
+                                         True)
+    else:  # no greedy schedule fits (a deadline, say): let HiGHS find one first
+        optimal, infeasible = search.run(full, search.left(time_limit), mip_rel_gap, True, first=True)
+    if infeasible and search.best is None:
+        raise Infeasible(_why(problem, ram, deadline, solver, remat, paging, search.left(time_limit)))
+    if not optimal and remat:
+        for depth in DEPTHS:
+            if search.left(time_limit) <= 0 or search.done(mip_rel_gap):
+                break
+            sub = _Model(problem, budget, deadline, remat, paging, depth=depth)
+            search.run(sub, min(search.left(time_limit), DEPTH_SHARE * time_limit), mip_rel_gap / 10, False)
     for attempt in range(RETRIES):
-        if attempt:
-            model = _Model(problem, budget, dl, remat, paging)
-        start = model.values_of(warm) if warm is not None else None
-        left = time_limit - (time.perf_counter() - t0)
-        optimal, infeasible, x, info = _highs(model, left, mip_rel_gap, start)
-        if x is None:
-            if warm is not None:  # HiGHS had no time to accept it: the warm start is the incumbent
-                return _retag(warm, solver, t0, gap=1.0, status="time_limit")
-            if infeasible:
-                raise Infeasible(_why(problem, ram, deadline, solver, remat, paging, time_limit))
-            raise Infeasible(f"{solver}: no schedule found within time_limit={time_limit:g} s "
-                             f"(ram={ram}, deadline={deadline}); try a larger time limit")
-        gap = min(1.0, max(0.0, float(info.mip_gap)))  # HiGHS says inf when it has no bound yet
-        sched = model.schedule(x, solver, time.perf_counter() - t0, gap, "optimal" if optimal else "time_limit")
-        over_ram = ram is not None and sched.peak_bytes > ram
-        over_time = deadline is not None and sched.time_s > deadline
-        if not (over_ram or over_time):
-            if warm is not None and warm.energy_j < sched.energy_j:  # never worse than the warm start
-                return _retag(warm, solver, t0, gap=sched.gap, status=sched.status)
-            return sched
-        # rounding the binaries went past a limit by the solver's tolerance: tighten, re-solve
-        if over_ram:
-            budget -= sched.peak_bytes - ram
-        if over_time:
-            dl -= sched.time_s - deadline
-    raise Infeasible(f"{solver}: the solver's schedules keep exceeding the limits after rounding")
+        if optimal or search.left(time_limit) <= 0 or search.done(mip_rel_gap):
+            break
+        if attempt:  # rounding the binaries went past a limit by the solver's tolerance: tighten
+            full = _Model(problem, None if budget is None else budget - search.over[0],
+                          None if deadline is None else deadline - search.over[1], remat, paging)
+        search.over = (0, 0.0)
+        optimal, _ = search.run(full, search.left(time_limit), mip_rel_gap, True)
+        if not (search.over[0] or search.over[1]):
+            break
+    if search.best is None:
+        raise Infeasible(f"{solver}: no schedule found within time_limit={time_limit:g} s (ram={ram}, "
+                         f"deadline={deadline}); try a larger time limit")
+    return search.result(mip_rel_gap)
 
 
 def _retag(s: Schedule, solver, t0, gap, status) -> Schedule:
@@ -305,7 +388,7 @@ def _why(problem, ram, deadline, solver, remat, paging, time_limit) -> str:
     """An infeasible (ram, deadline): the smallest RAM that fits, from the same model with
     the budget as the objective."""
     model = _Model(problem, None, deadline, remat, paging, min_ram=True)
-    optimal, infeasible, x, info = _highs(model, time_limit, 1e-6)
+    optimal, infeasible, x, info = _highs(model, max(MIN_HIGHS_S, time_limit), 1e-6)
     what = f"{solver}: no schedule fits ram={ram:,} bytes" + (f" and deadline {deadline:.4g} s" if deadline else "")
     if x is None:
         return what
