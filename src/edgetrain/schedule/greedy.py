@@ -126,9 +126,9 @@ class _TooBig(Exception):
     """A stage cannot fit: recomputing `rec` (what it reads and their missing ancestors)
     takes too much memory at once."""
 
-    def __init__(self, stage: int, rec: list[int]):
+    def __init__(self, stage: int, rec: list[int], last_mat: dict):
         super().__init__(stage, rec)
-        self.stage, self.rec = stage, rec
+        self.stage, self.rec, self.last_mat = stage, rec, last_mat
 
 
 @dataclass
@@ -153,6 +153,7 @@ def _simulate(problem, f: Facts, keep, pins, page_out, pol: _Policy, solver):
     resident, recompute, page_in = [], [], []
     have = {u for u in keep if f.horizon[u] >= 0}
     last_used = {u: -1 for u in have}
+    last_mat: dict = {}  # unit -> last stage it was materialized at (absent: the forward)
     for s, st in enumerate(problem.stages):
         have = {u for u in have if f.horizon[u] >= s}
         required = set(st.needs) | {u for u, (a, b) in pins.items() if a == s and b > s}
@@ -175,7 +176,7 @@ def _simulate(problem, f: Facts, keep, pins, page_out, pol: _Policy, solver):
             cands = [u for u in have if u not in used and u not in pinned and us[u].bytes > 0
                      and (us[u].pageable if pol.page else us[u].recompute_until >= s or u in page_out)]
             if not cands and rec:
-                raise _TooBig(s, rec)
+                raise _TooBig(s, rec, last_mat)
             if not cands:
                 raise Infeasible(f"{solver}: stage {s} needs {problem.fixed_ram + size:,} bytes with nothing "
                                  f"left to evict (ram {problem.fixed_ram + pol.budget:,})")
@@ -188,6 +189,8 @@ def _simulate(problem, f: Facts, keep, pins, page_out, pol: _Policy, solver):
         page_in.append(pin)
         for u in required.union(*(us[w].inputs for w in rec)):
             last_used[u] = s
+        for u in mat:
+            last_mat[u] = s
         carry = mat if pol.carry is None else pol.carry(s, mat)
         have = set(carry) | {u for u, (a, b) in pins.items() if a <= s < b} | (f.held[s + 1] if s + 1 < S else set())
     return resident, recompute, page_in, page_out
@@ -229,7 +232,8 @@ def _run(problem, solver, choose_keep: Callable, pol: _Policy, keep, t0, page_ou
             k = choose_keep(keep, pins, page_out)
             resident, recompute, page_in, po = _simulate(problem, f, k, pins, page_out, pol, solver)
             break
-        except _TooBig as e:  # keep a checkpoint halfway (by bytes) through the recomputation
+        except _TooBig as e:  # carry a unit halfway (by bytes) through the recomputation from
+            # where it was last materialized (the forward: keep it) instead of evicting it
             todo = [u for u in e.rec if u not in keep]
             if not todo:
                 raise Infeasible(f"{solver}: stage {e.stage} cannot fit ram={problem.fixed_ram + pol.budget:,} "
@@ -239,8 +243,10 @@ def _run(problem, solver, choose_keep: Callable, pol: _Policy, keep, t0, page_ou
                 acc += us[u].bytes
                 if acc >= half:
                     break
-            pins[u] = (-1, max(e.stage, pins.get(u, (0, -1))[1]))
-            keep.add(u)
+            a, b = pins.get(u, (e.stage, e.stage))
+            pins[u] = (min(a, e.last_mat.get(u, -1)), max(b, e.stage))
+            if pins[u][0] < 0:
+                keep.add(u)
         except _Stuck as e:
             u = us[e.unit]
             if pol.page and u.pageable and e.unit not in page_out:
