@@ -93,25 +93,13 @@ def _profile(args) -> int:
     return 0
 
 
-def _schedule(args) -> int:
-    import json
-
-    import torch
-
-    import edgetrain as et
+def _plan(args, prog):
+    """(problem, ram, deadline, schedule) of `prog` for the schedule options in `args`."""
     from edgetrain.config import parse_bytes
     from edgetrain.devices import get_device
     from edgetrain.schedule.build import build_problem
     from edgetrain.schedule.solvers import SOLVERS
 
-    model, xs = _model_and_inputs(args)
-    x = xs[0]
-    if args.size:
-        if x.dim() != 4:
-            raise ValueError(f"--size applies to image models; {args.model} takes {tuple(x.shape)}")
-        x = torch.randn(x.shape[0], x.shape[1], args.size, args.size, generator=torch.Generator().manual_seed(0))
-        xs = (x,) + tuple(xs[1:])
-    prog = et.compile(model, xs, update=args.update)
     problem = build_problem(prog, get_device(args.device))
     if args.ram is not None and args.fraction is not None:
         raise ValueError("give --ram or --fraction, not both")
@@ -123,7 +111,30 @@ def _schedule(args) -> int:
     deadline = args.deadline
     if args.deadline_factor is not None:
         deadline = args.deadline_factor * problem.base_time_s
-    sched = SOLVERS[args.solver](problem, ram, deadline, args.time_limit)
+    return problem, ram, deadline, SOLVERS[args.solver](problem, ram, deadline, args.time_limit)
+
+
+def _sized_inputs(args):
+    import torch
+
+    model, xs = _model_and_inputs(args)
+    x = xs[0]
+    if getattr(args, "size", None):
+        if x.dim() != 4:
+            raise ValueError(f"--size applies to image models; {args.model} takes {tuple(x.shape)}")
+        x = torch.randn(x.shape[0], x.shape[1], args.size, args.size, generator=torch.Generator().manual_seed(0))
+        xs = (x,) + tuple(xs[1:])
+    return model, xs
+
+
+def _schedule(args) -> int:
+    import json
+
+    import edgetrain as et
+
+    model, xs = _sized_inputs(args)
+    prog = et.compile(model, xs, update=args.update)
+    problem, ram, deadline, sched = _plan(args, prog)
     if args.json:
         print(json.dumps(dict(model=args.model, device=args.device, solver=args.solver, ram=ram, deadline_s=deadline,
                               energy_j=sched.energy_j, time_s=sched.time_s, peak_bytes=sched.peak_bytes,
@@ -133,7 +144,7 @@ def _schedule(args) -> int:
                               page_outs=len(sched.page_out), solve_s=sched.solve_s, gap=sched.gap,
                               status=sched.status)))
     else:
-        print(f"# {args.model} (batch {x.shape[0]}) on {problem.device.title}")
+        print(f"# {args.model} (batch {xs[0].shape[0]}) on {problem.device.title}")
         print(f"  {problem.describe()}")
         print(f"  budget: {'unlimited' if ram is None else f'{ram:,} B'}; deadline: "
               f"{'none' if deadline is None else f'{deadline:.4g} s'}")
@@ -145,6 +156,43 @@ def _schedule(args) -> int:
 
         print(f"  schedule map drawn to {plot_schedule(sched, args.plot)}", file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def _report(args) -> int:
+    import edgetrain as et
+    from edgetrain.report import report_files
+
+    model, xs = _sized_inputs(args)
+    prog = et.compile(model, xs, update=args.update, quantize=None if args.quantize == "none" else args.quantize)
+    sched = None
+    if args.ram is not None or args.fraction is not None or args.deadline is not None \
+            or args.deadline_factor is not None:
+        sched = _plan(args, prog)[3]
+    files = report_files(prog, args.output, sched)
+    print(f"{args.model}: {prog.memory.summary()}")
+    if sched is not None:
+        print(f"  {sched.summary()}")
+    for k, v in files.items():
+        print(f"  {k}: {v}")
+    return 0
+
+
+def _add_schedule_options(c) -> None:
+    c.add_argument("--device", default="a72", help="device profile: m0, m4f, m7, a72, tx2, host (default a72)")
+    c.add_argument("--ram", help="whole RAM budget, e.g. 48MB (weights included; default unlimited)")
+    c.add_argument("--fraction", type=float, help="budget as weights + this fraction of plain back-propagation's "
+                   "peak activation memory (instead of --ram)")
+    c.add_argument("--deadline", type=float, help="seconds per training step (default none)")
+    c.add_argument("--deadline-factor", type=float, help="deadline as this multiple of the plain step's time")
+    c.add_argument("--solver", default="milp", choices=("milp", "checkmate", "paging", "chen", "dtr", "none"),
+                   help="milp (POET, HiGHS; default), checkmate (remat only), paging (paging only), chen (sqrt(n) "
+                   "checkpoints), dtr (greedy eviction), none (keep everything)")
+    c.add_argument("--time-limit", type=float, default=60.0, help="MILP time limit in seconds (default 60)")
+    c.add_argument("--update", type=_scheme, default="full", help="full | bias | last:K (default full)")
+    c.add_argument("--batch", type=int, default=1, help="batch size of a zoo model (default 1)")
+    c.add_argument("--size", type=int, help="image side for image models (default the zoo's)")
+    c.add_argument("--classes", type=int, help="number of output classes (default 10; for a model file, passed to "
+                   "its factory as num_classes= when given)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -185,24 +233,20 @@ def build_parser() -> argparse.ArgumentParser:
                        "budget and a deadline on a device profile (POET)")
     c.add_argument("model", help="a zoo model name, or path/to/model.py:FACTORY with --input")
     _add_model_options(c)
-    c.add_argument("--device", default="a72", help="device profile: m0, m4f, m7, a72, tx2, host (default a72)")
-    c.add_argument("--ram", help="whole RAM budget, e.g. 48MB (weights included; default unlimited)")
-    c.add_argument("--fraction", type=float, help="budget as weights + this fraction of plain back-propagation's "
-                   "peak activation memory (instead of --ram)")
-    c.add_argument("--deadline", type=float, help="seconds per training step (default none)")
-    c.add_argument("--deadline-factor", type=float, help="deadline as this multiple of the plain step's time")
-    c.add_argument("--solver", default="milp", choices=("milp", "checkmate", "paging", "chen", "dtr", "none"),
-                   help="milp (POET, HiGHS; default), checkmate (remat only), paging (paging only), chen (sqrt(n) "
-                   "checkpoints), dtr (greedy eviction), none (keep everything)")
-    c.add_argument("--time-limit", type=float, default=60.0, help="MILP time limit in seconds (default 60)")
-    c.add_argument("--update", type=_scheme, default="full", help="full | bias | last:K (default full)")
-    c.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
-    c.add_argument("--size", type=int, help="image side for image models (default the zoo's)")
-    c.add_argument("--classes", type=int, help="number of output classes (default 10; for a model file, passed to "
-                   "its factory as num_classes= when given)")
+    _add_schedule_options(c)
     c.add_argument("--plot", metavar="PNG", help="draw the time x layer schedule map to this file")
     c.add_argument("--json", action="store_true", help="print one JSON line")
     c.set_defaults(func=_schedule)
+    r = sub.add_parser("report", help="write an HTML report (memory timeline by kind, update scheme over the layers, "
+                       "and with --ram/--fraction/--deadline a remat/paging schedule map) and its PNGs",
+                       description="Write OUT/report.html with memory.png, scheme.png and, when a budget or deadline is "
+                       "given, schedule.png (the time x layer map of the chosen solver's schedule).")
+    r.add_argument("model", help="a zoo model name, or path/to/model.py:FACTORY with --input")
+    _add_model_options(r)
+    _add_schedule_options(r)
+    r.add_argument("--quantize", choices=("none", "int8"), default="none", help="train in int8 (default float32)")
+    r.add_argument("-o", "--output", default="report", help="output folder (default ./report)")
+    r.set_defaults(func=_report)
     return p
 
 

@@ -204,6 +204,7 @@ EXIT_CODES = """exit codes:
   1  internal error (a bug: please report it with --traceback's output)
   2  bad usage or input: options, model file, input shape, unsupported op, data, checkpoint
   3  does not fit: the memory budget (the message says the smallest that fits) or the firmware's regions
+     (or a remat/paging schedule: no schedule fits the RAM budget and deadline)
   4  training stopped on a non-finite loss (the last good weights are saved)
   5  toolchain or firmware failure: C compiler, arm-none-eabi-gcc, QEMU, a firmware run that failed
 130  interrupted (Ctrl-C; train saves its last good state first)"""
@@ -597,9 +598,10 @@ def exit_code_for(err: BaseException) -> Optional[int]:
     from .api import BudgetError
     from .backends.c import CBackendError
     from .program import NonFiniteLossError
+    from .schedule.plan import Infeasible
     from .train import TrainingStopped
 
-    if isinstance(err, BudgetError):
+    if isinstance(err, (BudgetError, Infeasible)):
         return 3
     if isinstance(err, TrainingStopped):
         return 4 if err.reason == "non-finite" else 130

@@ -39,3 +39,19 @@ def test_report_page_embeds_its_charts(tmp_path):
     assert page.count("data:image/png;base64,") == 3
     for k in ("memory", "scheme", "schedule"):
         assert (tmp_path / f"{k}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", files[k]
+
+
+def test_cli_report_and_schedule(tmp_path, capsys):
+    from edgetrain.cli import main
+
+    assert main(["report", "resnet18-cifar", "--batch", "8", "--fraction", "0.5", "--time-limit", "30",
+                 "-o", str(tmp_path)]) == 0
+    assert {p.name for p in tmp_path.iterdir()} == {"report.html", "memory.png", "scheme.png", "schedule.png"}
+    assert main(["schedule", "resnet18-cifar", "--batch", "8", "--fraction", "0.5", "--json"]) == 0
+    import json
+
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["peak_bytes"] <= row["ram"] and row["energy_j"] <= 1.01 * row["base_energy_j"]
+    # a budget below what any schedule needs: exit 3 and the smallest that could fit
+    assert main(["schedule", "resnet18-cifar", "--batch", "8", "--fraction", "0.1"]) == 3
+    assert "no schedule fits below" in capsys.readouterr().err
