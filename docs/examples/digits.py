@@ -1,0 +1,25 @@
+"""A small convolutional network for 28x28 grey digits: the model of docs/tutorial.md.
+
+`build(num_classes=10)` is the factory the CLI calls: `edgetrain compile
+docs/examples/digits.py:build --input 1x1x28x28 ...`."""
+import torch
+from torch import nn
+
+
+class Digits(nn.Module):
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU())
+        self.classifier = nn.Linear(32, num_classes)
+
+    def forward(self, x):
+        x = self.features(x)
+        return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def build(num_classes: int = 10) -> nn.Module:
+    torch.manual_seed(0)
+    return Digits(num_classes).eval()  # eval: batch norm uses (and trains through) its running statistics
