@@ -28,6 +28,13 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
 def memory_by_kind(prog) -> tuple[np.ndarray, int]:
     """(3, nodes) live bytes per kind at each node of the training graph (input data,
     values made in the forward phase, values made in the backward) and the position where
@@ -71,10 +78,7 @@ def plot_memory(prog, path, title: str = "") -> str:
     ax.set_ylabel("RAM, KB")
     ax.set_title(title or f"training memory; flash (read-only weights) {m.frozen_bytes / 1024:,.1f} KB", fontsize=9)
     ax.legend(loc="upper right", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return str(path)
+    return _save(plt, fig, path)
 
 
 def scheme_rows(prog) -> list[dict]:
@@ -109,10 +113,7 @@ def plot_scheme(prog, path, title: str = "") -> str:
     ax.set_ylabel("fraction trained")
     ax.set_title(title or f"update scheme: {prog.scheme!r}", fontsize=9)
     ax.legend(loc="upper left", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return str(path)
+    return _save(plt, fig, path)
 
 
 def _embed(draw, *args) -> str:
