@@ -93,11 +93,14 @@ def format_step_line(step: int, loss: float) -> str:
 
 
 # --- project ---------------------------------------------------------------------------------
-def emit_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = (), **project) -> Path:
+def emit_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = (), weight_banks: int = 1,
+                  **project) -> Path:
     """A firmware project for `prog` in out_dir: the emitted model.c / model.h / runtime
     headers with the initial weights compiled in (frozen ones `const`: flash), and the
     firmware files of `write_project` training on `samples` ((x, y) pairs as for
-    `prog.step`). `make` builds firmware.elf, `make run` runs it on QEMU."""
+    `prog.step`). `make` builds firmware.elf, `make run` runs it on QEMU. weight_banks=2: the
+    trained state twice, each step committed by one header write (emit.emit_sources; under
+    QEMU both banks are RAM)."""
     from .emit import emit_sources, program_samples
 
     get_target(target)
@@ -110,7 +113,7 @@ def emit_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = 
     out.mkdir(parents=True, exist_ok=True)
     # The firmware runs the train graph only, so the arena is the train graph's plan (at
     # 128x128 the predict graph, planned without row streaming, alone needs about 240 KB).
-    for name, text in emit_sources(prog, embed_weights=True, graphs=("train",)).items():
+    for name, text in emit_sources(prog, embed_weights=True, graphs=("train",), weight_banks=weight_banks).items():
         (out / name).write_text(text)
     return write_project(out, target, program_samples(prog, samples), **project)
 

@@ -56,7 +56,8 @@ def _array(ctype: str, name: str, n: int, const: bool, init: Optional[np.ndarray
     return f"static {q}{ctype} {name}[{n}] ET_ALIGNED(16){body};"
 
 
-def _state_decls(layout: Layout, state: dict, embed: bool) -> list[str]:
+def _state_decls(layout: Layout, state: dict, embed: bool, banked: frozenset = frozenset()) -> list[str]:
+    """The C arrays of the state tensors; those named in `banked` (weight banks) are left out."""
     out = []
     for st in layout.states.values():
         t, full = st.ctype, state[st.name]
@@ -64,13 +65,16 @@ def _state_decls(layout: Layout, state: dict, embed: bool) -> list[str]:
         init = full if embed and not is_momentum else None
         if st.kind == "split":
             sel, rest = _split_parts(st, full)
-            out.append(_array(t, st.sram, sel.size, False, sel if embed else None))
+            if st.sram not in banked:
+                out.append(_array(t, st.sram, sel.size, False, sel if embed else None))
             out.append(_array(t, st.flash, rest.size, embed, rest if embed else None))
             out.append(f"static const uint16_t {st.sel_index}[{max(len(st.sel.index), 1)}] = "
                        f"{{{', '.join(map(str, st.sel.index)) or '0'}}};")
             out.append(f"static const uint16_t {st.rest_index}[{max(len(st.rest), 1)}] = "
                        f"{{{', '.join(map(str, st.rest)) or '0'}}};")
         else:
+            if st.c_name in banked:
+                continue
             const = st.kind == "flash" and embed
             out.append(_array(t, st.c_name, st.numel, const, init))
     return out
@@ -137,7 +141,7 @@ static void et_split_scatter(const void *src, void *sel, void *rest, const uint1
 """
 
 
-def _graph_function(layout: Layout, key: str, gather_bufs: list) -> str:
+def _graph_function(layout: Layout, key: str, gather_bufs: list, abort_points: bool = False) -> str:
     gl = layout.graphs[key]
     lines = [f"static void et_run_{key}(void) {{"]
     base = EmitContext(layout, key)
@@ -157,6 +161,8 @@ def _graph_function(layout: Layout, key: str, gather_bufs: list) -> str:
             lines += [f"  /* {i}: fused {ops} (nodes {list(grp.members)}) */", "  ET_PROF_BEGIN();",
                       "  " + emit_bn_backward(grp, base).replace("\n", "\n  "),
                       f"  ET_PROF_END({GRAPHS.index(key)}, {i});"]
+            if abort_points:
+                lines.append(f"  ET_BANK_ABORT_POINT({i});")
             continue
         if i in skip:
             continue
@@ -186,6 +192,8 @@ def _graph_function(layout: Layout, key: str, gather_bufs: list) -> str:
         lines.extend("  " + p for p in pre)
         lines.append("  " + code.replace("\n", "\n  "))
         lines.append(f"  ET_PROF_END({GRAPHS.index(key)}, {i});")
+        if abort_points:
+            lines.append(f"  ET_BANK_ABORT_POINT({i});")
     lines.append("}")
     return "\n".join(lines)
 
@@ -194,12 +202,104 @@ def _value_ptr(layout: Layout, key: str, v) -> str:
     return EmitContext(layout, key).ptr(v)
 
 
+def _bank_arrays(layout: Layout, state: dict, embed: bool) -> list:
+    """(array name, C type, elements, initial values or None) of the trained state: the arrays
+    a training step updates in place (trainable weights, split weights' selected part, momentum)."""
+    out = []
+    for st in layout.states.values():
+        if st.kind == "sram":
+            init = state[st.name] if embed and not st.name.startswith("momentum:") else None
+            out.append((st.c_name, st.ctype, st.numel, init))
+        elif st.kind == "split":
+            sel, _ = _split_parts(st, state[st.name])
+            out.append((st.sram, st.ctype, sel.size, sel if embed else None))
+    return out
+
+
+BANK_FUNCS = """
+static uint32_t et_bank_crc(int b, int32_t step) {
+  return et_crc32(et_crc32(0, et_banks[b], sizeof(et_bank_t)), &step, sizeof step);
+}
+static int et_bank_valid(int b) {
+  return et_bank_meta[b].step >= 0 && et_bank_meta[b].crc == et_bank_crc(b, et_bank_meta[b].step);
+}
+/* make bank b (complete) the committed one, holding `step` steps: its metadata, then the header word */
+static void et_bank_commit(int b, int32_t step) {
+  et_bank_meta[b].step = step;
+  et_bank_meta[b].crc = et_bank_crc(b, step);
+  ET_BANK_BARRIER();
+  et_bank_header = ET_BANK_MAGIC | (uint32_t)b; /* the commit: one word */
+  ET_BANK_BARRIER();
+  et_bank_active = b;
+  et_bank_cur = et_banks[b];
+}
+/* boot / resume: the header's bank if its checksum holds, else the other bank if its checksum
+   holds (the newer when both do); returns the bank (et_step restored), or -1: nothing valid */
+int et_bank_boot(void) {
+  const uint32_t h = et_bank_header;
+  int b = -1;
+  if ((h & ~1u) == ET_BANK_MAGIC && et_bank_valid((int)(h & 1u))) {
+    b = (int)(h & 1u);
+  } else {
+    const int v0 = et_bank_valid(0), v1 = et_bank_valid(1);
+    if (v0 && v1) b = et_bank_meta[1].step > et_bank_meta[0].step;
+    else if (v0 || v1) b = v1;
+    if (b >= 0) et_bank_header = ET_BANK_MAGIC | (uint32_t)b; /* repair the header */
+  }
+  if (b < 0) return -1;
+  et_bank_active = b;
+  et_bank_cur = et_banks[b];
+  et_step = et_bank_meta[b].step;
+  return b;
+}
+/* commit the state as it is now (after et_set_state / et_set_step) into the other bank */
+void et_bank_format(void) {
+  const int w = 1 - et_bank_active;
+  et_bank_meta[w].step = -1;
+  if (et_banks[w] != et_bank_cur) memcpy(et_banks[w], et_bank_cur, sizeof(et_bank_t));
+  et_bank_commit(w, et_step);
+}
+int et_bank_active_index(void) { return et_bank_active; }
+void *et_bank_ptr(int b) { return b == 0 || b == 1 ? (void *)et_banks[b] : 0; }
+long et_bank_bytes(void) { return (long)sizeof(et_bank_t); }
+"""
+
+
+def _bank_decls(arrays: list) -> list[str]:
+    c = ["/* weight banks (weight_banks=2, runtime/et_bank.h): the trained state twice; the kernels reach it",
+         "   through et_bank_cur (the names below), which points at the committed bank between steps and at",
+         "   the copy being updated during one. Under QEMU (and on the host) both banks, their metadata and",
+         "   the header are ordinary RAM, lost at reset; on a real MCU the committed state would live in",
+         "   flash or backup SRAM (a retained .noinit section) so that a reboot resumes from it. */",
+         "typedef struct {"]
+    for k, (name, t, n, _) in enumerate(arrays):
+        c.append(f"  {t} a{k}[{max(n, 1)}] ET_ALIGNED(16);")
+    c.append("} et_bank_t;")
+    inits = [f"  .a{k} = {_fmt_values(init)}" for k, (_, _, _, init) in enumerate(arrays)
+             if init is not None and init.size]
+    c.append("static et_bank_t et_bank0 ET_ALIGNED(16)" + (" = {\n" + ",\n".join(inits) + "\n}" if inits else "")
+             + "; /* initial weights */")
+    c += ["static et_bank_t et_bank1 ET_ALIGNED(16); /* the second bank: its SRAM is the extra cost */",
+          "static et_bank_t *const et_banks[2] = {&et_bank0, &et_bank1};",
+          "static et_bank_t *et_bank_cur = &et_bank0;",
+          "static int et_bank_active;",
+          "static et_bank_meta_t et_bank_meta[2];",
+          "static volatile uint32_t et_bank_header; /* ET_BANK_MAGIC | committed bank */"]
+    for k, (name, _, _, _) in enumerate(arrays):
+        c.append(f"#define {name} (et_bank_cur->a{k})")
+    return c
+
+
 def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = None,
-                 graphs: tuple = GRAPHS) -> dict[str, str]:
+                 graphs: tuple = GRAPHS, weight_banks: int = 1) -> dict[str, str]:
     """The emitted files as {file name: text} (model.c, model.h and the runtime headers).
     `graphs`: which of "train" (et_train_step), "forward" (et_predict) and "grad"
     (et_gradients) to emit; the arena is sized for those only (a microcontroller build may
-    emit ("train",): its arena is the training step's plan)."""
+    emit ("train",): its arena is the training step's plan). `weight_banks=2`: the trained
+    state twice, a step committing its updates by one header write (runtime/et_bank.h; costs
+    the trained state's bytes once more in SRAM); 1: one copy updated in place."""
+    if weight_banks not in (1, 2):
+        raise CBackendError(f"weight_banks={weight_banks!r}: 1 (updates in place) or 2 (two banks)")
     layout = layout or build_layout(prog, graphs)
     keys = tuple(layout.graphs)
     fwd = prog.forward_graph
@@ -212,9 +312,15 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
     classes = out_v.shape[-1] if out_v.shape else 1
     batch = data[0].shape[0] if data and data[0].shape else 1
 
+    banks = weight_banks == 2
+    bank_arrays = _bank_arrays(layout, prog.state, embed_weights) if banks else []
+    if banks and not bank_arrays:
+        raise CBackendError("weight_banks=2: this program trains no state tensor")
     gather_bufs: list = []
-    funcs = [_graph_function(layout, k, gather_bufs) for k in keys]
+    funcs = [_graph_function(layout, k, gather_bufs, banks and k == "train") for k in keys]
     headers = [h for h in RUNTIME_HEADERS if (RUNTIME_DIR / h).exists()]
+    if banks:
+        headers.append("et_bank.h")
     paging = layout.page_bytes > 0
     if paging:
         headers.append(PAGE_HEADER)
@@ -239,6 +345,7 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
         "int et_check_guards(void);",
         "void et_set_step(int32_t step);",
         "int32_t et_get_step(void);",
+        *(BANK_API.splitlines() if banks else []),
         *(PAGE_API.format(nbytes=layout.page_bytes).splitlines() if paging else []),
         "#ifndef ET_NO_STATE_IO",
         "int et_num_state(void);",
@@ -268,7 +375,9 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
         "/* state tensors: trainable (SRAM), frozen (const: flash), split (selected channels in SRAM, the rest",
         "   in flash) */",
     ]
-    c += _state_decls(layout, prog.state, embed_weights)
+    c += _state_decls(layout, prog.state, embed_weights, frozenset(a[0] for a in bank_arrays))
+    if banks:
+        c += _bank_decls(bank_arrays)
     c.append(SPLIT_HELPERS)
     nmax = max(len(gl.graph.nodes) for gl in layout.graphs.values()) or 1
     c.append(PROFILE.replace("NMAX", str(nmax)))
@@ -285,6 +394,8 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
         return out
 
     loss_ptr = _value_ptr(layout, "train", train.output("loss"))
+    if banks:
+        c.append(BANK_FUNCS)
     c += ["",
           "void et_init(void) {",
           "  for (int i = 0; i < ET_GUARD_WORDS; ++i) {",
@@ -292,10 +403,18 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
           f"    et_arena_mem[ET_GUARD_WORDS + {layout.arena_bytes // 4} + i] = ET_GUARD_VALUE;",
           "  }",
           ]
+    if banks:
+        c += ["  if (et_bank_boot() >= 0) return; /* resume from the committed bank */",
+              "  /* fresh start: bank 0 holds the initial weights */",
+              "  et_bank_cur = et_banks[0];"]
     for st in layout.states.values():
         if st.name.startswith("momentum:"):
             c.append(f"  memset({st.c_name}, 0, sizeof {st.c_name});")
-    c += ["  et_step = 0;", "}", "",
+    if banks:
+        c += ["  et_step = 0;", "  et_bank_commit(0, 0);", "}", ""]
+    else:
+        c += ["  et_step = 0;", "}", ""]
+    c += [
           "int et_check_guards(void) {",
           "  int bad = 0;",
           "  for (int i = 0; i < ET_GUARD_WORDS; ++i) {",
@@ -309,8 +428,27 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
           "float et_train_step(const void *input, const void *label) {"]
     c += copy_in("train", data, "input")
     c += copy_in("train", [label], "label")
-    c += ["  et_run_train();", f"  float loss = *{loss_ptr};", "  et_step += 1;", "  return loss;", "}", "",
-          ]
+    if banks:
+        c += ["  const int w = 1 - et_bank_active;",
+              "  et_bank_meta[w].step = -1; /* bank w is about to change: no longer a valid fallback */",
+              "  memcpy(et_banks[w], et_banks[et_bank_active], sizeof(et_bank_t));",
+              "  et_bank_cur = et_banks[w]; /* the step updates the copy */",
+              "  et_run_train();",
+              "#ifdef ET_BANK_TEST_HOOKS",
+              "  if (et_test_aborted) { union { uint32_t u; float f; } nan = {0x7fc00000u}; return nan.f; }",
+              "#endif",
+              f"  float loss = *{loss_ptr};",
+              "  union { float f; uint32_t u; } l = {loss};",
+              "  if ((l.u & 0x7f800000u) != 0x7f800000u) {",
+              "    et_step += 1;",
+              "    et_bank_commit(w, et_step); /* the step is complete: commit it */",
+              "  } else {",
+              "    et_bank_cur = et_banks[et_bank_active]; /* non-finite loss: the committed bank stays */",
+              "  }",
+              "  return loss;", "}", ""]
+    else:
+        c += ["  et_run_train();", f"  float loss = *{loss_ptr};", "  et_step += 1;", "  return loss;", "}", "",
+              ]
     if "forward" in keys:
         c.append("void et_predict(const void *input, float *out) {")
         c += copy_in("forward", [fwd.input(v.name) for v in data], "input")
@@ -349,13 +487,16 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
     c += ["  }", "  return -1;", "}"]
     # host: a step that keeps the trainable state when the loss or a weight turns non-finite
     guarded = [(st.sram, st.ctype) for st in sts if st.kind in ("sram", "split")]
-    if guarded:
+    if guarded and not banks:
         fields = " ".join(f"{t} a{k}[sizeof {n} / sizeof({t})];" for k, (n, t) in enumerate(guarded))
         c.append("static struct { " + fields + " } et_backup;")
     c += ["/* 0: done; -1: non-finite loss; k > 0: state tensor k-1 became non-finite (weights restored) */",
           "int et_train_step_checked(const void *input, const void *label, float *loss) {"]
     for k, (n, t) in enumerate(guarded):
-        c.append(f"  memcpy(et_backup.a{k}, {n}, sizeof {n});")
+        if not banks:
+            c.append(f"  memcpy(et_backup.a{k}, {n}, sizeof {n});")
+    if banks:
+        c.append("  const int prev = et_bank_active;")
     c += ["  const int32_t step = et_step;", "  *loss = et_train_step(input, label);", "  int bad = 0;",
           "  { union { float f; uint32_t u; } l = {*loss}; if ((l.u & 0x7f800000u) == 0x7f800000u) bad = -1; }"]
     for k, (n, t) in enumerate(guarded):
@@ -365,8 +506,15 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
                   f"    for (size_t i = 0; i < sizeof {n} / 4; ++i) acc |= ((u[i] & 0x7f800000u) == 0x7f800000u);",
                   f"    if (acc) bad = {st.index + 1}; }}"]
     c.append("  if (bad) {")
+    if banks:  # a non-finite weight was committed: the previous bank (intact) becomes the committed one again
+        c += ["    if (et_bank_active != prev) {",
+              "      et_bank_header = ET_BANK_MAGIC | (uint32_t)prev;",
+              "      et_bank_active = prev;",
+              "      et_bank_cur = et_banks[prev];",
+              "    }"]
     for k, (n, t) in enumerate(guarded):
-        c.append(f"    memcpy(({t} *){n}, et_backup.a{k}, sizeof {n});")
+        if not banks:
+            c.append(f"    memcpy(({t} *){n}, et_backup.a{k}, sizeof {n});")
     c += ["    et_step = step;", "  }", "  return bad;", "}"]
     if grad is not None:
         gnames = list(grad.output_names)
@@ -391,6 +539,17 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
         files[hh] = (RUNTIME_DIR / hh).read_text()
     return files
 
+
+BANK_API = """#define ET_WEIGHT_BANKS 2
+/* weight banks (et_bank.h): et_init resumes from the committed bank when one is valid */
+int et_bank_boot(void);
+void et_bank_format(void);
+int et_bank_active_index(void);
+void *et_bank_ptr(int b);
+long et_bank_bytes(void);
+#ifdef ET_BANK_TEST_HOOKS
+void et_test_abort_after_node(int k);
+#endif"""
 
 PAGE_API = """#define ET_PAGE_BYTES {nbytes}
 /* secondary storage of paged tensors (et_page.h): a file of ET_PAGE_BYTES bytes, opened before training */
