@@ -144,6 +144,11 @@ def add_commands(sub) -> None:
     add_program_options(c)
     c.add_argument("--target", choices=TARGETS, default="cortex-m4",
                    help="host (C library + test driver) or cortex-m4 | cortex-m7 firmware (default cortex-m4)")
+    c.add_argument("--weight-banks", type=int, choices=(1, 2), default=1,
+                   help="Cortex-M firmware: 2 keeps the trained weights in two banks and commits a step by one "
+                   "header write after its CRC-32, so a reset mid-step resumes from the last complete update "
+                   "(costs a second copy of the trained state in SRAM, not in the memory report's peak); "
+                   "default 1 (updates in place)")
     c.add_argument("--samples", type=_positive_int, default=DEFAULT_SAMPLES, metavar="N",
                    help=f"training samples embedded in the firmware, one step each (default {DEFAULT_SAMPLES}): "
                         f"from --calibrate's images when given, else random inputs and labels")
@@ -300,7 +305,7 @@ def run_compile(args) -> int:
         from .backends.c.cortexm import emit_firmware
 
         regions = {k: v for k, v in (("sram_bytes", config.sram), ("flash_bytes", config.flash)) if v is not None}
-        emit_firmware(prog, out, args.target, samples, **regions)
+        emit_firmware(prog, out, args.target, samples, weight_banks=args.weight_banks, **regions)
     _say(f"  wrote the {args.target} project, program.ckpt ({ck.stat().st_size:,} B) to {out}")
     report = memory_report(prog, built.config, args.target)
     atomic_write(out / "memory.json", (json.dumps(report, indent=1) + "\n").encode())

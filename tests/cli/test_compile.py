@@ -48,14 +48,14 @@ def test_compile_host_project(cli, model_file, tmp_path):
 
 @pytest.mark.skipif(bool(NO_ARM), reason=f"missing {', '.join(NO_ARM)} (Debian: gcc-arm-none-eabi "
                                          f"libnewlib-arm-none-eabi qemu-system-arm)")
-@pytest.mark.parametrize("quantize,target", [("none", "cortex-m4"), ("int8", "cortex-m7")])
-def test_compile_verify_under_qemu(cli, model_file, image_folder, tmp_path, quantize, target):
+@pytest.mark.parametrize("quantize,target,banks", [("none", "cortex-m4", "1"), ("int8", "cortex-m7", "2")])
+def test_compile_verify_under_qemu(cli, model_file, image_folder, tmp_path, quantize, target, banks):
     """Done criterion of issue 7: a model written for the tests goes through `edgetrain compile`
     to a firmware that QEMU runs, printing the reference runtime's losses."""
     out = tmp_path / target
     extra = ("--calibrate", image_folder) if quantize == "int8" else ()
     code, text, err = cli("compile", f"{model_file}:build", "--input", "1x3x32x32", "--sram", "256KB", "--flash",
-                          "1MB", "--quantize", quantize, *extra, "--target", target, "--samples", "3", "--verify",
+                          "1MB", "--quantize", quantize, *extra, "--target", target, "--weight-banks", banks, "--samples", "3", "--verify",
                           "--no-plot", "-o", out)
     assert code == 0, err + text
     assert "verified: 3 steps" in text and f"QEMU {target}: step 3 loss" in text
@@ -64,6 +64,7 @@ def test_compile_verify_under_qemu(cli, model_file, image_folder, tmp_path, quan
     fw = report["firmware"]
     assert 0 < fw["sram"] <= 256 * 1024 and 0 < fw["flash"] <= 1024 * 1024 and fw["stack_high_water"] > 0
     assert (out / "firmware.elf").is_file()
+    assert ("et_bank_boot" in (out / "model.c").read_text()) == (banks == "2")
 
 
 def test_budget_that_cannot_fit(cli, model_file, tmp_path):
