@@ -4,6 +4,7 @@ on ResNet-18, MobileNetV2 and a BERT-style encoder and the A72 / M4F / M7 profil
     PYTHONPATH=src python bench/poet.py [--cases resnet18-cifar:8 resnet18:1:224 ...]
         [--devices a72 m4f m7] [--fractions 1 0.8 0.6 0.5 0.4 0.3] [--solvers milp checkmate ...]
         [--time-limit 60] [--deadline-factor F] [--out docs/results/poet.jsonl] [--charts docs/results]
+    PYTHONPATH=src python bench/poet.py --summarize docs/results/poet.jsonl   # the markdown tables
 
 A case is `model:batch[:size]` (a zoo model, its batch, and for image models the input
 side, default the zoo's). Each is compiled for float32 training (full update, SGD) and
@@ -105,6 +106,42 @@ def run(args) -> list[dict]:
     return rows
 
 
+def markdown(rows: list[dict]) -> str:
+    """Per case and device, a table: budget fraction x solver -> extra energy, extra time,
+    solve seconds (gap) or "infeasible"."""
+    out = []
+    keys = []
+    for r in rows:
+        if (r["case"], r["device"]) not in keys:
+            keys.append((r["case"], r["device"]))
+    for case, dev in keys:
+        rs = [r for r in rows if r["case"] == case and r["device"] == dev]
+        solvers = list(dict.fromkeys(r["solver"] for r in rs))
+        fr = sorted({r["fraction"] for r in rs}, reverse=True)
+        r0 = rs[0]
+        out.append(f"\n**{case} on {dev}** ({r0['units']} units, {r0['stages']} stages; plain activations "
+                   f"{r0['plain_activation_bytes'] / 2**20:.2f} MiB, weights in RAM {r0['fixed_ram'] / 2**20:.2f} MiB): "
+                   "extra energy / extra time / solve s (gap)\n")
+        out.append("| budget | " + " | ".join(solvers) + " |")
+        out.append("|---|" + "---|" * len(solvers))
+        for f in fr:
+            cells = []
+            for sv in solvers:
+                r = next((x for x in rs if x["fraction"] == f and x["solver"] == sv), None)
+                if r is None:
+                    cells.append("")
+                elif r["status"] != "infeasible" and r["peak_bytes"] > r["ram"]:
+                    cells.append(f"over budget ({r['activation_bytes'] / r['plain_activation_bytes']:.0%})")
+                elif r["status"] == "infeasible":
+                    cells.append("infeasible")
+                else:
+                    gap = f" ({r['gap']:.1%})" if r["gap"] else ""
+                    cells.append(f"{r['energy_rel'] - 1:+.2%} / {r['time_rel'] - 1:+.1%} / {r['solve_s']:.1f}{gap}"
+                                 + (" TL" if r["status"] == "time_limit" else ""))
+            out.append(f"| {f:.0%} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", nargs="+", default=list(DEFAULT_CASES))
@@ -116,7 +153,11 @@ def main(argv=None) -> int:
     ap.add_argument("--map-fraction", type=float, default=0.5)
     ap.add_argument("--out", default="docs/results/poet.jsonl")
     ap.add_argument("--charts", default="docs/results")
+    ap.add_argument("--summarize", metavar="JSONL", help="only print the markdown tables of a results file")
     args = ap.parse_args(argv)
+    if args.summarize:
+        print(markdown([json.loads(line) for line in Path(args.summarize).read_text().splitlines() if line.strip()]))
+        return 0
     torch.manual_seed(0)
     run(args)
     return 0

@@ -46,6 +46,7 @@ MIN_HIGHS_S = 0.05  # HiGHS always gets at least this long (a warm start is then
 FIRST_TRY = 0.15  # share of the time limit for the full model before the restricted ones
 DEPTHS = (2, 3, 4, 5, 6)  # restricted models: recompute a unit only this close to what a stage reads
 DEPTH_SHARE = 0.1  # share of the time limit for each restricted model
+PAGING_SHARE, CHECKMATE_SHARE = 0.1, 0.3  # milp: time shares of its paging-only and recompute-only warm starts
 INF = float("inf")
 ROUND_AT = (0.999, 0.9, 0.7, 0.5, 0.3, 0.1, 0.001)  # thresholds of the LP rounding warm start
 RETRIES = 3  # re-solves with a tightened row when rounding the binaries overshoots a limit by a hair
@@ -347,6 +348,14 @@ def _solve(problem: ScheduleProblem, ram, deadline, time_limit, solver, remat, p
         raise Infeasible(_why(problem, ram, deadline, solver, remat, paging, search.left(time_limit)))
     search.bound = lp_bound * full.escale
     search.offer(_warm_start(problem, ram, deadline, remat, paging, full, x))
+    if remat and paging and not search.done(mip_rel_gap):
+        # the paging-only and recompute-only optima are schedules of this model too: starting from
+        # the better of them, POET's schedule is never worse than either at the same time limit
+        for sub, share in ((False, PAGING_SHARE), (True, CHECKMATE_SHARE)):
+            try:
+                search.offer(_solve(problem, ram, deadline, share * time_limit, solver, sub, not sub, mip_rel_gap))
+            except Infeasible:
+                pass
     if search.done(mip_rel_gap):
         return search.result(mip_rel_gap)  # the warm start is within the gap of the LP bound
     if search.best is not None:
