@@ -348,10 +348,12 @@ def _solve(problem: ScheduleProblem, ram, deadline, time_limit, solver, remat, p
         raise Infeasible(_why(problem, ram, deadline, solver, remat, paging, search.left(time_limit)))
     search.bound = lp_bound * full.escale
     search.offer(_warm_start(problem, ram, deadline, remat, paging, full, x))
-    if remat and paging and not search.done(mip_rel_gap):
+    if remat and paging:
         # the paging-only and recompute-only optima are schedules of this model too: starting from
         # the better of them, POET's schedule is never worse than either at the same time limit
         for sub, share in ((False, PAGING_SHARE), (True, CHECKMATE_SHARE)):
+            if sub and search.done(mip_rel_gap):
+                break
             try:
                 search.offer(_solve(problem, ram, deadline, share * time_limit, solver, sub, not sub, mip_rel_gap))
             except Infeasible:
