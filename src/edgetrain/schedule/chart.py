@@ -2,6 +2,7 @@
 against the RAM budget for several solvers."""
 from __future__ import annotations
 
+import textwrap
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -48,7 +49,7 @@ def plot_schedule(sched: Schedule, path, title: str = "") -> str:
               vmax=len(_COLOURS) - 1, origin="upper")
     ax.set_xlabel("backward stage (time →)")
     ax.set_ylabel("saved tensor (forward order)")
-    ax.set_title(title or sched.summary(), fontsize=8)
+    ax.set_title(textwrap.fill(title or sched.summary(), 130), fontsize=8)
     ax.legend(handles=[Patch(facecolor=c, edgecolor="0.6", label=k) for k, c in zip(_CODES, _COLOURS) if k != "free"],
               loc="lower left", fontsize=8, framealpha=0.9)
     fig.tight_layout()
