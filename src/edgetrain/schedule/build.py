@@ -23,21 +23,25 @@ from ..passes.updates import STEP
 from .problem import ScheduleProblem, Stage, Unit
 
 
-def build_problem(prog, device, ram_inputs: Optional[set] = None) -> ScheduleProblem:
-    """The schedule problem of `prog` (a compiled Program) on `device` (a devices.Device)."""
+def build_problem(prog, device, ram_inputs: Optional[set] = None, group: bool = False) -> ScheduleProblem:
+    """The schedule problem of `prog` (a compiled Program) on `device` (a devices.Device).
+    `group`: join each cheap elementwise node (at most one operation per output element)
+    to the unit it alone reads in the forward (conv -> batch norm -> relu chains become one
+    unit): fewer units, solved faster, decided together (kept, recomputed or paged as one)."""
     g: Graph = prog.train_graph
     if ram_inputs is None:
         ram_inputs = set(prog.graph_inputs) | {LABEL, STEP}
     trainable = tuple(v.name for v in g.inputs if v.name in prog.trainable or v.name.startswith("momentum:"))
     fixed_ram = prog.memory.trainable_bytes + (0 if device.weights_in_flash else prog.memory.frozen_bytes)
-    return _build(g, device, frozenset(n for n in ram_inputs if _has_input(g, n)), trainable, fixed_ram)
+    return _build(g, device, frozenset(n for n in ram_inputs if _has_input(g, n)), trainable, fixed_ram, group)
 
 
 def _has_input(g: Graph, name: str) -> bool:
     return any(v.name == name for v in g.inputs)
 
 
-def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram: int) -> ScheduleProblem:
+def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram: int,
+           group: bool = False) -> ScheduleProblem:
     nodes, N = g.nodes, len(g.nodes)
     root = storage_roots(g)
     inputs = set(g.inputs)
@@ -55,6 +59,10 @@ def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram:
     free_vals = set(inputs)  # always available: graph inputs and views of them
     unit_nodes: list[list[int]] = []
     input_unit: dict[Value, int] = {}  # RAM graph input -> its input unit
+    fwd_readers: dict[Value, set] = {}  # storage root -> forward nodes reading it
+    for p, n in enumerate(nodes[:b0]):
+        for v in n.inputs:
+            fwd_readers.setdefault(root[v], set()).add(p)
     for p, n in enumerate(nodes[:b0]):
         op = get_op(n.op)
         if op.mutates or getattr(op, "io", None) or any(root[o] in out_roots for o in n.outputs):
@@ -72,6 +80,16 @@ def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram:
                 unit_nodes[owners.pop()].append(p)
                 continue
             continue  # a view over several units' storages: fixed
+        if group and len(n.outputs) == 1:
+            src = {unit_of[root[v]] for v in n.inputs if root[v] in unit_of}
+            if len(src) == 1 and get_op(n.op).cost(n).macs <= n.out.type.numel:
+                u = src.pop()
+                mine = [r for r, w in unit_of.items() if w == u]
+                if u == len(unit_nodes) - 1 and all(fwd_readers.get(r) == {p} for r in mine):
+                    unit_nodes[u].append(p)  # a cheap elementwise step of a chain: one unit with it
+                    if root[n.out] is n.out:
+                        unit_of[n.out] = u
+                    continue
         u = len(unit_nodes)
         unit_nodes.append([p])
         for o in n.outputs:

@@ -12,7 +12,7 @@ SOLVER_NAMES = ("milp", "none", "chen", "checkmate", "paging", "dtr")
 
 
 def schedule(prog, device="a72", ram: Union[int, str, None] = None, deadline: Optional[float] = None,
-             solver: str = "milp", time_limit: float = 60.0) -> Schedule:
+             solver: str = "milp", time_limit: float = 60.0, group: bool = False) -> Schedule:
     """Decide, per saved tensor and backward stage, to keep it in RAM, recompute it or page
     it out to storage and back, so that the training step fits `ram` bytes (int or "3MB";
     None: unlimited) and `deadline` seconds (None: unlimited) on `device` (a name from
@@ -20,7 +20,8 @@ def schedule(prog, device="a72", ram: Union[int, str, None] = None, deadline: Op
     HiGHS), "checkmate" (the same without paging), "paging" (without recomputation),
     "chen" (sqrt(n) checkpoints), "dtr" (greedy eviction) or "none" (plain
     back-propagation: everything kept). The MILP stops after `time_limit` seconds with its
-    best schedule and optimality gap. Run the result with `prog.apply(sched)`."""
+    best schedule and optimality gap. `group=True` decides cheap elementwise chains as one
+    unit (a smaller problem; see schedule.build). Run the result with `prog.apply(sched)`."""
     from ..devices import get_device
 
     if solver not in SOLVER_NAMES:
@@ -33,7 +34,7 @@ def schedule(prog, device="a72", ram: Union[int, str, None] = None, deadline: Op
         raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
     if not hasattr(prog, "train_graph"):
         raise TypeError(f"schedule() takes a compiled edgetrain Program, got {type(prog).__name__}")
-    problem = build_problem(prog, get_device(device))
+    problem = build_problem(prog, get_device(device), group=bool(group))
     from .solvers import SOLVERS
 
     return SOLVERS[solver](problem, ram, deadline, float(time_limit))
