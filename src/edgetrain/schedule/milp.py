@@ -46,7 +46,7 @@ MIN_HIGHS_S = 0.05  # HiGHS always gets at least this long (a warm start is then
 FIRST_TRY = 0.15  # share of the time limit for the full model before the restricted ones
 DEPTHS = (2, 3, 4, 5, 6)  # restricted models: recompute a unit only this close to what a stage reads
 DEPTH_SHARE = 0.1  # share of the time limit for each restricted model
-PAGING_SHARE, CHECKMATE_SHARE = 0.1, 0.3  # milp: time shares of its paging-only and recompute-only warm starts
+PAGING_SHARE, CHECKMATE_SHARE = 0.1, 0.15  # milp: time shares of its paging-only and recompute-only warm starts
 INF = float("inf")
 ROUND_AT = (0.999, 0.9, 0.7, 0.5, 0.3, 0.1, 0.001)  # thresholds of the LP rounding warm start
 RETRIES = 3  # re-solves with a tightened row when rounding the binaries overshoots a limit by a hair
@@ -352,8 +352,8 @@ def _solve(problem: ScheduleProblem, ram, deadline, time_limit, solver, remat, p
         # the paging-only and recompute-only optima are schedules of this model too: starting from
         # the better of them, POET's schedule is never worse than either at the same time limit
         for sub, share in ((False, PAGING_SHARE), (True, CHECKMATE_SHARE)):
-            if sub and search.done(mip_rel_gap):
-                break
+            if sub and search.done(mip_rel_gap / 10):  # the gap is on the total energy: loose for
+                break  # the extra energy; recompute-only can still beat a paging schedule within it
             try:
                 search.offer(_solve(problem, ram, deadline, share * time_limit, solver, sub, not sub, mip_rel_gap))
             except Infeasible:
