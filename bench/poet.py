@@ -61,6 +61,8 @@ def run(args) -> list[dict]:
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("")
+    if args.charts:
+        Path(args.charts).mkdir(parents=True, exist_ok=True)
     for case in args.cases:
         prog = compile_case(case)
         for dev_name in args.devices:
