@@ -100,7 +100,7 @@ def _plan(args, prog):
     from edgetrain.schedule.build import build_problem
     from edgetrain.schedule.solvers import SOLVERS
 
-    problem = build_problem(prog, get_device(args.device))
+    problem = build_problem(prog, get_device(args.device), group=args.group)
     if args.ram is not None and args.fraction is not None:
         raise ValueError("give --ram or --fraction, not both")
     ram = parse_bytes(args.ram, "--ram")
@@ -188,6 +188,8 @@ def _add_schedule_options(c) -> None:
                    help="milp (POET, HiGHS; default), checkmate (remat only), paging (paging only), chen (sqrt(n) "
                    "checkpoints), dtr (greedy eviction), none (keep everything)")
     c.add_argument("--time-limit", type=float, default=60.0, help="MILP time limit in seconds (default 60)")
+    c.add_argument("--group", action="store_true", help="decide cheap elementwise chains (conv -> bn -> relu) as one "
+                   "unit: a smaller problem, coarser decisions")
     c.add_argument("--update", type=_scheme, default="full", help="full | bias | last:K (default full)")
     c.add_argument("--batch", type=int, default=1, help="batch size of a zoo model (default 1)")
     c.add_argument("--size", type=int, help="image side for image models (default the zoo's)")
