@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from edgetrain.backends.c import cortexm
-from edgetrain.backends.c.emit import emit_sources, program_samples
+from edgetrain.backends.c.emit import emit_sources
+from edgetrain.backends.c.project import program_samples
 from edgetrain.backends.c.host import PROJECT_CFLAGS, _load_private, build_library
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,

@@ -22,7 +22,7 @@ def emit_c(prog, out_dir, target: str = "host", samples: Iterable = (), embed_we
     them); "cortex-m4"/"cortex-m7": a firmware project (cortexm.py). embed_weights (default
     True) compiles the initial weights in as array initializers (frozen ones `const`)."""
     if target == "host":
-        from .emit import write_project
+        from .project import write_project
 
         return write_project(prog, out_dir, target, samples, embed_weights)
     if target in CORTEX_M_TARGETS:

@@ -101,7 +101,8 @@ def emit_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = 
     `prog.step`). `make` builds firmware.elf, `make run` runs it on QEMU. weight_banks=2: the
     trained state twice, each step committed by one header write (emit.emit_sources; under
     QEMU both banks are RAM)."""
-    from .emit import emit_sources, program_samples
+    from .emit import emit_sources
+    from .project import program_samples
 
     get_target(target)
     if getattr(prog, "page_store", None) is not None:
@@ -126,7 +127,7 @@ def write_project(out_dir, target: str = "cortex-m4", samples=None, *, stack_byt
     model.c/model.h). `samples`: a tuple (inputs, labels) of two arrays with one row per
     step, or a list of (x, y) array pairs, already in the program's dtypes (embedded as their
     bytes: `emit.samples_source`). Returns out_dir."""
-    from .emit import samples_source
+    from .project import samples_source
 
     t = get_target(target)
     out = Path(out_dir)

@@ -1,9 +1,10 @@
-"""Writes a compiled program as C: model.h (the API), model.c (arena, state arrays, the
-three graphs as functions, the API), the runtime headers, a Makefile and a README."""
+"""Writes a compiled program as C: model.h (the API) and model.c (arena, state arrays, the
+three graphs as functions, the API) with the runtime headers; project.py adds the samples,
+the host driver, a Makefile and a README; banks.py the two weight banks."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -11,6 +12,8 @@ from ...passes.loss import LABEL
 from .fusion import find_bn_backward
 from .kernels import EmitContext, kernel_for
 from .kernels.float32 import emit_bn_backward
+from .banks import BANK_API, BANK_FUNCS, bank_arrays, bank_decls
+from .cvalues import fmt_values, split_parts
 from .layout import C_TYPES, GRAPHS, CBackendError, Layout, StateArray, build_layout
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
@@ -18,41 +21,12 @@ RUNTIME_DIR = Path(__file__).parent / "runtime"
 RUNTIME_HEADERS = ("et_common.h", "et_float.h", "et_int8.h")
 #: the storage API of page_in / page_out, included by programs that page
 PAGE_HEADER = "et_page.h"
-#: values per line of an emitted initializer
-PER_LINE = 8
-
-
-def _fmt_values(a: np.ndarray) -> str:
-    flat = np.ascontiguousarray(a).reshape(-1)
-    if a.dtype == np.float32:
-        items = []
-        for x in flat.tolist():
-            items.append(EmitContext.c_float(x))
-    elif a.dtype == np.float64:
-        items = [EmitContext.c_double(x) for x in flat.tolist()]
-    elif a.dtype == np.int64:
-        items = [f"INT64_C({x})" for x in flat.tolist()]
-    elif a.dtype == np.int32 and flat.size and int(flat.min()) == -2**31:
-        items = [f"(-{2**31 - 1} - 1)" if x == -2**31 else str(x) for x in flat.tolist()]
-    else:
-        items = [str(int(x)) for x in flat.tolist()]
-    lines = [", ".join(items[i:i + PER_LINE]) for i in range(0, len(items), PER_LINE)]
-    return "{\n  " + ",\n  ".join(lines) + "\n}" if items else "{0}"
-
-
-def _split_parts(st: StateArray, full: np.ndarray):
-    idx = [slice(None)] * full.ndim
-    idx[st.sel.dim] = np.asarray(st.sel.index)
-    sel = full[tuple(idx)]
-    idx[st.sel.dim] = np.asarray(st.rest, dtype=np.int64)
-    rest = full[tuple(idx)]
-    return sel, rest
 
 
 def _array(ctype: str, name: str, n: int, const: bool, init: Optional[np.ndarray]) -> str:
     n = max(n, 1)
     q = "const " if const else ""
-    body = f" = {_fmt_values(init)}" if init is not None and init.size else ""
+    body = f" = {fmt_values(init)}" if init is not None and init.size else ""
     return f"static {q}{ctype} {name}[{n}] ET_ALIGNED(16){body};"
 
 
@@ -64,7 +38,7 @@ def _state_decls(layout: Layout, state: dict, embed: bool, banked: frozenset = f
         is_momentum = st.name.startswith("momentum:")
         init = full if embed and not is_momentum else None
         if st.kind == "split":
-            sel, rest = _split_parts(st, full)
+            sel, rest = split_parts(st, full)
             if st.sram not in banked:
                 out.append(_array(t, st.sram, sel.size, False, sel if embed else None))
             out.append(_array(t, st.flash, rest.size, embed, rest if embed else None))
@@ -202,94 +176,6 @@ def _value_ptr(layout: Layout, key: str, v) -> str:
     return EmitContext(layout, key).ptr(v)
 
 
-def _bank_arrays(layout: Layout, state: dict, embed: bool) -> list:
-    """(array name, C type, elements, initial values or None) of the trained state: the arrays
-    a training step updates in place (trainable weights, split weights' selected part, momentum)."""
-    out = []
-    for st in layout.states.values():
-        if st.kind == "sram":
-            init = state[st.name] if embed and not st.name.startswith("momentum:") else None
-            out.append((st.c_name, st.ctype, st.numel, init))
-        elif st.kind == "split":
-            sel, _ = _split_parts(st, state[st.name])
-            out.append((st.sram, st.ctype, sel.size, sel if embed else None))
-    return out
-
-
-BANK_FUNCS = """
-static uint32_t et_bank_crc(int b, int32_t step) {
-  return et_crc32(et_crc32(0, et_banks[b], sizeof(et_bank_t)), &step, sizeof step);
-}
-static int et_bank_valid(int b) {
-  return et_bank_meta[b].step >= 0 && et_bank_meta[b].crc == et_bank_crc(b, et_bank_meta[b].step);
-}
-/* make bank b (complete) the committed one, holding `step` steps: its metadata, then the header word */
-static void et_bank_commit(int b, int32_t step) {
-  et_bank_meta[b].step = step;
-  et_bank_meta[b].crc = et_bank_crc(b, step);
-  ET_BANK_BARRIER();
-  et_bank_header = ET_BANK_MAGIC | (uint32_t)b; /* the commit: one word */
-  ET_BANK_BARRIER();
-  et_bank_active = b;
-  et_bank_cur = et_banks[b];
-}
-/* boot / resume: the header's bank if its checksum holds, else the other bank if its checksum
-   holds (the newer when both do); returns the bank (et_step restored), or -1: nothing valid */
-int et_bank_boot(void) {
-  const uint32_t h = et_bank_header;
-  int b = -1;
-  if ((h & ~1u) == ET_BANK_MAGIC && et_bank_valid((int)(h & 1u))) {
-    b = (int)(h & 1u);
-  } else {
-    const int v0 = et_bank_valid(0), v1 = et_bank_valid(1);
-    if (v0 && v1) b = et_bank_meta[1].step > et_bank_meta[0].step;
-    else if (v0 || v1) b = v1;
-    if (b >= 0) et_bank_header = ET_BANK_MAGIC | (uint32_t)b; /* repair the header */
-  }
-  if (b < 0) return -1;
-  et_bank_active = b;
-  et_bank_cur = et_banks[b];
-  et_step = et_bank_meta[b].step;
-  return b;
-}
-/* commit the state as it is now (after et_set_state / et_set_step) into the other bank */
-void et_bank_format(void) {
-  const int w = 1 - et_bank_active;
-  et_bank_meta[w].step = -1;
-  if (et_banks[w] != et_bank_cur) memcpy(et_banks[w], et_bank_cur, sizeof(et_bank_t));
-  et_bank_commit(w, et_step);
-}
-int et_bank_active_index(void) { return et_bank_active; }
-void *et_bank_ptr(int b) { return b == 0 || b == 1 ? (void *)et_banks[b] : 0; }
-long et_bank_bytes(void) { return (long)sizeof(et_bank_t); }
-"""
-
-
-def _bank_decls(arrays: list) -> list[str]:
-    c = ["/* weight banks (weight_banks=2, runtime/et_bank.h): the trained state twice; the kernels reach it",
-         "   through et_bank_cur (the names below), which points at the committed bank between steps and at",
-         "   the copy being updated during one. Under QEMU (and on the host) both banks, their metadata and",
-         "   the header are ordinary RAM, lost at reset; on a real MCU the committed state would live in",
-         "   flash or backup SRAM (a retained .noinit section) so that a reboot resumes from it. */",
-         "typedef struct {"]
-    for k, (name, t, n, _) in enumerate(arrays):
-        c.append(f"  {t} a{k}[{max(n, 1)}] ET_ALIGNED(16);")
-    c.append("} et_bank_t;")
-    inits = [f"  .a{k} = {_fmt_values(init)}" for k, (_, _, _, init) in enumerate(arrays)
-             if init is not None and init.size]
-    c.append("static et_bank_t et_bank0 ET_ALIGNED(16)" + (" = {\n" + ",\n".join(inits) + "\n}" if inits else "")
-             + "; /* initial weights */")
-    c += ["static et_bank_t et_bank1 ET_ALIGNED(16); /* the second bank: its SRAM is the extra cost */",
-          "static et_bank_t *const et_banks[2] = {&et_bank0, &et_bank1};",
-          "static et_bank_t *et_bank_cur = &et_bank0;",
-          "static int et_bank_active;",
-          "static et_bank_meta_t et_bank_meta[2];",
-          "static volatile uint32_t et_bank_header; /* ET_BANK_MAGIC | committed bank */"]
-    for k, (name, _, _, _) in enumerate(arrays):
-        c.append(f"#define {name} (et_bank_cur->a{k})")
-    return c
-
-
 def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = None,
                  graphs: tuple = GRAPHS, weight_banks: int = 1) -> dict[str, str]:
     """The emitted files as {file name: text} (model.c, model.h and the runtime headers).
@@ -313,8 +199,8 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
     batch = data[0].shape[0] if data and data[0].shape else 1
 
     banks = weight_banks == 2
-    bank_arrays = _bank_arrays(layout, prog.state, embed_weights) if banks else []
-    if banks and not bank_arrays:
+    banked = bank_arrays(layout, prog.state, embed_weights) if banks else []
+    if banks and not banked:
         raise CBackendError("weight_banks=2: this program trains no state tensor")
     gather_bufs: list = []
     funcs = [_graph_function(layout, k, gather_bufs, banks and k == "train") for k in keys]
@@ -375,9 +261,9 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
         "/* state tensors: trainable (SRAM), frozen (const: flash), split (selected channels in SRAM, the rest",
         "   in flash) */",
     ]
-    c += _state_decls(layout, prog.state, embed_weights, frozenset(a[0] for a in bank_arrays))
+    c += _state_decls(layout, prog.state, embed_weights, frozenset(a[0] for a in banked))
     if banks:
-        c += _bank_decls(bank_arrays)
+        c += bank_decls(banked)
     c.append(SPLIT_HELPERS)
     nmax = max(len(gl.graph.nodes) for gl in layout.graphs.values()) or 1
     c.append(PROFILE.replace("NMAX", str(nmax)))
@@ -540,17 +426,6 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
     return files
 
 
-BANK_API = """#define ET_WEIGHT_BANKS 2
-/* weight banks (et_bank.h): et_init resumes from the committed bank when one is valid */
-int et_bank_boot(void);
-void et_bank_format(void);
-int et_bank_active_index(void);
-void *et_bank_ptr(int b);
-long et_bank_bytes(void);
-#ifdef ET_BANK_TEST_HOOKS
-void et_test_abort_after_node(int k);
-#endif"""
-
 PAGE_API = """#define ET_PAGE_BYTES {nbytes}
 /* secondary storage of paged tensors (et_page.h): a file of ET_PAGE_BYTES bytes, opened before training */
 int et_page_open(const char *path);
@@ -562,125 +437,3 @@ int et_page_error(void);"""
 
 def _c_str(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def program_samples(prog, samples: Iterable) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(inputs, labels): each (x, y) of `samples` as `prog.step` feeds it, as raw bytes (the
-    graphs' data inputs laid end to end: an int8 program's samples already transformed)."""
-    xs, ys = [], []
-    for x, y in samples:
-        feeds = prog._data_feeds(prog.train_graph, x)
-        xs.append(np.concatenate([feeds[n].reshape(-1).view(np.uint8) for n in prog.graph_inputs]))
-        ys.append(prog._label_feed(prog.train_graph, y).reshape(-1).view(np.uint8))
-    return xs, ys
-
-
-def samples_source(inputs: Sequence[np.ndarray], labels: Sequence[np.ndarray]) -> str:
-    """samples.h: ET_NUM_SAMPLES (input, label) pairs as const byte arrays (flash on a
-    microcontroller), `et_sample_input[i]` / `et_sample_label[i]`, checked against model.h's
-    sizes where it was included first."""
-    xs = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in inputs]
-    ys = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in labels]
-    if not xs or len(xs) != len(ys):
-        raise CBackendError(f"samples: give at least one (input, label) pair, got {len(xs)} inputs and "
-                            f"{len(ys)} labels")
-    if len({a.size for a in xs}) != 1 or len({a.size for a in ys}) != 1:
-        raise CBackendError("samples: every input (and every label) must have the same size")
-    lines = ["/* generated by edgetrain: training samples (inputs and labels as raw bytes) */",
-             "#ifndef ET_SAMPLES_H", "#define ET_SAMPLES_H", "#include <stdint.h>",
-             f"#define ET_NUM_SAMPLES {len(xs)}",
-             f"static const uint8_t et_sample_input[{len(xs)}][{xs[0].size}] __attribute__((aligned(16))) = {{",
-             ",\n".join(_fmt_values(a) for a in xs), "};",
-             f"static const uint8_t et_sample_label[{len(ys)}][{ys[0].size}] __attribute__((aligned(16))) = {{",
-             ",\n".join(_fmt_values(a) for a in ys), "};",
-             "#ifdef ET_INPUT_BYTES",
-             '_Static_assert(sizeof et_sample_input[0] == ET_INPUT_BYTES, "samples do not match the model input");',
-             "#endif",
-             "#ifdef ET_LABEL_BYTES",
-             '_Static_assert(sizeof et_sample_label[0] == ET_LABEL_BYTES, "labels do not match the model");',
-             "#endif", "#endif", ""]
-    return "\n".join(lines)
-
-
-def samples_header(prog, samples: Iterable) -> str:
-    """samples.h of `samples` ((x, y) pairs as for `prog.step`) for `prog`."""
-    return samples_source(*program_samples(prog, samples))
-
-
-HOST_MAIN = r"""/* host driver: trains on the samples of samples.h, printing each loss */
-#include <stdio.h>
-#include "model.h"
-#include "samples.h"
-#ifndef ET_EPOCHS
-#define ET_EPOCHS 1
-#endif
-int main(void) {
-    et_init();
-#if defined(ET_PAGE_BYTES) && ET_PAGE_BYTES
-    if (et_page_open("pages.bin")) { printf("cannot open pages.bin\n"); return 1; }
-#endif
-    for (int e = 0; e < ET_EPOCHS; ++e)
-        for (int i = 0; i < ET_NUM_SAMPLES; ++i) {
-            float loss = et_train_step(et_sample_input[i], et_sample_label[i]);
-            printf("step %d loss %.9g\n", (int)et_get_step(), loss);
-        }
-    float out[ET_OUTPUT_FLOATS];
-    et_predict(et_sample_input[0], out);
-    printf("predict[0] %.9g\n", out[0]);
-    if (et_check_guards()) { printf("arena guard words overwritten\n"); return 1; }
-    printf("guards ok\n");
-    return 0;
-}
-"""
-
-MAKEFILE = """# generated by edgetrain: `make` builds the shared library, `make run` the sample driver
-CC ?= cc
-CFLAGS ?= {cflags}
-all: libmodel.so
-libmodel.so: model.c model.h $(wildcard et_*.h)
-\t$(CC) $(CFLAGS) -fPIC -shared -o $@ model.c
-main: model.c main.c model.h samples.h
-\t$(CC) $(CFLAGS) -o $@ model.c main.c
-run: main
-\t./main
-clean:
-\trm -f libmodel.so main
-"""
-
-README = """# edgetrain C program
-
-Generated from a compiled training program. `model.h` is the API: `et_init()`, then
-`et_train_step(input, label)` per sample (returns the loss), `et_predict(input, out)`,
-`et_check_guards()`; on the host also state and gradient I/O.
-
-- arena: {arena} bytes (one static buffer for activations, gradients and temporaries of the
-  train, predict and gradient graphs, guard words before and after)
-- state tensors: {nstate} (trainable in RAM, frozen `const`{embed})
-
-`make` builds `libmodel.so`; with samples, `make run` trains on them and prints the losses.
-"""
-
-
-def write_project(prog, out_dir, target: str = "host", samples: Iterable = (), embed_weights: Optional[bool] = None,
-                  cflags: Optional[str] = None) -> Path:
-    """Write model.c, model.h, runtime headers, Makefile, README.md (and samples.h + main.c when
-    samples are given) into out_dir; returns it."""
-    from .host import PROJECT_CFLAGS
-
-    if target != "host":
-        raise CBackendError(f"target={target!r}: this function writes host projects; see backends.c.emit_c")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    embed = bool(embed_weights) if embed_weights is not None else True
-    layout = build_layout(prog)
-    files = emit_sources(prog, embed, layout)
-    samples = list(samples)
-    if samples:
-        files["samples.h"] = samples_header(prog, samples)
-        files["main.c"] = HOST_MAIN
-    files["Makefile"] = MAKEFILE.format(cflags=cflags or " ".join(PROJECT_CFLAGS))
-    files["README.md"] = README.format(arena=layout.arena_bytes, nstate=len(layout.states),
-                                       embed=", initial values compiled in" if embed else "")
-    for name, text in files.items():
-        (out / name).write_text(text)
-    return out
