@@ -1,9 +1,8 @@
 """`edgetrain compile | train | export`: a user's own model from the command line to a
-firmware project, a fine-tuned checkpoint, and weights PyTorch loads back."""
+firmware project (cli_compile.py), a fine-tuned checkpoint, and weights PyTorch loads back."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -15,19 +14,12 @@ import numpy as np
 
 #: firmware steps embedded by `compile` when no --samples is given
 DEFAULT_SAMPLES = 4
-#: relative difference allowed between the firmware's printed losses and the reference
-#: runtime's (float32 sums in another order; the C backend's tests hold 1e-5)
-VERIFY_RTOL = 1e-4
-#: QEMU's MPS2 boards have 4 MiB at the flash and at the SRAM address: the most a budget can give
-#: the firmware's linker script
-QEMU_REGION_BYTES = 4 << 20
 #: tests only: "save:N:SECONDS" pauses the Nth checkpoint save between its temporary file's fsync
 #: and its rename, "step:N:SECONDS" pauses before step N, each after printing a line to stderr
 TEST_PAUSE_ENV = "EDGETRAIN_TEST_PAUSE"
 TARGETS = ("host", "cortex-m4", "cortex-m7")
 #: the checkpoint `compile` writes next to the project (a program before any training)
 COMPILED_FILE = "program.ckpt"
-_STEP_LINE = re.compile(r"^step (\d+) loss (\S+)$")
 
 
 def _update_text(text: str) -> str:
@@ -124,6 +116,12 @@ def add_program_options(p: argparse.ArgumentParser, for_train: bool = False) -> 
                         "pixels 0..255")
 
 
+def _run_compile(args) -> int:
+    from .cli_compile import run_compile
+
+    return run_compile(args)
+
+
 def _wrap(text: str) -> str:
     import textwrap
 
@@ -157,7 +155,7 @@ def add_commands(sub) -> None:
                         "against the reference runtime's (exit 5 on failure)")
     c.add_argument("--no-plot", action="store_true", help="do not draw memory.png")
     c.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder (created)")
-    c.set_defaults(func=run_compile)
+    c.set_defaults(func=_run_compile)
 
     t = sub.add_parser("train", formatter_class=fmt, help="fine-tune a program on images, with a checkpoint per epoch",
                        description=_wrap("Fine-tune a training program on labelled images: an ImageFolder (DATA/<class>/"
@@ -274,173 +272,6 @@ def _say(*a):
     print(*a, flush=True)
 
 
-# --- compile ---------------------------------------------------------------------------------------
-def run_compile(args) -> int:
-    from .checkpoint import Checkpoint, atomic_write, build_program, save_checkpoint
-    from .train import TrainMeta
-
-    t0 = time.perf_counter()
-    config = _config(args, args.model)
-    if args.target != "host":
-        for name, v in (("--sram", config.sram), ("--flash", config.flash)):
-            if v is not None and v > QEMU_REGION_BYTES:
-                raise ValueError(f"{name} {v:,} B: the Cortex-M firmware here runs on QEMU boards with "
-                                 f"{QEMU_REGION_BYTES:,} B of each memory")
-    calib = _calibration_from(args, config)
-    built = build_program(config, calibration=calib[0] if calib else None, contributions=args.contributions,
-                          search=args.search)
-    prog = built.prog
-    out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
-    ck = save_checkpoint(out / COMPILED_FILE, Checkpoint.of(built, TrainMeta(reason="compiled").as_dict()))
-    _say(f"compiled {config.model} ({', '.join(config.inputs)}; update {_scheme_text(built.config.update)}"
-         f"{', int8' if config.quantize else ''}) in {time.perf_counter() - t0:.1f} s")
-    _say(f"  {prog.memory.summary()}")
-    if prog.search is not None:
-        _say(f"  update=auto: {prog.search.summary()}")
-    samples = _samples(prog, args, calib[1] if calib else None)
-    if args.target == "host":
-        prog.emit_c(out, target="host", samples=samples)
-    else:
-        from .backends.c.cortexm import emit_firmware
-
-        regions = {k: v for k, v in (("sram_bytes", config.sram), ("flash_bytes", config.flash)) if v is not None}
-        emit_firmware(prog, out, args.target, samples, weight_banks=args.weight_banks, **regions)
-    _say(f"  wrote the {args.target} project, program.ckpt ({ck.stat().st_size:,} B) to {out}")
-    report = memory_report(prog, built.config, args.target)
-    atomic_write(out / "memory.json", (json.dumps(report, indent=1) + "\n").encode())
-    code = 0
-    if args.verify:
-        report["verify"] = _verify(prog, out, args.target, samples)
-        if not report["verify"]["ok"]:
-            code = 5
-    if prog.memory.firmware is not None:
-        report["firmware"] = _firmware_dict(prog.memory.firmware)
-    atomic_write(out / "memory.json", (json.dumps(report, indent=1) + "\n").encode())
-    if not args.no_plot:
-        prog.memory.plot(out / "memory.png")
-    _say(f"  memory report: {out / 'memory.json'}" + ("" if args.no_plot else f", {out / 'memory.png'}"))
-    return code
-
-
-def _scheme_text(update) -> str:
-    if isinstance(update, dict):
-        w = ", ".join(f"{k}:{v:g}" for k, v in update["weights"].items())
-        return f"sparse (biases of the last {update['bias_last']}{'; weights ' + w if w else ''})"
-    return str(update)
-
-
-def _samples(prog, args, data=None) -> list:
-    """`args.samples` (x, y) pairs for the firmware: images of --calibrate with their labels,
-    else random inputs (seed 1) and labels."""
-    import torch
-
-    from .usermodel import example_inputs, parse_input
-
-    n = args.samples
-    out_t = prog.forward_graph.output("output")
-    classes = out_t.shape[-1]
-    rng = np.random.default_rng(1)
-    specs = [parse_input(s) for s in _input_texts(prog)]
-    pairs = []
-    for i in range(n):
-        if data is not None and len(prog.inputs) == 1:
-            b = specs[0].shape[0]
-            idx = [(i * b + j) % len(data) for j in range(b)]
-            from .data.folder import check_image_shape
-
-            shape = check_image_shape(specs[0].shape)
-            mean, std = _norm(args, shape[0])
-            x = data.batch(idx, shape, mean, std)
-            y = data.labels[idx]
-            if int(y.max()) >= classes:
-                raise ValueError(f"labels out of range: {data.source} has {len(data.classes)} classes but the model "
-                                 f"outputs {classes}")
-        else:
-            xs = tuple(t.numpy() for t in example_inputs(specs, seed=1 + i))
-            x = xs[0] if len(xs) == 1 else xs
-            if prog.loss == "cross_entropy":
-                y = rng.integers(0, classes, size=out_t.shape[:-1]).astype(np.int64)
-            else:
-                y = rng.standard_normal(out_t.shape).astype(np.float32)
-        pairs.append((x, y))
-    del torch
-    return pairs
-
-
-def _input_texts(prog) -> list[str]:
-    from .usermodel import InputSpec
-
-    src = prog.input_transform or prog.forward_graph
-    out = []
-    for name in prog.inputs:
-        t = src.input(name).type
-        out.append(str(InputSpec(tuple(t.shape), t.dtype if t.dtype in ("int64", "int32") else "float32")))
-    return out
-
-
-def memory_report(prog, config, target: str) -> dict:
-    m = prog.memory
-    return {"model": config.model, "inputs": list(config.inputs), "update": config.update,
-            "quantize": config.quantize, "target": target,
-            "budget": {"sram": config.sram, "flash": config.flash},
-            "peak_bytes": m.peak_bytes, "arena_bytes": m.arena_bytes, "activation_bytes": m.activation_bytes,
-            "trainable_bytes": m.trainable_bytes, "flash_bytes": m.frozen_bytes, "weight_bytes": m.weight_bytes,
-            "peak_step": m.peak_step, "peak_op": m.peak_op, "summary": m.summary(),
-            "trainable": {p: {"shape": list(prog.state[p].shape),
-                              "channels": None if sel is None else [sel.dim, len(sel.index)]}
-                          for p, sel in prog.trainable.items()},
-            "timeline": list(m.timeline)}
-
-
-def _firmware_dict(size) -> dict:
-    import dataclasses
-
-    return dataclasses.asdict(size)
-
-
-def _verify(prog, out: Path, target: str, samples) -> dict:
-    """Build and run the project; compare its losses with the reference runtime's."""
-    import subprocess
-
-    from .backends.c import CBackendError
-
-    t0 = time.perf_counter()
-    if target == "host":
-        r = subprocess.run(["make", "-s", "main"], cwd=out, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise CBackendError(f"building the host driver in {out} failed:\n{r.stderr[-3000:]}")
-        r = subprocess.run(["./main"], cwd=out, capture_output=True, text=True, timeout=600)
-        lines = r.stdout.splitlines()
-        losses = [float(m.group(2)) for m in map(_STEP_LINE.match, lines) if m]
-        exit_code = r.returncode
-        where = "host build"
-    else:
-        import dataclasses
-
-        from .backends.c import cortexm
-
-        elf = cortexm.build(out)
-        run = cortexm.run_qemu(out, target)
-        prog.memory = dataclasses.replace(prog.memory, firmware=cortexm.firmware_size(elf, run))
-        losses, exit_code, lines = list(run.losses), run.exit_code, list(run.lines)
-        where = f"QEMU {target}"
-        _say(f"  firmware: {prog.memory.firmware.describe()}")
-    ref = [prog.step(x, y) for x, y in samples]
-    diff = max((abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref)), default=float("inf"))
-    ok = exit_code == 0 and len(losses) == len(ref) and diff <= VERIFY_RTOL
-    for i, (a, b) in enumerate(zip(losses, ref), start=1):
-        _say(f"  {where}: step {i} loss {a:.9g}   (reference {b:.9g})")
-    verdict = (f"verified: {len(losses)} steps, largest relative difference {diff:.2g} (allowed {VERIFY_RTOL:g})" if ok
-               else f"verification FAILED: exit {exit_code}, {len(losses)} of {len(ref)} steps, largest relative "
-                    f"difference {diff:.2g}; last lines: {' | '.join(lines[-3:])}")
-    _say(f"  {verdict} ({time.perf_counter() - t0:.1f} s)")
-    if not ok:
-        print(f"edgetrain compile: error: {verdict}", file=sys.stderr)
-    return {"ok": ok, "where": where, "losses": losses, "reference": ref, "max_rel_diff": diff,
-            "exit_code": exit_code}
-
-
 # --- train -------------------------------------------------------------------------------------------
 _PROGRAM_OPTS = ("input", "model_arg", "classes", "loss", "update_spec", "contributions", "search", "quantize",
                  "calibrate", "lr", "momentum", "weight_decay", "no_qas", "rounding_seed", "sram", "flash", "backend")
@@ -471,7 +302,7 @@ def _test_hook():
 
 
 def run_train(args) -> int:
-    from .checkpoint import ProgramConfig, build_program, load_checkpoint, remove_stale_temporaries
+    from .checkpoint import build_program, load_checkpoint, remove_stale_temporaries
     from .data.folder import load_images
     from .train import TrainMeta, TrainOptions, calibration_batch, describe_skipped, fit, image_shape
 
