@@ -234,17 +234,22 @@ def test_lp_rounding_guided_schedule_is_valid():
         assert s.peak_bytes <= ram
 
 
+def assert_greedies_fit(p, rams):
+    """dtr, chen and the paging greedy either raise Infeasible or fit each budget."""
+    for ram in rams:
+        for solve in (greedy.solve_dtr, greedy.solve_chen, greedy.solve_page_greedy):
+            try:
+                s = solve(p, ram, None, 1.0)
+            except Infeasible:
+                continue
+            assert s.peak_bytes <= ram
+
+
 def test_tiny_random_problems_never_break_the_greedies():
     for seed in range(60):
         p = random_tiny(seed)
         greedy.solve_none(p, None, None, 1.0)
-        for ram in budgets(p):
-            for solve in (greedy.solve_dtr, greedy.solve_chen, greedy.solve_page_greedy):
-                try:
-                    s = solve(p, ram, None, 1.0)
-                except Infeasible:
-                    continue
-                assert s.peak_bytes <= ram
+        assert_greedies_fit(p, budgets(p))
 
 
 # --- on a compiled program -------------------------------------------------------------
@@ -286,10 +291,4 @@ def test_none_on_a_program_reaches_the_plain_peak(skip_problem):
 
 def test_greedies_on_a_program_fit_their_budgets(skip_problem):
     p = skip_problem
-    for ram in budgets(p, (0.9, 0.7, 0.5)):
-        for solve in (greedy.solve_dtr, greedy.solve_chen, greedy.solve_page_greedy):
-            try:
-                s = solve(p, ram, None, 1.0)
-            except Infeasible:
-                continue
-            assert s.peak_bytes <= ram
+    assert_greedies_fit(p, budgets(p, (0.9, 0.7, 0.5)))

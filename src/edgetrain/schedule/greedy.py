@@ -399,38 +399,42 @@ def solve_dtr(problem: ScheduleProblem, ram: Optional[int] = None, deadline: Opt
     """DTR-style greedy under the budget, no paging: keep what the forward can hold (dropping
     the smallest cost / (bytes * staleness) first), then per stage recompute what is missing
     and evict resident units by the same score until the stage fits."""
-    t0 = time.perf_counter()
-    f = facts(problem)
-    check_ram(problem, ram, "dtr", f)
-    budget = stage_bytes_budget(problem, ram)
-    start = {u.index for u in problem.units if f.direct_last[u.index] >= 0}
-
-    def choose_keep(keep, pins, page_out):
-        fixed = f.must_keep | {u for u, (a, _) in pins.items() if a < 0}
-        return _forward_evict(problem, f, keep, budget, lambda u: u.index not in fixed and u.recompute_until >= 0,
-                              lambda u, k: rebuild_energy(problem, u, k - {u}, f.direct_last[u]), "dtr")
-    sched = _run(problem, "dtr", choose_keep, _Policy(budget=budget, score=_h), start, t0)
-    return check_deadline(sched, deadline, "dtr")
+    return _evicting(problem, ram, deadline, page=False)
 
 
 def solve_page_greedy(problem: ScheduleProblem, ram: Optional[int] = None, deadline: Optional[float] = None,
                       time_limit: float = 60.0) -> Schedule:
     """Paging-only greedy (the warm start of "paging"): like "dtr", but an evicted unit is
     paged out after its first computation and paged in where it is read again."""
+    return _evicting(problem, ram, deadline, page=True)
+
+
+def _evicting(problem: ScheduleProblem, ram: Optional[int], deadline: Optional[float], page: bool) -> Schedule:
+    """The greedy of "dtr" (page=False: an evicted unit is recomputed, priced by rebuilding it)
+    and of the paging warm start (page=True: paged out and back in, priced by that traffic)."""
     t0 = time.perf_counter()
+    name = "paging-greedy" if page else "dtr"
     f = facts(problem)
-    check_ram(problem, ram, "paging-greedy", f)
+    check_ram(problem, ram, name, f)
     budget = stage_bytes_budget(problem, ram)
     start = {u.index for u in problem.units if f.direct_last[u.index] >= 0}
+    us = problem.units
+
+    def evictable(u):
+        return u.pageable if page else u.recompute_until >= 0
+
+    def cost(u, k):
+        return us[u].page_in_j + us[u].page_out_j if page else rebuild_energy(problem, u, k - {u}, f.direct_last[u])
 
     def choose_keep(keep, pins, page_out):
         fixed = f.must_keep | {u for u, (a, _) in pins.items() if a < 0}
-        k = _forward_evict(problem, f, keep, budget, lambda u: u.index not in fixed and u.pageable,
-                           lambda u, k: problem.units[u].page_in_j + problem.units[u].page_out_j, "paging-greedy")
-        page_out |= {u for u in start - k if problem.units[u].pageable}
+        k = _forward_evict(problem, f, keep, budget, lambda u: u.index not in fixed and evictable(u), cost, name)
+        if page:
+            page_out |= {u for u in start - k if us[u].pageable}
         return k
-    sched = _run(problem, "paging", choose_keep, _Policy(budget=budget, score=_h_page, page=True), start, t0)
-    return check_deadline(sched, deadline, "paging-greedy")
+    policy = _Policy(budget=budget, score=_h_page, page=True) if page else _Policy(budget=budget, score=_h)
+    sched = _run(problem, "paging" if page else "dtr", choose_keep, policy, start, t0)
+    return check_deadline(sched, deadline, name)
 
 
 def solve_guided(problem: ScheduleProblem, ram: Optional[int], solver: str, weight: Callable, tau: float,
