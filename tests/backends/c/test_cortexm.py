@@ -90,6 +90,20 @@ def test_make_run_and_samples_as_pairs(tmp_path):
     assert steps == [cortexm.format_step_line(i, l) for i, l in enumerate(fixture_losses(x, y), start=1)]
 
 
+def test_heap_is_whole_pages_at_a_page_boundary(tmp_path):
+    """newlib's malloc (printf's %g) extends the heap to 4 KiB boundaries: a 4 KiB heap that
+    started off a boundary made it fail (an assert, exit 1) depending on the size of .bss."""
+    import subprocess
+    d = fixture_project(tmp_path, "cortex-m4", fixture_samples(2))
+    cortexm.build(d)
+    nm = subprocess.run(["arm-none-eabi-nm", str(d / "firmware.elf")], capture_output=True, text=True, check=True)
+    syms = {name: addr for addr, _, name in (line.split() for line in nm.stdout.splitlines() if line.count(" ") == 2)}
+    start, end = int(syms["__heap_start"], 16), int(syms["__heap_end"], 16)
+    assert start % 4096 == 0 and (end - start) % 4096 == 0
+    with pytest.raises(cortexm.CortexMError, match="whole 4 KiB pages"):
+        cortexm.write_project(tmp_path / "odd", "cortex-m4", fixture_samples(2), heap_bytes=6000)
+
+
 def test_arena_guard_failure_exits_nonzero(tmp_path):
     d = fixture_project(tmp_path, "cortex-m4", fixture_samples(3))
     cortexm.build(d, extra_cflags=["-DET_FIXTURE_SMASH_ARENA"])

@@ -141,6 +141,9 @@ def write_project(out_dir, target: str = "cortex-m4", samples=None, *, stack_byt
         inputs, labels = [np.asarray(x) for x, _ in pairs], [np.asarray(y) for _, y in pairs]
     if len(inputs) == 0:
         raise CortexMError("the firmware needs at least one training sample")
+    if heap_bytes <= 0 or heap_bytes % 4096:
+        raise CortexMError(f"heap_bytes={heap_bytes}: the heap must be whole 4 KiB pages (newlib's malloc "
+                           f"extends it to page boundaries)")
     for name in RUNTIME_FILES:
         shutil.copyfile(RUNTIME_DIR / name, out / name)
     ld = Template((RUNTIME_DIR / "link.ld.in").read_text()).substitute(
