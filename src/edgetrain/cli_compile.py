@@ -23,6 +23,7 @@ _STEP_LINE = re.compile(r"^step (\d+) loss (\S+)$")
 
 
 def run_compile(args) -> int:
+    from .api import BudgetError
     from .checkpoint import Checkpoint, atomic_write, build_program, save_checkpoint
     from .train import TrainMeta
 
@@ -37,12 +38,22 @@ def run_compile(args) -> int:
     built = build_program(config, calibration=calib[0] if calib else None, contributions=args.contributions,
                           search=args.search)
     prog = built.prog
+    second_bank = prog.memory.trainable_bytes if args.weight_banks == 2 and args.target != "host" else 0
+    if second_bank and config.sram is not None and prog.memory.peak_bytes + second_bank > config.sram:
+        need = prog.memory.peak_bytes + second_bank
+        raise BudgetError(f"with --weight-banks 2 the program needs {need:,} B of SRAM at its peak "
+                          f"({prog.memory.peak_bytes:,} B + a second copy of the trained state, "
+                          f"{second_bank:,} B), over the budget of {config.sram:,} B; the smallest budget that "
+                          f"fits is {need:,} B (or use --weight-banks 1)")
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     ck = save_checkpoint(out / COMPILED_FILE, Checkpoint.of(built, TrainMeta(reason="compiled").as_dict()))
     _say(f"compiled {config.model} ({', '.join(config.inputs)}; update {_scheme_text(built.config.update)}"
          f"{', int8' if config.quantize else ''}) in {time.perf_counter() - t0:.1f} s")
     _say(f"  {prog.memory.summary()}")
+    if second_bank:
+        _say(f"  two weight banks: + {second_bank / 1024:.1f} KB for the second copy of the trained state = "
+             f"peak {(prog.memory.peak_bytes + second_bank) / 1024:.1f} KB")
     if prog.search is not None:
         _say(f"  update=auto: {prog.search.summary()}")
     samples = _samples(prog, args, calib[1] if calib else None)
@@ -54,7 +65,7 @@ def run_compile(args) -> int:
         regions = {k: v for k, v in (("sram_bytes", config.sram), ("flash_bytes", config.flash)) if v is not None}
         emit_firmware(prog, out, args.target, samples, weight_banks=args.weight_banks, **regions)
     _say(f"  wrote the {args.target} project, program.ckpt ({ck.stat().st_size:,} B) to {out}")
-    report = memory_report(prog, built.config, args.target)
+    report = memory_report(prog, built.config, args.target, second_bank)
     atomic_write(out / "memory.json", (json.dumps(report, indent=1) + "\n").encode())
     code = 0
     if args.verify:
@@ -126,12 +137,16 @@ def _input_texts(prog) -> list[str]:
     return out
 
 
-def memory_report(prog, config, target: str) -> dict:
+def memory_report(prog, config, target: str, second_bank: int = 0) -> dict:
+    """The memory.json of `edgetrain compile`. With two weight banks (`second_bank` > 0: the
+    bytes of the second copy of the trained state) `peak_bytes` counts that copy too and
+    `program_peak_bytes` is the program's own peak."""
     m = prog.memory
     return {"model": config.model, "inputs": list(config.inputs), "update": config.update,
             "quantize": config.quantize, "target": target,
             "budget": {"sram": config.sram, "flash": config.flash},
-            "peak_bytes": m.peak_bytes, "arena_bytes": m.arena_bytes, "activation_bytes": m.activation_bytes,
+            "weight_banks": 2 if second_bank else 1, "second_bank_bytes": second_bank,
+            "peak_bytes": m.peak_bytes + second_bank, "program_peak_bytes": m.peak_bytes, "arena_bytes": m.arena_bytes, "activation_bytes": m.activation_bytes,
             "trainable_bytes": m.trainable_bytes, "flash_bytes": m.frozen_bytes, "weight_bytes": m.weight_bytes,
             "peak_step": m.peak_step, "peak_op": m.peak_op, "summary": m.summary(),
             "trainable": {p: {"shape": list(prog.state[p].shape),

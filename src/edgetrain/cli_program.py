@@ -145,7 +145,8 @@ def add_commands(sub) -> None:
     c.add_argument("--weight-banks", type=int, choices=(1, 2), default=1,
                    help="Cortex-M firmware: 2 keeps the trained weights in two banks and commits a step by one "
                    "header write after its CRC-32, so a reset mid-step resumes from the last complete update "
-                   "(costs a second copy of the trained state in SRAM, not in the memory report's peak); "
+                   "(costs a second copy of the trained state in SRAM, counted in the memory report's peak and "
+                   "checked against --sram); "
                    "default 1 (updates in place)")
     c.add_argument("--samples", type=_positive_int, default=DEFAULT_SAMPLES, metavar="N",
                    help=f"training samples embedded in the firmware, one step each (default {DEFAULT_SAMPLES}): "

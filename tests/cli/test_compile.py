@@ -84,6 +84,27 @@ def test_budget_that_cannot_fit(cli, model_file, tmp_path):
     assert code == 3 and "read-only weights need" in err
 
 
+def test_second_weight_bank_counts_against_the_budget(cli, model_file, tmp_path):
+    code, _, err = cli("compile", f"{model_file}:build", "--input", INPUT, "--target", "host", "--no-plot",
+                       "-o", tmp_path / "one")
+    assert code == 0, err
+    one = json.loads((tmp_path / "one" / "memory.json").read_text())
+    assert one["weight_banks"] == 1 and one["peak_bytes"] == one["program_peak_bytes"]
+    out = tmp_path / "two"
+    args = ("compile", f"{model_file}:build", "--input", INPUT, "--target", "cortex-m4", "--weight-banks", "2",
+            "--no-plot", "-o", out)
+    code, _, err = cli(*args, "--sram", str(one["peak_bytes"]))
+    assert code == 3 and "with --weight-banks 2 the program needs" in err and not out.exists()
+    need = one["peak_bytes"] + one["trainable_bytes"]
+    assert f"the smallest budget that fits is {need:,} B" in err
+    code, text, err = cli(*args, "--sram", str(need))
+    assert code == 0, err
+    two = json.loads((out / "memory.json").read_text())
+    assert two["weight_banks"] == 2 and two["second_bank_bytes"] == one["trainable_bytes"] > 0
+    assert two["peak_bytes"] == need and two["program_peak_bytes"] == one["peak_bytes"]
+    assert "two weight banks: +" in text
+
+
 def test_update_auto_needs_contributions(cli, model_file, tmp_path):
     code, _, err = cli("compile", f"{model_file}:build", "--input", INPUT, "--update", "auto", "--sram", "64KB",
                        "-o", tmp_path / "o")
