@@ -5,7 +5,7 @@ import torch
 
 import edgetrain as et
 from tests.core.models import MixedOps, SEMobile
-from tests.helpers import check_gradients
+from tests.helpers import check_gradients, rel_err
 
 SCHEMES = [et.Full(), et.BiasOnly(), et.LastK(2), et.Sparse(bias_last=3, weights={1: 0.5, 2: 1.0, 3: 0.25})]
 
@@ -55,3 +55,33 @@ def test_sparse_channels_are_largest_norm_first():
     sel = prog.trainable["se2.weight"]
     norms = np.sqrt((w ** 2).sum(axis=(0, 2, 3)))
     assert sel.dim == 1 and set(sel.index) == set(np.argsort(-norms)[:2].tolist())
+
+
+def test_vector_jacobian_product_from_cotangents():
+    """build_backward started from the outputs' cotangents (no loss): torch.autograd's VJP."""
+    from edgetrain.autodiff import build_backward
+    from edgetrain.backends.reference import run_graph
+    from edgetrain.frontend import capture
+    from edgetrain.ir import TensorType, new_value
+
+    torch.manual_seed(0)
+    model = SEMobile().double().eval()
+    x = torch.randn(2, 3, 24, 24, dtype=torch.float64)
+    cap = capture(model, (x,))
+    g = cap.graph
+    out = g.outputs[0]
+    t = new_value(TensorType(out.shape, out.dtype), "cotangent")
+    params = dict(model.named_parameters())
+    joint = build_backward(g.replace(inputs=g.inputs + (t,)), None, {n: None for n in params},
+                           {g.output_names[0]: "cotangent"})
+    ct = torch.randn(out.shape, dtype=torch.float64)
+    feeds = {n: p.detach().numpy() for n, p in params.items()}
+    feeds.update({n: b.numpy() for n, b in model.named_buffers()})
+    feeds.update({cap.inputs[0]: x.numpy(), "cotangent": ct.numpy()})
+    got, _ = run_graph(joint, {v.name: feeds[v.name] for v in joint.inputs})
+    model(x).backward(ct)
+    for n, p in params.items():
+        assert rel_err(got[f"grad:{n}"], p.grad) < 1e-7, n
+    with pytest.raises(ValueError, match="the cotangent c of output output is f64\\[1\\], not \\(2, 7\\)"):
+        build_backward(g.replace(inputs=g.inputs + (new_value(TensorType((1,), "float64"), "c"),)), None,
+                       {n: None for n in params}, {g.output_names[0]: "c"})

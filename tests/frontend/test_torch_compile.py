@@ -215,8 +215,10 @@ def test_train_mode_batch_norm_and_options_are_explained():
     with pytest.raises(et.UnsupportedOpError, match=r"model\.eval\(\).*module 1 \(BatchNorm2d\)"):
         torch.compile(model, backend="edgetrain")(torch.randn(2, 3, 8, 8))
     lin = nn.Linear(3, 2)
-    with pytest.raises(ValueError, match="int8' is not available through torch.compile.*edgetrain.compile"):
-        torch.compile(lin, backend="edgetrain", options={"quantize": "int8"})(torch.randn(1, 3))
+    with pytest.raises(ValueError, match=r"quantize'\]='int4': use None \(float32\) or 'int8'"):
+        torch.compile(lin, backend="edgetrain", options={"quantize": "int4"})(torch.randn(1, 3))
+    with pytest.raises(ValueError, match=r"calibration'\] sets int8 scales; it needs"):
+        torch.compile(lin, backend="edgetrain", options={"calibration": torch.randn(1, 3)})(torch.randn(1, 3))
     with pytest.raises(ValueError, match="unknown options"):
         torch.compile(lin, backend="edgetrain", options={"lr": 0.1})(torch.randn(1, 3))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from ..ir import FLOAT_DTYPES, Graph, Value
+from ..ir import FLOAT_DTYPES, Graph, TensorType, Value
 from ..ops import Emitter, get_op
 
 
@@ -63,26 +63,39 @@ def _requires_grad(g: Graph, wrt_values: set[Value]) -> set[Value]:
     return req
 
 
-def _contributes(g: Graph, loss: Value) -> set[Value]:
-    """Values the loss depends on (backward reachability)."""
-    need = {loss}
+def _contributes(g: Graph, roots: set[Value]) -> set[Value]:
+    """Values the roots (the loss, or the outputs given cotangents) depend on (backward reachability)."""
+    need = set(roots)
     for n in reversed(g.nodes):
         if any(o in need for o in n.outputs):
             need.update(n.inputs)
     return need
 
 
-def build_backward(g: Graph, loss: str, wrt: Mapping[str, Optional[ChannelSelect]]) -> Graph:
+def build_backward(g: Graph, loss: Optional[str], wrt: Mapping[str, Optional[ChannelSelect]],
+                   cotangents: Optional[Mapping[str, str]] = None) -> Graph:
     """Return `g` with the reverse sweep appended and one output `grad:<name>` per entry of
-    `wrt` (graph input name -> None for the whole tensor, or a ChannelSelect)."""
-    loss_v = g.output(loss)
-    if loss_v.type.shape != ():
-        raise ValueError(f"the loss must be a scalar, got {loss_v.type}")
+    `wrt` (graph input name -> None for the whole tensor, or a ChannelSelect).
+
+    The sweep starts from the scalar output `loss` (gradient 1), or, given `cotangents`
+    (output name -> the name of a graph input holding that output's gradient), from those:
+    a vector-Jacobian product, for a caller that owns the loss (torch autograd)."""
+    e = Emitter()
+    if cotangents:
+        grads: dict[Value, Value] = {}
+        for out, name in cotangents.items():
+            v, t = g.output(out), g.input(name)
+            if t.type != TensorType(v.shape, grad_dtype(v)):
+                raise ValueError(f"the cotangent {name} of output {out} is {t.type}, not {v.shape} {grad_dtype(v)}")
+            grads[v] = t
+    else:
+        loss_v = g.output(loss)
+        if loss_v.type.shape != ():
+            raise ValueError(f"the loss must be a scalar, got {loss_v.type}")
+        grads = {loss_v: e.const(1.0, loss_v.dtype)}
     params = {name: g.input(name) for name in wrt}
     selects = {params[name]: sel for name, sel in wrt.items()}
-    requires = _requires_grad(g, set(params.values())) & _contributes(g, loss_v)
-    e = Emitter()
-    grads: dict[Value, Value] = {loss_v: e.const(1.0, loss_v.dtype)}
+    requires = _requires_grad(g, set(params.values())) & _contributes(g, set(grads))
 
     for node in reversed(g.nodes):
         out_grads = [grads.get(o) for o in node.outputs]

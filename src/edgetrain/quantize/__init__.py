@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -27,22 +27,32 @@ class Quantized:
     layers: dict[str, QuantLayer]  # by weight name
     folds: tuple[FoldedNorm, ...]
     qparams: dict[Value, QParams]  # of the folded graph's int8 values
+    ranges: dict[Value, tuple[float, float]]  # the real ranges they were chosen for (not published ones)
+
+
+#: ranges(folded graph, values) -> {value: (lo, hi)}: where the calibrated values' ranges come from
+Ranges = Callable[[Graph, Sequence[Value]], Mapping[Value, tuple[float, float]]]
 
 
 def quantize_int8(g: Graph, arrays: Mapping[str, np.ndarray], specs: Mapping[str, LayerSpec],
-                  calibration: Iterable[Sequence[np.ndarray]]) -> Quantized:
+                  calibration: Iterable[Sequence[np.ndarray]], ranges: Optional[Ranges] = None,
+                  weight_scales: Optional[Mapping[str, np.ndarray]] = None) -> Quantized:
     """Fold batch norm, choose every int8 tensor's scale (published `specs` first, then
-    calibration ranges over `calibration` batches), and build the int8 graph."""
+    calibration ranges over `calibration` batches, or the ranges `ranges` gives), and build
+    the int8 graph (weights on the scales `weight_scales` names, else on their own range)."""
     folded, farrays, folds = fold_batchnorm(g, arrays)
     plan = plan_quantization(folded, set(farrays))
-    batches = list(calibration)
+    batches = list(calibration) if ranges is None else []
+    seen: dict[Value, tuple[float, float]] = {}
 
     def calibrate(values):
-        return observe_ranges(folded, farrays, batches, values)
+        got = observe_ranges(folded, farrays, batches, values) if ranges is None else dict(ranges(folded, values))
+        seen.update(got)
+        return got
 
     qp = assign_qparams(folded, plan, specs, calibrate)
-    graph, qarrays, layers = quantize_graph(folded, farrays, plan, qp, specs)
-    return Quantized(folded, farrays, graph, qarrays, layers, tuple(folds), qp)
+    graph, qarrays, layers = quantize_graph(folded, farrays, plan, qp, specs, weight_scales)
+    return Quantized(folded, farrays, graph, qarrays, layers, tuple(folds), qp, seen)
 
 
 def qas_scales(layers: Mapping[str, QuantLayer], enabled: bool) -> dict[str, tuple[float, ...]]:

@@ -82,7 +82,7 @@ def plan_quantization(g: Graph, consts: set[str]) -> Plan:
                 continue
             p.kinds[id(n)] = "qconv"
             nxt = users.get(n.out, [])
-            if len(nxt) == 1 and nxt[0].op in ACTIVATIONS and n.out not in outputs:
+            if len(nxt) == 1 and nxt[0].op in ACTIVATIONS and n.out not in outputs and nxt[0].out not in outputs:
                 p.act[id(n)] = nxt[0]
                 p.absorbed.add(id(nxt[0]))
             y = p.act[id(n)].out if id(n) in p.act else n.out
@@ -136,10 +136,13 @@ def assign_qparams(g: Graph, p: Plan, specs: Mapping[str, LayerSpec],
 
 
 def quantize_graph(g: Graph, arrays: Mapping[str, np.ndarray], p: Plan, qp: Mapping[Value, QParams],
-                   specs: Mapping[str, LayerSpec]) -> tuple[Graph, dict[str, np.ndarray], dict[str, QuantLayer]]:
+                   specs: Mapping[str, LayerSpec], weight_scales: Optional[Mapping[str, np.ndarray]] = None
+                   ) -> tuple[Graph, dict[str, np.ndarray], dict[str, QuantLayer]]:
     """Build the int8 graph. Returns it, its parameter/buffer arrays (int8 weights, int32
-    biases, untouched float ones) and the quantized layers by weight name."""
-    b = _Builder(g, arrays, qp)
+    biases, untouched float ones) and the quantized layers by weight name. A layer without
+    a spec quantizes its weight on the scales `weight_scales` names for it, if any, else on
+    scales covering its range."""
+    b = _Builder(g, arrays, qp, weight_scales or {})
     layers: dict[str, QuantLayer] = {}
     for n in g.nodes:
         kind = p.kinds.get(id(n))
@@ -165,8 +168,10 @@ def quantize_graph(g: Graph, arrays: Mapping[str, np.ndarray], p: Plan, qp: Mapp
 
 
 class _Builder:
-    def __init__(self, g: Graph, arrays: Mapping[str, np.ndarray], qp: Mapping[Value, QParams]):
+    def __init__(self, g: Graph, arrays: Mapping[str, np.ndarray], qp: Mapping[Value, QParams],
+                 weight_scales: Mapping[str, np.ndarray]):
         self.e = Emitter()
+        self.weight_scales = weight_scales
         self.qp = qp
         self.src_arrays = arrays
         self.arrays: dict[str, np.ndarray] = {}
@@ -215,7 +220,7 @@ class _Builder:
                                     f"{w_float.shape}")
             w_int, w_scales, b_int = spec.weight.astype(np.int8), spec.w_scales.astype(np.float32), spec.bias
         else:
-            w_int, w_scales = quantize_weight(w_float)
+            w_int, w_scales = quantize_weight(w_float, self.weight_scales.get(w.name))
             b_float = self.src_arrays[n.inputs[2].name] if len(n.inputs) > 2 else np.zeros(w_float.shape[0])
             b_int = quantize_bias(b_float, xq.scale, w_scales)
         b_name = n.inputs[2].name if len(n.inputs) > 2 else _bias_name(w.name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -54,11 +55,16 @@ class QParams:
         return (INT8_MIN - self.zero) * self.scale, (INT8_MAX - self.zero) * self.scale
 
 
-def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(int8 weight, float32 scale per output channel (dim 0)), symmetric."""
+def quantize_weight(w: np.ndarray, scales: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 weight, float32 scale per output channel (dim 0)), symmetric: the scales cover
+    each channel's largest magnitude, or are the given `scales` (values beyond them clamp)."""
     w = np.asarray(w, dtype=np.float32)
-    flat = np.abs(w.reshape(w.shape[0], -1)).max(axis=1) if w.size else np.zeros(w.shape[0], np.float32)
-    scales = (np.maximum(flat, MIN_WEIGHT_RANGE) / WEIGHT_QMAX).astype(np.float32)
+    if scales is None:
+        flat = np.abs(w.reshape(w.shape[0], -1)).max(axis=1) if w.size else np.zeros(w.shape[0], np.float32)
+        scales = (np.maximum(flat, MIN_WEIGHT_RANGE) / WEIGHT_QMAX).astype(np.float32)
+    scales = np.asarray(scales, dtype=np.float32)
+    if scales.shape != (w.shape[0],):
+        raise ValueError(f"weight scales {scales.shape} do not match {w.shape[0]} output channels")
     q = np.round(w / scales.reshape((-1,) + (1,) * (w.ndim - 1)))
     return np.clip(q, -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8), scales
 

@@ -10,6 +10,7 @@ Errors (unsupported op, budget) reach the caller then, as edgetrain's own except
 from __future__ import annotations
 
 import collections
+import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -45,11 +46,31 @@ class CompiledGraph:
     step: Optional[Graph] = None
     memory: Optional[MemoryReport] = None
     runs: dict = field(default_factory=lambda: {"forward": 0, "backward": 0})
+    quantize: Optional[str] = None  # "int8": the graphs are the int8 program's (int8.py)
+    int8: Optional[object] = None  # then its int8.Int8Program (scales, layer maps, the torch <-> int map)
 
     def summary(self) -> str:
         if self.step is None:
             return f"forward only: {self.memory.summary()}"
         return f"training step, {len(self.trainable)} trained tensors: {self.memory.summary()}"
+
+
+#: int8 scales fixed by the first compiled shape of a graph, for Dynamo's recompilations of it
+#: (a new batch size brings a new graph module): id of the graph's first parameter -> (a weak
+#: reference to it, {(id of the options, parameter and buffer names): int8.FixedScales})
+_SCALES: dict = {}
+
+
+def _scales_slot(flat, options) -> Optional[tuple[dict, tuple]]:
+    params = [f.value for f in flat if f.kind == "param"]
+    if not params:
+        return None
+    first = params[0]
+    ref, slot = _SCALES.get(id(first), (None, None))
+    if ref is None or ref() is not first:
+        slot = {}
+        _SCALES[id(first)] = (weakref.ref(first, lambda _r, k=id(first): _SCALES.pop(k, None)), slot)
+    return slot, (id(options), tuple(f.name for f in flat if f.kind in ("param", "buffer")))
 
 
 def last_programs() -> list[CompiledGraph]:
@@ -214,9 +235,14 @@ class EdgetrainGraph:
         self.sources = [(n.name, source_name(n)) for n in gm.graph.nodes if n.op == "placeholder"]
         self._opts: Optional[BackendOptions] = None
         self._compiled: dict = {}
+        self._fixed = None  # int8: the scales the first compiled shape fixed (int8.FixedScales)
         self.programs: dict = {}
 
     def __call__(self, *args):
+        if self._opts is None:
+            self._opts = parse_options(self.options)
+        if self._opts.quantize == "int8":
+            return self._call_int8(args)
         key = _shape_key(args)
         fn = self._compiled.get(key)
         if fn is None:
@@ -226,8 +252,6 @@ class EdgetrainGraph:
     def _compile(self, key, args):
         from torch._dynamo.backends.common import aot_autograd
 
-        if self._opts is None:
-            self._opts = parse_options(self.options)
         spec = _Specialization(flat_inputs(self.gm, self.sources, args), self._opts)
         compiler = aot_autograd(fw_compiler=spec.compile_forward, bw_compiler=spec.compile_backward,
                                 inference_compiler=spec.compile_inference, partition_fn=spec.partition)
@@ -237,8 +261,62 @@ class EdgetrainGraph:
         return fn
 
 
+    # -- quantize="int8" (int8.py): AOTAutograd's inference graph, quantized; edgetrain's backward --
+    def _tensors(self, args) -> list:
+        return ([p for _, p in self.gm.named_parameters(remove_duplicate=False)]
+                + [b for _, b in self.gm.named_buffers(remove_duplicate=False)] + list(args))
+
+    def _call_int8(self, args):
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        prog = self._compiled.get(key)
+        if prog is None:
+            prog = self._compile_int8(key, args)
+        tensors = self._tensors(args)
+        if torch.is_grad_enabled():
+            for f, t in zip(prog.flat, tensors):
+                if f.kind == "input" and t.requires_grad:
+                    raise CaptureError(f"quantize='int8' cannot pass a gradient to the graph input {f.name} "
+                                       f"(an activation from an earlier graph: the model has a graph break "
+                                       f"before a trained layer); compile the model as one graph "
+                                       f"(torch._dynamo.explain(model)(x) shows the breaks)")
+        return prog(tensors)
+
+    def _compile_int8(self, key, args):
+        from torch._dynamo.backends.common import aot_autograd
+
+        from .int8 import Int8Program
+
+        graphs = []
+
+        def keep(gm, _fake_inputs):
+            graphs.append(gm)
+            return _boxed(lambda *a: None)
+
+        with torch.no_grad():  # AOTAutograd's inference graph: the forward alone, no partition
+            aot_autograd(fw_compiler=keep, inference_compiler=keep)(self.gm, list(args))
+        if len(graphs) != 1:
+            raise CaptureError("AOTAutograd did not hand over one inference graph")
+        flat = flat_inputs(self.gm, self.sources, args)
+        shared = _scales_slot(flat, self.options)
+        fixed = shared[0].get(shared[1]) if shared else self._fixed
+        prog = Int8Program(flat, self._opts, graphs[0], fixed or self._fixed, self._opts.calibration)
+        self._fixed = prog.fixed
+        if shared:
+            shared[0][shared[1]] = prog.fixed
+        _check_budget(prog.memory, self._opts.budget, "int8 training step" if prog.step is not None else
+                      "int8 forward graph")
+        record = CompiledGraph(tuple(f.name for f in flat), prog.trainable, prog.forward, prog.forward_memory,
+                               step=prog.step, memory=prog.memory, runs=prog.runs, quantize="int8",
+                               int8=prog)
+        _PROGRAMS.append(record)
+        self._compiled[key] = prog
+        self.programs[key] = record
+        return prog
+
+
 def edgetrain_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=None):
-    """torch.compile(model, backend="edgetrain", options={"update": ..., "budget": ...})."""
+    """torch.compile(model, backend="edgetrain", options={"update": ..., "quantize": ..., "budget": ...,
+    "calibration": ...})."""
     if mode not in (None, "default"):
         raise ValueError(f"torch.compile(backend='edgetrain') has no mode {mode!r}; pass options= instead")
     return EdgetrainGraph(gm, options)

@@ -5,15 +5,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
+import numpy as np
+import torch
+
 from ..config import Budget
 from ..sparse import BiasOnly, Full, LastK, Sparse, UpdateScheme
 
-OPTION_KEYS = ("update", "quantize", "budget")
-QUANTIZE_MESSAGE = (
-    "quantize='int8' is not available through torch.compile: an int8 edgetrain program owns its int8 weights "
-    "and applies its own integer SGD update with Quantization-Aware Scaling, which a torch optimizer stepping "
-    "float parameters cannot drive. Train int8 with edgetrain.compile(model, (x,), quantize='int8') and "
-    "prog.step(x, y); torch.compile(backend='edgetrain') trains float32 (quantize=None).")
+OPTION_KEYS = ("update", "quantize", "budget", "calibration")
 
 
 @dataclass(frozen=True)
@@ -30,6 +28,8 @@ class Named:
 class BackendOptions:
     update: Union[UpdateScheme, Named] = Full()
     budget: Optional[Budget] = None
+    quantize: Optional[str] = None  # None (float32) or "int8" (int8.py)
+    calibration: Optional[tuple] = None  # int8: batches (tuples of arrays) whose ranges set the scales
 
 
 def parse_update(value: Any) -> Union[UpdateScheme, Named]:
@@ -66,14 +66,41 @@ def parse_budget(value: Any) -> Optional[Budget]:
                      f"those, or an SRAM size such as '256KB'")
 
 
+def parse_calibration(value: Any) -> Optional[tuple]:
+    """Calibration batches: a tensor or array, a tuple of them (one per model input), or a
+    list of either."""
+    if value is None:
+        return None
+
+    def arrays(batch):
+        parts = batch if isinstance(batch, tuple) else (batch,)
+        out = []
+        for p in parts:
+            if isinstance(p, torch.Tensor):
+                p = p.detach().cpu().numpy()
+            if not isinstance(p, np.ndarray):
+                raise ValueError(f"options['calibration']: a batch holds a {type(p).__name__}; use tensors "
+                                 f"or arrays (a tuple of them for a model with several inputs)")
+            out.append(p)
+        return tuple(out)
+
+    batches = value if isinstance(value, list) else [value]
+    if not batches:
+        raise ValueError("options['calibration'] is empty; give at least one batch, or leave it out to "
+                         "calibrate on the first call's inputs")
+    return tuple(arrays(b) for b in batches)
+
+
 def parse_options(options: Optional[Mapping[str, Any]]) -> BackendOptions:
     options = dict(options or {})
     unknown = sorted(set(options) - set(OPTION_KEYS))
     if unknown:
         raise ValueError(f"torch.compile(backend='edgetrain'): unknown options {unknown}; known: {list(OPTION_KEYS)}")
-    if options.get("quantize") is not None:
-        if options["quantize"] == "int8":
-            raise ValueError(QUANTIZE_MESSAGE)
-        raise ValueError(f"options['quantize']={options['quantize']!r}: use None (float32)")
+    quantize = options.get("quantize")
+    if quantize not in (None, "int8"):
+        raise ValueError(f"options['quantize']={quantize!r}: use None (float32) or 'int8'")
+    if quantize is None and options.get("calibration") is not None:
+        raise ValueError("options['calibration'] sets int8 scales; it needs options['quantize']='int8'")
     return BackendOptions(update=parse_update(options.get("update", Full())),
-                          budget=parse_budget(options.get("budget")))
+                          budget=parse_budget(options.get("budget")), quantize=quantize,
+                          calibration=parse_calibration(options.get("calibration")))
