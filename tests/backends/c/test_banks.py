@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import re
 import shutil
 
 import numpy as np
@@ -182,3 +183,14 @@ def test_banked_firmware_prints_the_same_losses(setup, tmp_path):
     # initialised object, so the momentum half of it moves from .bss to .data)
     bank_bytes = _open(libs[2]).et_bank_bytes()
     assert sizes[2].sram - sizes[1].sram >= bank_bytes
+
+    # a real system reset (SYSRESETREQ) in the middle of step 2: QEMU restarts the firmware, the
+    # reset handler re-runs, the banks in .noinit survive and it resumes after step 1
+    d = cortexm.emit_firmware(prog, tmp_path / "reset", "cortex-m4", prog.banks_data[:3], weight_banks=2)
+    points = [int(k) for k in re.findall(r"ET_BANK_ABORT_POINT\((\d+)\)", (d / "model.c").read_text())]
+    mid = points[len(points) // 2]
+    cortexm.build(d, extra_cflags=["-DET_BANK_RESET_AT_STEP=2", f"-DET_BANK_RESET_AT_NODE={mid}"])
+    reset = cortexm.run_qemu(d, "cortex-m4")
+    assert reset.exit_code == 0, reset.lines
+    assert "resumed at step 1" in reset.lines
+    assert reset.step_lines == runs[1].step_lines  # step 2 redone from the committed bank: the same losses

@@ -72,26 +72,38 @@ long et_bank_bytes(void) { return (long)sizeof(et_bank_t); }
 def bank_decls(arrays: list) -> list[str]:
     c = ["/* weight banks (weight_banks=2, runtime/et_bank.h): the trained state twice; the kernels reach it",
          "   through et_bank_cur (the names below), which points at the committed bank between steps and at",
-         "   the copy being updated during one. Under QEMU (and on the host) both banks, their metadata and",
-         "   the header are ordinary RAM, lost at reset; on a real MCU the committed state would live in",
-         "   flash or backup SRAM (a retained .noinit section) so that a reboot resumes from it. */",
+         "   the copy being updated during one. On Cortex-M both banks, their metadata and the header sit in",
+         "   .noinit (ET_NOINIT): RAM that neither the reset handler nor a system reset clears, so a reboot",
+         "   resumes from the committed bank (QEMU keeps it across a reset; on a device it would be backup",
+         "   SRAM, or flash with a flash driver). The initial weights are a const image in flash. */",
          "typedef struct {"]
     for k, (name, t, n, _) in enumerate(arrays):
         c.append(f"  {t} a{k}[{max(n, 1)}] ET_ALIGNED(16);")
     c.append("} et_bank_t;")
     inits = [f"  .a{k} = {fmt_values(init)}" for k, (_, _, _, init) in enumerate(arrays)
              if init is not None and init.size]
-    c.append("static et_bank_t et_bank0 ET_ALIGNED(16)" + (" = {\n" + ",\n".join(inits) + "\n}" if inits else "")
-             + "; /* initial weights */")
-    c += ["static et_bank_t et_bank1 ET_ALIGNED(16); /* the second bank: its SRAM is the extra cost */",
+    if inits:
+        c.append("static const et_bank_t et_bank_init ET_ALIGNED(16) = {\n" + ",\n".join(inits)
+                 + "\n}; /* the initial weights (flash) */")
+    c += ["ET_NOINIT static et_bank_t et_bank0 ET_ALIGNED(16);",
+          "ET_NOINIT static et_bank_t et_bank1 ET_ALIGNED(16); /* the second bank: its SRAM is the extra cost */",
           "static et_bank_t *const et_banks[2] = {&et_bank0, &et_bank1};",
           "static et_bank_t *et_bank_cur = &et_bank0;",
           "static int et_bank_active;",
-          "static et_bank_meta_t et_bank_meta[2];",
-          "static volatile uint32_t et_bank_header; /* ET_BANK_MAGIC | committed bank */"]
+          "ET_NOINIT static et_bank_meta_t et_bank_meta[2];",
+          "ET_NOINIT static volatile uint32_t et_bank_header; /* ET_BANK_MAGIC | committed bank */"]
     for k, (name, _, _, _) in enumerate(arrays):
         c.append(f"#define {name} (et_bank_cur->a{k})")
     return c
+
+
+def bank_fresh_start(arrays: list) -> list[str]:
+    """et_init's lines for a fresh start (no valid bank): bank 0 gets the initial weights."""
+    has_init = any(init is not None and init.size for _, _, _, init in arrays)
+    return ["  /* fresh start: bank 0 holds the initial weights */",
+            "  et_bank_cur = et_banks[0];",
+            "  memcpy(et_bank_cur, &et_bank_init, sizeof(et_bank_t));" if has_init else
+            "  memset(et_bank_cur, 0, sizeof(et_bank_t));"]
 
 
 BANK_API = """#define ET_WEIGHT_BANKS 2

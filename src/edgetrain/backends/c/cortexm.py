@@ -99,8 +99,9 @@ def emit_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = 
     headers with the initial weights compiled in (frozen ones `const`: flash), and the
     firmware files of `write_project` training on `samples` ((x, y) pairs as for
     `prog.step`). `make` builds firmware.elf, `make run` runs it on QEMU. weight_banks=2: the
-    trained state twice, each step committed by one header write (emit.emit_sources; under
-    QEMU both banks are RAM)."""
+    trained state twice, each step committed by one header write (emit.emit_sources), in
+    .noinit RAM that a system reset leaves alone: after a reset the firmware resumes from the
+    last committed step (main.c prints "resumed at step N")."""
     from .emit import emit_sources
     from .project import program_samples
 
@@ -272,7 +273,8 @@ def run_qemu(out_dir, target: str = "cortex-m4", *, icount: bool = False,
 class FirmwareSize:
     """Memory of a firmware image, in bytes. flash = code + read-only data (weights frozen in
     flash, embedded samples) + the initial values of .data; sram = .data + .bss (arena, trained
-    weights, optimizer state) + the heap and stack reserves of link.ld."""
+    weights, optimizer state; .noinit's weight banks counted here) + the heap and stack
+    reserves of link.ld."""
     flash: int
     sram: int
     text: int  # .isr_vector + .text (+ ARM unwind tables)

@@ -12,7 +12,7 @@ from ...passes.loss import LABEL
 from .fusion import find_bn_backward
 from .kernels import EmitContext, kernel_for
 from .kernels.float32 import emit_bn_backward
-from .banks import BANK_API, BANK_FUNCS, bank_arrays, bank_decls
+from .banks import BANK_API, BANK_FUNCS, bank_arrays, bank_decls, bank_fresh_start
 from .cvalues import fmt_values, split_parts
 from .layout import C_TYPES, GRAPHS, CBackendError, Layout, StateArray, build_layout
 
@@ -290,9 +290,7 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
           "  }",
           ]
     if banks:
-        c += ["  if (et_bank_boot() >= 0) return; /* resume from the committed bank */",
-              "  /* fresh start: bank 0 holds the initial weights */",
-              "  et_bank_cur = et_banks[0];"]
+        c += ["  if (et_bank_boot() >= 0) return; /* resume from the committed bank */"] + bank_fresh_start(banked)
     for st in layout.states.values():
         if st.name.startswith("momentum:"):
             c.append(f"  memset({st.c_name}, 0, sizeof {st.c_name});")

@@ -22,6 +22,17 @@
 #define ET_BANK_BARRIER() ((void)0)
 #endif
 
+/* where the banks, their metadata and the header live: on a bare-metal Arm target the .noinit
+ * section (link.ld: neither the reset handler nor a system reset clears it), elsewhere
+ * ordinary static storage */
+#ifndef ET_NOINIT
+#if defined(__arm__) && !defined(__linux__)
+#define ET_NOINIT __attribute__((section(".noinit")))
+#else
+#define ET_NOINIT
+#endif
+#endif
+
 /* a bank's metadata: the step count it holds (-1: not valid) and its checksum */
 typedef struct { int32_t step; uint32_t crc; } et_bank_meta_t;
 
@@ -46,6 +57,22 @@ static uint32_t et_crc32(uint32_t crc, const void *data, size_t n) {
 static int et_test_abort_at = -1, et_test_aborted;
 void et_test_abort_after_node(int k) { et_test_abort_at = k; et_test_aborted = 0; }
 #define ET_BANK_ABORT_POINT(i) do { if (et_test_abort_at == (i)) { et_test_aborted = 1; return; } } while (0)
+#elif defined(ET_BANK_RESET_AT_STEP) && defined(ET_BANK_RESET_AT_NODE) && defined(__arm__)
+/* firmware test hook (-DET_BANK_RESET_AT_STEP=s -DET_BANK_RESET_AT_NODE=k): a real system reset
+ * (SYSRESETREQ) after node k of the step that would complete step s, once (a .noinit flag) */
+ET_NOINIT static volatile uint32_t et_test_reset_done;
+static void et_test_reset(int node, int32_t steps_done) {
+    if (node == ET_BANK_RESET_AT_NODE && steps_done + 1 == ET_BANK_RESET_AT_STEP &&
+        et_test_reset_done != ET_BANK_MAGIC) {
+        et_test_reset_done = ET_BANK_MAGIC;
+        __asm__ volatile("dsb" ::: "memory");
+        *(volatile uint32_t *)0xE000ED0Cu = 0x05FA0004u; /* SCB->AIRCR = VECTKEY | SYSRESETREQ */
+        __asm__ volatile("dsb" ::: "memory");
+        for (;;) {
+        }
+    }
+}
+#define ET_BANK_ABORT_POINT(i) et_test_reset((i), et_step)
 #else
 #define ET_BANK_ABORT_POINT(i) ((void)0)
 #endif

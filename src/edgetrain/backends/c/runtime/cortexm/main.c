@@ -1,4 +1,5 @@
-/* edgetrain training firmware: et_init, then one et_train_step per embedded sample, printing
+/* edgetrain training firmware: et_init, then one et_train_step per embedded sample (from the
+ * first one a reset left undone, with two weight banks), printing
  * `step <n> loss <value>` (n = et_get_step(), the steps done; %.9g: the host driver prints
  * the same text for the same float), then the stack high-water mark. Exit status: 0, or
  * ET_EXIT_* on a guard-word failure. */
@@ -25,7 +26,12 @@ int main(void)
     char line[LINE_CHARS];
     int status = ET_EXIT_OK;
     et_init();
-    for (int i = 0; i < ET_NUM_SAMPLES; ++i) {
+    const int first = (int)et_get_step(); /* two weight banks: the steps a reset left committed */
+    if (first > 0) {
+        snprintf(line, sizeof line, "resumed at step %d\n", first);
+        et_semihost_puts(line);
+    }
+    for (int i = first; i < ET_NUM_SAMPLES; ++i) {
         et_icount_mark(2 * i);
         float loss = et_train_step(et_sample_input[i], et_sample_label[i]);
         et_icount_mark(2 * i + 1);
