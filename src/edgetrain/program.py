@@ -119,13 +119,7 @@ class Program:
         grads = {}
         for p, sel in self.trainable.items():
             gv = out[grad_name(p)]
-            if sel is not None:
-                full = np.zeros(self.state[p].shape, dtype=gv.dtype)
-                idx = [slice(None)] * full.ndim
-                idx[sel.dim] = np.asarray(sel.index)
-                full[tuple(idx)] = gv
-                gv = full
-            grads[p] = gv
+            grads[p] = gv if sel is None else sel.scatter(gv, self.state[p].shape)
         return grads
 
     def step(self, x, y) -> float:

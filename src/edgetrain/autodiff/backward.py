@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+import numpy as np
+
 from ..ir import FLOAT_DTYPES, Graph, TensorType, Value
 from ..ops import Emitter, get_op
 
@@ -29,6 +31,14 @@ class ChannelSelect:
         s = list(full)
         s[self.dim] = len(self.index)
         return tuple(s)
+
+    def scatter(self, grad: np.ndarray, full: tuple[int, ...]) -> np.ndarray:
+        """The selected channels' gradient `grad` placed into zeros of the whole shape `full`."""
+        out = np.zeros(tuple(full), dtype=grad.dtype)
+        idx = [slice(None)] * out.ndim
+        idx[self.dim] = np.asarray(self.index, dtype=np.intp)
+        out[tuple(idx)] = grad
+        return out
 
 
 #: integer dtypes of tensors that stand for real numbers (int8 activations and weights,

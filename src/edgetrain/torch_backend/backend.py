@@ -209,11 +209,7 @@ class _Specialization:
             grad = outs[name]
             sel = g.trainable.get(f.name) if f.kind == "param" else None
             if sel is not None:  # the selected channels' gradient; torch wants the whole tensor's
-                full = np.zeros(tuple(f.value.shape), dtype=grad.dtype)
-                idx = [slice(None)] * full.ndim
-                idx[sel.dim] = list(sel.index)
-                full[tuple(idx)] = grad
-                grad = full
+                grad = sel.scatter(grad, tuple(f.value.shape))
             grads.append(_to_torch(grad))
         self.record.runs["backward"] += 1
         return tuple(grads)

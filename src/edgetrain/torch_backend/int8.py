@@ -281,13 +281,7 @@ class Int8Program:
         grads = {}
         for name, sel in self.trainable.items():
             gv = out[f"grad:{name}"]
-            if sel is not None:
-                full = np.zeros(self.q.arrays[name].shape, dtype=gv.dtype)
-                idx = [slice(None)] * full.ndim
-                idx[sel.dim] = np.asarray(sel.index)
-                full[tuple(idx)] = gv
-                gv = full
-            grads[name] = gv
+            grads[name] = gv if sel is None else sel.scatter(gv, self.q.arrays[name].shape)
         return grads
 
     def memory_reports(self) -> tuple[MemoryReport, MemoryReport]:
