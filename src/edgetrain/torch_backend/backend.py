@@ -256,7 +256,6 @@ class EdgetrainGraph:
         self.programs[key] = spec.record
         return fn
 
-
     # -- quantize="int8" (int8.py): AOTAutograd's inference graph, quantized; edgetrain's backward --
     def _tensors(self, args) -> list:
         return ([p for _, p in self.gm.named_parameters(remove_duplicate=False)]
@@ -296,11 +295,11 @@ class EdgetrainGraph:
         shared = _scales_slot(flat, self.options)
         fixed = shared[0].get(shared[1]) if shared else self._fixed
         prog = Int8Program(flat, self._opts, graphs[0], fixed or self._fixed, self._opts.calibration)
+        _check_budget(prog.memory, self._opts.budget, "int8 training step" if prog.step is not None else
+                      "int8 forward graph")
         self._fixed = prog.fixed
         if shared:
             shared[0][shared[1]] = prog.fixed
-        _check_budget(prog.memory, self._opts.budget, "int8 training step" if prog.step is not None else
-                      "int8 forward graph")
         record = CompiledGraph(tuple(f.name for f in flat), prog.trainable, prog.forward, prog.forward_memory,
                                step=prog.step, memory=prog.memory, runs=prog.runs, quantize="int8",
                                int8=prog)
