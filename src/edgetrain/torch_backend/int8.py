@@ -34,7 +34,7 @@ import torch
 from ..backends.reference import run_graph
 from ..frontend.capture import CaptureError
 from ..ir import FLOAT_DTYPES, Graph, TensorType, Value, new_value
-from ..memory import MemoryReport, plan_memory, trained_channel_bytes
+from ..memory import plan_memory, trained_channel_bytes
 from ..ops import verify
 from ..ops.fixed_point import INT32_MAX, INT32_MIN
 from ..passes import eliminate_dead_code
@@ -283,9 +283,6 @@ class Int8Program:
             gv = out[f"grad:{name}"]
             grads[name] = gv if sel is None else sel.scatter(gv, self.q.arrays[name].shape)
         return grads
-
-    def memory_reports(self) -> tuple[MemoryReport, MemoryReport]:
-        return self.forward_memory, self.memory
 
 
 class _Int8Step(torch.autograd.Function):
