@@ -47,7 +47,13 @@ def run_compile(args) -> int:
                           f"fits is {need:,} B (or use --weight-banks 1)")
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    ck = save_checkpoint(out / COMPILED_FILE, Checkpoint.of(built, TrainMeta(reason="compiled").as_dict()))
+    meta = TrainMeta(reason="compiled")
+    if args.mean is not None or args.std is not None:  # `train --resume` normalises as calibration did
+        from .data.folder import check_image_shape
+        from .usermodel import parse_input
+
+        meta.mean, meta.std = _norm(args, check_image_shape(parse_input(config.inputs[0]).shape)[0])
+    ck = save_checkpoint(out / COMPILED_FILE, Checkpoint.of(built, meta.as_dict()))
     _say(f"compiled {config.model} ({', '.join(config.inputs)}; update {_scheme_text(built.config.update)}"
          f"{', int8' if config.quantize else ''}) in {time.perf_counter() - t0:.1f} s")
     _say(f"  {prog.memory.summary()}")

@@ -354,7 +354,14 @@ def run_train(args) -> int:
                 raise ValueError(f"{name}: the resumed run normalises with {list(old)}")
         mean, std = _norm(args, c, (meta.mean, meta.std))
     else:
-        mean, std = _norm(args, c)
+        stored = None
+        if ck is not None and ck.train.get("reason") == "compiled":  # compile's normalisation is the default
+            stored = (tuple(ck.train.get("mean", (0.0,))), tuple(ck.train.get("std", (1.0,))))
+            for name, new, old in (("--mean", args.mean, stored[0]), ("--std", args.std, stored[1])):
+                if built.config.quantize and new is not None and tuple(new) != old:
+                    raise ValueError(f"{name}: the int8 program was calibrated on images normalised with "
+                                     f"{list(old)} (compile's --mean/--std)")
+        mean, std = _norm(args, c, stored)
         meta.seed = 0 if args.seed is None else args.seed
     meta.mean, meta.std = mean, std
     data = load_images(args.data, (c, h, w), limit=args.limit, skip_bad=args.skip_bad_images)

@@ -93,6 +93,23 @@ def test_init_starts_a_new_run_from_compiled_program(cli, model_file, image_fold
     assert load_checkpoint(tmp_path / "r2").config.lr == 0.001
 
 
+def test_compiled_normalisation_carries_into_train(cli, model_file, image_folder, tmp_path):
+    """compile --mean/--std (the calibration's normalisation) is the one `train --resume` uses."""
+    prog_dir = tmp_path / "prog"
+    code, _, err = cli("compile", f"{model_file}:build", "--input", INPUT, "--quantize", "int8", "--calibrate",
+                       image_folder, "--mean", "0.5", "--std", "0.25", "--target", "host", "--no-plot", "-o", prog_dir)
+    assert code == 0, err
+    meta = load_checkpoint(prog_dir / "program.ckpt").train
+    assert meta["mean"] == [0.5] and meta["std"] == [0.25]
+    code, _, err = cli("train", "--resume", prog_dir / "program.ckpt", "--data", image_folder, "-o",
+                       tmp_path / "run", "--mean", "0.5", "--no-progress")
+    assert code == 0, err
+    assert load_checkpoint(tmp_path / "run").train["std"] == [0.25]
+    code, _, err = cli("train", "--resume", prog_dir / "program.ckpt", "--data", image_folder, "-o",
+                       tmp_path / "run2", "--std", "1", "--no-progress")
+    assert code == 2 and "--std: the int8 program was calibrated on images normalised with [0.25]" in err
+
+
 def test_resume_refuses_other_data(cli, model_file, image_folder, tmp_path):
     run = tmp_path / "run"
     assert cli(*train_args(model_file, image_folder, run, "--epochs", "1"))[0] == 0
