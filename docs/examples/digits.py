@@ -20,6 +20,13 @@ class Digits(nn.Module):
         return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
-def build(num_classes: int = 10) -> nn.Module:
+def build(num_classes: int = 10, weights: str = "") -> nn.Module:
+    """The network, initialised from seed 0, or with the weights of a safetensors file (what
+    `edgetrain export` writes): `--model-arg weights=digits.safetensors`."""
     torch.manual_seed(0)
-    return Digits(num_classes).eval()  # eval: batch norm uses (and trains through) its running statistics
+    model = Digits(num_classes)
+    if weights:
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(weights))
+    return model.eval()  # eval: batch norm uses (and trains through) its running statistics
