@@ -89,3 +89,20 @@ def test_wrong_input_shape(model_file):
         check_forward(model, example_inputs([parse_input("1x5x16x16")]), "petnet")
     with pytest.raises(InputSpecError, match=r"does not accept input 1x3x16x16, 1x4: TypeError"):
         check_forward(model, example_inputs([parse_input(INPUT), parse_input("1x4")]), "petnet")
+
+
+def test_tutorial_model_loads_exported_weights(tmp_path):
+    """docs/examples/digits.py (the tutorial's model): `--model-arg weights=FILE` restores what
+    `edgetrain export` wrote."""
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    spec = f"{Path(__file__).resolve().parents[2] / 'docs' / 'examples' / 'digits.py'}:build"
+    fresh = load_model(spec)
+    trained = {k: v + 0.5 for k, v in fresh.state_dict().items() if v.is_floating_point()}
+    save_file(trained, str(tmp_path / "w.safetensors"))
+    loaded = load_model(spec, parse_model_args([f"weights={tmp_path / 'w.safetensors'}"]))
+    for k, v in trained.items():
+        assert torch.equal(loaded.state_dict()[k], v), k
+    assert not loaded.training
