@@ -174,3 +174,20 @@ def test_graph_break_before_a_trained_layer_is_explained():
     assert all(p.grad is None for p in model.parameters())
     with torch.no_grad():  # without gradients both graphs run
         assert torch.compile(model, backend="edgetrain", options=INT8)(x).shape == (2, 3)
+
+
+def test_zoo_mobilenet_v2():
+    """MobileNetV2-w0.35 (depthwise convs, ReLU6, residual adds): the same int8 forward as
+    et.compile's, and a sparse update's gradients reach exactly its trained parameters."""
+    from edgetrain.usermodel import load_model
+
+    model = load_model("mbv2-w0.35", num_classes=10)
+    x, y = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0)), torch.tensor([1, 7])
+    prog = et.compile(copy.deepcopy(model), (x,), quantize="int8")
+    out = torch.compile(model, backend="edgetrain", options={**INT8, "update": "last:4"})(x)
+    assert np.array_equal(out.detach().numpy(), prog.predict(x.numpy()))
+    F.cross_entropy(out, y).backward()
+    rec = last_programs()[-1]
+    sources = {rec.int8.source(n) for n in rec.trainable}
+    assert len(rec.trainable) == 8 and "classifier.weight" in sources and "blocks.16.depthwise.1.bias" in sources
+    assert {n for n, p in model.named_parameters() if p.grad is not None} == sources
