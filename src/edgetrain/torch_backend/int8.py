@@ -31,6 +31,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ..autodiff import build_backward
 from ..backends.reference import run_graph
 from ..frontend.capture import CaptureError
 from ..ir import FLOAT_DTYPES, Graph, TensorType, Value, new_value
@@ -191,8 +192,6 @@ class Int8Program:
     def _step_graph(self) -> tuple[Optional[Graph], list[Value]]:
         if not self.trainable:
             return None, []
-        from ..autodiff import build_backward
-
         g = self.q.graph
         outs = [(v, name) for v, name in zip(g.outputs, g.output_names) if v.dtype in FLOAT_DTYPES]
         tangents = [new_value(TensorType(v.shape, v.dtype), f"tangent:{k}") for k, (v, _) in enumerate(outs)]
