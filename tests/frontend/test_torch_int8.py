@@ -191,3 +191,29 @@ def test_zoo_mobilenet_v2():
     sources = {rec.int8.source(n) for n in rec.trainable}
     assert len(rec.trainable) == 8 and "classifier.weight" in sources and "blocks.16.depthwise.1.bias" in sources
     assert {n for n, p in model.named_parameters() if p.grad is not None} == sources
+
+
+def test_published_scales_of_a_pre_quantized_model():
+    """The paper's int8 MobileNetV2 (../shared/assets) with options["specs"]: its published
+    scales and weights, the same forward as et.compile's (which reads them itself)."""
+    from pathlib import Path
+
+    from edgetrain.models import from_tiny_training
+
+    path = Path(__file__).resolve().parents[2].parent / "shared" / "assets" / "tiny-training" / "mbv2-w0.35.pkl"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent: the paper's int8 models come with ../shared/assets")
+    model = from_tiny_training(path, num_classes=10)
+    x = torch.rand(1, 3, 96, 96, generator=torch.Generator().manual_seed(0))
+    prog = et.compile(model, (x,), quantize="int8")
+    out = torch.compile(model, backend="edgetrain", options={**INT8, "specs": model, "update": "last:2"})(x)
+    assert np.array_equal(out.detach().numpy(), prog.predict(x.numpy()))
+    rec = last_programs()[-1]
+    spec = model.edgetrain_int8_spec
+    layer = next(w for w in spec if w in rec.int8.q.layers)
+    assert rec.int8.q.layers[layer].x == spec[layer].x  # published, not calibrated
+    F.cross_entropy(out, torch.tensor([3])).backward()
+    assert model.classifier.weight.grad is not None
+    with pytest.raises(ValueError, match="carries no published int8 parameters"):
+        torch.compile(nn.Linear(3, 2), backend="edgetrain", options={**INT8, "specs": nn.Linear(3, 2)})(
+            torch.randn(1, 3))

@@ -15,9 +15,11 @@ backward gives d loss / d w_int. A float SGD step on W then moves w_int by
 lr * a^2 / s_w^2 * d loss / d w_int, Quantization-Aware Scaling's s_w^-2 (times a^2 on a
 folded batch norm's weight).
 
-- Scales: activations from the ranges seen on the calibration batches (option
-  "calibration", default: the first call's inputs), weights from the first call's values;
-  both are kept for every later input shape (a smaller last batch), as the device keeps them.
+- Scales: the published ones where option "specs" gives them (a pre-quantized model from
+  `models.from_tiny_training`), else activations from the ranges seen on the calibration
+  batches (option "calibration", default: the first call's inputs) and weights from the
+  first call's values; all are kept for every later input shape (a smaller last batch), as
+  the device keeps them.
 - A folded batch norm's gamma gets no gradient (the device trains the folded weight, which
   W carries); the folded bias trains beta, or the conv's bias where the norm has no beta.
 - The backward runs the planned training step (forward and backward in one node order,
@@ -136,12 +138,13 @@ class Int8Program:
         self.params = {f.name: f.value for f in flat if f.kind == "param"}
         if fixed is None:
             batches = calibration or [tuple(to_numpy(f.value) for f in flat if f.kind == "input")]
-            q = quantize_int8(g.forward, arrays, {}, batches)
+            q = quantize_int8(g.forward, arrays, opts.specs or {}, batches)
             keys = value_keys(q.folded)
             self.fixed = FixedScales({keys[v]: r for v, r in q.ranges.items()},
                                      {w: np.asarray(l.w_scales, np.float32) for w, l in q.layers.items()})
         else:
-            q = quantize_int8(g.forward, arrays, {}, (), ranges=self._ranges(fixed), weight_scales=fixed.weight_scales)
+            q = quantize_int8(g.forward, arrays, opts.specs or {}, (), ranges=self._ranges(fixed),
+                              weight_scales=fixed.weight_scales)
             self.fixed = fixed
         self.q = q
         self.maps = layer_maps(q, arrays, set(self.params))

@@ -11,7 +11,7 @@ import torch
 from ..config import Budget
 from ..sparse import BiasOnly, Full, LastK, Sparse, UpdateScheme
 
-OPTION_KEYS = ("update", "quantize", "budget", "calibration")
+OPTION_KEYS = ("update", "quantize", "budget", "calibration", "specs")
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class BackendOptions:
     budget: Optional[Budget] = None
     quantize: Optional[str] = None  # None (float32) or "int8" (int8.py)
     calibration: Optional[tuple] = None  # int8: batches (tuples of arrays) whose ranges set the scales
+    specs: Optional[Mapping] = None  # int8: published parameters, weight name -> quantize.LayerSpec
 
 
 def parse_update(value: Any) -> Union[UpdateScheme, Named]:
@@ -91,6 +92,24 @@ def parse_calibration(value: Any) -> Optional[tuple]:
     return tuple(arrays(b) for b in batches)
 
 
+def parse_specs(value: Any) -> Optional[dict]:
+    """Published int8 parameters: a module carrying them (`models.from_tiny_training`) or
+    their dict (weight name -> quantize.LayerSpec)."""
+    from ..quantize import SPEC_ATTR, LayerSpec
+
+    if value is None:
+        return None
+    if isinstance(value, torch.nn.Module):
+        if not hasattr(value, SPEC_ATTR):
+            raise ValueError("options['specs']: this module carries no published int8 parameters "
+                             "(edgetrain.models.from_tiny_training makes one that does)")
+        value = getattr(value, SPEC_ATTR)
+    if not isinstance(value, Mapping) or not all(isinstance(v, LayerSpec) for v in value.values()):
+        raise ValueError("options['specs']: pass the pre-quantized module or its dict of weight name -> "
+                         "edgetrain.quantize.LayerSpec")
+    return dict(value)
+
+
 def parse_options(options: Optional[Mapping[str, Any]]) -> BackendOptions:
     options = dict(options or {})
     unknown = sorted(set(options) - set(OPTION_KEYS))
@@ -99,8 +118,10 @@ def parse_options(options: Optional[Mapping[str, Any]]) -> BackendOptions:
     quantize = options.get("quantize")
     if quantize not in (None, "int8"):
         raise ValueError(f"options['quantize']={quantize!r}: use None (float32) or 'int8'")
-    if quantize is None and options.get("calibration") is not None:
-        raise ValueError("options['calibration'] sets int8 scales; it needs options['quantize']='int8'")
+    for key in ("calibration", "specs"):
+        if quantize is None and options.get(key) is not None:
+            raise ValueError(f"options['{key}'] sets int8 scales; it needs options['quantize']='int8'")
     return BackendOptions(update=parse_update(options.get("update", Full())),
                           budget=parse_budget(options.get("budget")), quantize=quantize,
-                          calibration=parse_calibration(options.get("calibration")))
+                          calibration=parse_calibration(options.get("calibration")),
+                          specs=parse_specs(options.get("specs")))
