@@ -190,6 +190,13 @@ def test_every_rule_gives_a_valid_order(case):
 
 
 # --- golden cases -----------------------------------------------------------------------------
+def test_graph_without_nodes():
+    """(hypothesis found it: a RAM input and no nodes made the live-bytes timeline fail)"""
+    g = Graph((_vec("x0", 1),), (), (), ())
+    assert reorder_for_memory(g, {"x0"}) is g and order_peak_bytes(g, {"x0"}) == 0
+
+
+
 def _vec(name, n=256):
     return new_value(TensorType((n,), "float32"), name)
 

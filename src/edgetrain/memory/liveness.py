@@ -54,7 +54,10 @@ def lifetimes(g: Graph, ram_inputs: set[str]) -> list[Lifetime]:
 
 
 def live_bytes_timeline(g: Graph, lts: list[Lifetime]) -> list[int]:
-    """Bytes live while each node runs (its inputs and outputs included)."""
+    """Bytes live while each node runs (its inputs and outputs included); none for a graph
+    without nodes."""
+    if not g.nodes:
+        return []
     delta = [0] * (len(g.nodes) + 1)
     for lt in lts:
         delta[lt.start] += lt.nbytes
