@@ -33,7 +33,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..autodiff import build_backward
+from ..autodiff import build_backward, grad_name
 from ..backends.reference import run_graph
 from ..frontend.capture import CaptureError
 from ..ir import FLOAT_DTYPES, Graph, TensorType, Value, new_value
@@ -155,7 +155,7 @@ class Int8Program:
         self.forward_memory = plan_memory(q.graph, self.data, [])
         self.step, self.tangents = self._step_graph()
         self.memory = self.forward_memory if self.step is None else plan_memory(
-            self.step, self.data + [t.name for t in self.tangents], list(self.trainable),
+            self.step, self.ram_names(), list(self.trainable),
             trained_channel_bytes(self.trainable, q.arrays))
 
     @staticmethod
@@ -192,16 +192,18 @@ class Int8Program:
                 return {}
             raise
 
-    def _step_graph(self) -> tuple[Optional[Graph], list[Value]]:
+    def _step_graph(self) -> tuple[Optional[Graph], list[tuple[int, Value]]]:
+        """The training step and its cotangent inputs, (forward output index, input), one per
+        float output."""
         if not self.trainable:
             return None, []
         g = self.q.graph
-        outs = [(v, name) for v, name in zip(g.outputs, g.output_names) if v.dtype in FLOAT_DTYPES]
-        tangents = [new_value(TensorType(v.shape, v.dtype), f"tangent:{k}") for k, (v, _) in enumerate(outs)]
-        joint = build_backward(g.replace(inputs=g.inputs + tuple(tangents)), None, self.trainable,
-                               {name: t.name for (_, name), t in zip(outs, tangents)})
-        grads = [(v, n) for v, n in zip(joint.outputs, joint.output_names) if n.startswith("grad:")]
-        step = joint.replace(outputs=tuple(v for v, _ in grads), output_names=tuple(n for _, n in grads))
+        tangents = [(i, new_value(TensorType(v.shape, v.dtype), f"tangent:{i}"))
+                    for i, v in enumerate(g.outputs) if v.dtype in FLOAT_DTYPES]
+        joint = build_backward(g.replace(inputs=g.inputs + tuple(t for _, t in tangents)), None, self.trainable,
+                               {g.output_names[i]: t.name for i, t in tangents})
+        names = [grad_name(n) for n in self.trainable]
+        step = joint.replace(outputs=tuple(joint.output(n) for n in names), output_names=tuple(names))
         return verify(eliminate_dead_code(step)), tangents
 
     # -- running -----------------------------------------------------------------------------
@@ -274,17 +276,20 @@ class Int8Program:
         """{trained state name: d loss / d that int tensor (its whole shape)}."""
         self.runs["backward"] += 1
         feeds = dict(feeds)
-        outs = [v for v in self.forward.outputs if v.dtype in FLOAT_DTYPES]
-        for t, v in zip(self.tangents, outs):
-            g = grad_outs[list(self.forward.outputs).index(v)]
-            feeds[t.name] = (np.zeros(v.shape, v.dtype) if g is None
-                             else np.ascontiguousarray(g.detach().numpy(), dtype=v.dtype))
-        out, _ = run_graph(self.step, feeds, self.data + [t.name for t in self.tangents])
+        for i, t in self.tangents:
+            g = grad_outs[i]
+            feeds[t.name] = (np.zeros(t.shape, t.dtype) if g is None
+                             else np.ascontiguousarray(g.detach().numpy(), dtype=t.dtype))
+        out, _ = run_graph(self.step, feeds, self.ram_names())
         grads = {}
         for name, sel in self.trainable.items():
-            gv = out[f"grad:{name}"]
+            gv = out[grad_name(name)]
             grads[name] = gv if sel is None else sel.scatter(gv, self.q.arrays[name].shape)
         return grads
+
+    def ram_names(self) -> list[str]:
+        """The step's inputs in RAM: the data and the cotangents."""
+        return self.data + [t.name for _, t in self.tangents]
 
 
 class _Int8Step(torch.autograd.Function):
