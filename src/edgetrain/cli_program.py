@@ -242,7 +242,13 @@ def _opt(v, default):
     return default if v is None else v
 
 
-def _norm(args, channels: int, stored=None) -> tuple[tuple, tuple]:
+def _norm(args, channels: int, stored=None, fixed: Optional[str] = None) -> tuple[tuple, tuple]:
+    """(mean, std): --mean/--std, else `stored`, else 0 and 1. With `fixed` (the reason, as
+    a message) a value given that differs from the stored one is refused."""
+    if fixed:
+        for name, new, old in (("--mean", args.mean, stored[0]), ("--std", args.std, stored[1])):
+            if new is not None and tuple(new) != tuple(old):
+                raise ValueError(f"{name}: {fixed} {list(old)}")
     mean = args.mean if args.mean is not None else (stored[0] if stored else (0.0,))
     std = args.std if args.std is not None else (stored[1] if stored else (1.0,))
     for name, v in (("--mean", mean), ("--std", std)):
@@ -349,19 +355,14 @@ def run_train(args) -> int:
     if resumed:
         if args.seed is not None and args.seed != meta.seed:
             raise ValueError(f"--seed {args.seed}: the resumed run uses seed {meta.seed}")
-        for name, new, old in (("--mean", args.mean, meta.mean), ("--std", args.std, meta.std)):
-            if new is not None and tuple(new) != tuple(old):
-                raise ValueError(f"{name}: the resumed run normalises with {list(old)}")
-        mean, std = _norm(args, c, (meta.mean, meta.std))
+        mean, std = _norm(args, c, (meta.mean, meta.std), "the resumed run normalises with")
     else:
         stored = None
         if ck is not None and ck.train.get("reason") == "compiled":  # compile's normalisation is the default
             stored = (tuple(ck.train.get("mean", (0.0,))), tuple(ck.train.get("std", (1.0,))))
-            for name, new, old in (("--mean", args.mean, stored[0]), ("--std", args.std, stored[1])):
-                if built.config.quantize and new is not None and tuple(new) != old:
-                    raise ValueError(f"{name}: the int8 program was calibrated on images normalised with "
-                                     f"{list(old)} (compile's --mean/--std)")
-        mean, std = _norm(args, c, stored)
+        fixed = built is not None and built.config.quantize and stored is not None
+        mean, std = _norm(args, c, stored, "the int8 program was calibrated on images normalised with"
+                          if fixed else None)
         meta.seed = 0 if args.seed is None else args.seed
     meta.mean, meta.std = mean, std
     data = load_images(args.data, (c, h, w), limit=args.limit, skip_bad=args.skip_bad_images)

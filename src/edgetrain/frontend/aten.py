@@ -15,13 +15,20 @@ CONVERTERS: dict[Any, Callable] = {}
 IDENTITY_OPS = ("clone", "alias", "contiguous", "detach", "lift_fresh_copy")
 
 
-def converts(*ops):
-    def deco(fn):
-        for op in ops:
-            CONVERTERS[op] = fn
-        return fn
+def registrar(table: dict) -> Callable:
+    """A decorator factory: `@reg(op, ...)` puts the function in `table` under each op."""
+    def register(*ops):
+        def deco(fn):
+            for op in ops:
+                table[op] = fn
+            return fn
 
-    return deco
+        return deco
+
+    return register
+
+
+converts = registrar(CONVERTERS)
 
 
 def convert_node(e: Emitter, node, env: dict):

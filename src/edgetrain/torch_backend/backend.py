@@ -231,7 +231,7 @@ class EdgetrainGraph:
         self.sources = [(n.name, source_name(n)) for n in gm.graph.nodes if n.op == "placeholder"]
         self._opts: Optional[BackendOptions] = None
         self._compiled: dict = {}
-        self._fixed = None  # int8: the scales the first compiled shape fixed (int8.FixedScales)
+        self._scales: dict = {}  # int8 scales of a graph without parameters (else in _SCALES): {None: FixedScales}
         self.programs: dict = {}
 
     def __call__(self, *args):
@@ -292,14 +292,11 @@ class EdgetrainGraph:
         if len(graphs) != 1:
             raise CaptureError("AOTAutograd did not hand over one inference graph")
         flat = flat_inputs(self.gm, self.sources, args)
-        shared = _scales_slot(flat, self.options)
-        fixed = shared[0].get(shared[1]) if shared else self._fixed
-        prog = Int8Program(flat, self._opts, graphs[0], fixed or self._fixed, self._opts.calibration)
+        slot, key = _scales_slot(flat, self.options) or (self._scales, None)
+        prog = Int8Program(flat, self._opts, graphs[0], slot.get(key), self._opts.calibration)
         _check_budget(prog.memory, self._opts.budget, "int8 training step" if prog.step is not None else
                       "int8 forward graph")
-        self._fixed = prog.fixed
-        if shared:
-            shared[0][shared[1]] = prog.fixed
+        slot[key] = prog.fixed
         record = CompiledGraph(tuple(f.name for f in flat), prog.trainable, prog.forward, prog.forward_memory,
                                step=prog.step, memory=prog.memory, runs=prog.runs, quantize="int8",
                                int8=prog)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from ..frontend.aten import CONVERTERS
+from ..frontend.aten import CONVERTERS, registrar
 from ..frontend.aten import _adaptive_avg as _adaptive_avg_fwd
 from ..frontend.aten import _avg_pool, _bn, _layer_norm, _max_pool, _pair
 from ..frontend.capture import TORCH_DTYPES, CaptureError, UnsupportedOpError, source_line
@@ -62,13 +62,7 @@ HINTS = {
 MARKER_AWARE: dict[Any, Callable] = {}  # converters taking the Translator and raw (unmaterialized) args
 
 
-def marker_aware(*ops):
-    def deco(fn):
-        for op in ops:
-            MARKER_AWARE[op] = fn
-        return fn
-
-    return deco
+marker_aware = registrar(MARKER_AWARE)
 
 
 class Translator:
