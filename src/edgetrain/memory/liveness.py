@@ -7,6 +7,7 @@ RAM start at 0; graph outputs stay live to the end.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 from ..ir import Graph, Value
 from ..ops import get_op
@@ -62,11 +63,7 @@ def live_bytes_timeline(g: Graph, lts: list[Lifetime]) -> list[int]:
     for lt in lts:
         delta[lt.start] += lt.nbytes
         delta[lt.end + 1] -= lt.nbytes
-    out, acc = [], 0
-    for d in delta[:-1]:
-        acc += d
-        out.append(acc)
-    return out
+    return list(accumulate(delta[:-1]))
 
 
 def inplace_merges(g: Graph, lts: list[Lifetime]) -> list[tuple[Value, Value]]:

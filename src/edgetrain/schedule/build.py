@@ -12,7 +12,7 @@ recomputing the first layer in the backward needs it).
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+from itertools import accumulate
 from typing import Optional
 
 from ..ir import Graph, Value
@@ -217,7 +217,7 @@ def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram:
             if lt.start <= end:
                 delta_fwd[lt.start] += lt.nbytes
                 delta_fwd[end + 1] -= lt.nbytes
-    fixed_at, fwd_at, plain_at = _prefix(delta_fixed, N), _prefix(delta_fwd, N), _prefix(plain, N)
+    fixed_at, fwd_at, plain_at = (list(accumulate(d[:N])) for d in (delta_fixed, delta_fwd, plain))
     forward_live = tuple(fixed_at[p] + fwd_at[p] for p in range(b0))
 
     # --- costs ------------------------------------------------------------------------------------
@@ -248,16 +248,3 @@ def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram:
                            base_energy_j=sum(e_node), activation_bytes=max(plain_at, default=0),
                            ram_inputs=ram_inputs, trainable=trainable)
 
-
-def _prefix(delta: list[int], n: int) -> list[int]:
-    out, acc = [], 0
-    for d in delta[:n]:
-        acc += d
-        out.append(acc)
-    return out
-
-
-def stage_at(problem: ScheduleProblem, position: int) -> int:
-    """The stage holding `position` (-1 in the forward phase)."""
-    starts = [st.nodes[0] for st in problem.stages]
-    return bisect_right(starts, position) - 1
