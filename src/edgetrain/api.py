@@ -113,15 +113,27 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
                    stages=stages, forward=forward, grad_graph=grads, train_graph=train, trainable=trainable,
                    layers=tuple(layers), memory=memory, loss=loss,
                    optimizer=optimizer, state_aliases=_state_aliases(model, set(cap.params) | set(cap.buffers)),
-                   export=export, quantize=quantize, scheme=update)
+                   export=export, quantize=quantize, scheme=update, op_sources=_op_sources(cap))
     return _on_backend(prog, backend)
+
+
+def _op_sources(cap) -> dict[str, tuple[str, ...]]:
+    """Each captured op's model source lines, in graph order, without repeats."""
+    out: dict[str, list[str]] = {}
+    for i, n in enumerate(cap.graph.nodes):
+        line = cap.source.get(i)
+        if line and line not in out.setdefault(n.op, []):
+            out[n.op].append(line)
+    return {op: tuple(lines) for op, lines in out.items()}
 
 
 def _on_backend(prog: Program, backend: str) -> Program:
     """The program run by `backend` (the reference Program, or the C backend's CProgram)."""
     if backend == "c":
         from .backends.c.host import to_c_program
+        from .backends.capabilities import check_program
 
+        check_program(prog, "c")  # an op without a C kernel: refused before any C is built
         return to_c_program(prog)
     return prog
 

@@ -38,6 +38,9 @@ def run_compile(args) -> int:
     built = build_program(config, calibration=calib[0] if calib else None, contributions=args.contributions,
                           search=args.search)
     prog = built.prog
+    from .backends.capabilities import backend_of_target, check_program
+
+    check_program(prog, backend_of_target(args.target))  # exit 2 naming the op, before anything is written
     second_bank = prog.memory.trainable_bytes if args.weight_banks == 2 and args.target != "host" else 0
     if second_bank and config.sram is not None and prog.memory.peak_bytes + second_bank > config.sram:
         need = prog.memory.peak_bytes + second_bank

@@ -46,14 +46,20 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy().copy()
 
 
+#: frames of torch's own modules (nn.Conv2d.forward, F.max_pool2d): not the model's line
+_TORCH_DIR = str(__import__("pathlib").Path(torch.__file__).parent)
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]+(?:\n(?!\s*File ")\s*([^\n]*))?')
+
+
 def source_line(fx_node) -> str:
-    """'file.py:LINE: code' of the model line that produced an fx node, if known."""
-    trace = fx_node.meta.get("stack_trace") or ""
-    frames = re.findall(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)', trace)
+    """'file.py:LINE: code' of the model line that produced an fx node (the innermost frame
+    outside torch's own modules), if known."""
+    frames = _FRAME.findall(fx_node.meta.get("stack_trace") or "")
     if not frames:
         return "unknown source line"
-    path, line, code = frames[-1]
-    return f"{path}:{line}: {code.strip()}"
+    user = [f for f in frames if not f[0].startswith(_TORCH_DIR)]
+    path, line, code = (user or frames)[-1]
+    return f"{path}:{line}: {code.strip()}" if code.strip() else f"{path}:{line}"
 
 
 def _dtype(t) -> str:

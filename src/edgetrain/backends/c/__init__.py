@@ -20,7 +20,14 @@ def emit_c(prog, out_dir, target: str = "host", samples: Iterable = (), embed_we
     """Write `prog` as a C project into `out_dir` and return its path. target="host": model.c,
     model.h, runtime headers, Makefile (`make`: libmodel.so; with samples `make run` trains on
     them); "cortex-m4"/"cortex-m7": a firmware project (cortexm.py). embed_weights (default
-    True) compiles the initial weights in as array initializers (frozen ones `const`)."""
+    True) compiles the initial weights in as array initializers (frozen ones `const`).
+    A program with an op the target lacks is refused (UnsupportedOpError) before anything is
+    written (backends/capabilities.py)."""
+    from ..capabilities import backend_of_target, check_program
+
+    if target not in TARGETS:
+        raise CBackendError(f"target={target!r}: use one of {TARGETS}")
+    check_program(prog, backend_of_target(target))
     if target == "host":
         from .project import write_project
 

@@ -109,6 +109,9 @@ def emit_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = 
     if getattr(prog, "page_store", None) is not None:
         raise CortexMError("this program runs a paging schedule (page_in / page_out); the C backend reaches "
                            "secondary storage on the host build only (a file, backends/c/runtime/et_page.h)")
+    from ..capabilities import check_program
+
+    check_program(prog, "cortex-m")  # an op without a kernel: refused before anything is written
     if len(prog.inputs) != 1:
         raise CortexMError(f"the firmware drives models with one input; this one takes {len(prog.inputs)}")
     out = Path(out_dir)
