@@ -19,6 +19,7 @@ from edgetrain.ops.fixed_point import multiply_by_quantized_multiplier, quantize
 from edgetrain.ops.qconv import out_scales
 from edgetrain.ops.qelementwise import qadd_attrs
 from edgetrain.ops.qoptim import uniform_hash
+from edgetrain.ops.qpool import is_copy, qcat_attrs
 from edgetrain.quantize import QParams, quantize_weight
 
 #: ops covered here (test_ops.test_every_op_is_tested counts them as tested)
@@ -26,7 +27,8 @@ QUANTIZED_OPS_TESTED = {"quantize", "dequantize", "qmask_grad", "qmask_pack", "q
                         "qconv2d_grad_weight", "qconv2d_grad_bias", "qadd", "qmean", "qclamp", "qsgd_update",
                         "qconv2d_pw_dw",  # the fused op: tests/passes/test_fuse.py
                         "qstream",  # tests/passes/test_stream.py
-                        "qconv2d_dw_grad_input", "qconv2d_grad_weight_update"}  # tests/ops/test_fused_backward.py
+                        "qconv2d_dw_grad_input", "qconv2d_grad_weight_update",  # tests/ops/test_fused_backward.py
+                        "qmax_pool2d", "qmax_pool2d_grad", "qavg_pool2d", "qavg_pool2d_grad", "qcat", "qcat_grad"}
 SETTINGS = settings(max_examples=25, deadline=None)
 
 
@@ -230,3 +232,96 @@ def test_packed_mask_gradient_equals_the_mask_of_the_output(shape, lo, hi, seed)
     assert m.dtype == np.int8 and m.shape == (mask_bytes(y.size),)  # one bit per element
     (out,) = get_op("qmask_grad").ref([g, m], {})
     np.testing.assert_array_equal(out, g * ((y > lo) & (y < hi)))
+
+
+# --- pooling and concatenation (ops/qpool.py) ---------------------------------------------------
+def _backward(op, args, attrs, scale, zero, rv, wrt):
+    """{grad:inK} of sum(dequantize(op(args)) * rv) (the int8 output on scale, zero), and the output."""
+    ins, e, out = _graph(op, args, attrs)
+    r = new_value(TensorType(out.shape, "float32"), "r")
+    loss = e.emit("sum", e.emit("mul", e.emit("dequantize", out, scale=scale, zero=zero), r), dims=None)
+    g = Graph(tuple(ins) + (r,), tuple(e.nodes), (loss, out), ("loss", "y"))
+    bw = verify(build_backward(g, "loss", {f"in{i}": None for i in wrt}))
+    return run_graph(bw, {**{f"in{i}": a for i, a in enumerate(args)}, "r": rv})[0]
+
+
+POOL_GEOMETRIES = [  # (hw, kernel, stride, padding, dilation)
+    (8, 2, 2, 0, 1), (9, 3, 2, 1, 1), (7, 3, 1, 1, 1), (8, 3, 1, 1, 2), (6, 5, 2, 2, 1)]
+
+
+@pytest.mark.parametrize("geo", POOL_GEOMETRIES)
+def test_qmax_pool2d_is_the_float_max_and_routes_the_gradient_to_the_first_max(geo):
+    hw, k, s, p, d = geo
+    rng = np.random.default_rng(hw * k + s)
+    x = rng.integers(-128, 128, (2, 3, hw, hw)).astype(np.int8)
+    x[:, 1] = rng.integers(-2, 2, (2, hw, hw))  # many ties
+    a = dict(kernel=(k, k), stride=(s, s), padding=(p, p), dilation=(d, d))
+    scale, zero = 0.04, 7
+    xr = torch.tensor(scale * (x.astype(np.float64) - zero), requires_grad=True)
+    yr = F.max_pool2d(xr, k, s, p, d)
+    rv = rng.standard_normal(tuple(yr.shape)).astype(np.float32)
+    res = _backward("qmax_pool2d", [x], a, scale, zero, rv, [0])
+    assert res["y"].dtype == np.int8
+    np.testing.assert_array_equal(res["y"], np.rint(yr.detach().numpy() / scale + zero))  # exact
+    (yr * torch.from_numpy(rv.astype(np.float64))).sum().backward()  # torch: first max of the window
+    np.testing.assert_allclose(res["grad:in0"], xr.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+AVG_CASES = [  # (hw, kernel, stride, padding, count_include_pad, divisor_override)
+    (8, 2, 2, 0, True, 0), (9, 3, 2, 1, True, 0), (9, 3, 2, 1, False, 0), (7, 3, 1, 1, False, 0),
+    (8, 2, 2, 0, True, 2), (6, 3, 3, 0, True, 11)]
+
+
+@pytest.mark.parametrize("case", AVG_CASES)
+def test_qavg_pool2d_rounds_the_centred_mean_half_away_from_zero(case):
+    hw, k, s, p, cip, div = case
+    rng = np.random.default_rng(hw + 10 * k + div)
+    x = rng.integers(-128, 128, (2, 3, hw, hw)).astype(np.int8)
+    scale, zero = 0.03, int(rng.integers(-30, 30))
+    geo = dict(kernel=(k, k), stride=(s, s), padding=(p, p), count_include_pad=cip, divisor_override=div)
+    xr = torch.tensor(scale * (x.astype(np.float64) - zero), requires_grad=True)
+    yr = F.avg_pool2d(xr, k, s, p, count_include_pad=cip, divisor_override=div or None)
+    rv = rng.standard_normal(tuple(yr.shape)).astype(np.float32)
+    res = _backward("qavg_pool2d", [x], dict(geo, zero=zero), scale, zero, rv, [0])
+    # the exact mean of (x - zero) in levels, rounded half away from zero, plus zero
+    centred = F.avg_pool2d(torch.from_numpy(x.astype(np.float64) - zero), k, s, p, count_include_pad=cip,
+                           divisor_override=div or None).numpy()
+    want = np.clip(np.sign(centred) * np.floor(np.abs(centred) + 0.5 + 1e-9) + zero, -128, 127)
+    np.testing.assert_array_equal(res["y"], want)
+    assert np.abs(res["y"] - (yr.detach().numpy() / scale + zero)).max() <= 0.5 + 1e-9 or div
+    keep = torch.from_numpy(((res["y"] > -128) & (res["y"] < 127)) | (not div or div >= k * k))
+    (yr * keep * torch.from_numpy(rv.astype(np.float64))).sum().backward()
+    np.testing.assert_allclose(res["grad:in0"], xr.grad.numpy(), rtol=1e-6, atol=1e-6)
+    if div and div < k * k:
+        assert not keep.all()  # the override saturated some means, and their gradient stopped
+
+
+@pytest.mark.parametrize("dim", [1, 3])
+def test_qcat_copies_or_requantizes_as_tflite(dim):
+    rng = np.random.default_rng(dim)
+    shapes = [[2, 3, 4, 4] for _ in range(3)]
+    for sh, extra in zip(shapes, (2, 3, 1)):
+        sh[dim] = extra
+    xs = [rng.integers(-128, 128, sh).astype(np.int8) for sh in shapes]
+    scales, zeros, y_scale, y_zero = (0.05, 0.13, 0.02), (-3, 9, 3), 0.05, -3
+    a = qcat_attrs(dim, scales, zeros, y_scale, y_zero)
+    assert is_copy(a, 0) and not is_copy(a, 1) and not is_copy(a, 2)
+    out_shape = list(shapes[0])
+    out_shape[dim] = 6
+    rv = rng.standard_normal(out_shape).astype(np.float32)
+    res = _backward("qcat", xs, a, y_scale, y_zero, rv, [0, 1, 2])
+    y = res["y"].astype(np.int64)
+    exact = np.concatenate([(x.astype(np.int64) - z) * (s / y_scale) for x, s, z in zip(xs, scales, zeros)],
+                           axis=dim) + y_zero
+    want = np.clip(np.round(exact), -128, 127)
+    diff = np.abs(y - want)
+    # TFLite's requantization rounds twice (the high multiply, then a right shift): one
+    # level at most; an input whose multiplier needs no right shift is rounded once
+    assert diff.max() <= 1 and a["shift"][1] >= 0 and a["shift"][2] < 0
+    np.testing.assert_array_equal(np.take(diff, range(5), axis=dim), 0)
+    np.testing.assert_array_equal(np.take(res["y"], range(2), axis=dim), xs[0])  # copied exactly
+    assert (y == 127).any() and (y == -128).any()  # input 1's wider scale saturates
+    # the gradient: each input's slice of the output gradient, stopped where the output saturated
+    masked = rv * ((y > -128) & (y < 127))
+    for i, (lo, hi) in enumerate(((0, 2), (2, 5), (5, 6))):
+        np.testing.assert_array_equal(res[f"grad:in{i}"], np.take(masked, range(lo, hi), axis=dim))

@@ -7,7 +7,12 @@ Each node of the float graph gets one of these kinds (`plan_quantization`):
             a layer whose output is the graph's output returns float32 logits;
 - "qadd"    add of two int8 tensors of one shape;
 - "same"    ops that keep their input's scale: global mean (-> qmean), ReLU / clamp
-            (-> qclamp), reshape / permute (run on the int8 data as they are);
+            (-> qclamp), max / average pooling (-> qmax_pool2d / qavg_pool2d),
+            reshape / permute (run on the int8 data as they are);
+- "qcat"    cat of int8 tensors -> qcat on the calibrated range of the result. As the
+            TFLite converter does, an input calibrated here that feeds nothing but the cat
+            takes the cat's scale and zero point (then qcat copies it); any other input is
+            requantized by qcat;
 - "float"   everything else stays float32; int8 inputs are dequantized first, and a
             float tensor entering a qconv is quantized.
 Every int8 tensor has one QParams: from the published spec of a pre-quantized model where
@@ -24,9 +29,12 @@ from ..ir import Graph, Node, TensorType, Value, new_value
 from ..ops import Emitter
 from ..ops.fixed_point import INT8_MAX, INT8_MIN, quantize_multiplier
 from ..ops.qelementwise import qadd_attrs
+from ..ops.qpool import qcat_attrs
 from .qparams import QParams, quantize_bias, quantize_weight
 
-SAME_SCALE_OPS = ("mean", "relu", "clamp", "reshape", "permute")
+SAME_SCALE_OPS = ("mean", "relu", "clamp", "max_pool2d", "avg_pool2d", "reshape", "permute")
+#: the int8 op of a scale-keeping pooling op (ops/qpool.py)
+QUANTIZED_POOL = {"max_pool2d": "qmax_pool2d", "avg_pool2d": "qavg_pool2d"}
 ACTIVATIONS = ("relu", "clamp")
 
 
@@ -91,6 +99,9 @@ def plan_quantization(g: Graph, consts: set[str]) -> Plan:
         elif n.op == "add" and len(ins) == 2 and all(v in p.int8 for v in ins) and ins[0].shape == ins[1].shape:
             p.kinds[id(n)] = "qadd"
             p.int8.add(n.out)
+        elif n.op == "cat" and ins and all(v in p.int8 for v in ins):
+            p.kinds[id(n)] = "qcat"
+            p.int8.add(n.out)
         elif n.op in SAME_SCALE_OPS and ins[0] in p.int8 and (n.op != "mean" or _is_global_mean(n)):
             p.kinds[id(n)] = "same"
             p.int8.add(n.out)
@@ -128,11 +139,26 @@ def assign_qparams(g: Graph, p: Plan, specs: Mapping[str, LayerSpec],
     wanted = list(dict.fromkeys(wanted))
     for v, (lo, hi) in calibrate(wanted).items():
         qp[v] = QParams.from_range(lo, hi)
+    _share_cat_scales(g, p, qp, set(wanted))
     for n in same:
         if n.inputs[0] not in qp:
             raise QuantizeError(f"no quantization parameters for the input of {n.op}")
         qp[n.out] = qp[n.inputs[0]]
     return qp
+
+
+def _share_cat_scales(g: Graph, p: Plan, qp: dict[Value, QParams], calibrated: set) -> None:
+    """An input of a qcat calibrated here and read by the cat alone takes the cat's
+    parameters (TFLite's converter restricts concatenation to one scale), so qcat copies
+    it instead of requantizing; published or scale-keeping inputs keep theirs."""
+    users = g.consumers()
+    outputs = set(g.outputs)
+    for n in g.nodes:
+        if p.kinds.get(id(n)) != "qcat" or n.out not in qp:
+            continue
+        for v in n.inputs:
+            if v in calibrated and v not in outputs and all(u is n for u in users.get(v, [])):
+                qp[v] = qp[n.out]
 
 
 def quantize_graph(g: Graph, arrays: Mapping[str, np.ndarray], p: Plan, qp: Mapping[Value, QParams],
@@ -154,6 +180,11 @@ def quantize_graph(g: Graph, arrays: Mapping[str, np.ndarray], p: Plan, qp: Mapp
             a, c = (b.as_int(v) for v in n.inputs)
             qa, qc, qy = qp[n.inputs[0]], qp[n.inputs[1]], qp[n.out]
             b.ints[n.out] = b.e.emit("qadd", a, c, **qadd_attrs(qa.scale, qa.zero, qc.scale, qc.zero, qy.scale, qy.zero))
+        elif kind == "qcat":
+            xs = [b.as_int(v) for v in n.inputs]
+            qs, qy = [qp[v] for v in n.inputs], qp[n.out]
+            b.ints[n.out] = b.e.emit("qcat", *xs, **qcat_attrs(n.attrs["dim"], [q.scale for q in qs],
+                                                                [q.zero for q in qs], qy.scale, qy.zero))
         elif kind == "same":
             b.ints[n.out] = b.same_scale(n)
         else:
@@ -264,6 +295,10 @@ class _Builder:
         if n.op in ACTIVATIONS:
             lo, hi = _act_levels(q, n)
             return self.e.emit("qclamp", x, qmin=lo, qmax=hi)
+        if n.op == "avg_pool2d":
+            return self.e.emit("qavg_pool2d", x, zero=q.zero, **dict(n.attrs))
+        if n.op in QUANTIZED_POOL:
+            return self.e.emit(QUANTIZED_POOL[n.op], x, **dict(n.attrs))
         return self.e.emit(n.op, x, **dict(n.attrs))
 
 

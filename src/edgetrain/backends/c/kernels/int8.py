@@ -1,7 +1,8 @@
 """C kernels of the int8 ops (runtime/et_int8.h): the integer forward (qconv2d and its fused
-and row-streamed forms, qadd, qmean, qclamp, quantize/dequantize, saturation masks), the
-float32 backward in the summation order the references fix (ops/qconv.py), and the integer
-SGD updates with the counter hash of ops/qoptim.py.
+and row-streamed forms, qadd, qmean, qclamp, max/average pooling, concatenation,
+quantize/dequantize, saturation masks), the float32 backward in the summation order the
+references fix (ops/qconv.py, ops/qpool.py), and the integer SGD updates with the counter
+hash of ops/qoptim.py.
 
 Every emitter returns one C block with the layer's constants (shapes, multipliers, scales)
 as `static const` data, so the compiler specialises the inline kernels. Weights stored
@@ -392,3 +393,85 @@ def qconv2d_grad_weight_update(node: Node, ctx) -> str:
     lines += _update(ctx, w, up, scratch, m, rows, row_len,
                      before_row=[f"et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, k, P_sc[k], {scratch});"])
     return _block(lines)
+
+
+# --- pooling and concatenation (ops/qpool.py) --------------------------------------------------
+def _pool_params(name: str, x_shape, y_shape, a, div: int = 0) -> str:
+    n, c, h, w = x_shape
+    ho, wo = y_shape[2:]
+    (kh, kw), (sh, sw), (ph, pw) = a["kernel"], a["stride"], a["padding"]
+    dh, dw = a.get("dilation", (1, 1))
+    return (f"static const et_pool_p {name} = {{{n * c}, {h}, {w}, {ho}, {wo}, {kh}, {kw}, {sh}, {sw}, {ph}, {pw}, "
+            f"{dh}, {dw}, {int(div)}}};")
+
+
+def _avg_divisor(a) -> int:
+    """The C kernel's divisor: the override, the kernel area, or 0 (count the real taps)."""
+    if a.get("divisor_override"):
+        return int(a["divisor_override"])
+    return int(a["kernel"][0] * a["kernel"][1]) if a.get("count_include_pad", True) else 0
+
+
+@register("qmax_pool2d")
+def qmax_pool2d(node: Node, ctx) -> str:
+    x, y = node.inputs[0], node.outputs[0]
+    return _block([_pool_params("P", x.shape, y.shape, node.attrs),
+                   f"et_qmax_pool2d(&P, {ctx.ptr(x)}, {ctx.ptr(y)});"])
+
+
+@register("qmax_pool2d_grad")
+def qmax_pool2d_grad(node: Node, ctx) -> str:
+    g, x = node.inputs
+    return _block([_pool_params("P", x.shape, g.shape, node.attrs),
+                   f"et_qmax_pool2d_grad(&P, {ctx.ptr(g)}, {ctx.ptr(x)}, {ctx.ptr(node.outputs[0])});"])
+
+
+@register("qavg_pool2d")
+def qavg_pool2d(node: Node, ctx) -> str:
+    x, y = node.inputs[0], node.outputs[0]
+    a = node.attrs
+    return _block([_pool_params("P", x.shape, y.shape, a, _avg_divisor(a)),
+                   f"et_qavg_pool2d(&P, {ctx.ptr(x)}, {ctx.ptr(y)}, {_i(a['zero'])});"])
+
+
+@register("qavg_pool2d_grad")
+def qavg_pool2d_grad(node: Node, ctx) -> str:
+    g, gx = node.inputs[0], node.outputs[0]
+    a = node.attrs
+    return _block([_pool_params("P", gx.shape, g.shape, a, _avg_divisor(a)),
+                   f"et_qavg_pool2d_grad(&P, {ctx.ptr(g)}, {ctx.ptr(gx)});"])
+
+
+def _along(shape, dim: int) -> tuple[int, int]:
+    """(outer, inner): elements before `dim` and from `dim` on, for a concatenation on dim."""
+    return _numel(shape[:dim]), _numel(shape[dim:])
+
+
+@register("qcat")
+def qcat(node: Node, ctx) -> str:
+    """Per leading index k, each input's block of elements after the previous ones' (TFLite
+    concatenation), requantized or copied by et_qrequant."""
+    y = node.outputs[0]
+    a = node.attrs
+    dim = a["dim"] % y.type.rank
+    outer, inner_y = _along(y.shape, dim)
+    lines, off = [f"for (int32_t k = 0; k < {outer}; k++) {{"], 0
+    for i, x in enumerate(node.inputs):
+        inner = _along(x.shape, dim)[1]
+        lines.append(f"    et_qrequant({ctx.ptr(x)} + k * {inner}, {ctx.ptr(y)} + k * {inner_y} + {off}, {inner}, "
+                     f"{_i(a['x_zero'][i])}, {_i(a['mult'][i])}, {_i(a['shift'][i])}, {_i(a['y_zero'])});")
+        off += inner
+    return _block(lines + ["}"])
+
+
+@register("qcat_grad")
+def qcat_grad(node: Node, ctx) -> str:
+    g, gx = node.inputs[0], node.outputs[0]
+    a = node.attrs
+    dim = a["dim"] % g.type.rank
+    outer, inner_g = _along(g.shape, dim)
+    inner = _along(gx.shape, dim)[1]
+    start = a["start"] * _numel(g.shape[dim + 1:])
+    return _block([f"for (int32_t k = 0; k < {outer}; k++)",
+                   f"    memcpy({ctx.ptr(gx)} + k * {inner}, {ctx.ptr(g)} + k * {inner_g} + {start}, "
+                   f"{inner * DTYPE_BYTES[gx.dtype]});"])
