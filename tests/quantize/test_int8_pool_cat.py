@@ -76,6 +76,21 @@ class DenseBlock(nn.Module):
         return self.fc(torch.flatten(self.adapt(self.avg(h)), 1))
 
 
+class NestedCat(nn.Module):
+    """A cat of a cat: the outer cat's parameters reach the inner cat's inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Conv2d(3, 2, 1), nn.Conv2d(3, 3, 3, padding=1), nn.Conv2d(3, 4, 1)
+        with torch.no_grad():
+            self.c.weight.mul_(GROW_GAIN)
+        self.fc = nn.Linear(9 * 4 * 4, CLASSES)
+
+    def forward(self, x):
+        h = torch.cat([torch.cat([self.a(x), self.b(x)], 1), self.c(x)], 1)
+        return self.fc(torch.flatten(F.max_pool2d(h, 2), 1))
+
+
 MODELS = {"two_branch": TwoBranch, "dense": DenseBlock}
 
 
@@ -123,6 +138,13 @@ def test_cat_inputs_share_its_scale_unless_they_cannot():
     (tb,), (dense,) = cats["two_branch"], cats["dense"]
     assert all(is_copy(tb.attrs, i) for i in range(2))
     assert not is_copy(dense.attrs, 0) and is_copy(dense.attrs, 1)
+    torch.manual_seed(0)
+    x, _ = _data(4, 8)
+    nested = et.compile(NestedCat(), (torch.zeros(BATCH, 3, HW, HW),), quantize="int8", calibration=[x])
+    inner, outer = [n for n in nested.stages["quantized"].nodes if n.op == "qcat"]
+    assert inner.out in outer.inputs
+    assert all(is_copy(n.attrs, i) for n in (inner, outer) for i in range(2))
+    assert len({n.attrs["y_scale"] for n in (inner, outer)}) == 1
 
 
 # --- (b) against the float ops on dequantized values -------------------------------------

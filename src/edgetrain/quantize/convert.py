@@ -153,7 +153,7 @@ def _share_cat_scales(g: Graph, p: Plan, qp: dict[Value, QParams], calibrated: s
     it instead of requantizing; published or scale-keeping inputs keep theirs."""
     users = g.consumers()
     outputs = set(g.outputs)
-    for n in g.nodes:
+    for n in reversed(g.nodes):  # an outer cat's parameters reach an inner cat's inputs
         if p.kinds.get(id(n)) != "qcat" or n.out not in qp:
             continue
         for v in n.inputs:
