@@ -262,6 +262,24 @@ def test_c_backend_is_bit_exact_for_predict_gradients_and_steps(name):
     assert cprog.check_guards()
 
 
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler")
+def test_cortex_m_firmware_trains_as_the_host_build(tmp_path):
+    """The dense block (overlapping max pool, requantizing qcat, padded average pools) as
+    Cortex-M4 firmware under QEMU: its step losses are the host C build's, digit for digit."""
+    from edgetrain.backends.c import cortexm
+
+    from ..backends.c.test_cortexm import _host_step_lines
+
+    if cortexm.missing_tools():
+        pytest.skip(f"missing {', '.join(cortexm.missing_tools())}")
+    prog = _compile("dense")
+    data = [_data(20 + i, BATCH) for i in range(3)]
+    host = _host_step_lines(prog, data, tmp_path / "host")
+    fw = cortexm.run_firmware(prog, tmp_path / "m4", "cortex-m4", data)
+    assert fw.run.exit_code == 0, fw.run.lines
+    assert len(host) == len(data) and list(fw.run.step_lines) == host
+
+
 # --- (d) training still works ------------------------------------------------------------------
 def _quadrant_task(seed, n):
     """Class = the quadrant holding a bright blob."""

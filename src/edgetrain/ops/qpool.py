@@ -9,8 +9,9 @@ Forward, all in integers, on tensors standing for real = scale * (q - zero):
                 (q - zero) (a padded tap adds a real 0, i.e. nothing) divided by the count
                 (kernel area, the number of real taps when `count_include_pad` is off, or
                 `divisor_override`), rounded half away from zero, plus zero.
-                With zero = 0 this is TFLite's AveragePool int8 exactly; centring on the
-                zero point makes padding counted by `count_include_pad` add real zeros.
+                With zero = 0 and the count of real taps (TFLite's padding never counts)
+                this is TFLite's AveragePool int8 exactly; centring on the zero point makes
+                padding counted by `count_include_pad` (PyTorch's default) add real zeros.
 - qcat          TFLite's CONCATENATION: an input on the output's scale and zero point is
                 copied (CMSIS-NN arm_concatenation_s8, the case the converter arranges);
                 any other input is first requantized as TFLite's int8 -> int8 QUANTIZE does:
@@ -20,7 +21,8 @@ Forward, all in integers, on tensors standing for real = scale * (q - zero):
 Backward, in float32 on the real values (the straight-through estimator of qelementwise.py):
 - qmax_pool2d_grad  each output gradient goes to the first maximal level of its window in
                     (i, j) tap order (as PyTorch's max pool); an input element adds its terms
-                    in tap order, starting from 0;
+                    in tap order, starting from 0 (the C kernel finds a window's first
+                    maximum again for each of its taps: no index tensor is stored);
 - qavg_pool2d_grad  g / count spread over the window, added in tap order, starting from 0;
 - qcat_grad         the slice of the output gradient an input produced, where the
                     output did not saturate when some input was requantized.
