@@ -1,0 +1,145 @@
+"""Every backend computes the same program, model by model: every zoo model x update scheme x
+dtype runs on the reference runtime and on the C backend, and `predict`, `gradients` and three
+`step`s agree (int8 bit for bit; float32 within 1e-5 of each tensor's largest magnitude).
+
+The quick set runs each zoo model once at its real resolution, covering every scheme and both
+dtypes; the whole product (small resolutions, each model at its real one too) and the paper's
+three int8 models with their published schemes are marked `slow` (`pytest -m slow`; CI runs
+both)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import edgetrain as et
+from edgetrain.backends.c.host import DEFAULT_CFLAGS, to_c_program
+from tests.models import tiny_training_file as ttf
+
+#: a quick build: the kernels' numerics do not depend on the optimisation level
+FLAGS = tuple(f for f in DEFAULT_CFLAGS if f != "-O3") + ("-O1",)
+RTOL = 1e-5
+SCHEMES = {"full": et.Full(), "bias": et.BiasOnly(), "last": et.LastK(3),
+           # a Sparse scheme that exists in every zoo model (layers counted without the classifier)
+           "sparse": et.Sparse(bias_last=4, weights={0: 0.5, 2: 0.25, 5: 1.0})}
+DTYPES = ("float32", "int8")
+MODELS = et.models.names()
+#: the small size of the product's runs (the MCU nets and ResNet-18 downsample 32x; BERT's tokens)
+SMALL = {"bert-tiny": 16}
+SMALL_IMAGE = 32
+#: the quick set: each model once at its real size; together every scheme and both dtypes
+QUICK = [("mbv2-w0.35", "last", "int8"), ("mcunet-5fps", "full", "float32"), ("proxyless-w0.3", "last", "float32"),
+         ("resnet18", "sparse", "int8"), ("resnet18-cifar", "bias", "int8"), ("bert-tiny", "sparse", "float32")]
+
+
+def example(name: str, real: bool, batch: int = 1) -> torch.Tensor:
+    if real:
+        return et.models.example_input(name, batch=batch, seed=1)
+    x = et.models.example_input(name, batch=batch, seed=1)
+    if x.is_floating_point():
+        return x[..., :SMALL_IMAGE, :SMALL_IMAGE].contiguous()
+    return x[:, :SMALL.get(name, 16)].contiguous()
+
+
+def batches(x: torch.Tensor, classes: int, n: int = 3, seed: int = 0):
+    """n (x, y) batches shaped like x: images around x (new noise each), or new token ids."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        if x.is_floating_point():
+            xi = (x.numpy() + 0.5 * rng.standard_normal(x.shape)).astype(np.float32)
+        else:
+            xi = rng.integers(0, int(x.max()) + 1, size=x.shape).astype(np.int64)
+        out.append((xi, rng.integers(0, classes, size=x.shape[0]).astype(np.int64)))
+    return out
+
+
+def close(got, want, what: str, exact: bool):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    if exact and want.dtype.kind in "iu":
+        assert np.array_equal(got, want), f"{what}: {int((got != want).sum())} of {want.size} integers differ"
+        return
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    assert np.isfinite(g).all() == np.isfinite(w).all(), f"{what}: non-finite values differ"
+    err = float(np.abs(g - w).max(initial=0) / max(np.abs(w).max(initial=0), 1e-30))
+    tol = 0.0 if exact else RTOL
+    assert err <= tol, f"{what}: relative difference {err:.3g} > {tol:g}"
+
+
+def run_both(ref, x, data, int8: bool):
+    """The C twin of `ref` and the reference agree on predict, gradients and three steps."""
+    c = to_c_program(ref, FLAGS)
+    x = x.numpy()
+    xb, yb = data[0]
+    # int8 outputs are dequantized integers: equal as floats; float32 within RTOL
+    close(c.predict(x), ref.predict(x), "predict", int8)
+    g_ref, g_c = ref.gradients(xb, yb), c.gradients(xb, yb)
+    assert set(g_c) == set(g_ref)
+    for k in g_ref:
+        close(g_c[k], g_ref[k], f"gradient of {k}", int8)
+    for i, (xi, yi) in enumerate(data):
+        lr_, lc = ref.step(xi, yi), c.step(xi, yi)
+        # the loss is a float sum (log-sum-exp in double in C): 1e-6 even in int8
+        assert np.isclose(lc, lr_, rtol=1e-6 if int8 else RTOL, atol=0), f"step {i}: loss {lc} != {lr_}"
+        for k in ref.state:
+            close(c.state[k], ref.state[k], f"step {i}: {k}", int8)
+    close(c.predict(x), ref.predict(x), "predict after the steps", int8)
+    assert c.check_guards()
+    return c
+
+
+def compile_pair(name: str, scheme: str, dtype: str, real: bool):
+    model = et.models.get(name, num_classes=10).eval()
+    x = example(name, real)
+    data = batches(x, 10)
+    kw = dict(update=SCHEMES[scheme], optimizer=et.SGD(lr=0.01, momentum=0.9))
+    if dtype == "int8":
+        kw.update(quantize="int8", calibration=[x] + [(xi,) for xi, _ in data[:1]],
+                  optimizer=et.SGD(lr=0.01, momentum=0.9, qas=True))
+    return et.compile(model, (x,), **kw), x, data
+
+
+@pytest.mark.parametrize("name,scheme,dtype", QUICK, ids=["-".join(c) for c in QUICK])
+def test_zoo_model_on_c_equals_reference(name, scheme, dtype):
+    ref, x, data = compile_pair(name, scheme, dtype, real=True)
+    run_both(ref, x, data, dtype == "int8")
+
+
+PRODUCT = [(m, s, d, r) for m in MODELS for s in SCHEMES for d in DTYPES for r in (False, True)
+           if (m, s, d) not in QUICK or not r]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,scheme,dtype,real", PRODUCT,
+                         ids=[f"{m}-{s}-{d}-{'real' if r else 'small'}" for m, s, d, r in PRODUCT])
+def test_zoo_product_on_c_equals_reference(name, scheme, dtype, real):
+    ref, x, data = compile_pair(name, scheme, dtype, real)
+    run_both(ref, x, data, dtype == "int8")
+
+
+def _published(name: str):
+    path = ttf.ASSETS / "schemes.json"
+    if not (ttf.ASSETS / f"{name}.pkl").exists() or not path.exists():
+        pytest.skip(f"the paper's model files are absent ({ttf.ASSETS}; ../shared/assets)")
+    return json.loads(path.read_text())["schemes"][name]
+
+
+#: each model's smallest and largest published scheme (by position in schemes.json)
+PAPER = [(m, i) for m in ("mbv2-w0.35", "proxyless-w0.3", "mcunet-5fps") for i in (0, -1)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,which", PAPER, ids=[f"{m}-{'smallest' if i == 0 else 'largest'}" for m, i in PAPER])
+def test_paper_int8_model_with_published_scheme(name, which):
+    """The paper's int8 models (its integers and scales) at 128x128 with its published sparse
+    schemes: the C backend's predict, gradients and steps bit-exact with the reference."""
+    s = list(_published(name).values())[which]
+    scheme = et.Sparse(bias_last=s["bias_last"], weights={int(k): v for k, v in s["weights"].items() if v})
+    model = et.models.from_tiny_training(ttf.ASSETS / f"{name}.pkl", num_classes=10)
+    x = torch.rand(1, 3, 128, 128, generator=torch.Generator().manual_seed(2)) * 255
+    data = [(xi * 60 + 128, y) for xi, y in batches(x - x, 10)]
+    ref = et.compile(model, (x,), update=scheme, quantize="int8", optimizer=et.SGD(lr=0.01, momentum=0.9))
+    run_both(ref, x, data, True)
