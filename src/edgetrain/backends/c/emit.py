@@ -17,8 +17,9 @@ from .cvalues import fmt_values, split_parts
 from .layout import C_TYPES, GRAPHS, CBackendError, Layout, StateArray, build_layout
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
-#: runtime headers every program includes (et_int8.h when present: B's int8 kernels)
-RUNTIME_HEADERS = ("et_common.h", "et_float.h", "et_int8.h")
+#: runtime headers every program includes (et_int8.h when present: B's int8 kernels; et_float_nn.h:
+#: activations, softmax, layer norm, pooling, embedding)
+RUNTIME_HEADERS = ("et_common.h", "et_float.h", "et_float_nn.h", "et_int8.h")
 #: the storage API of page_in / page_out, included by programs that page
 PAGE_HEADER = "et_page.h"
 
