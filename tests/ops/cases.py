@@ -191,9 +191,11 @@ def _conv2d(draw):
     groups = 1 if kind == "dense" else draw(st.integers(2, 3))
     cin = 1 if kind.startswith("depthwise") else draw(st.integers(1, 3))  # per group
     cout = {"depthwise": 1, "depthwise x2": 2}.get(kind) or draw(st.integers(1, 3))  # per group
-    k, stride, pad, dil = draw(pairs(1, 3)), draw(pairs(1, 2)), draw(pairs(0, 2)), draw(pairs(1, 2))
-    hw = [draw(st.integers(max(1, dil[i] * (k[i] - 1) + 1 - 2 * pad[i]), 6)) for i in range(2)]
-    args = [real(draw(st.integers(1, 2)), groups * cin, *hw), real(groups * cout, cin, *k)]
+    # kernels 1 to 7 (the C backend's direct convolution keeps up to 7 taps of a row in registers)
+    k, stride, pad, dil = draw(pairs(1, 7)), draw(pairs(1, 2)), draw(pairs(0, 3)), draw(pairs(1, 2))
+    lo = [max(1, dil[i] * (k[i] - 1) + 1 - 2 * pad[i]) for i in range(2)]  # the smallest input side
+    hw = [draw(st.integers(lo[i], lo[i] + 5)) for i in range(2)]  # odd and even sides
+    args = [real(draw(st.integers(1, 3)), groups * cin, *hw), real(groups * cout, cin, *k)]
     if draw(st.booleans()):
         args.append(real(groups * cout))
     return args, {"stride": stride, "padding": pad, "dilation": dil, "groups": groups}
