@@ -2,7 +2,9 @@
 (the backward graphs built as in test_ops.py), float32, within test_ops.py's float32
 tolerances. One C library per op: hypothesis draws CASES_PER_OP cases of the op, which go side
 by side into one graph (each case's forward outputs and gradients), compiled once
-(backends/c/graph_lib.py).
+(backends/c/graph_lib.py). Also: the float64 instances of kernels/float32_nn.py node by node
+against the numpy reference, and inputs where a naive kernel loses precision (softmax of large
+logits, layer norm of rows with a large mean, activations far into their tails).
 
 Not driven here (see `skipped`): the int8 ops (q*, quantize, dequantize), whose C kernels are
 checked bit for bit against the reference by tests/backends/c/test_int8.py, and page_in /
@@ -17,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgetrain.backends.c.graph_lib import build_graph_library
-from edgetrain.backends.c.kernels import KERNELS
+from edgetrain.backends.c.kernels import KERNELS, float32_nn
 from edgetrain.ir import Graph, Node, new_value
 from edgetrain.ops import OPS
 from tests.ops.cases import CASES, Arg, make_inputs
@@ -27,7 +29,7 @@ from tests.ops.test_ops import (DIFFERENTIABLE, FORWARD_TOL, GRAD_TOL, backward_
 DTYPE = "float32"
 #: cases of one op compiled into one library (more cases per build: fewer builds)
 CASES_PER_OP = 24
-SETTINGS = settings(max_examples=1, deadline=None, derandomize=True, database=None)
+SETTINGS = settings(deadline=None, derandomize=True, database=None)
 #: ops with C kernels not driven by this file, and why
 NOT_FLOAT = {"quantize": "int8 operands: test_int8.py (bit-exact against the reference)",
              "dequantize": "int8 operands: test_int8.py (bit-exact against the reference)",
@@ -97,7 +99,7 @@ class Side:
         return dict(zip(self.names, build_graph_library(g)(self.feeds)))
 
 
-def draw_cases(op: str) -> list:
+def draw_cases(op: str, dtype: str = DTYPE) -> list:
     """CASES_PER_OP cases of `op`: (arrays, attrs, ct seed), drawn by hypothesis (derandomized).
     They are collected, not checked, inside the examples (one example drawing them all would be
     hypothesis' simplest example: every case a scalar), and run by the caller in one library."""
@@ -106,7 +108,7 @@ def draw_cases(op: str) -> list:
     @settings(SETTINGS, max_examples=CASES_PER_OP)
     @given(data=st.data())
     def collect(data):
-        arrays, attrs = draw_case(data, op, DTYPE)
+        arrays, attrs = draw_case(data, op, dtype)
         drawn.append((arrays, attrs, data.draw(st.integers(0, 2**32 - 1), label="ct seed")))
 
     collect()
@@ -147,7 +149,84 @@ def test_every_float_op_is_driven_and_has_a_kernel():
                 driven.update(n.op for n in backward_graph(op, arrays, attrs).nodes)
     float_ops = {op for op in OPS if not skipped(op)}
     assert float_ops - driven == set()
+    in_float64 = {n.op for op in CASES for arrays, attrs, _ in draw_cases(op, "float64")
+                  for n, _, _ in _nn_nodes(op, arrays, attrs)}
+    assert set(NN_OPS) - in_float64 == set(), "float32_nn kernels test_float64_kernels_match_the_reference misses"
     assert float_ops - set(KERNELS) == set(), "float ops without a C kernel"
+
+
+# --- the float64 instances of kernels/float32_nn.py, node by node against the numpy reference ------
+NN_OPS = sorted(op for op, k in KERNELS.items() if k.fn.__module__ == float32_nn.__name__)
+#: max |C - reference| / max(|reference|, 1) of a float64 kernel
+FLOAT64_TOL = 1e-10
+
+
+def _nn_nodes(op: str, arrays: list, attrs: dict):
+    """(node, its operands, the reference's results) for each node of the op's float64 forward
+    and backward graphs that kernels/float32_nn.py computes, the operands from the reference."""
+    g = backward_graph(op, arrays, attrs) if op in DIFFERENTIABLE and wrt_of(op, arrays) else \
+        forward_graph(op, arrays, attrs)
+    rng = np.random.default_rng(len(g.nodes))
+    env = {v: arrays[int(v.name[1:])] if v.name != "ct" else rng.normal(size=v.shape).astype(v.dtype)
+           for v in g.inputs}
+    out = []
+    for n in g.nodes:
+        results = OPS[n.op].ref([env[v] for v in n.inputs], n.attrs)
+        env.update(zip(n.outputs, results))
+        if n.op in NN_OPS:
+            out.append((n, [env[v] for v in n.inputs], results))
+    return out
+
+
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_float64_kernels_match_the_reference(op):
+    inputs, nodes, feeds, want = [], [], [], []
+    for k, (arrays, attrs, _) in enumerate(draw_cases(op, "float64")):
+        for j, (n, operands, results) in enumerate(_nn_nodes(op, arrays, attrs)):
+            ins = tuple(new_value(v.type, f"c{k}n{j}:{i}") for i, v in enumerate(n.inputs))
+            inputs += ins
+            feeds += operands
+            nodes.append(Node(n.op, ins, n.outputs, n.attrs))
+            want += [(f"{n.op} of case {k} ({attrs})", r) for r in results]
+    if not nodes:
+        pytest.skip(f"no node of {op}'s graphs is a kernel of float32_nn.py")
+    outs = tuple(v for n in nodes for v in n.outputs)
+    g = Graph(tuple(inputs), tuple(nodes), outs, tuple(f"y{i}" for i in range(len(outs))))
+    for got, (what, ref) in zip(build_graph_library(g)(feeds), want):
+        assert got.dtype == ref.dtype and got.shape == ref.shape, what
+        err = float(np.abs(got - ref).max(initial=0) / max(np.abs(ref).max(initial=0), 1.0))
+        assert err <= FLOAT64_TOL, what
+
+
+# --- inputs where a naive kernel loses precision or overflows, float32 against torch in float64 ----
+def _hard_cases():
+    rng = np.random.default_rng(7)
+    f32 = np.float32
+    big = (rng.normal(size=(4, 9)) * 1000).astype(f32)  # exp overflows without the max subtracted
+    offset = (1000 + 0.01 * rng.normal(size=(3, 16))).astype(f32)  # one-pass float variance cancels
+    wide = np.linspace(-60, 60, 97, dtype=f32)
+    return [("softmax", [big], {"dim": -1}), ("log_softmax", [big], {"dim": 0}),
+            ("layer_norm", [offset, rng.normal(size=16).astype(f32)], {"normalized_shape": (16,), "eps": 1e-5}),
+            ("sigmoid", [wide], {}), ("tanh", [wide], {}), ("gelu", [wide], {"approximate": "none"}),
+            ("gelu", [wide], {"approximate": "tanh"}), ("exp", [np.linspace(-100, 88, 64, dtype=f32)], {}),
+            ("log", [np.geomspace(1e-30, 1e30, 64).astype(f32)], {}),
+            ("pow", [np.geomspace(1e-3, 1e3, 32).astype(f32)], {"exponent": -1.5}),
+            ("rsqrt", [np.geomspace(1e-12, 1e12, 64).astype(f32)], {})]  # (its VJP cubes the output)
+
+
+@pytest.mark.parametrize("op, arrays, attrs", _hard_cases(), ids=lambda x: x if isinstance(x, str) else "")
+def test_numerically_hard_inputs(op, arrays, attrs):
+    side = Side()
+    ct = np.random.default_rng(1).normal(size=CASES[op].torch_fn(to_torch(arrays), attrs).shape).astype(DTYPE)
+    side.add(0, op, arrays, attrs, ct)
+    got = side.run()
+    wrt = wrt_of(op, arrays)
+    t64 = [torch.tensor(a, dtype=torch.float64, requires_grad=i in wrt) for i, a in enumerate(arrays)]
+    y = CASES[op].torch_fn(t64, attrs)
+    (y * torch.from_numpy(ct.astype(np.float64))).sum().backward()
+    assert rel_err(got["c0:out0"], y.detach().float()) <= FORWARD_TOL[DTYPE]
+    for i in wrt:
+        assert rel_err(got[f"c0:grad:a{i}"], t64[i].grad.float()) <= GRAD_TOL[DTYPE], f"a{i}"
 
 
 @pytest.mark.xfail(strict=True, reason="kernels/int8.py's index_select_grad copies where it should add: "
