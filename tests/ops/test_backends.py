@@ -236,3 +236,18 @@ def test_index_select_grad_sums_repeated_indices():
     graph = forward_graph("index_select_grad", [g], {"input_shape": (2, 1), "dim": 0, "index": (1, 1, 0)})
     (got,) = build_graph_library(graph)([g])
     np.testing.assert_array_equal(got, [[3.0], [3.0]])
+
+
+def test_graph_library_of_a_graph_without_nodes_copies_its_input():
+    x = new_value(forward_graph("neg", [np.zeros(3, np.float32)], {}).inputs[0].type, "x")
+    (got,) = build_graph_library(Graph((x,), (), (x,), ("y",)))([np.arange(3, dtype=np.float32)])
+    np.testing.assert_array_equal(got, [0, 1, 2])
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_embedding_index_out_of_range_reads_a_zero_row(dtype):
+    """(the reference raises IndexError; the C kernel reports through ET_ERROR_HOOK and reads zeros)"""
+    w = np.arange(6, dtype=np.float32).reshape(3, 2)
+    idx = np.array([0, 2, 3, -1], dtype=dtype)
+    (got,) = build_graph_library(forward_graph("embedding", [w, idx], {"padding_idx": -1}))([w, idx])
+    np.testing.assert_array_equal(got, [[0, 1], [4, 5], [0, 0], [0, 0]])

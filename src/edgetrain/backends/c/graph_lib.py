@@ -17,7 +17,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ...ir import Graph
-from ...memory.arena import ALIGNMENT, align_up
+from ...memory.arena import ALIGNMENT, align_up, plan_arena
+from ...memory.liveness import Lifetime, inplace_merges, lifetimes
 from .emit import RUNTIME_DIR, RUNTIME_HEADERS
 from .host import DEFAULT_CFLAGS, _load_private, build_library
 from .kernels import EmitContext, kernel_for
@@ -35,7 +36,9 @@ def graph_layout(graph: Graph) -> Layout:
     if len(set(names)) != len(names):
         raise CBackendError(f"graph inputs must have distinct names, got {names}")
     ram = frozenset(names)
-    gl = plan_graph(graph, set(ram))
+    # a graph without nodes has lifetimes ending before they start (-1): one node's span instead
+    lts = [Lifetime(lt.root, lt.start, max(lt.start, lt.end), lt.nbytes) for lt in lifetimes(graph, set(ram))]
+    gl = plan_graph(graph, set(ram), plan_arena(lts, merges=inplace_merges(graph, lts)))
     return Layout({KEY: gl}, {}, ram, tuple(names), align_up(max(gl.size, ALIGNMENT)))
 
 

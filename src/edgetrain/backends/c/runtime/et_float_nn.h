@@ -106,8 +106,8 @@ static inline double et_gelu_grad(double x, int tanh_approx) {
 }
 
 /* an index operand: int64 (idx64 != 0) or int32 */
-ET_INLINE long et_index_at(const void *idx, int idx64, long i) {
-    return idx64 ? (long)((const int64_t *)idx)[i] : (long)((const int32_t *)idx)[i];
+ET_INLINE int64_t et_index_at(const void *idx, int idx64, long i) {
+    return idx64 ? ((const int64_t *)idx)[i] : (int64_t)((const int32_t *)idx)[i];
 }
 
 #define ET_NN_T float
@@ -350,7 +350,7 @@ static inline void ET_NN(et_avg_pool2d_grad)(const ET_NN_T *G, ET_NN_T *GX, int 
 static inline void ET_NN(et_embedding)(const ET_NN_T *W, const void *idx, int idx64, ET_NN_T *Y, long count, long num,
                                 int width) {
     for (long i = 0; i < count; ++i) {
-        const long k = et_index_at(idx, idx64, i);
+        const int64_t k = et_index_at(idx, idx64, i);
         ET_NN_T *y = Y + (size_t)i * width;
         if (k < 0 || k >= num) {
             ET_ERROR_HOOK("embedding: index out of range");
@@ -367,7 +367,7 @@ static inline void ET_NN(et_embedding_grad)(const ET_NN_T *G, const void *idx, i
                                      int width, long padding_idx) {
     for (size_t i = 0; i < (size_t)num * width; ++i) GW[i] = 0;
     for (long i = 0; i < count; ++i) {
-        const long k = et_index_at(idx, idx64, i);
+        const int64_t k = et_index_at(idx, idx64, i);
         if (k < 0 || k >= num) {
             ET_ERROR_HOOK("embedding_grad: index out of range");
             continue;
