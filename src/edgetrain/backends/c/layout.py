@@ -112,6 +112,20 @@ def plan_graph(g: Graph, ram_inputs: set, plan: Optional[ArenaPlan] = None) -> G
     return GraphLayout(g, storage_roots(g), dict(plan.offsets), plan.size, tuple(lts))
 
 
+def _written_in_place(graphs) -> set[str]:
+    """Names of graph inputs that an in-place op (ops' `mutates`) writes: they live in SRAM."""
+    from ...ops import get_op
+
+    out = set()
+    for g in graphs:
+        inputs = set(g.inputs)
+        for n in g.nodes:
+            op = get_op(n.op)
+            if op.mutates:
+                out.update(n.inputs[j].name for _, j in op.shares if j < len(n.inputs) and n.inputs[j] in inputs)
+    return out
+
+
 def build_layout(prog, graphs: tuple = GRAPHS) -> Layout:
     """The placement of every value and state tensor of `prog` (a compiled Program), for the
     graphs named in `graphs` (the arena is the largest of their plans)."""
@@ -130,6 +144,7 @@ def build_layout(prog, graphs: tuple = GRAPHS) -> Layout:
     if missing:
         raise CBackendError(f"graph inputs {missing[:3]} are neither data, label, step nor state tensors")
     trainable = set(prog.trainable) | {k for k in prog.state if k.startswith("momentum:")}
+    trainable |= _written_in_place(graphs.values())  # e.g. batch norm's running statistics
     states = {}
     for name in prog.state:
         if name not in used:
