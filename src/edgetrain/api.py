@@ -12,6 +12,7 @@ from .ir import Graph
 from .memory import plan_memory, trained_channel_bytes
 from .ops import verify
 from .passes import apply_updates_early, attach_loss, eliminate_dead_code, insert_updates
+from .passes.batchnorm import batchnorm_momenta, insert_stat_updates, use_batch_statistics
 from .passes.fuse import fuse_pointwise_depthwise, fuse_weight_grad_update
 from .passes.input_split import split_input_transform
 from .passes.loss import LABEL, LOSSES
@@ -27,6 +28,9 @@ from .sparse.search import InfeasibleBudget
 
 BACKENDS = ("reference", "c")
 QUANTIZE = (None, "int8")
+#: batch norm in the training step: "eval" on running statistics (the on-device default, as
+#: fine-tuning at batch 1 needs), "train" on batch statistics with torch's running updates
+BATCHNORM = ("eval", "train")
 
 
 class BudgetError(ValueError):
@@ -37,7 +41,7 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
             update: Union[UpdateScheme, str] = Full(), quantize: Optional[str] = None,
             optimizer: SGD = SGD(lr=0.01), budget: Optional[Budget] = None,
             backend: str = "reference", calibration: Optional[Iterable] = None,
-            contributions=None, search: str = "exact") -> Program:
+            contributions=None, search: str = "exact", batchnorm: str = "eval") -> Program:
     """Compile `model` into a training program for inputs shaped like `example_inputs`.
 
     quantize="int8" trains the int8 model a microcontroller runs: batch norm folded, int8
@@ -49,11 +53,20 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     update="auto" searches the Sparse scheme with the largest summed gain in `contributions`
     (a sparse.ContributionTable or the path of its JSON) whose peak fits `budget.sram`,
     with the exact solver or the paper's evolutionary one (`search`); `prog.search` tells
-    how (sparse/auto.py)."""
-    _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend, contributions, search)
+    how (sparse/auto.py).
+
+    batchnorm="train" trains batch norm as torch's model.train() does: each step normalises
+    with the batch's mean and biased variance (the gradient flows through them) and moves
+    running_mean / running_var towards the batch's mean and unbiased variance by the
+    module's momentum, counting num_batches_tracked (float programs only; batches need more
+    than one value per channel). `predict` keeps using the running statistics (model.eval()).
+    The default "eval" trains on the running statistics, as on-device fine-tuning at batch 1
+    does."""
+    _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend, contributions, search,
+                batchnorm)
     if isinstance(update, str):
         return _compile_auto(model, tuple(example_inputs), loss, quantize, optimizer, budget, backend, calibration,
-                             contributions, search)
+                             contributions, search, batchnorm)
     stages: dict[str, Graph] = {}
 
     def stage(name: str, g: Graph) -> Graph:
@@ -87,11 +100,17 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
         layer_graph, layer_arrays = forward, params
     layers = find_layers(layer_graph, set(params))
     trainable = resolve_scheme(update, layers, {k: layer_arrays[k] for k in params}, set(cap.frozen_params))
-    with_loss = stage("with_loss", attach_loss(forward, loss))
+    train_forward, batch_stats = forward, ()
+    if batchnorm == "train":
+        train_forward, batch_stats = use_batch_statistics(forward, batchnorm_momenta(model))
+        train_forward = stage("batch_statistics", train_forward)
+    with_loss = stage("with_loss", attach_loss(train_forward, loss))
     joint = stage("backward", build_backward(with_loss, "loss", trainable))
     grads = stage("pruned", eliminate_dead_code(joint))
     updated = stage("updates", insert_updates(grads, trainable, optimizer.lr, optimizer.momentum,
                                               optimizer.weight_decay, grad_scales, optimizer.seed))
+    if batch_stats:
+        updated = stage("batch_stat_updates", insert_stat_updates(updated, batch_stats))
     ram_inputs = set(data_inputs) | {LABEL, STEP}
     early = apply_updates_early(updated)
     if quantize == "int8":  # frozen expansion convs stream into their depthwise conv, channel by channel;
@@ -101,6 +120,7 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     train = stage("reordered", reorder_for_memory(early, ram_inputs))
 
     state_names = list(trainable) + ([momentum_name(p) for p in trainable] if optimizer.momentum else [])
+    state_names += [n for s in batch_stats for n in (s.running_mean, s.running_var, s.tracked) if n is not None]
     memory = plan_memory(train, ram_inputs, state_names, trained_channel_bytes(trainable, state))
     if budget is not None and budget.sram is not None and memory.peak_bytes > budget.sram:
         raise BudgetError(f"the program needs {memory.peak_bytes:,} B of SRAM at its peak "
@@ -139,14 +159,15 @@ def _on_backend(prog: Program, backend: str) -> Program:
 
 
 def _compile_auto(model, example_inputs, loss, quantize, optimizer, budget, backend, calibration, contributions,
-                  search) -> Program:
+                  search, batchnorm="eval") -> Program:
     table = as_table(contributions)
     if table.meta.get("quantize", quantize) != quantize:
         raise ContributionError(f"the contribution table was measured for quantize={table.meta['quantize']!r} "
                                 f"(its channel choice), not {quantize!r}")
 
     def compile_scheme(scheme):
-        return compile(model, example_inputs, loss, scheme, quantize, optimizer, None, "reference", calibration)
+        return compile(model, example_inputs, loss, scheme, quantize, optimizer, None, "reference", calibration,
+                       batchnorm=batchnorm)
 
     try:
         prog, info = search_scheme(table, budget.sram, CostCache(compile_scheme), search, seed=optimizer.seed)
@@ -176,7 +197,7 @@ def _state_aliases(model: torch.nn.Module, names: set[str]) -> dict[str, str]:
 
 
 def _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend, contributions=None,
-                search="exact"):
+                search="exact", batchnorm="eval"):
     if not isinstance(example_inputs, (tuple, list)) or not example_inputs:
         raise TypeError("example_inputs must be a non-empty tuple of arrays or tensors, e.g. (x,)")
     if loss not in LOSSES:
@@ -193,6 +214,12 @@ def _check_args(example_inputs, loss, update, quantize, optimizer, budget, backe
         raise TypeError(f"budget must be edgetrain.Budget, got {type(budget).__name__}")
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}: available backends are {BACKENDS}")
+    if batchnorm not in BATCHNORM:
+        raise ValueError(f"batchnorm={batchnorm!r}: use 'eval' (running statistics) or 'train' (batch statistics, "
+                         f"running statistics updated as torch's model.train())")
+    if batchnorm == "train" and quantize is not None:
+        raise ValueError("batchnorm='train' needs a float program: quantize='int8' folds batch norm into the "
+                         "convolution before it")
 
 
 def _check_auto(update, budget, contributions, search):

@@ -232,6 +232,40 @@ def _torch_batch_norm(t, a):
     return F.batch_norm(t[0], t[1], t[2], w, b, training=False, eps=a["eps"])
 
 
+def _bn_shape(draw):
+    """x for train-mode batch norm: more than one value per channel (batch statistics)."""
+    return draw(shapes(min_dims=2, max_dims=4).filter(lambda s: int(np.prod(s)) // s[1] >= 2))
+
+
+@st.composite
+def _batch_norm_train(draw):
+    x = _bn_shape(draw)
+    affine = [real(x[1]), real(x[1])] if draw(st.booleans()) else []
+    return [real(*x)] + affine, {"eps": draw(st.sampled_from([1e-5, 1e-3]))}
+
+
+def _torch_batch_norm_train(t, a):
+    w, b = t[1:3] if len(t) == 3 else (None, None)
+    return F.batch_norm(t[0], None, None, w, b, training=True, eps=a["eps"])
+
+
+@st.composite
+def _batch_norm_update_stats(draw):
+    x = _bn_shape(draw)
+    momentum = draw(st.sampled_from([0.1, 0.5, None]))
+    tracked = [index((), 5, "int64")] if momentum is None or draw(st.booleans()) else []
+    return [real(x[1]), positive(x[1]), real(*x)] + tracked, {"momentum": momentum}
+
+
+def _torch_update_stats(t, a):
+    """torch's running statistics after one train-mode batch norm (and its batch count)."""
+    mean, var, x = t[0].clone(), t[1].clone(), t[2]
+    count = t[3] + 1 if len(t) == 4 else None
+    momentum = a["momentum"] if a["momentum"] is not None else 1.0 / float(count)
+    F.batch_norm(x, mean, var, training=True, momentum=momentum)
+    return (mean, var) + ((count,) if count is not None else ())
+
+
 @st.composite
 def _layer_norm(draw):
     x = draw(shapes(min_dims=1))
@@ -350,6 +384,8 @@ CASES: dict[str, Case] = {
     "linear": Case(_linear(), lambda t, a: F.linear(*t)),
     "matmul": Case(_matmul(), lambda t, a: torch.matmul(t[0], t[1])),
     "batch_norm": Case(_batch_norm(), _torch_batch_norm, diff=(0, 3, 4)),  # running stats are buffers
+    "batch_norm_train": Case(_batch_norm_train(), _torch_batch_norm_train),
+    "batch_norm_update_stats": Case(_batch_norm_update_stats(), _torch_update_stats, diff=()),  # in place
     "layer_norm": Case(_layer_norm(), _torch_layer_norm),
     "avg_pool2d": Case(_pool2d(avg=True), _torch_avg_pool2d),
     "max_pool2d": Case(_pool2d(avg=False), _torch_max_pool2d),
