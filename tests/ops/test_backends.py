@@ -251,3 +251,49 @@ def test_embedding_index_out_of_range_reads_a_zero_row(dtype):
     idx = np.array([0, 2, 3, -1], dtype=dtype)
     (got,) = build_graph_library(forward_graph("embedding", [w, idx], {"padding_idx": -1}))([w, idx])
     np.testing.assert_array_equal(got, [[0, 1], [4, 5], [0, 0], [0, 0]])
+
+
+# --- the same kernels on a Cortex-M (QEMU): the firmware's losses are the host build's, as text ----------
+class _NNModel(torch.nn.Module):
+    """tanh, max and average pooling, layer norm, gelu, sigmoid, slice, cat, exp, pow,
+    softmax and log-softmax: every forward op of kernels/float32_nn.py and its gradient"""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.fc, self.ln, self.fc2 = torch.nn.Linear(16, 12), torch.nn.LayerNorm(12), torch.nn.Linear(12, 10)
+
+    def forward(self, x):
+        h = torch.tanh(self.conv(x))
+        h = torch.nn.functional.max_pool2d(h, 3, 2, 1)
+        h = torch.nn.functional.avg_pool2d(h, 2, 2, count_include_pad=False).flatten(1)
+        h = torch.nn.functional.gelu(self.ln(self.fc(h)))
+        h = torch.sigmoid(h) * h
+        h = torch.cat([h[:, :6], torch.exp(-h[:, 6:] ** 2)], 1)
+        return torch.log_softmax(self.fc2(h), -1) + torch.softmax(h, -1)[:, :1]
+
+
+def test_nn_kernels_on_cortex_m_print_the_host_builds_losses(tmp_path):
+    import shutil
+    import subprocess
+
+    import edgetrain as et
+    from edgetrain.backends.c import cortexm, emit_c
+
+    if cortexm.missing_tools() or shutil.which("make") is None:
+        pytest.skip(f"missing {', '.join(cortexm.missing_tools()) or 'make'}")
+    torch.manual_seed(0)
+    shape = (1, 1, 8, 8)
+    prog = et.compile(_NNModel(), (torch.zeros(shape),), optimizer=et.SGD(lr=0.05))
+    assert set(NN_OPS) - {"cast", "rsqrt", "sqrt", "log", "embedding", "embedding_grad"} <= \
+        {n.op for n in prog.train_graph.nodes}
+    rng = np.random.default_rng(0)
+    data = [(rng.standard_normal(shape).astype(np.float32), np.array([i % 10])) for i in range(3)]
+    emit_c(prog, tmp_path / "host", "host", data)  # its Makefile links no libm: the kernels need none
+    r = subprocess.run(["make", "-s", "main"], cwd=tmp_path / "host", capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run(["./main"], cwd=tmp_path / "host", capture_output=True, text=True, timeout=300)
+    host = [line for line in r.stdout.splitlines() if line.startswith("step ")]
+    fw = cortexm.run_firmware(prog, tmp_path / "m4", "cortex-m4", data)
+    assert len(host) == len(data) and list(fw.run.step_lines) == host
+    np.testing.assert_allclose(fw.run.losses, [prog.step(x, y) for x, y in data], rtol=1e-5)
