@@ -59,8 +59,9 @@ def _elementwise(nargs: int, expr_fn):
         t = C_TYPES[dt]
         decl = " ".join(f"const {t} *X{k} = {ctx.ptr(v)};" for k, v in enumerate(node.inputs))
         reads = " ".join(f"const double x{k} = X{k}[i];" for k in range(nargs))
+        expr = expr_fn(node, ctx, t)
         return _block(f"{decl} {t} *Y = {ctx.ptr(node.out)};",
-                      f"for (long i = 0; i < {node.out.type.numel}; ++i) {{ {reads} Y[i] = ({t})({expr_fn(node, ctx, t)}); }}")
+                      f"for (long i = 0; i < {node.out.type.numel}; ++i) {{ {reads} Y[i] = ({t})({expr}); }}")
     return emit
 
 

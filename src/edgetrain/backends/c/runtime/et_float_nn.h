@@ -125,7 +125,8 @@ ET_INLINE int64_t et_index_at(const void *idx, int idx64, long i) {
 
 /* softmax (logsm 0) or log-softmax (logsm 1) of X along a dim of size D, viewed as
  * [outer][D][inner]; max-subtracted, the sum of exponentials in double */
-static inline void ET_NN(et_softmax)(const ET_NN_T *X, ET_NN_T *Y, int outer, int D, int inner, int logsm) {
+static inline void
+ET_NN(et_softmax)(const ET_NN_T *X, ET_NN_T *Y, int outer, int D, int inner, int logsm) {
     for (int o = 0; o < outer; ++o)
         for (int t = 0; t < inner; ++t) {
             const ET_NN_T *x = X + (size_t)o * D * inner + t;
@@ -139,15 +140,16 @@ static inline void ET_NN(et_softmax)(const ET_NN_T *X, ET_NN_T *Y, int outer, in
                 const double ls = et_log(s);
                 for (int d = 0; d < D; ++d) y[(size_t)d * inner] = (ET_NN_T)(((double)x[(size_t)d * inner] - m) - ls);
             } else {
-                for (int d = 0; d < D; ++d) y[(size_t)d * inner] = (ET_NN_T)(et_exp((double)x[(size_t)d * inner] - m) / s);
+                for (int d = 0; d < D; ++d)
+                    y[(size_t)d * inner] = (ET_NN_T)(et_exp((double)x[(size_t)d * inner] - m) / s);
             }
         }
 }
 
 /* the input gradient of softmax (logsm 0: GX = Y (G - sum G Y)) or log-softmax (logsm 1:
  * GX = G - exp(Y) sum G), from the saved output Y */
-static inline void ET_NN(et_softmax_grad)(const ET_NN_T *G, const ET_NN_T *Y, ET_NN_T *GX, int outer, int D, int inner,
-                                   int logsm) {
+static inline void
+ET_NN(et_softmax_grad)(const ET_NN_T *G, const ET_NN_T *Y, ET_NN_T *GX, int outer, int D, int inner, int logsm) {
     for (int o = 0; o < outer; ++o)
         for (int t = 0; t < inner; ++t) {
             const size_t base = (size_t)o * D * inner + t;
@@ -175,8 +177,8 @@ ET_INLINE void ET_NN(et_row_moments)(const ET_NN_T *x, int n, double eps, double
 }
 
 /* layer norm of `rows` rows of n: Y = (X - mean) / sqrt(var + eps) [* W] [+ B] (W, B may be 0) */
-static inline void ET_NN(et_layer_norm)(const ET_NN_T *X, const ET_NN_T *W, const ET_NN_T *B, ET_NN_T *Y, int rows, int n,
-                                 double eps) {
+static inline void
+ET_NN(et_layer_norm)(const ET_NN_T *X, const ET_NN_T *W, const ET_NN_T *B, ET_NN_T *Y, int rows, int n, double eps) {
     for (int r = 0; r < rows; ++r) {
         const ET_NN_T *x = X + (size_t)r * n;
         ET_NN_T *y = Y + (size_t)r * n;
@@ -192,8 +194,9 @@ static inline void ET_NN(et_layer_norm)(const ET_NN_T *X, const ET_NN_T *W, cons
 }
 
 /* GX of layer norm: rstd (gh - mean gh - xhat mean(gh xhat)), gh = G [* W] */
-static inline void ET_NN(et_layer_norm_grad_input)(const ET_NN_T *G, const ET_NN_T *X, const ET_NN_T *W, ET_NN_T *GX,
-                                            int rows, int n, double eps) {
+static inline void
+ET_NN(et_layer_norm_grad_input)(const ET_NN_T *G, const ET_NN_T *X, const ET_NN_T *W, ET_NN_T *GX, int rows, int n,
+                                double eps) {
     for (int r = 0; r < rows; ++r) {
         const ET_NN_T *x = X + (size_t)r * n, *g = G + (size_t)r * n;
         ET_NN_T *gx = GX + (size_t)r * n;
@@ -214,8 +217,8 @@ static inline void ET_NN(et_layer_norm_grad_input)(const ET_NN_T *G, const ET_NN
 }
 
 /* GW of layer norm: sum over the rows of G xhat */
-static inline void ET_NN(et_layer_norm_grad_weight)(const ET_NN_T *G, const ET_NN_T *X, ET_NN_T *GW, int rows, int n,
-                                             double eps) {
+static inline void
+ET_NN(et_layer_norm_grad_weight)(const ET_NN_T *G, const ET_NN_T *X, ET_NN_T *GW, int rows, int n, double eps) {
     for (int i = 0; i < n; ++i) GW[i] = 0;
     for (int r = 0; r < rows; ++r) {
         const ET_NN_T *x = X + (size_t)r * n, *g = G + (size_t)r * n;
@@ -229,8 +232,9 @@ static inline void ET_NN(et_layer_norm_grad_weight)(const ET_NN_T *G, const ET_N
  * dilation. Input pixel of output (oh, ow) at tap (ki, kj): (oh SH - PH + ki DH, ow SW - PW + kj DW). */
 
 /* max over the window; padding counts as -inf; NaN propagates */
-static inline void ET_NN(et_max_pool2d)(const ET_NN_T *X, ET_NN_T *Y, int NC, int H, int Wd, int HO, int WO, int KH, int KW,
-                                 int SH, int SW, int PH, int PW, int DH, int DW) {
+static inline void
+ET_NN(et_max_pool2d)(const ET_NN_T *X, ET_NN_T *Y, int NC, int H, int Wd, int HO, int WO, int KH, int KW, int SH,
+                     int SW, int PH, int PW, int DH, int DW) {
     for (int c = 0; c < NC; ++c) {
         const ET_NN_T *x = X + (size_t)c * H * Wd;
         ET_NN_T *y = Y + (size_t)c * HO * WO;
@@ -254,8 +258,9 @@ static inline void ET_NN(et_max_pool2d)(const ET_NN_T *X, ET_NN_T *Y, int NC, in
 
 /* GX of max pooling: each output's gradient to the first tap (ki, then kj) holding the
  * window's maximum, padding taps included (as -inf: a gradient routed there is dropped) */
-static inline void ET_NN(et_max_pool2d_grad)(const ET_NN_T *G, const ET_NN_T *X, ET_NN_T *GX, int NC, int H, int Wd, int HO,
-                                      int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+static inline void
+ET_NN(et_max_pool2d_grad)(const ET_NN_T *G, const ET_NN_T *X, ET_NN_T *GX, int NC, int H, int Wd, int HO, int WO,
+                          int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
     const ET_NN_T ninf = (ET_NN_T)(-1.0 / 0.0);
     for (size_t i = 0; i < (size_t)NC * H * Wd; ++i) GX[i] = 0;
     for (int c = 0; c < NC; ++c) {
@@ -300,8 +305,9 @@ ET_INLINE double ET_NN(et_pool_divisor)(int oh, int ow, int H, int Wd, int KH, i
 }
 
 /* average over the window (taps summed in order ki, kj) divided by et_pool_divisor */
-static inline void ET_NN(et_avg_pool2d)(const ET_NN_T *X, ET_NN_T *Y, int NC, int H, int Wd, int HO, int WO, int KH, int KW,
-                                 int SH, int SW, int PH, int PW, int DH, int DW, double divisor) {
+static inline void
+ET_NN(et_avg_pool2d)(const ET_NN_T *X, ET_NN_T *Y, int NC, int H, int Wd, int HO, int WO, int KH, int KW, int SH,
+                     int SW, int PH, int PW, int DH, int DW, double divisor) {
     for (int c = 0; c < NC; ++c) {
         const ET_NN_T *x = X + (size_t)c * H * Wd;
         ET_NN_T *y = Y + (size_t)c * HO * WO;
@@ -323,8 +329,9 @@ static inline void ET_NN(et_avg_pool2d)(const ET_NN_T *X, ET_NN_T *Y, int NC, in
 }
 
 /* GX of average pooling: each output's gradient / its divisor added to every real pixel of its window */
-static inline void ET_NN(et_avg_pool2d_grad)(const ET_NN_T *G, ET_NN_T *GX, int NC, int H, int Wd, int HO, int WO, int KH,
-                                      int KW, int SH, int SW, int PH, int PW, int DH, int DW, double divisor) {
+static inline void
+ET_NN(et_avg_pool2d_grad)(const ET_NN_T *G, ET_NN_T *GX, int NC, int H, int Wd, int HO, int WO, int KH, int KW, int SH,
+                          int SW, int PH, int PW, int DH, int DW, double divisor) {
     for (size_t i = 0; i < (size_t)NC * H * Wd; ++i) GX[i] = 0;
     for (int c = 0; c < NC; ++c) {
         const ET_NN_T *g = G + (size_t)c * HO * WO;
@@ -347,8 +354,8 @@ static inline void ET_NN(et_avg_pool2d_grad)(const ET_NN_T *G, ET_NN_T *GX, int 
 
 /* ---- embedding: rows of W (num x width) picked by `count` indices (int64 when idx64, else
  * int32); an index out of [0, num) is reported through ET_ERROR_HOOK and gives a zero row */
-static inline void ET_NN(et_embedding)(const ET_NN_T *W, const void *idx, int idx64, ET_NN_T *Y, long count, long num,
-                                int width) {
+static inline void
+ET_NN(et_embedding)(const ET_NN_T *W, const void *idx, int idx64, ET_NN_T *Y, long count, long num, int width) {
     for (long i = 0; i < count; ++i) {
         const int64_t k = et_index_at(idx, idx64, i);
         ET_NN_T *y = Y + (size_t)i * width;
@@ -363,8 +370,9 @@ static inline void ET_NN(et_embedding)(const ET_NN_T *W, const void *idx, int id
 
 /* GW of embedding: the gradient rows summed into the rows they were read from (in index
  * order); row padding_idx (when >= 0) zero */
-static inline void ET_NN(et_embedding_grad)(const ET_NN_T *G, const void *idx, int idx64, ET_NN_T *GW, long count, long num,
-                                     int width, long padding_idx) {
+static inline void
+ET_NN(et_embedding_grad)(const ET_NN_T *G, const void *idx, int idx64, ET_NN_T *GW, long count, long num, int width,
+                         long padding_idx) {
     for (size_t i = 0; i < (size_t)num * width; ++i) GW[i] = 0;
     for (long i = 0; i < count; ++i) {
         const int64_t k = et_index_at(idx, idx64, i);
