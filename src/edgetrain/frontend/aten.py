@@ -1,7 +1,9 @@
 """Core-aten -> IR translation table: one small converter per aten op."""
 from __future__ import annotations
 
+import math
 import operator
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -12,6 +14,9 @@ from ..ops.conv import conv_out_hw
 
 aten = torch.ops.aten
 CONVERTERS: dict[Any, Callable] = {}
+#: converters that take inputs known at capture time as torch tensors (constant indices, masks)
+#: instead of graph Values; they also accept Values (torch.compile's graphs know none)
+CONST_AWARE: dict[Any, Callable] = {}
 IDENTITY_OPS = ("clone", "alias", "contiguous", "detach", "lift_fresh_copy")
 
 
@@ -31,12 +36,49 @@ def registrar(table: dict) -> Callable:
 converts = registrar(CONVERTERS)
 
 
-def convert_node(e: Emitter, node, env: dict):
+def const_aware(*ops):
+    """Register a converter in CONVERTERS that also takes capture-time constants raw."""
+    def deco(fn):
+        for op in ops:
+            CONVERTERS[op] = CONST_AWARE[op] = fn
+        return fn
+
+    return deco
+
+
+@dataclass(frozen=True, eq=False)
+class Known:
+    """A tensor known at capture time, as a CONST_AWARE converter receives it: `tensor` to
+    read, `value(t)` to put it (or a tensor derived from it) in the graph as a constant."""
+
+    tensor: torch.Tensor
+    make: Callable[[torch.Tensor], Value]
+
+    @property
+    def shape(self):
+        return tuple(self.tensor.shape)
+
+    def value(self, t: torch.Tensor = None) -> Value:
+        return self.make(self.tensor if t is None else t)
+
+
+def convert_node(e: Emitter, node, env: dict, known: dict = None, materialize: Callable = None):
+    """Translate one fx node. Inputs computed at capture time (`known`) reach a CONST_AWARE
+    converter as `Known` tensors, any other converter as Values (`materialize(name, tensor)`
+    makes them)."""
     from .capture import UnsupportedOpError
+
+    known = known or {}
+    raw = node.target in CONST_AWARE
 
     def arg(a):
         if isinstance(a, torch.fx.Node):
-            return env[a.name]
+            k = known.get(a.name)
+            if a.name in known and not isinstance(k, torch.Tensor):
+                return k  # a Python number (a shape, a scalar) or None
+            if a.name in known and raw:
+                return Known(k, lambda t, name=a.name: materialize(name, t))
+            return env[a.name] if a.name in env else materialize(a.name, k)
         if isinstance(a, (list, tuple)):
             return type(a)(arg(x) for x in a)
         return a
@@ -44,7 +86,10 @@ def convert_node(e: Emitter, node, env: dict):
     fn = CONVERTERS.get(node.target)
     if fn is None:
         raise UnsupportedOpError(f"unsupported op {node.target}")
-    return fn(e, *arg(tuple(node.args)), **{k: arg(v) for k, v in node.kwargs.items()})
+    kwargs = {k: arg(v) for k, v in node.kwargs.items()}
+    if raw and materialize is not None:  # a constant the converter derives (a causal mask)
+        kwargs["constant"] = lambda t: materialize(node.name, t)
+    return fn(e, *arg(tuple(node.args)), **kwargs)
 
 
 def _tensor(e: Emitter, x, like: Value) -> Value:
@@ -72,6 +117,12 @@ def _identity(e, x, *args, **kw):
     return x
 
 
+@converts(aten._assert_tensor_metadata.default)
+def _assert_metadata(e, *args, **kw):
+    """A check torch.export inserts (dtype/device of a .to()); shapes and dtypes are static here."""
+    return None
+
+
 @converts(aten._to_copy.default)
 def _to_copy(e, x, dtype=None, **kw):
     from .capture import TORCH_DTYPES
@@ -81,10 +132,25 @@ def _to_copy(e, x, dtype=None, **kw):
 
 
 # --- elementwise -------------------------------------------------------------------------
+_FLOATS = ("float64", "float32")
+
+
+def _promoted(a: str, b: str) -> str:
+    """The dtype torch gives an elementwise op of tensors of dtypes a and b (the float one;
+    the wider of two floats)."""
+    for f in _FLOATS:
+        if f in (a, b):
+            return f
+    raise ValueError(f"operands of dtypes {a} and {b}: only float results are supported")
+
+
 def _binary(op):
     def conv(e, a, b, alpha=1):
         like = a if isinstance(a, Value) else b
         a, b = _tensor(e, a, like), _tensor(e, b, like)
+        if a.dtype != b.dtype:  # torch promotes (a float tensor times a boolean mask): to the float one
+            want = _promoted(a.dtype, b.dtype)
+            a, b = (v if v.dtype == want else e.emit("cast", v, dtype=want) for v in (a, b))
         if alpha != 1:
             b = e.emit("mul", b, e.const(alpha, like.dtype))
         return e.emit(op, a, b)
@@ -236,6 +302,31 @@ def _select(e, x, dim, index):
     return _reshape_to(e, s, x.shape[:dim] + x.shape[dim + 1:])
 
 
+@converts(aten.split_with_sizes.default, aten.split_with_sizes_copy.default)
+def _split_with_sizes(e, x, sizes, dim=0):
+    """chunk / split: one `slice` per piece (a piece of the whole dim is the input itself)."""
+    dim = dim % len(x.shape)
+    if sum(int(n) for n in sizes) != x.shape[dim]:
+        raise ValueError(f"split sizes {list(sizes)} do not add up to dim {dim} of {x.shape}")
+    out, start = [], 0
+    for n in sizes:
+        out.append(_slice(e, x, dim, start, start + int(n)))
+        start += int(n)
+    return tuple(out)
+
+
+@converts(aten.split.Tensor, aten.split_copy.Tensor)
+def _split(e, x, split_size, dim=0):
+    size = x.shape[dim % len(x.shape)]
+    n = int(split_size)
+    return _split_with_sizes(e, x, [min(n, size - i) for i in range(0, size, n)] if n else [size], dim)
+
+
+@converts(aten.unbind.int, aten.unbind_copy.int)
+def _unbind(e, x, dim=0):
+    return tuple(_select(e, x, dim, i) for i in range(x.shape[dim % len(x.shape)]))
+
+
 @converts(aten.cat.default)
 def _cat(e, xs, dim=0):
     xs = [x for x in xs if x.type.numel > 0]
@@ -375,3 +466,58 @@ def _scalar_tensor(e, value, dtype=None, **kw):
     from .capture import TORCH_DTYPES
 
     return e.const(value, TORCH_DTYPES.get(dtype, "float32"))
+
+
+# --- attention ----------------------------------------------------------------------------------
+def _unsupported(msg: str):
+    from .capture import UnsupportedOpError
+
+    raise UnsupportedOpError(msg)
+
+
+def _additive_mask(mask, causal: bool, q: Value, k: Value):
+    """The attention mask as what is added to the scores: a float tensor known at capture
+    time (0 where attended, -inf where not), a float Value, or None when every position is
+    attended. A boolean mask must be known at capture time (built from shapes, as models do)."""
+    L, S = q.shape[-2], k.shape[-2]
+    keep = torch.ones(L, S, dtype=torch.bool).tril() if causal else None
+    if isinstance(mask, Known) and mask.tensor.dtype == torch.bool:
+        keep = mask.tensor if keep is None else keep & mask.tensor
+    elif mask is not None:
+        if isinstance(mask, Value) and mask.dtype == "bool":
+            _unsupported("unsupported op aten.scaled_dot_product_attention with a boolean mask computed from "
+                         "the inputs (only masks known at capture time)")
+        if keep is not None:
+            _unsupported("unsupported op aten.scaled_dot_product_attention with both is_causal and attn_mask")
+        return mask.tensor if isinstance(mask, Known) else mask
+    if keep is None or bool(keep.all()):
+        return None
+    full = torch.broadcast_to(keep, torch.broadcast_shapes(keep.shape, tuple(q.shape[:-2]) + (L, S)))
+    if not bool(full.any(-1).all()):
+        _unsupported("unsupported op aten.scaled_dot_product_attention: a query attends to no key")
+    return torch.zeros(keep.shape, dtype=getattr(torch, q.dtype)).masked_fill(~keep, -math.inf)
+
+
+@const_aware(aten.scaled_dot_product_attention.default)
+def _sdpa(e, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
+          constant=None):
+    """softmax(q k^T * scale + mask) v, from matmul, mul, add and softmax ops."""
+    q, k, v = (x.value() if isinstance(x, Known) else x for x in (q, k, v))
+    if dropout_p:
+        _unsupported("unsupported op aten.scaled_dot_product_attention with dropout: call model.eval()")
+    if q.shape[:-2] != k.shape[:-2] and enable_gqa:
+        _unsupported("unsupported op aten.scaled_dot_product_attention with grouped-query attention")
+    mask = _additive_mask(attn_mask, bool(is_causal), q, k)
+    if isinstance(mask, torch.Tensor):
+        if constant is None:
+            _unsupported("unsupported op aten.scaled_dot_product_attention with a mask unknown at capture time")
+        mask = constant(mask)
+    rank = len(k.shape)
+    perm = list(range(rank))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    s = e.emit("matmul", q, e.emit("permute", k, perm=tuple(perm)))
+    s = e.emit("mul", s, e.const(scale if scale is not None else 1 / math.sqrt(q.shape[-1]), q.dtype))
+    if mask is not None:
+        s = e.emit("add", s, mask)
+    p = e.emit("softmax", s, dim=len(s.shape) - 1)
+    return e.emit("matmul", p, v)

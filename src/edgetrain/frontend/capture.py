@@ -13,7 +13,7 @@ from ..ir import Graph, TensorType, Value, new_value
 from ..ops import Emitter, verify
 
 #: aten ops kept whole instead of decomposed, because our op table has them directly.
-KEEP_UNDECOMPOSED = ("linear",)
+KEEP_UNDECOMPOSED = ("linear", "scaled_dot_product_attention")
 TORCH_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64",
                 torch.int32: "int32", torch.int8: "int8", torch.bool: "bool"}
 
@@ -84,6 +84,49 @@ def _export(model: torch.nn.Module, args: tuple):
         model.train(was_training)
 
 
+def _fx_args(node) -> list:
+    """The fx nodes among a node's arguments (nested lists included)."""
+    out = []
+    torch.fx.node.map_arg((node.args, node.kwargs), lambda a: out.append(a))
+    return out
+
+
+def foldable(node, known: dict) -> bool:
+    """Every input of the node is known at capture time (shapes, constants, buffers) and the op
+    is deterministic: it is evaluated once during capture and never reaches the graph."""
+    tags = getattr(node.target, "tags", ())
+    if torch.Tag.nondeterministic_seeded in tags or torch.Tag.inplace_view in tags:
+        return False
+    return all(a.name in known for a in _fx_args(node))
+
+
+def evaluate(node, known: dict):
+    """Run one fx node with torch on its known inputs."""
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: known[a.name])
+    with torch.no_grad():
+        return node.target(*args, **kwargs)
+
+
+def _constant_value(e: Emitter, t, name: str, inputs: list, buffers: dict):
+    """A Value holding the capture-time constant `t`: a scalar `const` (broadcast when the
+    tensor is one value repeated, as a mask of all True or a tensor of zeros), else a read-only
+    array beside the buffers, named after the fx node that computed it."""
+    if not isinstance(t, torch.Tensor):
+        return t  # a Python number or None: converters take those as they are
+    dtype = _dtype(t)
+    flat = t.detach().reshape(-1)
+    if flat.numel() > 0 and bool((flat == flat[0]).all()):
+        c = e.const(flat[0].item(), dtype)
+        return c if t.dim() == 0 else e.emit("expand", c, shape=tuple(t.shape))
+    key = f"const:{name}"
+    while key in buffers:
+        key += "'"
+    buffers[key] = to_numpy(t)
+    v = new_value(TensorType(tuple(t.shape), dtype), key)
+    inputs.append(v)
+    return v
+
+
 def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
     """Capture `model` (in eval mode: batch norm on running statistics, dropout off)."""
     from .aten import convert_node
@@ -98,6 +141,8 @@ def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
     kinds = {s.arg.name: s for s in sig.input_specs}
 
     env: dict[str, Any] = {}
+    shared: dict[tuple, Value] = {}  # (storage, shape, strides) of a parameter or buffer -> its value
+    known: dict[str, Any] = {}  # fx name -> its value computed at capture time (torch tensors, numbers)
     inputs: list[Value] = []
     params, buffers, frozen = {}, {}, []
     user_i = 0
@@ -113,19 +158,45 @@ def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
                 user_i += 1
             else:
                 t = state[spec.target]
+                tied = shared.get((t.data_ptr(), tuple(t.shape), tuple(t.stride())))
+                if tied is not None:  # a tied weight (GPT-2's lm_head is its wte): one value, gradients add up
+                    env[node.name] = tied
+                    if spec.kind == InputKind.BUFFER or spec.kind == InputKind.CONSTANT_TENSOR:
+                        known[node.name] = t
+                    continue
                 v = new_value(TensorType(tuple(t.shape), _dtype(t)), spec.target)
+                shared[(t.data_ptr(), tuple(t.shape), tuple(t.stride()))] = v
                 if spec.kind == InputKind.PARAMETER:
                     params[spec.target] = to_numpy(t)
                     if not named_params.get(spec.target, t).requires_grad:
                         frozen.append(spec.target)
                 else:
                     buffers[spec.target] = to_numpy(t)
+                    known[node.name] = t  # read-only: what is computed from it alone is a constant
             inputs.append(v)
             env[node.name] = v
         elif node.op == "call_function":
             before = len(e.nodes)
+            if foldable(node, known):
+                try:
+                    known[node.name] = evaluate(node, known)
+                except Exception as err:  # torch's own error on a constant subgraph
+                    raise CaptureError(f"cannot evaluate the constant {node.target} at {source_line(node)}: "
+                                       f"{type(err).__name__}: {err}") from err
+                continue
+
+            def materialize(name, t):
+                """A Value for the capture-time constant `t` (computed by fx node `name`, or
+                derived from it by a converter), made once per node."""
+                if t is known.get(name) and name in env:
+                    return env[name]
+                v = _constant_value(e, t, name, inputs, buffers)
+                if t is known.get(name):
+                    env[name] = v
+                return v
+
             try:
-                env[node.name] = convert_node(e, node, env)
+                env[node.name] = convert_node(e, node, env, known, materialize)
             except UnsupportedOpError as err:
                 raise UnsupportedOpError(f"{err} (at {source_line(node)})") from None
             except (ValueError, KeyError, TypeError) as err:
