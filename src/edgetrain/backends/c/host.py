@@ -247,7 +247,8 @@ class CProgram(Program):
         self._push()
         if len(self.inputs) != 1:
             out = np.empty(out_v.shape, dtype=np.float32)
-            self._lib.et_predict(self._input_bytes(g, x).ctypes.data, out.ctypes.data)
+            xin = self._input_bytes(g, x)  # held while the library reads it
+            self._lib.et_predict(xin.ctypes.data, out.ctypes.data)
             return out
         want = (self.input_transform or g).input(self.inputs[0]).type
         a = as_array(x, want, "input", batch_free=True)
@@ -258,7 +259,10 @@ class CProgram(Program):
         outs = []
         for i in range(0, a.shape[0], b):
             out = np.empty(out_v.shape, dtype=np.float32)
-            self._lib.et_predict(self._input_bytes(g, a[i:i + b]).ctypes.data, out.ctypes.data)
+            # a name for the input bytes: `.ctypes.data` is a bare address, which keeps no array
+            # alive (the int8 input transform's fresh array was freed before the call read it)
+            xin = self._input_bytes(g, a[i:i + b])
+            self._lib.et_predict(xin.ctypes.data, out.ctypes.data)
             outs.append(out)
         return np.concatenate(outs)[:n]
 

@@ -164,20 +164,27 @@ ET_INLINE void et_gemm_abt(const float *ET_RESTRICT GY, const float *ET_RESTRICT
 
 ET_INLINE void et_padded_rows(float *ET_RESTRICT R, const float *ET_RESTRICT x, int H, int Wd, int ih0, int KH,
                               int DH, int SW, int PW, int L) {
-    for (int ki = 0; ki < KH; ++ki) {
-        const int ih = ih0 + ki * DH;
-        float *r = R + ki * SW * L;
-        if (ih < 0 || ih >= H) {
-            for (int j = 0; j < SW * L; ++j) r[j] = 0.f;
-            continue;
+    /* No branch or select in the loop bodies: the rows [k0, k1) and the columns [j0, j1) that
+     * read the input are computed first, and zeros fill the padding around them. (The per-row
+     * test `ih < 0 || ih >= H` and the per-column select this replaces were if-converted by
+     * GCC 12 at -O3 with AVX (the default host flags) into masked vector code that, in the
+     * constant-shape copies, zeroed rows that lie in the input: MCUNet's and ProxylessNAS's
+     * 7x7 stride-2 depthwise convolutions (8x8 -> 4x4) computed wrong outputs and NaN
+     * gradients. tests/backends/c/test_regressions.py) */
+    const int lo = et_lo(-ih0, 0, 1, DH), k0 = lo < KH ? lo : KH, k1 = et_hi(H, -ih0, 0, 1, DH, KH), row = SW * L;
+    for (int j = 0; j < k0 * row; ++j) R[j] = 0.f;
+    for (int ki = k0; ki < k1; ++ki) {
+        const float *xr = x + (size_t)(ih0 + ki * DH) * Wd;
+        for (int ph = 0; ph < SW; ++ph) {
+            /* padded column j reads input column j*SW + ph - PW */
+            const int j0l = et_lo(PW, ph, 1, SW), j0 = j0l < L ? j0l : L, j1 = et_hi(Wd, PW, ph, 1, SW, L);
+            float *rp = R + ki * row + ph * L;
+            for (int j = 0; j < j0; ++j) rp[j] = 0.f;
+            for (int j = j0; j < j1; ++j) rp[j] = xr[j * SW + ph - PW];
+            for (int j = j1; j < L; ++j) rp[j] = 0.f;
         }
-        const float *xr = x + (size_t)ih * Wd;
-        for (int ph = 0; ph < SW; ++ph)
-            for (int j = 0; j < L; ++j) {
-                const int iw = j * SW + ph - PW;
-                r[ph * L + j] = iw >= 0 && iw < Wd ? xr[iw] : 0.f;
-            }
     }
+    for (int j = (k1 > k0 ? k1 : k0) * row; j < KH * row; ++j) R[j] = 0.f;
 }
 
 ET_INLINE float et_dot(const float *ET_RESTRICT a, const float *ET_RESTRICT b, int n) {
