@@ -129,7 +129,7 @@ class Int8Program:
                  fixed: Optional[FixedScales], calibration: Optional[list]):
         self.flat = flat
         self.runs = {"forward": 0, "backward": 0}
-        g = AotGraphs(flat, Named(frozenset()), gm, len(gm.graph.output_node().args[0]))
+        g = AotGraphs(flat, Named(frozenset()), gm)
         self.entries, self.labels = g.entries, g.labels
         self.float_outputs, self.float_inputs = g.forward.outputs, tuple(g.fw_inputs)  # what entries name
         self.data = [f.name for f in flat if f.kind == "input"]
