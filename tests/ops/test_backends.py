@@ -22,7 +22,7 @@ from edgetrain.backends.c.graph_lib import build_graph_library
 from edgetrain.backends.c.kernels import KERNELS, float32_nn
 from edgetrain.ir import Graph, Node, new_value
 from edgetrain.ops import OPS
-from tests.ops.cases import CASES, Arg, make_inputs
+from tests.ops.cases import CASES, Arg, dim_of, make_inputs, pairs, real
 from tests.ops.test_ops import (DIFFERENTIABLE, FORWARD_TOL, GRAD_TOL, backward_graph, draw_case, forward_graph,
                                 rel_err, to_torch, wrt_of)
 
@@ -99,6 +99,44 @@ class Side:
         return dict(zip(self.names, build_graph_library(g)(self.feeds)))
 
 
+@st.composite
+def _larger_pool2d(draw, avg: bool):
+    """Pooling beyond cases.py's small windows: kernels to 5, strides to 3, batch and channels to 3."""
+    k = draw(pairs(1, 5))
+    stride = draw(pairs(1, 3))
+    pad = tuple(draw(st.integers(0, ki // 2)) for ki in k)
+    dil = (1, 1) if avg else draw(pairs(1, 2))
+    lo = [max(1, dil[i] * (k[i] - 1) + 1 - (2 * pad[i] if avg else 0)) for i in range(2)]
+    hw = [draw(st.integers(lo[i], lo[i] + 7)) for i in range(2)]
+    attrs = {"kernel": k, "stride": stride, "padding": pad}
+    if avg:
+        attrs.update(count_include_pad=draw(st.booleans()), divisor_override=draw(st.sampled_from([0, 0, 5])))
+    else:
+        attrs["dilation"] = dil
+    return [real(draw(st.integers(1, 3)), draw(st.integers(1, 3)), *hw)], attrs
+
+
+@st.composite
+def _long_rows(draw):
+    """softmax / log-softmax along a dim of up to 40, with dims before and after it"""
+    shape = draw(st.lists(st.integers(1, 40), min_size=1, max_size=3).map(tuple))
+    return [real(*shape)], {"dim": draw(dim_of(shape))}
+
+
+@st.composite
+def _wide_layer_norm(draw):
+    shape = draw(st.lists(st.integers(1, 40), min_size=1, max_size=3).map(tuple))
+    k = shape[len(shape) - draw(st.integers(1, len(shape))):]
+    affine = [real(*k) for _ in range(draw(st.integers(0, 2)))]
+    return [real(*shape)] + affine, {"normalized_shape": k, "eps": 1e-5}
+
+
+#: strategies drawn besides cases.py's (one of the two each draw) for the kernels of this
+#: backend: larger windows and rows than the op table's small shapes
+C_SPECS = {"avg_pool2d": _larger_pool2d(avg=True), "max_pool2d": _larger_pool2d(avg=False),
+           "softmax": _long_rows(), "log_softmax": _long_rows(), "layer_norm": _wide_layer_norm()}
+
+
 def draw_cases(op: str, dtype: str = DTYPE) -> list:
     """CASES_PER_OP cases of `op`: (arrays, attrs, ct seed), drawn by hypothesis (derandomized).
     They are collected, not checked, inside the examples (one example drawing them all would be
@@ -108,7 +146,11 @@ def draw_cases(op: str, dtype: str = DTYPE) -> list:
     @settings(SETTINGS, max_examples=CASES_PER_OP)
     @given(data=st.data())
     def collect(data):
-        arrays, attrs = draw_case(data, op, dtype)
+        if op in C_SPECS:
+            args, attrs = data.draw(CASES[op].spec | C_SPECS[op], label="operands and attrs")
+            arrays = make_inputs(args, data.draw(st.integers(0, 2**32 - 1), label="seed"), dtype)
+        else:
+            arrays, attrs = draw_case(data, op, dtype)
         drawn.append((arrays, attrs, data.draw(st.integers(0, 2**32 - 1), label="ct seed")))
 
     collect()
