@@ -135,13 +135,16 @@ ET_NN(et_softmax)(const ET_NN_T *X, ET_NN_T *Y, int outer, int D, int inner, int
             for (int d = 1; d < D; ++d)
                 if (x[(size_t)d * inner] > m || x[(size_t)d * inner] != x[(size_t)d * inner]) m = x[(size_t)d * inner];
             double s = 0.0;
-            for (int d = 0; d < D; ++d) s += et_exp((double)x[(size_t)d * inner] - m);
+            for (int d = 0; d < D; ++d) {
+                const double e = et_exp((double)x[(size_t)d * inner] - m);
+                s += e;
+                if (!logsm) y[(size_t)d * inner] = (ET_NN_T)e; /* y is not x: no in-place softmax */
+            }
             if (logsm) {
                 const double ls = et_log(s);
                 for (int d = 0; d < D; ++d) y[(size_t)d * inner] = (ET_NN_T)(((double)x[(size_t)d * inner] - m) - ls);
             } else {
-                for (int d = 0; d < D; ++d)
-                    y[(size_t)d * inner] = (ET_NN_T)(et_exp((double)x[(size_t)d * inner] - m) / s);
+                for (int d = 0; d < D; ++d) y[(size_t)d * inner] = (ET_NN_T)(y[(size_t)d * inner] / s);
             }
         }
 }
