@@ -168,6 +168,10 @@ def test_train_mode_batch_norm_in_an_unchanged_loop(dtype, tol):
     rec = last_programs()[-1]
     ops = [n.op for n in rec.forward.nodes]
     assert ops.count("batch_norm_train") == 2 and ops.count("batch_norm_update_stats") == 2
+    # each update counts its batch (num_batches_tracked + 1 folded in: no int64 add left)
+    assert all(len(n.inputs) == 4 for n in rec.forward.nodes if n.op == "batch_norm_update_stats")
+    assert not any(v.dtype == "int64" for n in rec.forward.nodes if n.op != "batch_norm_update_stats"
+                   for v in n.outputs)
     assert "batch_norm_update_stats" not in {n.op for n in rec.step.nodes}  # the step's forward leaves them out
     # the same model in eval mode runs on the running statistics that training moved
     model.eval()

@@ -47,6 +47,7 @@ class CompiledGraph:
     runs: dict = field(default_factory=lambda: {"forward": 0, "backward": 0})
     quantize: Optional[str] = None  # "int8": the graphs are the int8 program's (int8.py)
     int8: Optional[object] = None  # then its int8.Int8Program (scales, layer maps, the torch <-> int map)
+    backend: str = "reference"  # what runs the graphs: the reference runtime or "c" (options["backend"])
 
     def summary(self) -> str:
         if self.step is None:
@@ -161,7 +162,7 @@ class EdgetrainGraph:
                             torch.is_grad_enabled())
         _check_budget(prog.memory, self._opts.budget, "training step" if prog.step is not None else "forward graph")
         record = CompiledGraph(tuple(f.name for f in prog.flat), prog.trainable, prog.forward, prog.forward_memory,
-                               step=prog.step, memory=prog.memory, runs=prog.runs)
+                               step=prog.step, memory=prog.memory, runs=prog.runs, backend=prog.backend)
         _PROGRAMS.append(record)
         self._compiled[key] = prog
         self.programs[key] = record
@@ -212,7 +213,7 @@ class EdgetrainGraph:
 
 def edgetrain_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=None):
     """torch.compile(model, backend="edgetrain", options={"update": ..., "quantize": ..., "budget": ...,
-    "calibration": ...})."""
+    "calibration": ..., "specs": ..., "backend": "reference" | "c"})."""
     if mode not in (None, "default"):
         raise ValueError(f"torch.compile(backend='edgetrain') has no mode {mode!r}; pass options= instead")
     return EdgetrainGraph(gm, options)

@@ -10,6 +10,10 @@ backward runs the planned training step (the forward again, then the reverse swe
 node order: the graph the memory plan and the budget are for). The step's forward leaves
 out in-place updates (a train-mode batch norm's running statistics), so they happen once,
 in the forward.
+
+Runners: the numpy reference runtime, or with options={"backend": "c"} each graph as one C
+function built by backends/c/graph_lib.py (float32 kernels, the same ones et.compile's C
+programs run), compiled at the first call.
 """
 from __future__ import annotations
 
@@ -27,6 +31,20 @@ from ..passes import eliminate_dead_code
 from .graphs import AotGraphs, FlatInput, entry_value, to_numpy
 from .options import BackendOptions
 from .translate import Transposed, Unused
+
+
+def _reference_runner(g: Graph, ram: list[str]):
+    return lambda feeds: run_graph(g, feeds, ram)[0]
+
+
+def _c_runner(g: Graph):
+    """`g` built as C: feeds by input name -> {output name: array}."""
+    from ..backends.c.graph_lib import build_graph_library
+    from ..backends.c.host import DEFAULT_CFLAGS
+
+    run = build_graph_library(g, DEFAULT_CFLAGS)
+    names = [v.name for v in g.inputs]
+    return lambda feeds: dict(zip(g.output_names, run([feeds[n] for n in names])))
 
 
 def _placeholder(dtype) -> torch.Tensor:
@@ -55,6 +73,13 @@ class FloatProgram:
         self.memory = self.forward_memory if self.step is None else plan_memory(
             self.step, self.ram_names(), list(self.trainable),
             trained_channel_bytes(self.trainable, {f.name: f.array for f in flat if f.kind == "param"}))
+        self.backend = opts.backend
+        if opts.backend == "c":
+            self._run_fwd = _c_runner(self.forward)
+            self._run_step = _c_runner(self.step) if self.step is not None else None
+        else:
+            self._run_fwd = _reference_runner(self.forward, self.data)
+            self._run_step = _reference_runner(self.step, self.ram_names()) if self.step is not None else None
 
     def _step_graph(self) -> tuple[Optional[Graph], list[tuple[str, Value]]]:
         """The training step and its cotangent inputs, (forward output name, input), one per
@@ -110,7 +135,7 @@ class FloatProgram:
 
     def run_forward(self, feeds: dict, tensors: list) -> tuple:
         """The forward's user outputs as tensors; the inputs it writes are written."""
-        outs, _ = run_graph(self.forward, feeds, self.data)
+        outs = self._run_fwd(feeds)
         for i, v in self.g.mutations:
             new, old = outs[f"mutated:{self.flat[i].name}"], feeds[self.flat[i].name]
             if not np.shares_memory(new, old):  # an in-place op wrote the buffer itself already
@@ -128,7 +153,7 @@ class FloatProgram:
             g = grad_outs[index[name]]
             feeds[t.name] = (np.zeros(t.shape, t.dtype) if g is None
                              else np.array(g.detach().numpy(), dtype=t.dtype, order="C").reshape(t.shape))
-        out, _ = run_graph(self.step, feeds, self.ram_names())
+        out = self._run_step(feeds)
         grads = {}
         for f in self.flat:
             if f.name in self.wrt:

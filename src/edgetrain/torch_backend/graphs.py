@@ -10,13 +10,16 @@ import numpy as np
 import torch
 
 from ..frontend.capture import CaptureError
-from ..ir import Graph, TensorType, Value, new_value
+from ..ir import Graph, Node, TensorType, Value, new_value
 from ..ops import verify
 from ..passes import eliminate_dead_code
 from ..sparse import find_layers, resolve_scheme
 from ..sparse.schemes import SchemeError
 from .options import Named
 from .translate import Transposed, Translator, torch_dtype_name
+
+#: the buffer a train-mode batch norm counts its batches in (torch's _BatchNorm)
+TRACKED = "num_batches_tracked"
 
 
 @dataclass(frozen=True)
@@ -114,9 +117,32 @@ class AotGraphs:
             self.mutations.append((i, e))
         self.entries = outs[len(mutated):]
         self.labels = {v: c for v, c in t.labels.items() if v in self.fw_inputs}  # checked at each run
-        nodes = tuple(t.e.nodes)
+        nodes = self._fold_batch_counts(tuple(t.e.nodes))
         self.trainable = self._resolve(update, Graph(tuple(self.fw_inputs), nodes, (), ()))
         self.forward = self._forward_graph(nodes)
+
+    def _fold_batch_counts(self, nodes: tuple) -> tuple:
+        """A train-mode batch norm's `num_batches_tracked + 1` (an int64 add of the graph) moved
+        into its batch_norm_update_stats, which counts the batch in place (as et.compile's step
+        does): one op writes all of the module's statistics, and no int64 arithmetic is left."""
+        producer = {o: n for n in nodes for o in n.outputs}
+        updates = {n.inputs[0].name: n for n in nodes if n.op == "batch_norm_update_stats" and len(n.inputs) == 3}
+        replaced, dropped = {}, set()
+        for k, (i, v) in enumerate(self.mutations):
+            name = self.flat[i].name
+            add = producer.get(v)
+            if not name.endswith(TRACKED) or add is None or add.op != "add":
+                continue
+            upd = updates.get(name[:-len(TRACKED)] + "running_mean")
+            one = producer.get(add.inputs[1])
+            if (upd is None or upd in replaced or add.inputs[0].name != name or one is None or one.op != "const"
+                    or one.attrs["value"] != 1):
+                continue
+            count = new_value(v.type, name)
+            replaced[upd] = Node(upd.op, upd.inputs + (add.inputs[0],), upd.outputs + (count,), upd.attrs)
+            dropped.add(add)
+            self.mutations[k] = (i, count)
+        return tuple(replaced.get(n, n) for n in nodes if n not in dropped)
 
     # -- which parameters train --------------------------------------------------------------
     def _resolve(self, update, g: Graph) -> dict:

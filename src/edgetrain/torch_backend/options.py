@@ -11,7 +11,9 @@ import torch
 from ..config import Budget
 from ..sparse import BiasOnly, Full, LastK, Sparse, UpdateScheme
 
-OPTION_KEYS = ("update", "quantize", "budget", "calibration", "specs")
+OPTION_KEYS = ("update", "quantize", "budget", "calibration", "specs", "backend")
+#: what runs a float graph: the numpy reference runtime, or its nodes as C (backends/c/graph_lib.py)
+RUNNERS = ("reference", "c")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class BackendOptions:
     quantize: Optional[str] = None  # None (float32) or "int8" (int8.py)
     calibration: Optional[tuple] = None  # int8: batches (tuples of arrays) whose ranges set the scales
     specs: Optional[Mapping] = None  # int8: published parameters, weight name -> quantize.LayerSpec
+    backend: str = "reference"  # float graphs: "reference" (numpy) or "c" (generated C, float32)
 
 
 def parse_update(value: Any) -> Union[UpdateScheme, Named]:
@@ -121,7 +124,13 @@ def parse_options(options: Optional[Mapping[str, Any]]) -> BackendOptions:
     for key in ("calibration", "specs"):
         if quantize is None and options.get(key) is not None:
             raise ValueError(f"options['{key}'] sets int8 scales; it needs options['quantize']='int8'")
-    return BackendOptions(update=parse_update(options.get("update", Full())),
+    backend = options.get("backend", "reference")
+    if backend not in RUNNERS:
+        raise ValueError(f"options['backend']={backend!r}: use one of {RUNNERS}")
+    if backend == "c" and quantize is not None:
+        raise ValueError("options['backend']='c' runs float graphs; quantize='int8' graphs run on the reference "
+                         "runtime (et.compile(..., quantize='int8', backend='c') builds the int8 program as C)")
+    return BackendOptions(update=parse_update(options.get("update", Full())), backend=backend,
                           budget=parse_budget(options.get("budget")), quantize=quantize,
                           calibration=parse_calibration(options.get("calibration")),
                           specs=parse_specs(options.get("specs")))
