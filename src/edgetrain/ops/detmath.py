@@ -1,5 +1,5 @@
-"""exp in float64 exactly as the C runtime computes it (backends/c/runtime/et_common.h:
-et_exp), operation for operation. numpy's exp (SIMD, platform-dependent) and a C libm
+"""exp and log in float64 exactly as the C runtime computes them (backends/c/runtime/et_common.h:
+et_exp, et_log), operation for operation. numpy's exp (SIMD, platform-dependent) and a C libm
 differ in the last bit; a reference whose float result feeds integer stochastic rounding
 (the loss gradient of an int8 program) must be reproducible bit for bit by the generated C
 on the host and on a Cortex-M, so both use this one algorithm: x = k ln2 + r (Cody-Waite
@@ -38,3 +38,30 @@ def exp_like_c(x) -> np.ndarray:
         out = np.where(x > OVERFLOW, np.inf, out)
     out = np.where(x < UNDERFLOW, 0.0, out)
     return np.where(np.isnan(x), x, out)
+
+
+LOG_SERIES_DEGREE = 23  # log m = 2 atanh(s), s = (m-1)/(m+1), |s| < 0.172: the s^25 term is below 2^-60
+SQRT2 = 1.4142135623730951
+
+
+def log_like_c(x) -> np.ndarray:
+    """float64 log(x), bit-identical to et_log of et_common.h: x = 2^e m with m in
+    [sqrt(1/2), sqrt(2)), log m by the odd series of 2 atanh((m-1)/(m+1)) in Horner form."""
+    x = np.asarray(x, np.float64)
+    fm, fe = np.frexp(np.where(np.isfinite(x) & (x > 0), x, 1.0))  # x = fm 2^fe, fm in [0.5, 1): exact
+    m, e = fm * 2.0, fe.astype(np.int64) - 1  # C's mantissa in [1, 2)
+    big = m > SQRT2
+    m = np.where(big, m * 0.5, m)
+    e = e + big
+    s = (m - 1.0) / (m + 1.0)
+    s2 = s * s
+    t = np.full_like(s, 1.0 / float(LOG_SERIES_DEGREE))
+    for i in range(LOG_SERIES_DEGREE - 2, 0, -2):
+        t = 1.0 / float(i) + s2 * t
+    ed = e.astype(np.float64)
+    out = ed * LN2_HI + (2.0 * s * t + ed * LN2_LO)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(x == 0, -np.inf, out)
+        out = np.where(np.isnan(x) | (x < 0), np.nan, out)
+        out = np.where(x > 1.79e308, x, out)
+    return out

@@ -5,9 +5,8 @@ import numpy as np
 
 from ..ir import TensorType
 from .base import OpDef, register
-from .detmath import exp_like_c
+from .detmath import exp_like_c, log_like_c
 from .embedding import INDEX_DTYPES
-from .softmax import _log_softmax
 
 
 def _ce_infer(ts, a):
@@ -18,9 +17,22 @@ def _ce_infer(ts, a):
 
 
 def _ce_ref(xs, a):
+    """mean over rows of max + log(sum exp(x - max)) - x[label], in float64 with the C
+    runtime's exp and log, sums in class and row order, rounded once to the logits' dtype:
+    the generated C computes exactly this, so the loss of a program is the same number on
+    every backend (an int8 program's loss bit for bit)."""
     logits, labels = xs
-    lp = _log_softmax(logits, 1)
-    return [np.asarray(-lp[np.arange(len(labels)), labels].mean(), dtype=logits.dtype)]
+    n = len(labels)
+    m = logits.max(axis=1).astype(np.float64)
+    e = exp_like_c(logits.astype(np.float64) - m[:, None])
+    s = np.zeros(n)
+    for k in range(logits.shape[1]):  # sequential, as the C loop
+        s = s + e[:, k]
+    rows = (m + log_like_c(s)) - logits[np.arange(n), labels].astype(np.float64)
+    total = 0.0
+    for r in rows:  # sequential, as the C loop
+        total += float(r)
+    return [np.asarray(total / n, dtype=logits.dtype)]
 
 
 def _ce_grad_ref(xs, a):
