@@ -184,6 +184,27 @@ def _index_select(draw):
     return [real(*shape)], {"dim": dim, "index": tuple(idx)}
 
 
+@st.composite
+def _pad(draw):
+    shape = draw(shapes(min_dims=1, max_dims=4))
+    before = tuple(draw(st.integers(0, 2)) for _ in shape)
+    after = tuple(draw(st.integers(0, 2)) for _ in shape)
+    return [real(*shape)], {"before": before, "after": after, "value": draw(st.sampled_from([0.0, 1.5, -2.0]))}
+
+
+def _torch_pad(t, a):
+    widths = [w for b, e in zip(a["before"][::-1], a["after"][::-1]) for w in (b, e)]
+    return F.pad(t[0], widths, value=a["value"])
+
+
+@st.composite
+def _gather(draw):
+    shape = draw(shapes(min_dims=1))
+    dim = draw(dim_of(shape))
+    idx = [draw(st.integers(1, 4)) if d == dim % len(shape) else draw(st.integers(1, s)) for d, s in enumerate(shape)]
+    return [real(*shape), index(idx, shape[dim], draw(st.sampled_from(["int64", "int32"])))], {"dim": dim}
+
+
 # --- layers --------------------------------------------------------------------------------
 @st.composite
 def _conv2d(draw):
@@ -380,6 +401,8 @@ CASES: dict[str, Case] = {
     "slice": Case(_slice(), _torch_slice),
     "cat": Case(_cat(), lambda t, a: torch.cat(t, a["dim"])),
     "index_select": Case(_index_select(), lambda t, a: t[0].index_select(a["dim"], torch.tensor(a["index"]))),
+    "pad": Case(_pad(), _torch_pad),
+    "gather": Case(_gather(), lambda t, a: torch.gather(t[0], a["dim"], t[1].long()), diff=(0,)),
     "conv2d": Case(_conv2d(), _torch_conv2d),
     "linear": Case(_linear(), lambda t, a: F.linear(*t)),
     "matmul": Case(_matmul(), lambda t, a: torch.matmul(t[0], t[1])),
