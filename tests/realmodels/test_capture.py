@@ -14,13 +14,20 @@ from .conftest import build
 
 #: float64 relative error of every gradient
 TOL = 1e-10
-#: torch's hardsigmoid_backward multiplies by a float32 1/6 even in float64 (its
-#: BinaryOpsKernel writes `static_cast<opmath_t>(1.0 / 6.0)` with float32 opmath for
-#: the scalar?); we use the float64 1/6 in every place, so those models differ by ~3e-8
-TOL_HARDSIGMOID = 1e-6
+#: models compared at a looser tolerance, and why
+TOL_OF = {
+    # LiteMLA computes its linear attention in float32 on purpose (`q.float()` under autocast
+    # off) even in a float64 model; we cast as it does, so both sides round in float32 there
+    "timm.efficientvit_b0": 1e-5,
+}
 
-QUICK = ["tv.shufflenet_v2_x0_5", "hf.bert", "hf.distilbert", "hf.gpt2lm", "hf.vit", "timm.vit_tiny_patch16_224"]
-SLOW = ["tv.vit_b_16", "timm.mobilevit_xxs"]
+#: a few seconds each; LeViT caches its attention biases in eval mode (timm's
+#: get_attention_biases), so neither torch nor we train them: Swin exercises that indexing
+QUICK = ["tv.shufflenet_v2_x0_5", "tv.googlenet", "timm.vit_tiny_patch16_224", "timm.efficientvit_b0",
+         "timm.edgenext_xx_small", "timm.levit_128s", "hf.bert", "hf.distilbert", "hf.mobilebert", "hf.gpt2lm",
+         "hf.vit"]
+#: 15 to 40 seconds each
+SLOW = ["tv.vit_b_16", "tv.convnext_tiny", "tv.swin_t", "timm.mobilevit_xxs"]
 
 
 def torch_gradients(model, x, y) -> dict[str, np.ndarray]:
@@ -39,7 +46,8 @@ def rel_err(ours: np.ndarray, ref: np.ndarray, floor: float) -> float:
     return float(np.abs(ours - ref).max() / max(np.abs(ref).max(), floor, 1e-300))
 
 
-def check_model(name: str, tol: float = TOL):
+def check_model(name: str):
+    tol = TOL_OF.get(name, TOL)
     model, x, y = build(name)
     prog = et.compile(model, (x,), update=et.Full())
     ours = prog.gradients(x.numpy(), y.numpy())

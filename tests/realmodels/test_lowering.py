@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import edgetrain as et
+from edgetrain.backends.reference import run_graph
 from edgetrain.frontend import capture
 
 
@@ -135,3 +136,88 @@ def test_tied_weights_are_one_value_and_their_gradients_add():
     ours = prog.gradients(t.numpy(), y.numpy())
     F.cross_entropy(model(t), y).backward()
     np.testing.assert_allclose(ours["emb.weight"], model.emb.weight.grad.numpy(), rtol=0, atol=1e-12)
+
+
+#: (side, kernel, stride, padding, dilation) where ceil_mode adds a window, and some where it does not
+CEIL_POOLS = [(h, k, s, p, d) for h in (5, 6, 7, 8, 9) for k, s, p, d in
+              [(2, 2, 0, 1), (3, 2, 0, 1), (3, 2, 1, 1), (3, 3, 1, 1), (2, 3, 1, 1), (3, 2, 1, 2), (4, 3, 2, 1)]
+              if (h + 2 * p - d * (k - 1) - 1) >= 0]
+
+
+@pytest.mark.parametrize("h,k,s,p,d", CEIL_POOLS)
+def test_max_pool_ceil_mode_is_a_minus_inf_pad_and_floor_mode(h, k, s, p, d):
+    """The captured graph's values equal torch's for every size (odd and even, both sides)."""
+    pool = nn.MaxPool2d(k, s, p, dilation=d, ceil_mode=True)
+    x = torch.randn(2, 3, h, h + 1, dtype=torch.float64)
+    cap = capture(pool, (x,))
+    got, _ = run_graph(cap.graph, {"input:0": x.numpy()})
+    np.testing.assert_array_equal(got["output"], pool(x).numpy())
+    floor = nn.MaxPool2d(k, s, p, dilation=d)(x).shape
+    assert ("pad" in [n.op for n in cap.graph.nodes]) == (pool(x).shape != floor)
+
+
+@pytest.mark.parametrize("h,k,s,p,d", [(5, 2, 2, 0, 1), (8, 3, 2, 1, 1), (7, 3, 2, 1, 2), (6, 4, 3, 2, 1)])
+def test_max_pool_ceil_mode_gradients(h, k, s, p, d):
+    pool = nn.MaxPool2d(k, s, p, dilation=d, ceil_mode=True)
+    out = pool(torch.zeros(1, 1, h, h + 1)).shape[2:]
+    model = nn.Sequential(nn.Conv2d(2, 3, 1), pool, nn.Flatten(), nn.Linear(3 * out[0] * out[1], 4))
+    assert_gradients(model, torch.randn(2, 2, h, h + 1))
+
+
+class AvgCeil(nn.Module):
+    def forward(self, x):
+        return F.avg_pool2d(x, 2, ceil_mode=True)
+
+
+def test_average_pool_ceil_mode_is_refused_by_name():
+    with pytest.raises(et.UnsupportedOpError, match=r"average pooling with ceil_mode=True.*test_lowering.py"):
+        capture(AvgCeil(), (torch.randn(1, 2, 5, 5),))
+
+
+def test_constant_pad_with_negative_widths_crops():
+    model = Fn(lambda h: F.pad(h.reshape(2, 2, 3), (1, -1, -1, 2), value=0.5).flatten(1), width=6)
+    model = nn.Sequential(model, nn.Linear(9, 3))
+    assert_gradients(model, torch.randn(2, 6))
+
+
+def test_gather_with_a_constant_index_is_a_gather_node():
+    index = torch.tensor([[2, 0, 0, 5], [1, 1, 3, 4]])
+    model = nn.Sequential(Fn(lambda h: torch.gather(h, 1, index)), nn.Linear(4, 3))
+    assert "gather" in ops_of(model.double(), torch.randn(2, 6, dtype=torch.float64))
+    assert_gradients(model, torch.randn(2, 6))
+
+
+@pytest.mark.parametrize("pick", [
+    lambda t: t[:, torch.tensor([[0, 3], [5, 5]])],  # one index tensor of rank 2 (LeViT's biases)
+    lambda t: t[torch.tensor([1, 0]), torch.tensor([[2], [4]])],  # two, broadcast
+    lambda t: t.index_select(1, torch.tensor([5, 0, 0])),
+])
+def test_index_with_constant_indices_is_an_index_select(pick):
+    table = nn.Parameter(torch.randn(2, 6))
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table, self.lin = table, nn.Linear(6, 6)
+
+        def forward(self, x):
+            return self.lin(x) + pick(self.table).sum()
+
+    model = M()
+    ops = ops_of(model.double(), torch.randn(2, 6, dtype=torch.float64))
+    assert "index_select" in ops
+    assert_gradients(model, torch.randn(2, 6))
+
+
+def test_as_strided_reads_torch_storage_order():
+    """A transposed input (strides not row-major): as_strided reads its storage as torch does."""
+    model = Fn(lambda h: torch.as_strided(h.t(), (3, 2), (1, 6), 1).reshape(2, 3))
+    model = nn.Sequential(model, nn.Linear(3, 3))
+    cap = capture(model.double(), (torch.randn(2, 6, dtype=torch.float64),))
+    assert "index_select" in [n.op for n in cap.graph.nodes]
+    assert_gradients(model, torch.randn(2, 6))
+
+
+def test_vector_norm_is_sqrt_of_sum_of_squares():
+    model = nn.Sequential(Fn(lambda h: F.normalize(h.reshape(2, 2, 3), dim=-1).flatten(1)), nn.Linear(6, 3))
+    assert_gradients(model, torch.randn(2, 6))

@@ -14,6 +14,8 @@ from ..ops.conv import conv_out_hw
 
 aten = torch.ops.aten
 CONVERTERS: dict[Any, Callable] = {}
+#: converters that read their first input's strides in torch (keyword `layout`)
+LAYOUT_AWARE = (aten.as_strided.default, aten.as_strided_copy.default)
 #: converters that take inputs known at capture time as torch tensors (constant indices, masks)
 #: instead of graph Values; they also accept Values (torch.compile's graphs know none)
 CONST_AWARE: dict[Any, Callable] = {}
@@ -87,6 +89,10 @@ def convert_node(e: Emitter, node, env: dict, known: dict = None, materialize: C
     if fn is None:
         raise UnsupportedOpError(f"unsupported op {node.target}")
     kwargs = {k: arg(v) for k, v in node.kwargs.items()}
+    if node.target in LAYOUT_AWARE:  # the strides torch gave the input (export records them)
+        val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        if val is not None:
+            kwargs["layout"] = (tuple(int(d) for d in val.stride()), int(val.storage_offset()))
     if raw and materialize is not None:  # a constant the converter derives (a causal mask)
         kwargs["constant"] = lambda t: materialize(node.name, t)
     return fn(e, *arg(tuple(node.args)), **kwargs)
@@ -228,6 +234,15 @@ CONVERTERS[aten.mean.default] = lambda e, x, dtype=None: e.emit("mean", x, dims=
 CONVERTERS[aten.sum.default] = lambda e, x, dtype=None: e.emit("sum", x, dims=None)
 
 
+@converts(aten.linalg_vector_norm.default)
+def _vector_norm(e, x, ord=2, dim=None, keepdim=False, dtype=None):
+    """The 2-norm (F.normalize's) as sqrt(sum(x * x)); other orders are refused."""
+    if float(ord) != 2.0:
+        _unsupported(f"unsupported op aten.linalg_vector_norm with ord={ord} (only the 2-norm)")
+    dims = None if dim is None or len(dim) == 0 else tuple(d % len(x.shape) for d in dim)
+    return e.emit("sqrt", e.emit("sum", e.emit("mul", x, x), dims=dims, keepdim=bool(keepdim)))
+
+
 # --- shapes ----------------------------------------------------------------------------------
 def _resolve_shape(x: Value, shape) -> tuple[int, ...]:
     shape = [int(d) for d in shape]
@@ -343,6 +358,93 @@ def _flatten(e, x, start=0, end=-1):
     return _reshape_to(e, x, x.shape[:start] + (n,) + x.shape[end + 1:])
 
 
+@converts(*LAYOUT_AWARE)
+def _as_strided(e, x, size, stride, storage_offset=None, layout=None):
+    """A view of x's storage. Our values are row-major, torch's input had the strides of
+    `layout`: which element of x each output element reads is worked out with torch on
+    positions (the storage filled with each element's row-major number, read through the
+    view); the identity is a reshape, anything else one index_select of x's flat elements."""
+    if layout is None:
+        _unsupported("unsupported op aten.as_strided on a tensor whose strides are unknown")
+    xstride, xoff = layout
+    size, stride, off = [int(d) for d in size], [int(d) for d in stride], int(storage_offset or 0)
+    n = math.prod(x.shape)
+    if any(s < 0 for s in stride) or any(s < 0 for s in xstride):
+        _unsupported("unsupported op aten.as_strided with negative strides")
+    where = torch.full((), xoff, dtype=torch.long)
+    for d, (sz, st) in enumerate(zip(x.shape, xstride)):
+        where = where[..., None] + torch.arange(sz) * st
+    extent = max(int(where.max()) + 1 if n else 0,
+                 off + sum((a - 1) * b for a, b in zip(size, stride)) + 1 if math.prod(size) else 0)
+    storage = torch.full((extent,), -1, dtype=torch.long)
+    storage[where.reshape(-1)] = torch.arange(n)  # an expanded input: any of its equal elements
+    read = torch.as_strided(storage, size, stride, off).reshape(-1)
+    if bool((read < 0).any()):
+        _unsupported("unsupported op aten.as_strided reading storage outside its input")
+    if read.numel() == n and bool((read == torch.arange(n)).all()):
+        return _reshape_to(e, x, size)
+    flat = _reshape_to(e, x, (n,))
+    return _reshape_to(e, e.emit("index_select", flat, dim=0, index=tuple(int(i) for i in read)), size)
+
+
+@converts(aten.gather.default)
+def _gather(e, x, dim, index, sparse_grad=False):
+    return e.emit("gather", x, index, dim=dim % len(x.shape))
+
+
+@const_aware(aten.index_select.default)
+def _index_select(e, x, dim, index, constant=None):
+    if isinstance(x, Known):
+        x = x.value()
+    if not isinstance(index, Known):
+        _unsupported("unsupported op aten.index_select with indices computed from the inputs "
+                     "(only indices known at capture time)")
+    dim = dim % len(x.shape)
+    size = x.shape[dim]
+    idx = index.tensor.reshape(-1).long()
+    if bool(((idx < -size) | (idx >= size)).any()):
+        raise ValueError(f"index out of range for a dim of size {size}")
+    return e.emit("index_select", x, dim=dim, index=tuple(int(v) for v in idx % size))
+
+
+@const_aware(aten.index.Tensor)
+def _index(e, x, indices, constant=None):
+    """x[..., i0, i1, ...] with index tensors known at capture time (a relative-position
+    table read through its index buffer, as Swin and LeViT do): the indexed dims, merged into
+    one by a reshape, are read with one index_select of the flat positions, then reshaped to
+    x's leading dims + the indices' broadcast shape + x's trailing dims."""
+    if isinstance(x, Known):
+        x = x.value()
+    idx = list(indices)
+    if any(isinstance(i, Value) for i in idx):
+        _unsupported("unsupported op aten.index.Tensor with indices computed from the inputs "
+                     "(only indices known at capture time)")
+    tensors = []  # (dim, long index tensor)
+    dim = 0
+    for i in idx:
+        if i is None:
+            dim += 1
+            continue
+        if i.tensor.dtype == torch.bool:  # torch.export turns a mask into nonzero(): never seen here
+            _unsupported("unsupported op aten.index.Tensor with a boolean mask")
+        tensors.append((dim, i.tensor.long()))
+        dim += 1
+    dims = [d for d, _ in tensors]
+    if dims != list(range(dims[0], dims[0] + len(dims))):
+        _unsupported("unsupported op aten.index.Tensor with index tensors on non-adjacent dims")
+    first, n = dims[0], len(dims)
+    sizes = x.shape[first:first + n]
+    bshape = torch.broadcast_shapes(*(t.shape for _, t in tensors))
+    flat = torch.zeros(bshape, dtype=torch.long)
+    for (_, t), size in zip(tensors, sizes):
+        if bool(((t < -size) | (t >= size)).any()):
+            raise ValueError(f"index out of range for a dim of size {size}")
+        flat = flat * size + torch.broadcast_to(t % size, bshape)
+    merged = _reshape_to(e, x, x.shape[:first] + (math.prod(sizes),) + x.shape[first + n:])
+    picked = e.emit("index_select", merged, dim=first, index=tuple(int(v) for v in flat.reshape(-1)))
+    return _reshape_to(e, picked, x.shape[:first] + tuple(bshape) + x.shape[first + n:])
+
+
 # --- layers -----------------------------------------------------------------------------------
 @converts(aten.convolution.default)
 def _convolution(e, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
@@ -409,15 +511,20 @@ def _log_softmax(e, x, dim, half_to_float=False):
     return e.emit("log_softmax", x, dim=dim % len(x.shape))
 
 
-def _check_ceil(x, k, s, p, d, ceil_mode):
-    """ceil_mode only matters when it changes the output size; reject it then."""
-    if ceil_mode:
-        floor = conv_out_hw(x.shape[2:], k, s, p, d)
-        ceil = tuple(-(-(x.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i]) + 1 for i in range(2))
-        if floor != ceil:
-            from .capture import UnsupportedOpError
+def _ceil_out(size: int, k: int, s: int, p: int, d: int) -> int:
+    """torch's ceil-mode output size: ceil((size + 2p - d(k-1) - 1) / s) + 1, less one when
+    the last window would start past the input and its left padding (size + p)."""
+    o = -(-(size + 2 * p - d * (k - 1) - 1) // s) + 1
+    return o - 1 if (o - 1) * s >= size + p else o
 
-            raise UnsupportedOpError("unsupported op: pooling with ceil_mode=True that changes the output size")
+
+def _ceil_extra(x, k, s, p, d, ceil_mode) -> tuple[int, int]:
+    """The rows and columns that ceil_mode adds after the input (0, 0 without ceil_mode)."""
+    if not ceil_mode:
+        return 0, 0
+    floor = conv_out_hw(x.shape[2:], k, s, p, d)
+    ceil = tuple(_ceil_out(x.shape[2 + i], k[i], s[i], p[i], d[i]) for i in range(2))
+    return tuple((ceil[i] - floor[i]) * s[i] for i in range(2))
 
 
 @converts(aten.avg_pool2d.default)
@@ -425,18 +532,44 @@ def _avg_pool(e, x, kernel, stride=(), padding=0, ceil_mode=False, count_include
     k = _pair(kernel)
     s = _pair(stride) if stride else k
     p = _pair(padding)
-    _check_ceil(x, k, s, p, (1, 1), ceil_mode)
+    if any(_ceil_extra(x, k, s, p, (1, 1), ceil_mode)):
+        _unsupported("unsupported op: average pooling with ceil_mode=True that changes the output size "
+                     "(its last windows' divisor counts neither the padding nor the extra border)")
     return e.emit("avg_pool2d", x, kernel=k, stride=s, padding=p, count_include_pad=bool(count_include_pad),
                   divisor_override=int(divisor_override or 0))
 
 
 @converts(aten.max_pool2d_with_indices.default)
 def _max_pool(e, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """ceil_mode=True is floor mode on the input padded after its last row and column with
+    -inf, by (ceil size - floor size) * stride: those windows then exist and -inf never wins
+    (each holds a real pixel, since torch drops a last window starting past input + padding)."""
     k = _pair(kernel)
     s = _pair(stride) if stride else k
     p, d = _pair(padding), _pair(dilation)
-    _check_ceil(x, k, s, p, d, ceil_mode)
+    extra = _ceil_extra(x, k, s, p, d, ceil_mode)
+    if any(extra):
+        x = e.emit("pad", x, before=(0, 0, 0, 0), after=(0, 0) + extra, value=-math.inf)
     return e.emit("max_pool2d", x, kernel=k, stride=s, padding=p, dilation=d), None
+
+
+@converts(aten.constant_pad_nd.default)
+def _constant_pad(e, x, pad, value=0):
+    """torch lists (before, after) from the last dim backwards; a negative width crops."""
+    rank = len(x.shape)
+    if len(pad) % 2 or len(pad) // 2 > rank:
+        raise ValueError(f"constant_pad_nd: {list(pad)} is not (before, after) pairs for a rank-{rank} tensor")
+    before, after = [0] * rank, [0] * rank
+    for i in range(len(pad) // 2):
+        before[rank - 1 - i], after[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
+    for dim in range(rank):  # crops first
+        if before[dim] < 0 or after[dim] < 0:
+            size = x.shape[dim]
+            x = _slice(e, x, dim, max(-before[dim], 0), size - max(-after[dim], 0))
+            before[dim], after[dim] = max(before[dim], 0), max(after[dim], 0)
+    if not any(before) and not any(after):
+        return x
+    return e.emit("pad", x, before=tuple(before), after=tuple(after), value=float(value))
 
 
 @converts(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
