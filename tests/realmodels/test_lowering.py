@@ -164,14 +164,26 @@ def test_max_pool_ceil_mode_gradients(h, k, s, p, d):
     assert_gradients(model, torch.randn(2, 2, h, h + 1))
 
 
-class AvgCeil(nn.Module):
-    def forward(self, x):
-        return F.avg_pool2d(x, 2, ceil_mode=True)
+AVG_CEIL_POOLS = [(h, k, s, p) for h in (5, 6, 7, 8) for k, s, p in [(2, 2, 0), (3, 2, 0), (3, 2, 1), (2, 3, 1)]
+                  if h + 2 * p - k >= 0]
 
 
-def test_average_pool_ceil_mode_is_refused_by_name():
-    with pytest.raises(et.UnsupportedOpError, match=r"average pooling with ceil_mode=True.*test_lowering.py"):
-        capture(AvgCeil(), (torch.randn(1, 2, 5, 5),))
+@pytest.mark.parametrize("cip", [True, False])
+@pytest.mark.parametrize("h,k,s,p", AVG_CEIL_POOLS)
+def test_average_pool_ceil_mode_matches_torch(h, k, s, p, cip):
+    pool = nn.AvgPool2d(k, s, p, ceil_mode=True, count_include_pad=cip)
+    x = torch.randn(2, 3, h, h + 1, dtype=torch.float64)
+    cap = capture(pool, (x,))
+    got, _ = run_graph(cap.graph, {**cap.buffers, "input:0": x.numpy()})
+    np.testing.assert_allclose(got["output"], pool(x).numpy(), rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.parametrize("k,s,p,cip,div", [(3, 2, 1, True, None), (3, 2, 1, False, None), (2, 2, 0, True, 3)])
+def test_average_pool_ceil_mode_gradients(k, s, p, cip, div):
+    pool = nn.AvgPool2d(k, s, p, ceil_mode=True, count_include_pad=cip, divisor_override=div)
+    out = pool(torch.zeros(1, 1, 7, 8)).shape[2:]
+    model = nn.Sequential(nn.Conv2d(2, 3, 1), pool, nn.Flatten(), nn.Linear(3 * out[0] * out[1], 4))
+    assert_gradients(model, torch.randn(2, 2, 7, 8))
 
 
 def test_constant_pad_with_negative_widths_crops():

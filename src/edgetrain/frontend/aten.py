@@ -527,16 +527,32 @@ def _ceil_extra(x, k, s, p, d, ceil_mode) -> tuple[int, int]:
     return tuple((ceil[i] - floor[i]) * s[i] for i in range(2))
 
 
-@converts(aten.avg_pool2d.default)
-def _avg_pool(e, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+@const_aware(aten.avg_pool2d.default)
+def _avg_pool(e, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None,
+              constant=None):
+    """ceil_mode=True (when it adds windows): the window sums of the input padded after its
+    last row and column with zeros (as max pooling's rule), times 1 / torch's divisor per
+    output position, a constant computed at capture time with torch on a tensor of ones."""
+    if isinstance(x, Known):
+        x = x.value()
     k = _pair(kernel)
     s = _pair(stride) if stride else k
     p = _pair(padding)
-    if any(_ceil_extra(x, k, s, p, (1, 1), ceil_mode)):
-        _unsupported("unsupported op: average pooling with ceil_mode=True that changes the output size "
-                     "(its last windows' divisor counts neither the padding nor the extra border)")
-    return e.emit("avg_pool2d", x, kernel=k, stride=s, padding=p, count_include_pad=bool(count_include_pad),
-                  divisor_override=int(divisor_override or 0))
+    extra = _ceil_extra(x, k, s, p, (1, 1), ceil_mode)
+    if not any(extra):
+        return e.emit("avg_pool2d", x, kernel=k, stride=s, padding=p, count_include_pad=bool(count_include_pad),
+                      divisor_override=int(divisor_override or 0))
+    xp = e.emit("pad", x, before=(0, 0, 0, 0), after=(0, 0) + extra, value=0.0)
+    if divisor_override:
+        return e.emit("avg_pool2d", xp, kernel=k, stride=s, padding=p, count_include_pad=True,
+                      divisor_override=int(divisor_override))
+    if constant is None:
+        _unsupported("unsupported op: average pooling with ceil_mode=True outside capture")
+    ones = torch.ones((1, 1) + tuple(x.shape[2:]), dtype=torch.float64)
+    mean = torch.nn.functional.avg_pool2d(ones, k, s, p, ceil_mode=True, count_include_pad=bool(count_include_pad))
+    total = torch.nn.functional.avg_pool2d(ones, k, s, p, ceil_mode=True, divisor_override=1)
+    sums = e.emit("avg_pool2d", xp, kernel=k, stride=s, padding=p, count_include_pad=True, divisor_override=1)
+    return e.emit("mul", sums, constant((mean / total)[0, 0].to(getattr(torch, x.dtype))))
 
 
 @converts(aten.max_pool2d_with_indices.default)
