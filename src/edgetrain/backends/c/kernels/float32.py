@@ -2,6 +2,8 @@
 shapes, or (elementwise, reductions, shape ops) nested loops with constant bounds."""
 from __future__ import annotations
 
+import numpy as np
+
 from math import prod
 
 from ....ir import Node
@@ -370,14 +372,17 @@ def _matmul(node, ctx):
     n = b.shape[-1]
     ba, bb, by = a.shape[:-2], b.shape[:-2], y.shape[:-2]
     nb = prod(by)
-    if ba == by and bb == by:
-        sa, sb = m * k, k * n
-    elif ba == by and not bb:
-        sa, sb = m * k, 0
-    else:
-        raise CBackendError(f"C kernel for matmul: batch dims {ba} @ {bb} (broadcasting) are not supported")
-    return _block(f"for (int i = 0; i < {nb}; ++i)",
-                  f"  et_matmul({ctx.ptr(a)} + i * {sa}, {ctx.ptr(b)} + i * {sb}, {ctx.ptr(y)} + i * {m * n}, "
+    if (ba == by or not ba) and (bb == by or not bb):  # each operand batched alike or shared
+        sa, sb = (m * k if ba else 0), (k * n if bb else 0)
+        return _block(f"for (int i = 0; i < {nb}; ++i)",
+                      f"  et_matmul({ctx.ptr(a)} + i * {sa}, {ctx.ptr(b)} + i * {sb}, {ctx.ptr(y)} + i * {m * n}, "
+                      f"{m}, {k}, {n});")
+    # broadcast batch dims: each output matrix's operand offsets, from numpy's broadcasting rule
+    offs = [np.broadcast_to(np.arange(prod(bx)).reshape((1,) * (len(by) - len(bx)) + tuple(bx)), by).ravel() * size
+            for bx, size in ((ba, m * k), (bb, k * n))]
+    tables = [f"static const int32_t {nm}[{nb}] = {{{', '.join(map(str, o))}}};" for nm, o in zip(("AO", "BO"), offs)]
+    return _block(*tables, f"for (int i = 0; i < {nb}; ++i)",
+                  f"  et_matmul({ctx.ptr(a)} + AO[i], {ctx.ptr(b)} + BO[i], {ctx.ptr(y)} + i * {m * n}, "
                   f"{m}, {k}, {n});")
 
 

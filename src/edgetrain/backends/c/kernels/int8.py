@@ -272,12 +272,23 @@ def index_select_grad(node: Node, ctx) -> str:
     idx = node.attrs["index"]
     outer, inner = _numel(out.shape[:dim]), _numel(out.shape[dim + 1:])
     eb = DTYPE_BYTES[g.dtype]
+    if len(set(idx)) == len(idx):  # each row written once: a copy
+        return _block([_ints("uint16_t", "IDX", idx),
+                       f"uint8_t *dst = (uint8_t *){ctx.ptr(out)}; const uint8_t *src = (const uint8_t *){ctx.ptr(g)};",
+                       f"memset(dst, 0, {out.type.numel * eb});",
+                       f"for (int32_t k = 0; k < {outer}; k++) for (int32_t t = 0; t < {len(idx)}; t++)",
+                       f"    memcpy(dst + (k * {out.shape[dim]} + IDX[t]) * {inner * eb}, src + (k * {len(idx)} + t) * "
+                       f"{inner * eb}, {inner * eb});"])
+    # a repeated index sums its gradients, in index order (as the reference's np.add.at)
+    t = ctx.ctype(g)
     return _block([_ints("uint16_t", "IDX", idx),
-                   f"uint8_t *dst = (uint8_t *){ctx.ptr(out)}; const uint8_t *src = (const uint8_t *){ctx.ptr(g)};",
+                   f"{t} *dst = {ctx.ptr(out)}; const {t} *src = {ctx.ptr(g)};",
                    f"memset(dst, 0, {out.type.numel * eb});",
-                   f"for (int32_t k = 0; k < {outer}; k++) for (int32_t t = 0; t < {len(idx)}; t++)",
-                   f"    memcpy(dst + (k * {out.shape[dim]} + IDX[t]) * {inner * eb}, src + (k * {len(idx)} + t) * "
-                   f"{inner * eb}, {inner * eb});"])
+                   f"for (int32_t k = 0; k < {outer}; k++) for (int32_t t = 0; t < {len(idx)}; t++) {{",
+                   f"    {t} *d = dst + ((size_t)k * {out.shape[dim]} + IDX[t]) * {inner};",
+                   f"    const {t} *s = src + ((size_t)k * {len(idx)} + t) * {inner};",
+                   f"    for (int32_t i = 0; i < {inner}; i++) d[i] = ({t})(d[i] + s[i]);",
+                   "}"])
 
 
 # --- backward -------------------------------------------------------------------------------
