@@ -185,3 +185,35 @@ def test_int8_refuses_train_mode_batch_norm():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
     with pytest.raises(et.CaptureError, match=r"model\.eval\(\)"):
         torch.compile(model, backend="edgetrain", options={"quantize": "int8"})(torch.randn(2, 3, 8, 8))
+
+
+class Attention(nn.Module):
+    """Two-head self-attention through F.scaled_dot_product_attention, mean over tokens, a head."""
+
+    def __init__(self, causal: bool):
+        super().__init__()
+        self.causal = causal
+        self.q, self.k, self.v = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = (m(x).view(b, n, 2, 4).transpose(1, 2) for m in (self.q, self.k, self.v))
+        h = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return self.out(h.transpose(1, 2).reshape(b, n, 8).mean(1))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_trains_under_torch_compile(causal):
+    """sdpa (AOTAutograd's CPU flash-attention op) trains with build_backward's gradient."""
+    torch.manual_seed(3)
+    model = Attention(causal).double()
+    ref = copy.deepcopy(model)
+    batches = _batches((2, 5, 8), classes=3)
+    losses, grads = _loop(model, torch.compile(model, backend="edgetrain"), batches)
+    ref_losses, ref_grads = _loop(ref, ref, batches)
+    assert losses == pytest.approx(ref_losses, rel=1e-10)
+    for ours, theirs in zip(grads, ref_grads):
+        for name in theirs:  # relative to max(|torch|, 1): k.bias has a zero gradient (softmax ignores a
+            err = float((ours[name] - theirs[name]).abs().max() / max(theirs[name].abs().max(), 1.0))
+            assert err <= 1e-10, name  # shift shared by all keys), rounding noise in both

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from edgetrain.torch_backend import last_programs
 from tests.frontend.test_torch_compile import ResidualNet, _pair
-from tests.frontend.test_torch_compile_autodiff import TrainBN, _batches, _loop, _mobile
+from tests.frontend.test_torch_compile_autodiff import Attention, TrainBN, _batches, _loop, _mobile
 
 C = {"backend": "c"}
 TOL = 1e-4  # float32 over three SGD steps with momentum; the C kernels sum in another order than torch's
@@ -25,7 +25,7 @@ def _err(a, b) -> float:
     return float((a - b).abs().max() / max(b.abs().max(), 1.0))
 
 
-@pytest.mark.parametrize("make", ["residual", "mobile", "train_bn"])
+@pytest.mark.parametrize("make", ["residual", "mobile", "train_bn", "attention"])
 def test_c_runs_the_loop_with_eagers_numbers(make):
     if make == "residual":
         model, _ = _pair(ResidualNet)
@@ -33,6 +33,10 @@ def test_c_runs_the_loop_with_eagers_numbers(make):
     elif make == "mobile":
         model = _mobile(torch.float32)
         batches = _batches((4, 3, 6, 6), dtype=torch.float32)
+    elif make == "attention":  # causal: the mask is a constant input of the C function
+        torch.manual_seed(3)
+        model = Attention(causal=True)
+        batches = _batches((2, 5, 8), classes=3, dtype=torch.float32)
     else:
         torch.manual_seed(2)
         model = TrainBN().train()

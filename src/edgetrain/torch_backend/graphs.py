@@ -116,9 +116,11 @@ class AotGraphs:
                 raise CaptureError(f"the graph writes its input {flat[i].name} with a value edgetrain does not compute")
             self.mutations.append((i, e))
         self.entries = outs[len(mutated):]
+        self.constants = {v.name: a for v, a in t.constants.items()}  # tensors converters made (a causal mask)
+        self.inputs = tuple(self.fw_inputs) + tuple(t.constants)
         self.labels = {v: c for v, c in t.labels.items() if v in self.fw_inputs}  # checked at each run
         nodes = self._fold_batch_counts(tuple(t.e.nodes))
-        self.trainable = self._resolve(update, Graph(tuple(self.fw_inputs), nodes, (), ()))
+        self.trainable = self._resolve(update, Graph(self.inputs, nodes, (), ()))
         self.forward = self._forward_graph(nodes)
 
     def _fold_batch_counts(self, nodes: tuple) -> tuple:
@@ -177,5 +179,5 @@ class AotGraphs:
         for i, v in self.mutations:
             outs.append(v)
             names.append(f"mutated:{self.flat[i].name}")
-        g = Graph(tuple(self.fw_inputs), nodes, tuple(outs), tuple(names))
+        g = Graph(self.inputs, nodes, tuple(outs), tuple(names))
         return verify(eliminate_dead_code(g))

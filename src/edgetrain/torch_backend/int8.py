@@ -130,6 +130,9 @@ class Int8Program:
         self.flat = flat
         self.runs = {"forward": 0, "backward": 0}
         g = AotGraphs(flat, Named(frozenset()), gm)
+        if g.constants:
+            raise CaptureError("quantize='int8': the graph builds constant tensors (an attention mask); the int8 "
+                               "program has no attention kernels")
         self.entries, self.labels = g.entries, g.labels
         self.float_outputs, self.float_inputs = g.forward.outputs, tuple(g.fw_inputs)  # what entries name
         self.data = [f.name for f in flat if f.kind == "input"]

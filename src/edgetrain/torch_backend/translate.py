@@ -26,10 +26,10 @@ from typing import Any, Callable
 
 import torch
 
-from ..frontend.aten import CONVERTERS, registrar
+from ..frontend.aten import CONST_AWARE, CONVERTERS, registrar
 from ..frontend.aten import _bn, _layer_norm, _max_pool
 from ..frontend.capture import TORCH_DTYPES, CaptureError, UnsupportedOpError, source_line
-from ..ir import Value
+from ..ir import TensorType, Value, new_value
 from ..ops import Emitter
 
 aten = torch.ops.aten
@@ -69,6 +69,7 @@ class Translator:
     def __init__(self):
         self.e = Emitter()
         self.env: dict[str, Any] = {}
+        self.constants: dict[Value, Any] = {}  # graph input -> the array of a constant a converter made
         self._transposed: dict[int, Value] = {}
         self.log_softmax_of: dict[Value, Value] = {}  # log_softmax(x, dim=1) -> x, for nll_loss
         self.labels: dict[Value, int] = {}  # class labels read by a loss -> the number of classes
@@ -85,6 +86,14 @@ class Translator:
         if isinstance(x, (list, tuple)):
             return type(x)(self.value(v) for v in x)
         return x
+
+    def constant(self, t: torch.Tensor) -> Value:
+        """A graph input holding the tensor `t`, known when the graph is translated (the
+        runtime feeds it with `constants`)."""
+        a = t.detach().contiguous().numpy().copy()
+        v = new_value(TensorType(tuple(a.shape), torch_dtype_name(t.dtype)), f"const:{len(self.constants)}")
+        self.constants[v] = a
+        return v
 
     def run(self, graph: torch.fx.Graph) -> list:
         """Translate the call_function nodes of `graph` (its placeholders bound in `env`
@@ -122,7 +131,10 @@ class Translator:
                 name = getattr(node.target, "__name__", str(node.target)).split(".")[0]
                 hint = HINTS.get(name)
                 raise UnsupportedOpError(f"unsupported op {node.target}" + (f": {hint}" if hint else ""))
-            return fn(self.e, *self.value(args), **{k: self.value(v) for k, v in kwargs.items()})
+            kwargs = {k: self.value(v) for k, v in kwargs.items()}
+            if node.target in CONST_AWARE:  # e.g. attention's causal mask, a tensor built from shapes
+                kwargs["constant"] = self.constant
+            return fn(self.e, *self.value(args), **kwargs)
         except UnsupportedOpError as err:
             raise UnsupportedOpError(f"{err} (at {where(node)})") from None
         except CaptureError as err:
@@ -241,6 +253,18 @@ def _bn_no_stats(t, x, w, b, training, momentum, eps):
     x, w, b = t.value((x, w, b))
     y = t.e.emit("batch_norm_train", x, *_affine(t.e, x, w, b), eps=float(eps))
     return y, Unused("batch norm's saved mean"), Unused("batch norm's saved inverse std")
+
+
+@marker_aware(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _sdpa_cpu(t, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+    """The CPU kernel AOTAutograd lowers F.scaled_dot_product_attention to: the converter of
+    aten.scaled_dot_product_attention (et.compile's), and its logsumexp unused."""
+    fn = CONVERTERS.get(aten.scaled_dot_product_attention.default)
+    if fn is None:
+        unsupported("aten.scaled_dot_product_attention")
+    q, k, v, attn_mask = t.value((q, k, v, attn_mask))
+    y = fn(t.e, q, k, v, attn_mask, dropout_p, is_causal, scale, constant=t.constant)
+    return y, Unused("attention's logsumexp")
 
 
 @marker_aware(aten.native_layer_norm.default)
