@@ -129,7 +129,7 @@ class Program:
         NonFiniteLossError and leaves the weights as they were before this step."""
         g = self.train_graph
         feeds = self._feeds(g, x, y)
-        saved = {k: self.state[k].copy() for k in self.state if k in self.trainable or k.startswith("momentum:")}
+        saved = {k: self.state[k].copy() for k in self._written_state()}
         out, trace = run_graph(g, feeds, set(self.graph_inputs) | {LABEL, STEP})
         loss = float(out["loss"])
         bad = [k for k in saved if not np.all(np.isfinite(self.state[k]))]
@@ -141,6 +141,16 @@ class Program:
         self.steps += 1
         self.last_trace = trace
         return loss
+
+    def _written_state(self) -> list[str]:
+        """The state tensors a training step writes: trained weights, optimizer state, and
+        whatever an op updates in place (train-mode batch norm's running statistics)."""
+        from .ops import get_op
+
+        inputs = set(self.train_graph.inputs)
+        written = {v.name for n in self.train_graph.nodes if get_op(n.op).mutates
+                   for _, j in get_op(n.op).shares for v in n.inputs[j:j + 1] if v in inputs}
+        return [k for k in self.state if k in self.trainable or k.startswith("momentum:") or k in written]
 
     def predict(self, x) -> np.ndarray:
         """Model outputs for a batch of any size (run in chunks of the compiled batch)."""

@@ -139,3 +139,21 @@ def test_c_backend_matches_torch_train_mode_float32():
                       batchnorm="train", backend="c")
     assert type(prog).__name__ == "CProgram"
     _check(prog, model, batches, 1e-5)
+
+
+def test_non_finite_step_leaves_the_running_statistics_as_they_were():
+    """A step that turns the loss non-finite is undone whole: weights, momentum and the running
+    statistics that train-mode batch norm updates in place."""
+    model = _model(torch.float32)
+    (x, y), = _batches(torch.float32, steps=1)
+    prog = et.compile(model, (x,), batchnorm="train", optimizer=et.SGD(lr=0.1, momentum=0.9))
+    prog.step(x, y)
+    before = {k: v.copy() for k, v in prog.state.items()}
+    stats = [k for k in prog.state if k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
+    assert stats
+    bad = x.numpy().copy()
+    bad[0, 0, 0, 0] = np.inf
+    with pytest.raises(et.program.NonFiniteLossError):
+        prog.step(bad, y)
+    for k, v in before.items():
+        np.testing.assert_array_equal(prog.state[k], v, err_msg=k)
