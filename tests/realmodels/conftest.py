@@ -70,6 +70,7 @@ def hf_model(cls: str, config: str, last: bool = False, **kw):
 #: name -> (builder, input kind); the builders take no argument and seed nothing
 BUILDERS = {
     "tv.shufflenet_v2_x0_5": (lambda: torchvision_model("shufflenet_v2_x0_5"), "image"),
+    "tv.mobilenet_v3_small": (lambda: torchvision_model("mobilenet_v3_small"), "image"),
     "tv.googlenet": (lambda: torchvision_model("googlenet", aux_logits=False, init_weights=True), "image"),
     "tv.convnext_tiny": (lambda: torchvision_model("convnext_tiny"), "image"),
     "tv.vit_b_16": (lambda: torchvision_model("vit_b_16", image_size=64), "image"),

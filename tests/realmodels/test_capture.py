@@ -2,7 +2,6 @@
 torch.autograd's for every parameter."""
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -23,9 +22,9 @@ TOL_OF = {
 
 #: a few seconds each; LeViT caches its attention biases in eval mode (timm's
 #: get_attention_biases), so neither torch nor we train them: Swin exercises that indexing
-QUICK = ["tv.shufflenet_v2_x0_5", "tv.googlenet", "timm.vit_tiny_patch16_224", "timm.efficientvit_b0",
-         "timm.edgenext_xx_small", "timm.levit_128s", "hf.bert", "hf.distilbert", "hf.mobilebert", "hf.gpt2lm",
-         "hf.vit"]
+QUICK = ["tv.shufflenet_v2_x0_5", "tv.googlenet", "tv.mobilenet_v3_small", "timm.vit_tiny_patch16_224",
+         "timm.efficientvit_b0", "timm.edgenext_xx_small", "timm.levit_128s", "hf.bert", "hf.distilbert",
+         "hf.mobilebert", "hf.gpt2lm", "hf.vit"]
 #: 15 to 40 seconds each
 SLOW = ["tv.vit_b_16", "tv.convnext_tiny", "tv.swin_t", "timm.mobilevit_xxs"]
 

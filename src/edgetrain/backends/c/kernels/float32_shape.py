@@ -48,7 +48,8 @@ def _pad(node, ctx):
     x, y = node.inputs[0], node.out
     dt = _float(node, [x, y])
     if x.type.numel == 0:  # nothing to copy: the border only
-        return f"{{ for (long i = 0; i < {y.type.numel}; ++i) {ctx.ptr(y)}[i] = {_literal(ctx, dt, node.attrs['value'])}; }}"
+        fill = _literal(ctx, dt, node.attrs["value"])
+        return f"{{ for (long i = 0; i < {y.type.numel}; ++i) {ctx.ptr(y)}[i] = {fill}; }}"
     if len(x.shape) == 0:
         return f"{{ {ctx.ptr(y)}[0] = {ctx.ptr(x)}[0]; }}"
     rank = _rank(node, x.shape)
