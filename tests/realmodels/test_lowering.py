@@ -233,3 +233,19 @@ def test_as_strided_reads_torch_storage_order():
 def test_vector_norm_is_sqrt_of_sum_of_squares():
     model = nn.Sequential(Fn(lambda h: F.normalize(h.reshape(2, 2, 3), dim=-1).flatten(1)), nn.Linear(6, 3))
     assert_gradients(model, torch.randn(2, 6))
+
+
+def test_empty_allocations_fold_as_zeros():
+    """torch leaves an empty tensor's contents undefined: folded, it is zeros, never old memory."""
+    from edgetrain.frontend.capture import evaluate
+
+    g = torch.fx.Graph()
+    sizes = [g.call_function(torch.ops.aten.empty.memory_format, ([3, 4],), {"dtype": torch.float32}),
+             g.call_function(torch.ops.aten.empty_strided.default, ([2, 5], [1, 2]), {"dtype": torch.float64})]
+    like = g.placeholder("x")
+    sizes += [g.call_function(torch.ops.aten.empty_like.default, (like,)),
+              g.call_function(torch.ops.aten.new_empty.default, (like, [6]))]
+    known = {"x": torch.ones(2, 2)}
+    for node in sizes:
+        t = evaluate(node, known)
+        assert not t.any() and t.dtype in (torch.float32, torch.float64)

@@ -100,11 +100,24 @@ def foldable(node, known: dict) -> bool:
     return all(a.name in known for a in _fx_args(node))
 
 
+#: allocations whose contents torch leaves undefined: evaluated as zeros, so that a constant
+#: built from them (an empty tensor then filled) never carries whatever memory held
+_UNDEFINED = {torch.ops.aten.empty.memory_format: torch.ops.aten.zeros.default,
+              torch.ops.aten.empty_like.default: torch.ops.aten.zeros_like.default,
+              torch.ops.aten.new_empty.default: torch.ops.aten.new_zeros.default}
+
+
 def evaluate(node, known: dict):
     """Run one fx node with torch on its known inputs."""
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: known[a.name])
+    target = node.target
+    if target in _UNDEFINED:
+        target = _UNDEFINED[target]
+        kwargs = {k: v for k, v in kwargs.items() if k != "memory_format" or target is not torch.ops.aten.zeros.default}
+    elif target is torch.ops.aten.empty_strided.default:  # our values are row-major: the strides do not matter
+        target, args = torch.ops.aten.zeros.default, args[:1]
     with torch.no_grad():
-        return node.target(*args, **kwargs)
+        return target(*args, **kwargs)
 
 
 def _constant_value(e: Emitter, t, name: str, inputs: list, buffers: dict):
