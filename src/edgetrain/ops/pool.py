@@ -29,13 +29,20 @@ def _pad(x, p, value):
     return np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])), constant_values=value)
 
 
+def fixed_avg_divisor(a) -> int:
+    """Average pooling's divisor when it is one number: divisor_override, else the kernel area
+    when padding counts; 0 when it is each window's count of real pixels (the rule every
+    backend's average pooling reads)."""
+    if a.get("divisor_override"):
+        return int(a["divisor_override"])
+    return int(a["kernel"][0] * a["kernel"][1]) if a.get("count_include_pad", True) else 0
+
+
 def _avg_divisor(shape, a):
     """Per-output-position divisor (kernel area, or the count of real pixels)."""
     k, s, p, d = _geo(a)
-    if a.get("divisor_override"):
-        return float(a["divisor_override"])
-    if a.get("count_include_pad", True):
-        return float(k[0] * k[1])
+    if fixed_avg_divisor(a):
+        return float(fixed_avg_divisor(a))
     ho, wo = conv_out_hw(shape[2:], k, s, p, d)
     ones = _pad(np.ones((1, 1) + tuple(shape[2:])), p, 0.0)
     return sum(ones[_tap(i, j, s, d, ho, wo)] for i in range(k[0]) for j in range(k[1]))

@@ -37,6 +37,7 @@ from ..ir import TensorType
 from .base import Cost, OpDef, norm_dim, register, zero_mac_cost
 from .conv import _tap, conv_out_hw
 from .fixed_point import INT8_MAX, INT8_MIN, multiply_by_quantized_multiplier, quantize_multiplier
+from .pool import fixed_avg_divisor
 from .qelementwise import emit_mask_grad
 
 _ONE = (1, 1)
@@ -103,10 +104,8 @@ def avg_counts(shape, a) -> np.ndarray:
     """The divisor of each output position, int64 of shape (1, 1, ho, wo)."""
     k, s, p, d = _geo(a)
     ho, wo = conv_out_hw(shape[2:], k, s, p, d)
-    if a.get("divisor_override"):
-        return np.full((1, 1, ho, wo), int(a["divisor_override"]), np.int64)
-    if a.get("count_include_pad", True):
-        return np.full((1, 1, ho, wo), k[0] * k[1], np.int64)
+    if fixed_avg_divisor(a):
+        return np.full((1, 1, ho, wo), fixed_avg_divisor(a), np.int64)
     ones = _padded(np.ones((1, 1) + tuple(shape[2:]), np.int64), p, 0)
     return sum(ones[_tap(i, j, s, d, ho, wo)] for i in range(k[0]) for j in range(k[1]))
 

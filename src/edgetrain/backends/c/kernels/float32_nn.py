@@ -11,6 +11,7 @@ import numpy as np
 
 from ....ir import Node
 from ..layout import C_TYPES, CBackendError
+from ....ops.pool import fixed_avg_divisor
 from . import EmitContext, register
 
 FLOATS = ("float32", "float64")
@@ -251,17 +252,6 @@ def _pool_args(x_shape, y_shape, a) -> str:
             f"{d[0]}, {d[1]}")
 
 
-def _avg_divisor(a) -> float:
-    """A fixed divisor (divisor_override, or the kernel area when padding counts), else 0: the
-    count of real pixels in each window."""
-    if a.get("divisor_override"):
-        return float(a["divisor_override"])
-    if a.get("count_include_pad", True):
-        k = tuple(a["kernel"])
-        return float(k[0] * k[1])
-    return 0.0
-
-
 def _rank4(node, v):
     if len(v.shape) != 4:
         raise CBackendError(f"C kernel for {node.op}: expected a 4-D operand, got {v}")
@@ -290,7 +280,7 @@ def _avg_pool2d(node, ctx):
     x, y = node.inputs[0], node.out
     _rank4(node, x)
     return (f"{{ {_fn('et_avg_pool2d', dt)}({ctx.ptr(x)}, {ctx.ptr(y)}, {_pool_args(x.shape, y.shape, node.attrs)}, "
-            f"{ctx.c_double(_avg_divisor(node.attrs))}); }}")
+            f"{ctx.c_double(fixed_avg_divisor(node.attrs))}); }}")
 
 
 @register("avg_pool2d_grad")
@@ -299,7 +289,7 @@ def _avg_pool2d_grad(node, ctx):
     g, gx = node.inputs[0], node.out
     _rank4(node, gx)
     return (f"{{ {_fn('et_avg_pool2d_grad', dt)}({ctx.ptr(g)}, {ctx.ptr(gx)}, "
-            f"{_pool_args(gx.shape, g.shape, node.attrs)}, {ctx.c_double(_avg_divisor(node.attrs))}); }}")
+            f"{_pool_args(gx.shape, g.shape, node.attrs)}, {ctx.c_double(fixed_avg_divisor(node.attrs))}); }}")
 
 
 # --- embedding -------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir import DTYPE_BYTES, Node, Value
+from ....ops.pool import fixed_avg_divisor
 from ....ops.qconv import out_scales
 from ....ops.qfused import split_attrs as split_pw_dw
 from ....ops.qgradupdate import split_attrs as split_grad_update
@@ -416,13 +417,6 @@ def _pool_params(name: str, x_shape, y_shape, a, div: int = 0) -> str:
             f"{dh}, {dw}, {int(div)}}};")
 
 
-def _avg_divisor(a) -> int:
-    """The C kernel's divisor: the override, the kernel area, or 0 (count the real taps)."""
-    if a.get("divisor_override"):
-        return int(a["divisor_override"])
-    return int(a["kernel"][0] * a["kernel"][1]) if a.get("count_include_pad", True) else 0
-
-
 @register("qmax_pool2d")
 def qmax_pool2d(node: Node, ctx) -> str:
     x, y = node.inputs[0], node.outputs[0]
@@ -441,7 +435,7 @@ def qmax_pool2d_grad(node: Node, ctx) -> str:
 def qavg_pool2d(node: Node, ctx) -> str:
     x, y = node.inputs[0], node.outputs[0]
     a = node.attrs
-    return _block([_pool_params("P", x.shape, y.shape, a, _avg_divisor(a)),
+    return _block([_pool_params("P", x.shape, y.shape, a, fixed_avg_divisor(a)),
                    f"et_qavg_pool2d(&P, {ctx.ptr(x)}, {ctx.ptr(y)}, {_i(a['zero'])});"])
 
 
@@ -449,7 +443,7 @@ def qavg_pool2d(node: Node, ctx) -> str:
 def qavg_pool2d_grad(node: Node, ctx) -> str:
     g, gx = node.inputs[0], node.outputs[0]
     a = node.attrs
-    return _block([_pool_params("P", gx.shape, g.shape, a, _avg_divisor(a)),
+    return _block([_pool_params("P", gx.shape, g.shape, a, fixed_avg_divisor(a)),
                    f"et_qavg_pool2d_grad(&P, {ctx.ptr(g)}, {ctx.ptr(gx)});"])
 
 
