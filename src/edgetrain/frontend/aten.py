@@ -1,4 +1,5 @@
-"""Core-aten -> IR translation table: one small converter per aten op."""
+"""Core-aten -> IR translation table: one small converter per aten op (plumbing, elementwise,
+reductions, shapes and indexing here; layers in aten_layers.py)."""
 from __future__ import annotations
 
 import math
@@ -10,7 +11,6 @@ import torch
 
 from ..ir import Value
 from ..ops import Emitter
-from ..ops.conv import conv_out_hw
 
 aten = torch.ops.aten
 CONVERTERS: dict[Any, Callable] = {}
@@ -103,7 +103,7 @@ def _tensor(e: Emitter, x, like: Value) -> Value:
     return x if isinstance(x, Value) else e.const(x, like.dtype)
 
 
-def _pair(v):
+def as_pair(v):
     return tuple(v) * (2 // len(v)) if isinstance(v, (list, tuple)) else (int(v), int(v))
 
 
@@ -300,7 +300,7 @@ def _expand(e, x, shape, implicit=False):
 
 
 @converts(aten.slice.Tensor)
-def _slice(e, x, dim=0, start=None, end=None, step=1):
+def convert_slice(e, x, dim=0, start=None, end=None, step=1):
     dim = dim % len(x.shape)
     size = x.shape[dim]
     start, end, step = slice(start, end, step).indices(size)
@@ -325,7 +325,7 @@ def _split_with_sizes(e, x, sizes, dim=0):
         raise ValueError(f"split sizes {list(sizes)} do not add up to dim {dim} of {x.shape}")
     out, start = [], 0
     for n in sizes:
-        out.append(_slice(e, x, dim, start, start + int(n)))
+        out.append(convert_slice(e, x, dim, start, start + int(n)))
         start += int(n)
     return tuple(out)
 
@@ -445,228 +445,4 @@ def _index(e, x, indices, constant=None):
     return _reshape_to(e, picked, x.shape[:first] + tuple(bshape) + x.shape[first + n:])
 
 
-# --- layers -----------------------------------------------------------------------------------
-@converts(aten.convolution.default)
-def _convolution(e, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    from .capture import UnsupportedOpError
-
-    if transposed:
-        raise UnsupportedOpError("unsupported op aten.convolution (transposed)")
-    if len(x.shape) != 4:
-        raise UnsupportedOpError(f"unsupported op aten.convolution ({len(x.shape) - 2}-d); only 2-d convolutions")
-    args = (x, w) + ((b,) if b is not None else ())
-    return e.emit("conv2d", *args, stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
-                  groups=int(groups))
-
-
-@converts(aten.linear.default)
-def _linear(e, x, w, b=None):
-    return e.emit("linear", *((x, w) + ((b,) if b is not None else ())))
-
-
-@converts(aten.addmm.default)
-def _addmm(e, bias, a, b, beta=1, alpha=1):
-    y = e.emit("matmul", a, b)
-    if alpha != 1:
-        y = e.emit("mul", y, e.const(alpha, y.dtype))
-    if beta != 1:
-        bias = e.emit("mul", bias, e.const(beta, bias.dtype))
-    return e.emit("add", y, bias)
-
-
-@converts(aten.mm.default, aten.bmm.default, aten.matmul.default)
-def _mm(e, a, b):
-    return e.emit("matmul", a, b)
-
-
-@converts(aten._native_batch_norm_legit_no_training.default)
-def _bn(e, x, w, b, mean, var, momentum, eps):
-    if (w is None) != (b is None):
-        w = w if w is not None else e.emit("expand", e.const(1.0, x.dtype), shape=mean.shape)
-        b = b if b is not None else e.emit("expand", e.const(0.0, x.dtype), shape=mean.shape)
-    affine = (w, b) if w is not None else ()
-    return e.emit("batch_norm", x, mean, var, *affine, eps=float(eps)), None, None
-
-
-@converts(aten.native_layer_norm.default)
-def _layer_norm(e, x, shape, w, b, eps):
-    if w is None and b is not None:
-        w = e.emit("expand", e.const(1.0, x.dtype), shape=tuple(shape))
-    args = tuple(v for v in (w, b) if v is not None)
-    return e.emit("layer_norm", x, *args, normalized_shape=tuple(shape), eps=float(eps)), None, None
-
-
-@converts(aten.embedding.default)
-def _embedding(e, w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return e.emit("embedding", w, idx, padding_idx=int(padding_idx))
-
-
-@converts(aten._softmax.default)
-def _softmax(e, x, dim, half_to_float=False):
-    return e.emit("softmax", x, dim=dim % len(x.shape))
-
-
-@converts(aten._log_softmax.default)
-def _log_softmax(e, x, dim, half_to_float=False):
-    return e.emit("log_softmax", x, dim=dim % len(x.shape))
-
-
-def _ceil_out(size: int, k: int, s: int, p: int, d: int) -> int:
-    """torch's ceil-mode output size: ceil((size + 2p - d(k-1) - 1) / s) + 1, less one when
-    the last window would start past the input and its left padding (size + p)."""
-    o = -(-(size + 2 * p - d * (k - 1) - 1) // s) + 1
-    return o - 1 if (o - 1) * s >= size + p else o
-
-
-def _ceil_extra(x, k, s, p, d, ceil_mode) -> tuple[int, int]:
-    """The rows and columns that ceil_mode adds after the input (0, 0 without ceil_mode)."""
-    if not ceil_mode:
-        return 0, 0
-    floor = conv_out_hw(x.shape[2:], k, s, p, d)
-    ceil = tuple(_ceil_out(x.shape[2 + i], k[i], s[i], p[i], d[i]) for i in range(2))
-    return tuple((ceil[i] - floor[i]) * s[i] for i in range(2))
-
-
-@const_aware(aten.avg_pool2d.default)
-def _avg_pool(e, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None,
-              constant=None):
-    """ceil_mode=True (when it adds windows): the window sums of the input padded after its
-    last row and column with zeros (as max pooling's rule), times 1 / torch's divisor per
-    output position, a constant computed at capture time with torch on a tensor of ones."""
-    if isinstance(x, Known):
-        x = x.value()
-    k = _pair(kernel)
-    s = _pair(stride) if stride else k
-    p = _pair(padding)
-    extra = _ceil_extra(x, k, s, p, (1, 1), ceil_mode)
-    if not any(extra):
-        return e.emit("avg_pool2d", x, kernel=k, stride=s, padding=p, count_include_pad=bool(count_include_pad),
-                      divisor_override=int(divisor_override or 0))
-    xp = e.emit("pad", x, before=(0, 0, 0, 0), after=(0, 0) + extra, value=0.0)
-    if divisor_override:
-        return e.emit("avg_pool2d", xp, kernel=k, stride=s, padding=p, count_include_pad=True,
-                      divisor_override=int(divisor_override))
-    if constant is None:
-        _unsupported("unsupported op: average pooling with ceil_mode=True outside capture")
-    ones = torch.ones((1, 1) + tuple(x.shape[2:]), dtype=torch.float64)
-    mean = torch.nn.functional.avg_pool2d(ones, k, s, p, ceil_mode=True, count_include_pad=bool(count_include_pad))
-    total = torch.nn.functional.avg_pool2d(ones, k, s, p, ceil_mode=True, divisor_override=1)
-    sums = e.emit("avg_pool2d", xp, kernel=k, stride=s, padding=p, count_include_pad=True, divisor_override=1)
-    return e.emit("mul", sums, constant((mean / total)[0, 0].to(getattr(torch, x.dtype))))
-
-
-@converts(aten.max_pool2d_with_indices.default)
-def _max_pool(e, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
-    """ceil_mode=True is floor mode on the input padded after its last row and column with
-    -inf, by (ceil size - floor size) * stride: those windows then exist and -inf never wins
-    (each holds a real pixel, since torch drops a last window starting past input + padding)."""
-    k = _pair(kernel)
-    s = _pair(stride) if stride else k
-    p, d = _pair(padding), _pair(dilation)
-    extra = _ceil_extra(x, k, s, p, d, ceil_mode)
-    if any(extra):
-        x = e.emit("pad", x, before=(0, 0, 0, 0), after=(0, 0) + extra, value=-math.inf)
-    return e.emit("max_pool2d", x, kernel=k, stride=s, padding=p, dilation=d), None
-
-
-@converts(aten.constant_pad_nd.default)
-def _constant_pad(e, x, pad, value=0):
-    """torch lists (before, after) from the last dim backwards; a negative width crops."""
-    rank = len(x.shape)
-    if len(pad) % 2 or len(pad) // 2 > rank:
-        raise ValueError(f"constant_pad_nd: {list(pad)} is not (before, after) pairs for a rank-{rank} tensor")
-    before, after = [0] * rank, [0] * rank
-    for i in range(len(pad) // 2):
-        before[rank - 1 - i], after[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
-    for dim in range(rank):  # crops first
-        if before[dim] < 0 or after[dim] < 0:
-            size = x.shape[dim]
-            x = _slice(e, x, dim, max(-before[dim], 0), size - max(-after[dim], 0))
-            before[dim], after[dim] = max(before[dim], 0), max(after[dim], 0)
-    if not any(before) and not any(after):
-        return x
-    return e.emit("pad", x, before=tuple(before), after=tuple(after), value=float(value))
-
-
-@converts(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
-def _adaptive_avg(e, x, output_size):
-    from .capture import UnsupportedOpError
-
-    oh, ow = _pair(output_size)
-    h, w = x.shape[2:]
-    if (oh, ow) == (1, 1):
-        return e.emit("mean", x, dims=(2, 3), keepdim=True)
-    if h % oh or w % ow:
-        raise UnsupportedOpError(f"unsupported op: adaptive average pooling {h}x{w} -> {oh}x{ow} (not divisible)")
-    k = (h // oh, w // ow)
-    return e.emit("avg_pool2d", x, kernel=k, stride=k, padding=(0, 0), count_include_pad=True, divisor_override=0)
-
-
-@converts(aten.full.default)
-def _full(e, size, value, dtype=None, **kw):
-    from .capture import TORCH_DTYPES
-
-    c = e.const(value, TORCH_DTYPES.get(dtype, "float32"))
-    return c if not size else e.emit("expand", c, shape=tuple(size))
-
-
-@converts(aten.scalar_tensor.default)
-def _scalar_tensor(e, value, dtype=None, **kw):
-    from .capture import TORCH_DTYPES
-
-    return e.const(value, TORCH_DTYPES.get(dtype, "float32"))
-
-
-# --- attention ----------------------------------------------------------------------------------
-def _unsupported(msg: str):
-    from .capture import UnsupportedOpError
-
-    raise UnsupportedOpError(msg)
-
-
-def _additive_mask(mask, causal: bool, q: Value, k: Value):
-    """The attention mask as what is added to the scores: a float tensor known at capture
-    time (0 where attended, -inf where not), a float Value, or None when every position is
-    attended. A boolean mask must be known at capture time (built from shapes, as models do)."""
-    L, S = q.shape[-2], k.shape[-2]
-    keep = torch.ones(L, S, dtype=torch.bool).tril() if causal else None
-    if isinstance(mask, Known) and mask.tensor.dtype == torch.bool:
-        keep = mask.tensor if keep is None else keep & mask.tensor
-    elif mask is not None:
-        if isinstance(mask, Value) and mask.dtype == "bool":
-            _unsupported("unsupported op aten.scaled_dot_product_attention with a boolean mask computed from "
-                         "the inputs (only masks known at capture time)")
-        if keep is not None:
-            _unsupported("unsupported op aten.scaled_dot_product_attention with both is_causal and attn_mask")
-        return mask.tensor if isinstance(mask, Known) else mask
-    if keep is None or bool(keep.all()):
-        return None
-    full = torch.broadcast_to(keep, torch.broadcast_shapes(keep.shape, tuple(q.shape[:-2]) + (L, S)))
-    if not bool(full.any(-1).all()):
-        _unsupported("unsupported op aten.scaled_dot_product_attention: a query attends to no key")
-    return torch.zeros(keep.shape, dtype=getattr(torch, q.dtype)).masked_fill(~keep, -math.inf)
-
-
-@const_aware(aten.scaled_dot_product_attention.default)
-def _sdpa(e, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
-          constant=None):
-    """softmax(q k^T * scale + mask) v, from matmul, mul, add and softmax ops."""
-    q, k, v = (x.value() if isinstance(x, Known) else x for x in (q, k, v))
-    if dropout_p:
-        _unsupported("unsupported op aten.scaled_dot_product_attention with dropout: call model.eval()")
-    if q.shape[:-2] != k.shape[:-2] and enable_gqa:
-        _unsupported("unsupported op aten.scaled_dot_product_attention with grouped-query attention")
-    mask = _additive_mask(attn_mask, bool(is_causal), q, k)
-    if isinstance(mask, torch.Tensor):
-        if constant is None:
-            _unsupported("unsupported op aten.scaled_dot_product_attention with a mask unknown at capture time")
-        mask = constant(mask)
-    rank = len(k.shape)
-    perm = list(range(rank))
-    perm[-2], perm[-1] = perm[-1], perm[-2]
-    s = e.emit("matmul", q, e.emit("permute", k, perm=tuple(perm)))
-    s = e.emit("mul", s, e.const(scale if scale is not None else 1 / math.sqrt(q.shape[-1]), q.dtype))
-    if mask is not None:
-        s = e.emit("add", s, mask)
-    p = e.emit("softmax", s, dim=len(s.shape) - 1)
-    return e.emit("matmul", p, v)
+from . import aten_layers  # noqa: E402,F401  (registers the layer converters into CONVERTERS)

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 
 from ..frontend.aten import CONST_AWARE, CONVERTERS, registrar
-from ..frontend.aten import _bn, _layer_norm, _max_pool
+from ..frontend.aten_layers import convert_batch_norm, convert_layer_norm, convert_max_pool
 from ..frontend.capture import TORCH_DTYPES, CaptureError, UnsupportedOpError, source_line
 from ..ir import TensorType, Value, new_value
 from ..ops import Emitter
@@ -219,7 +219,7 @@ def _mm(t, a, b):
 # --- forward ops with secondary outputs nobody reads -------------------------------------------
 @marker_aware(aten._native_batch_norm_legit_no_training.default)
 def _bn_eval(t, *args):
-    y = _bn(t.e, *t.value(args))[0]
+    y = convert_batch_norm(t.e, *t.value(args))[0]
     return y, Unused("batch norm's saved mean"), Unused("batch norm's saved inverse std")
 
 
@@ -241,7 +241,7 @@ def _bn_functional(t, x, w, b, running_mean, running_var, training, momentum, ep
     x, w, b, mean, var = t.value((x, w, b, running_mean, running_var))
     saved = Unused("batch norm's saved mean"), Unused("batch norm's saved inverse std")
     if not training:
-        return (_bn(t.e, x, w, b, mean, var, momentum, eps)[0],) + saved + (mean, var)
+        return (convert_batch_norm(t.e, x, w, b, mean, var, momentum, eps)[0],) + saved + (mean, var)
     y = t.e.emit("batch_norm_train", x, *_affine(t.e, x, w, b), eps=float(eps))
     new_mean, new_var = t.e.emit_multi("batch_norm_update_stats", mean, var, x, momentum=float(momentum))
     return (y,) + saved + (new_mean, new_var)
@@ -269,13 +269,13 @@ def _sdpa_cpu(t, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=
 
 @marker_aware(aten.native_layer_norm.default)
 def _ln(t, x, shape, w, b, eps):
-    y = _layer_norm(t.e, t.value(x), shape, t.value(w), t.value(b), eps)[0]
+    y = convert_layer_norm(t.e, t.value(x), shape, t.value(w), t.value(b), eps)[0]
     return y, Unused("layer norm's mean"), Unused("layer norm's rstd")
 
 
 @marker_aware(aten.max_pool2d_with_indices.default)
 def _max_pool_fwd(t, x, *args):
-    return _max_pool(t.e, t.value(x), *args)[0], Unused("max pooling's indices")
+    return convert_max_pool(t.e, t.value(x), *args)[0], Unused("max pooling's indices")
 
 
 # --- losses inside the compiled region (torch.compile of a training step function) ---------------
