@@ -57,37 +57,67 @@ def batches(x: torch.Tensor, classes: int, n: int = 3, seed: int = 0):
     return out
 
 
-def close(got, want, what: str, exact: bool):
+#: float kernels whose sums run in another order than numpy's (BLAS, pairwise sums) or whose
+#: exp / tanh / erf is another algorithm: an int8 program that keeps such layers in float32
+#: (bert-tiny: attention, layer norm, GELU) holds its integers bit-exact and its float tensors
+#: (gradients, momentum) within RTOL; every other int8 program is bit-exact throughout
+FLOAT_COMPUTE = frozenset({"matmul", "linear", "linear_grad_weight", "conv2d", "conv2d_grad_input",
+                           "conv2d_grad_weight", "layer_norm", "layer_norm_grad_input", "layer_norm_grad_weight",
+                           "softmax", "softmax_grad", "log_softmax", "log_softmax_grad", "gelu", "gelu_grad",
+                           "tanh", "tanh_grad", "sigmoid", "sigmoid_grad", "sum", "mean", "batch_norm",
+                           "batch_norm_grad_input", "batch_norm_grad_weight", "embedding_grad"})
+#: a gradient is compared relative to its own largest magnitude, but not below this share of
+#: the program's largest gradient: a gradient that is zero in exact arithmetic (a key bias before
+#: softmax, which a per-row constant does not change) is rounding noise on both backends
+GRAD_FLOOR = 1e-3
+#: the zoo models whose int8 programs keep float layers (FLOAT_COMPUTE); the others must not
+INT8_WITH_FLOAT_LAYERS = frozenset({"bert-tiny"})
+
+
+def close(got, want, what: str, exact: bool, floor: float = 0.0):
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    if exact and want.dtype.kind in "iu":
+    if want.dtype.kind in "iu":  # integers (int8 weights, int32 biases) are equal in every program
         assert np.array_equal(got, want), f"{what}: {int((got != want).sum())} of {want.size} integers differ"
         return
     g, w = got.astype(np.float64), want.astype(np.float64)
     assert np.isfinite(g).all() == np.isfinite(w).all(), f"{what}: non-finite values differ"
-    err = float(np.abs(g - w).max(initial=0) / max(np.abs(w).max(initial=0), 1e-30))
+    err = float(np.abs(g - w).max(initial=0) / max(np.abs(w).max(initial=0), floor, 1e-30))
     tol = 0.0 if exact else RTOL
     assert err <= tol, f"{what}: relative difference {err:.3g} > {tol:g}"
 
 
 def run_both(ref, x, data, int8: bool, flags=FLAGS):
-    """The C twin of `ref` and the reference agree on predict, gradients and three steps."""
+    """The C twin of `ref` and the reference agree on predict, gradients and three steps.
+
+    Each step starts both backends from the same state (the reference's, copied into the C
+    program after the comparison): a step is compared, not a trajectory. Float32 training
+    amplifies rounding: a pre-activation within rounding of a ReLU kink lands on either side
+    in two correct implementations, and two SGD steps later that one mask bit has moved early
+    gradients by 0.5 % (seen on resnet18-cifar); from one state, one step agrees to 1e-5."""
     c = to_c_program(ref, flags)
+    exact = int8 and not ({n.op for n in ref.train_graph.nodes} & FLOAT_COMPUTE)
     x = x.numpy()
     xb, yb = data[0]
     # int8 outputs are dequantized integers: equal as floats; float32 within RTOL
-    close(c.predict(x), ref.predict(x), "predict", int8)
+    close(c.predict(x), ref.predict(x), "predict", exact)
     g_ref, g_c = ref.gradients(xb, yb), c.gradients(xb, yb)
     assert set(g_c) == set(g_ref)
+    largest = max((float(np.abs(v).max(initial=0)) for v in g_ref.values()), default=0.0)
     for k in g_ref:
-        close(g_c[k], g_ref[k], f"gradient of {k}", int8)
+        close(g_c[k], g_ref[k], f"gradient of {k}", exact, GRAD_FLOOR * largest)
     for i, (xi, yi) in enumerate(data):
         lr_, lc = ref.step(xi, yi), c.step(xi, yi)
         # the loss of an int8 program is computed from identical logits in the same order: equal
-        assert (lc == lr_) if int8 else np.isclose(lc, lr_, rtol=RTOL, atol=0), f"step {i}: loss {lc} != {lr_}"
+        assert (lc == lr_) if exact else np.isclose(lc, lr_, rtol=RTOL, atol=0), f"step {i}: loss {lc} != {lr_}"
+        # momentum buffers are gradient sums: the same floor, from the largest of them
+        momenta = [k for k in ref.state if k.startswith("momentum:")]
+        m_largest = max((float(np.abs(ref.state[k]).max(initial=0)) for k in momenta), default=0.0)
         for k in ref.state:
-            close(c.state[k], ref.state[k], f"step {i}: {k}", int8)
-    close(c.predict(x), ref.predict(x), "predict after the steps", int8)
+            floor = GRAD_FLOOR * m_largest if k in momenta else 0.0
+            close(c.state[k], ref.state[k], f"step {i}: {k}", exact, floor)
+            c.state[k][...] = ref.state[k]
+    close(c.predict(x), ref.predict(x), "predict after the steps", exact)
     assert c.check_guards()
     return c
 
@@ -100,7 +130,11 @@ def compile_pair(name: str, scheme: str, dtype: str, real: bool):
     if dtype == "int8":
         kw.update(quantize="int8", calibration=[x] + [(xi,) for xi, _ in data[:1]],
                   optimizer=et.SGD(lr=0.01, momentum=0.9, qas=True))
-    return et.compile(model, (x,), **kw), x, data
+    prog = et.compile(model, (x,), **kw)
+    if dtype == "int8":  # which int8 programs are held bit-exact in their float tensors too
+        floats = {n.op for n in prog.train_graph.nodes} & FLOAT_COMPUTE
+        assert bool(floats) == (name in INT8_WITH_FLOAT_LAYERS), f"{name} int8 computes {sorted(floats)} in float"
+    return prog, x, data
 
 
 @pytest.mark.parametrize("name,scheme,dtype", QUICK, ids=["-".join(c) for c in QUICK])
