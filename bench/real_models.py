@@ -1,0 +1,341 @@
+"""Supported-models table: real models from torchvision, timm and Hugging Face transformers
+at the test configs (tests/realmodels/conftest.py: images 2x3x64x64, 16 tokens, hidden sizes
+about 32), each cell measured in one run.
+
+    python bench/real_models.py [--models NAME ...] [--json out.jsonl] [--timeout 600]
+    python bench/real_models.py --summarize out.jsonl
+
+Columns, one row per model (a cell that fails records the first line of its error and the
+row goes on):
+- capture: `edgetrain.frontend.capture` of the float64 model, ok or the error;
+- ref grad: max relative error of `et.compile(model.double(), (x,), update=et.Full())
+  .gradients(x, y)` against torch.autograd, float64 (relative to each gradient's largest
+  entry, or 1e-3 of the model's largest gradient if that is larger: tests/realmodels);
+- C: the same for the float32 C backend (`backend="c"`) against the float32 reference;
+- int8: `et.compile(model, (x,), quantize="int8", update=et.LastK(2))` and one `step`: its
+  loss if finite;
+- torch.compile: an unchanged 3-step SGD loop (lr 0.01, the same batch each step) under
+  `torch.compile(model, backend="edgetrain")` in eval mode vs eager on a copy: max relative
+  difference of the three losses;
+- memory: `prog.memory.peak_bytes` of the Full float32 program vs PyTorch eager's metered
+  peak of the same step (bench/torch_memory.py, training the same tensors), and the ratio
+  PyTorch / edgetrain.
+
+Each model runs in its own subprocess with a time limit (--timeout seconds); cells finished
+before the limit are kept, the rest read "timeout". One thread.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
+
+# the torchvision op-schema workaround (tests/realmodels/conftest.py) runs at this import,
+# before anything imports torchvision
+from tests.realmodels import conftest as rm  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+warnings.filterwarnings("ignore", message=r".*(LeafSpec|token_id).*")
+
+tv, timm_m, hf = rm.torchvision_model, rm.timm_model, rm.hf_model
+
+#: name -> (builder, input kind); light models first, the heavy ones last
+MODELS = {
+    "tv.squeezenet1_1": (lambda: tv("squeezenet1_1"), "image"),
+    "tv.shufflenet_v2_x0_5": (lambda: tv("shufflenet_v2_x0_5"), "image"),
+    "tv.mnasnet0_5": (lambda: tv("mnasnet0_5"), "image"),
+    "tv.mobilenet_v2": (lambda: tv("mobilenet_v2"), "image"),
+    "tv.mobilenet_v3_small": (lambda: tv("mobilenet_v3_small"), "image"),
+    "tv.mobilenet_v3_large": (lambda: tv("mobilenet_v3_large"), "image"),
+    "tv.resnet18": (lambda: tv("resnet18"), "image"),
+    "tv.regnet_x_400mf": (lambda: tv("regnet_x_400mf"), "image"),
+    "tv.efficientnet_b0": (lambda: tv("efficientnet_b0"), "image"),
+    "tv.googlenet": (lambda: tv("googlenet", aux_logits=False, init_weights=True), "image"),
+    "timm.mobilenetv3_small_050": (lambda: timm_m("mobilenetv3_small_050"), "image"),
+    "timm.resnet10t": (lambda: timm_m("resnet10t"), "image"),
+    "timm.ghostnet_050": (lambda: timm_m("ghostnet_050"), "image"),
+    "timm.efficientnet_lite0": (lambda: timm_m("efficientnet_lite0"), "image"),
+    "timm.vit_tiny_patch16_224": (lambda: timm_m("vit_tiny_patch16_224", img_size=64), "image"),
+    "timm.levit_128s": (lambda: timm_m("levit_128s", img_size=64), "image"),
+    "timm.edgenext_xx_small": (lambda: timm_m("edgenext_xx_small"), "image"),
+    "timm.efficientvit_b0": (lambda: timm_m("efficientvit_b0"), "image"),
+    "timm.fastvit_t8": (lambda: timm_m("fastvit_t8"), "image"),
+    "timm.mobilevit_xxs": (lambda: timm_m("mobilevit_xxs"), "image"),
+    "hf.bert": rm.BUILDERS["hf.bert"],
+    "hf.distilbert": rm.BUILDERS["hf.distilbert"],
+    "hf.mobilebert": rm.BUILDERS["hf.mobilebert"],
+    "hf.gpt2lm": rm.BUILDERS["hf.gpt2lm"],
+    "hf.gpt2cls": (lambda: hf("GPT2ForSequenceClassification", "GPT2Config", vocab_size=rm.VOCAB, n_embd=32,
+                              n_layer=2, n_head=2, n_positions=64, bos_token_id=0, eos_token_id=0, pad_token_id=0,
+                              num_labels=rm.NUM_CLASSES), "tokens"),
+    "hf.vit": rm.BUILDERS["hf.vit"],
+    "tv.resnet50": (lambda: tv("resnet50"), "image"),
+    "tv.densenet121": (lambda: tv("densenet121"), "image"),
+    "tv.vit_b_16": (lambda: tv("vit_b_16", image_size=64), "image"),
+    "tv.convnext_tiny": (lambda: tv("convnext_tiny"), "image"),
+    "tv.swin_t": (lambda: tv("swin_t"), "image"),
+}
+CELLS = ["capture", "ref_grad", "c", "int8", "torch_compile", "memory"]
+FLOOR = 1e-3  # as tests/realmodels: gradients exactly zero in exact arithmetic are rounding noise
+LR, STEPS = 0.01, 3
+ERR_CHARS = 120  # of an error's first line, in the table
+
+
+def build(name: str):
+    """(float64 eval model, example input, labels), as tests/realmodels/conftest.build."""
+    make, kind = MODELS[name]
+    torch.manual_seed(0)
+    model = make().double().eval()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(*rm.IMAGE, generator=g, dtype=torch.float64) if kind == "image" else \
+        torch.randint(1, rm.VOCAB, rm.TOKENS, generator=g)
+    with torch.no_grad():
+        classes = model(x).shape[-1]
+    y = torch.randint(0, classes, (x.shape[0],), generator=g)
+    return model, x, y
+
+
+class EagerError(RuntimeError):
+    """PyTorch eager itself failed (the peer of a cell, not edgetrain)."""
+
+
+def first_line(e: BaseException) -> str:
+    if isinstance(e, EagerError):
+        return str(e)[:300]
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0] if msg else ''}"[:300]
+
+
+def max_rel_err(ours: dict, ref: dict) -> tuple[float, str]:
+    """Worst relative error over the gradients of `ref` (keys must agree), and its name."""
+    if set(ours) != set(ref):
+        raise AssertionError(f"gradients for {sorted(set(ours) ^ set(ref))[:3]} on one side only")
+    floor = FLOOR * max(float(np.abs(g).max()) for g in ref.values())
+    errs = {k: float(np.abs(np.asarray(ours[k]) - ref[k]).max() / max(float(np.abs(ref[k]).max()), floor, 1e-300))
+            for k in ref}
+    worst = max(errs, key=errs.get)
+    return errs[worst], worst
+
+
+def loss_diff(ours: list, eager: list) -> dict:
+    """Max relative difference over the steps where both losses are finite, and the steps
+    (1-based) where either is not (a diverging loop: both sides must agree there too)."""
+    fin = [(a, b) for a, b in zip(ours, eager) if math.isfinite(a) and math.isfinite(b)]
+    bad = [i + 1 for i, (a, b) in enumerate(zip(ours, eager)) if not (math.isfinite(a) and math.isfinite(b))]
+    same = all(math.isfinite(a) == math.isfinite(b) for a, b in zip(ours, eager))
+    return {"max_rel_diff": max((abs(a - b) / max(abs(b), 1e-30) for a, b in fin), default=float("nan")),
+            "nonfinite_steps": bad, "nonfinite_on_both": same}
+
+
+def torch_gradients(model, x, y) -> dict:
+    model.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x), y).backward()
+    out = {n: p.grad.detach().numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+def row(name: str, emit=None, cells=None) -> dict:
+    """Measures the cells named in `cells` (default all, CELLS) for `name`; `emit(row)` (if
+    given) is called after each cell."""
+    import edgetrain as et
+    from edgetrain.frontend import capture
+    from torch_memory import measure_torch_step
+
+    torch.set_num_threads(1)
+    r = {"bench": "real_models", "model": name, "torch_version": torch.__version__}
+    times = r["seconds"] = {}
+
+    def cell(key, fn):
+        t0 = time.perf_counter()
+        try:
+            r[key] = fn()
+        except Exception as e:  # noqa: BLE001 - every failure is a result here
+            r[key] = {"error": first_line(e)}
+            if os.environ.get("REAL_MODELS_TRACE"):
+                traceback.print_exc()
+        times[key] = round(time.perf_counter() - t0, 1)
+        if emit:
+            emit(r)
+
+    model64, x64, y = build(name)
+    model32 = copy.deepcopy(model64).float()
+    x32 = x64.float() if x64.is_floating_point() else x64
+    r["input"] = list(x64.shape)
+    progs = {}
+
+    def on_eager(fn):
+        """Runs PyTorch eager's side; its errors are labelled as eager's."""
+        try:
+            return fn()
+        except Exception as e:
+            raise EagerError(f"PyTorch eager: {first_line(e)}") from e
+
+    def do_capture():
+        cap = capture(model64, (x64,))
+        return {"ok": True, "nodes": len(cap.graph.nodes)}
+
+    def do_ref_grad():
+        ours = et.compile(model64, (x64,), update=et.Full()).gradients(x64.numpy(), y.numpy())
+        err, worst = max_rel_err(ours, torch_gradients(model64, x64, y))
+        return {"max_rel_err": err, "worst": worst, "tensors": len(ours)}
+
+    def do_c():
+        ref32 = et.compile(model32, (x32,), update=et.Full())
+        progs["ref32"] = ref32
+        ref = ref32.gradients(x32.numpy(), y.numpy())
+        got = et.compile(model32, (x32,), update=et.Full(), backend="c").gradients(x32.numpy(), y.numpy())
+        err, worst = max_rel_err(got, ref)
+        return {"max_rel_err": err, "worst": worst}
+
+    def do_int8():
+        prog = et.compile(copy.deepcopy(model32), (x32,), quantize="int8", update=et.LastK(2))
+        loss = float(prog.step(x32.numpy(), y.numpy()))
+        if not math.isfinite(loss):
+            raise ArithmeticError(f"loss {loss}")
+        return {"loss": loss}
+
+    def do_torch_compile():
+        import torch._dynamo
+
+        torch._dynamo.reset()
+
+        def loop(m, fn):
+            opt = torch.optim.SGD(m.parameters(), lr=LR)
+            losses = []
+            for _ in range(STEPS):
+                opt.zero_grad()
+                loss = F.cross_entropy(fn(x32), y)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+            return losses
+
+        eager_m, ours_m = copy.deepcopy(model32).eval(), copy.deepcopy(model32).eval()
+        eager = on_eager(lambda: loop(eager_m, eager_m))
+        ours = loop(ours_m, torch.compile(ours_m, backend="edgetrain"))
+        return {**loss_diff(ours, eager), "losses": ours, "eager_losses": eager}
+
+    def do_memory():
+        prog = progs.get("ref32") or et.compile(model32, (x32,), update=et.Full())
+        pt = on_eager(lambda: measure_torch_step(copy.deepcopy(model32), x32, y, set(prog.trainable), lr=LR))
+        ours = prog.memory.peak_bytes
+        return {"edgetrain_peak_bytes": ours, "torch_peak_bytes": pt["peak_bytes"],
+                "ratio": pt["peak_bytes"] / ours}
+
+    for key, fn in [("capture", do_capture), ("ref_grad", do_ref_grad), ("c", do_c), ("int8", do_int8),
+                    ("torch_compile", do_torch_compile), ("memory", do_memory)]:
+        if cells is None or key in cells:
+            cell(key, fn)
+    return r
+
+
+def run_one(name: str, timeout: float) -> dict:
+    """`row(name)` in a subprocess; on timeout the cells it finished are kept."""
+    with tempfile.TemporaryDirectory() as d:
+        part = Path(d) / "row.json"
+        cmd = [sys.executable, __file__, "--child", name, "--partial", str(part)]
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run(cmd, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            failed = None if p.returncode == 0 else f"subprocess exit {p.returncode}: " + \
+                ((p.stderr.strip().splitlines() or [""])[-1])[:300]
+        except subprocess.TimeoutExpired:
+            failed = f"timeout after {timeout:.0f} s"
+        r = json.loads(part.read_text()) if part.exists() else {"bench": "real_models", "model": name}
+        for key in CELLS:
+            if key not in r:
+                r[key] = {"error": failed or "not run"}
+        r["total_seconds"] = round(time.perf_counter() - t0, 1)
+        return r
+
+
+# ---------------------------------------------------------------- the table
+
+def fmt_cell(key: str, v) -> str:
+    if not isinstance(v, dict):
+        return "?"
+    if "error" in v:  # the JSON line keeps 300 characters of it
+        e = re.sub(r"/\S*/site-packages/", "", v["error"])  # the package's own path
+        return (e if len(e) <= ERR_CHARS else e[:ERR_CHARS - 1] + "…").replace("|", "\\|")
+    if key == "capture":
+        return "ok"
+    if key in ("ref_grad", "c"):
+        return f"{v['max_rel_err']:.1e}"
+    if key == "int8":
+        return f"ok (loss {v['loss']:.3f})"
+    if key == "torch_compile":
+        d = loss_diff(v["losses"], v["eager_losses"])  # recomputed: rows may predate nonfinite_steps
+        note = "" if not d["nonfinite_steps"] else \
+            f" (step {', '.join(map(str, d['nonfinite_steps']))}: loss not finite on " \
+            f"{'both sides' if d['nonfinite_on_both'] else 'one side'})"
+        return f"{d['max_rel_diff']:.1e}{note}"
+    if key == "memory":
+        return f"{v['edgetrain_peak_bytes'] / 1024:,.0f} KB / {v['torch_peak_bytes'] / 1024:,.0f} KB " \
+               f"({v['ratio']:.2f}x)"
+    return "?"
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | capture | ref grad (f64 rel err) | C (f32 rel err) | int8 LastK(2) step "
+             "| torch.compile (loss rel diff) | peak memory edgetrain / PyTorch (ratio) | s |",
+             "|---|---|---:|---:|---|---:|---|---:|"]
+    for r in rows:
+        cells = " | ".join(fmt_cell(k, r.get(k)) for k in CELLS)
+        lines.append(f"| {r['model']} | {cells} | {r.get('total_seconds', '')} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS), help="names (default: all, light ones first)")
+    ap.add_argument("--json", help="append one JSON line per model to this file as it finishes")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per model (default 600)")
+    ap.add_argument("--summarize", help="print the markdown table of a JSONL file and exit")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--partial", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.summarize:
+        print(table([json.loads(s) for s in Path(args.summarize).read_text().splitlines() if s.strip()]))
+        return 0
+    if args.child:
+        def emit(r):
+            Path(args.partial + ".tmp").write_text(json.dumps(r))
+            os.replace(args.partial + ".tmp", args.partial)
+        row(args.child, emit)
+        return 0
+    unknown = [m for m in args.models if m not in MODELS]
+    if unknown:
+        ap.error(f"unknown models {unknown}; known: {list(MODELS)}")
+    rows = []
+    for name in args.models:
+        r = run_one(name, args.timeout)
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(r) + "\n")
+    print()
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
