@@ -98,6 +98,13 @@ def convert_node(e: Emitter, node, env: dict, known: dict = None, materialize: C
     return fn(e, *arg(tuple(node.args)), **kwargs)
 
 
+def unsupported(msg: str):
+    """Refuse an op the IR cannot express (capture adds the model line)."""
+    from .capture import UnsupportedOpError
+
+    raise UnsupportedOpError(msg)
+
+
 def _tensor(e: Emitter, x, like: Value) -> Value:
     """A Value for x, making Python scalars constants of `like`'s dtype."""
     return x if isinstance(x, Value) else e.const(x, like.dtype)
@@ -238,7 +245,7 @@ CONVERTERS[aten.sum.default] = lambda e, x, dtype=None: e.emit("sum", x, dims=No
 def _vector_norm(e, x, ord=2, dim=None, keepdim=False, dtype=None):
     """The 2-norm (F.normalize's) as sqrt(sum(x * x)); other orders are refused."""
     if float(ord) != 2.0:
-        _unsupported(f"unsupported op aten.linalg_vector_norm with ord={ord} (only the 2-norm)")
+        unsupported(f"unsupported op aten.linalg_vector_norm with ord={ord} (only the 2-norm)")
     dims = None if dim is None or len(dim) == 0 else tuple(d % len(x.shape) for d in dim)
     return e.emit("sqrt", e.emit("sum", e.emit("mul", x, x), dims=dims, keepdim=bool(keepdim)))
 
@@ -365,12 +372,12 @@ def _as_strided(e, x, size, stride, storage_offset=None, layout=None):
     positions (the storage filled with each element's row-major number, read through the
     view); the identity is a reshape, anything else one index_select of x's flat elements."""
     if layout is None:
-        _unsupported("unsupported op aten.as_strided on a tensor whose strides are unknown")
+        unsupported("unsupported op aten.as_strided on a tensor whose strides are unknown")
     xstride, xoff = layout
     size, stride, off = [int(d) for d in size], [int(d) for d in stride], int(storage_offset or 0)
     n = math.prod(x.shape)
     if any(s < 0 for s in stride) or any(s < 0 for s in xstride):
-        _unsupported("unsupported op aten.as_strided with negative strides")
+        unsupported("unsupported op aten.as_strided with negative strides")
     where = torch.full((), xoff, dtype=torch.long)
     for d, (sz, st) in enumerate(zip(x.shape, xstride)):
         where = where[..., None] + torch.arange(sz) * st
@@ -380,7 +387,7 @@ def _as_strided(e, x, size, stride, storage_offset=None, layout=None):
     storage[where.reshape(-1)] = torch.arange(n)  # an expanded input: any of its equal elements
     read = torch.as_strided(storage, size, stride, off).reshape(-1)
     if bool((read < 0).any()):
-        _unsupported("unsupported op aten.as_strided reading storage outside its input")
+        unsupported("unsupported op aten.as_strided reading storage outside its input")
     if read.numel() == n and bool((read == torch.arange(n)).all()):
         return _reshape_to(e, x, size)
     flat = _reshape_to(e, x, (n,))
@@ -397,7 +404,7 @@ def _index_select(e, x, dim, index, constant=None):
     if isinstance(x, Known):
         x = x.value()
     if not isinstance(index, Known):
-        _unsupported("unsupported op aten.index_select with indices computed from the inputs "
+        unsupported("unsupported op aten.index_select with indices computed from the inputs "
                      "(only indices known at capture time)")
     dim = dim % len(x.shape)
     size = x.shape[dim]
@@ -417,7 +424,7 @@ def _index(e, x, indices, constant=None):
         x = x.value()
     idx = list(indices)
     if any(isinstance(i, Value) for i in idx):
-        _unsupported("unsupported op aten.index.Tensor with indices computed from the inputs "
+        unsupported("unsupported op aten.index.Tensor with indices computed from the inputs "
                      "(only indices known at capture time)")
     tensors = []  # (dim, long index tensor)
     dim = 0
@@ -426,12 +433,12 @@ def _index(e, x, indices, constant=None):
             dim += 1
             continue
         if i.tensor.dtype == torch.bool:  # torch.export turns a mask into nonzero(): never seen here
-            _unsupported("unsupported op aten.index.Tensor with a boolean mask")
+            unsupported("unsupported op aten.index.Tensor with a boolean mask")
         tensors.append((dim, i.tensor.long()))
         dim += 1
     dims = [d for d, _ in tensors]
     if dims != list(range(dims[0], dims[0] + len(dims))):
-        _unsupported("unsupported op aten.index.Tensor with index tensors on non-adjacent dims")
+        unsupported("unsupported op aten.index.Tensor with index tensors on non-adjacent dims")
     first, n = dims[0], len(dims)
     sizes = x.shape[first:first + n]
     bshape = torch.broadcast_shapes(*(t.shape for _, t in tensors))

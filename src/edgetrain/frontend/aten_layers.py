@@ -9,7 +9,7 @@ import torch
 
 from ..ir import Value
 from ..ops.conv import conv_out_hw
-from .aten import Known, aten, as_pair, const_aware, convert_slice, converts
+from .aten import Known, aten, as_pair, const_aware, convert_slice, converts, unsupported
 
 
 # --- layers -----------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ def _avg_pool(e, x, kernel, stride=(), padding=0, ceil_mode=False, count_include
         return e.emit("avg_pool2d", xp, kernel=k, stride=s, padding=p, count_include_pad=True,
                       divisor_override=int(divisor_override))
     if constant is None:
-        _unsupported("unsupported op: average pooling with ceil_mode=True outside capture")
+        unsupported("unsupported op: average pooling with ceil_mode=True outside capture")
     ones = torch.ones((1, 1) + tuple(x.shape[2:]), dtype=torch.float64)
     mean = torch.nn.functional.avg_pool2d(ones, k, s, p, ceil_mode=True, count_include_pad=bool(count_include_pad))
     total = torch.nn.functional.avg_pool2d(ones, k, s, p, ceil_mode=True, divisor_override=1)
@@ -185,12 +185,6 @@ def _scalar_tensor(e, value, dtype=None, **kw):
 
 
 # --- attention ----------------------------------------------------------------------------------
-def _unsupported(msg: str):
-    from .capture import UnsupportedOpError
-
-    raise UnsupportedOpError(msg)
-
-
 def _additive_mask(mask, causal: bool, q: Value, k: Value):
     """The attention mask as what is added to the scores: a float tensor known at capture
     time (0 where attended, -inf where not), a float Value, or None when every position is
@@ -201,16 +195,16 @@ def _additive_mask(mask, causal: bool, q: Value, k: Value):
         keep = mask.tensor if keep is None else keep & mask.tensor
     elif mask is not None:
         if isinstance(mask, Value) and mask.dtype == "bool":
-            _unsupported("unsupported op aten.scaled_dot_product_attention with a boolean mask computed from "
+            unsupported("unsupported op aten.scaled_dot_product_attention with a boolean mask computed from "
                          "the inputs (only masks known at capture time)")
         if keep is not None:
-            _unsupported("unsupported op aten.scaled_dot_product_attention with both is_causal and attn_mask")
+            unsupported("unsupported op aten.scaled_dot_product_attention with both is_causal and attn_mask")
         return mask.tensor if isinstance(mask, Known) else mask
     if keep is None or bool(keep.all()):
         return None
     full = torch.broadcast_to(keep, torch.broadcast_shapes(keep.shape, tuple(q.shape[:-2]) + (L, S)))
     if not bool(full.any(-1).all()):
-        _unsupported("unsupported op aten.scaled_dot_product_attention: a query attends to no key")
+        unsupported("unsupported op aten.scaled_dot_product_attention: a query attends to no key")
     return torch.zeros(keep.shape, dtype=getattr(torch, q.dtype)).masked_fill(~keep, -math.inf)
 
 
@@ -220,13 +214,13 @@ def _sdpa(e, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None
     """softmax(q k^T * scale + mask) v, from matmul, mul, add and softmax ops."""
     q, k, v = (x.value() if isinstance(x, Known) else x for x in (q, k, v))
     if dropout_p:
-        _unsupported("unsupported op aten.scaled_dot_product_attention with dropout: call model.eval()")
+        unsupported("unsupported op aten.scaled_dot_product_attention with dropout: call model.eval()")
     if q.shape[:-2] != k.shape[:-2] and enable_gqa:
-        _unsupported("unsupported op aten.scaled_dot_product_attention with grouped-query attention")
+        unsupported("unsupported op aten.scaled_dot_product_attention with grouped-query attention")
     mask = _additive_mask(attn_mask, bool(is_causal), q, k)
     if isinstance(mask, torch.Tensor):
         if constant is None:
-            _unsupported("unsupported op aten.scaled_dot_product_attention with a mask unknown at capture time")
+            unsupported("unsupported op aten.scaled_dot_product_attention with a mask unknown at capture time")
         mask = constant(mask)
     rank = len(k.shape)
     perm = list(range(rank))
