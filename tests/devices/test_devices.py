@@ -5,7 +5,6 @@ import dataclasses
 import functools
 import json
 import math
-import time
 
 import pytest
 
@@ -124,10 +123,8 @@ def test_describe_and_dict_cover_every_field():
     assert len(text.splitlines()) == len(dataclasses.fields(Device))
 
 
-def test_calibrate_host_is_quick_and_sane(tmp_path):
-    t0 = time.perf_counter()
+def test_calibrate_host_is_sane(tmp_path):
     h = calibrate_host(seconds=0.2, directory=tmp_path)
-    assert time.perf_counter() - t0 < 5
     assert h.name == "host-calibrated" and not h.weights_in_flash
     _finite_positive(h)
     assert 1e7 < h.flops_per_s < 1e14

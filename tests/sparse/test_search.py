@@ -1,7 +1,6 @@
 """Sparse-update search: exact solvers against brute force, baselines bounded by them."""
 import itertools
 import math
-import time
 
 import numpy as np
 import pytest
@@ -12,7 +11,6 @@ from edgetrain.sparse.search import (InfeasibleBudget, Option, SearchResult, evo
                                      solve_dp, solve_exact, solve_greedy)
 
 GAIN_ABS_TOL = 1e-6  # summed float gains of a handful of options agree far closer than this
-REALISTIC_LIMIT_S = 2.0
 SOLVERS = (solve_exact, solve_dp, solve_greedy, evolutionary_search)
 
 
@@ -158,11 +156,9 @@ def test_evolutionary_non_additive_fitness_and_cost():
         evolutionary_search(groups, 10**9, cost=lambda idx: 10**10, population=4, generations=1)
 
 
-def test_realistic_instance_solves_exactly_and_fast():
+def test_realistic_instance_solves_exactly():
     groups, budget = realistic(), 128 * 1024
-    t0 = time.perf_counter()
-    exact = solve_exact(groups, budget)
-    assert time.perf_counter() - t0 < REALISTIC_LIMIT_S
+    exact = solve_exact(groups, budget)  # its speed: bench/planner_speed.py
     check_consistent(groups, exact, budget)
     dp = solve_dp(groups, budget)
     assert dp.method == "dp" and math.isclose(dp.gain, exact.gain, abs_tol=GAIN_ABS_TOL)
