@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import edgetrain as et
+from tests.frontend.loops import train_loop
 from edgetrain.ops import verify
 from edgetrain.torch_backend import last_programs
 
@@ -69,26 +70,12 @@ def _pair(cls, seed=0):
     return model, copy.deepcopy(model)
 
 
-def _train(model, step_fn, batches, lr=0.05):
-    """The unchanged loop; returns the losses and each step's gradients."""
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    losses, grads = [], []
-    for x, y in batches:
-        opt.zero_grad()
-        loss = F.cross_entropy(step_fn(x), y)
-        loss.backward()
-        losses.append(loss.item())
-        grads.append({n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()})
-        opt.step()
-    return losses, grads
-
-
 @pytest.mark.parametrize("cls", [ResidualNet, NormMLP])
 def test_training_loop_matches_eager(cls):
     model, ref = _pair(cls)
     batches = _batches(model, steps=3)
-    losses, grads = _train(model, torch.compile(model, backend="edgetrain"), batches)
-    ref_losses, ref_grads = _train(ref, ref, batches)
+    losses, grads = train_loop(model, torch.compile(model, backend="edgetrain"), batches)
+    ref_losses, ref_grads = train_loop(ref, ref, batches)
     assert losses == pytest.approx(ref_losses, rel=RTOL)
     for ours, theirs in zip(grads, ref_grads):
         assert set(ours) == set(theirs)
@@ -132,8 +119,8 @@ def test_bias_only_trains_only_biases(update):
         p.requires_grad_(n in biases)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     batches = _batches(model, steps=2)
-    _, grads = _train(model, torch.compile(model, backend="edgetrain", options={"update": update}), batches)
-    _, ref_grads = _train(ref, ref, batches)
+    _, grads = train_loop(model, torch.compile(model, backend="edgetrain", options={"update": update}), batches)
+    _, ref_grads = train_loop(ref, ref, batches)
     for ours, theirs in zip(grads, ref_grads):
         assert {n for n, g in ours.items() if g is not None} == biases
         for n in biases:

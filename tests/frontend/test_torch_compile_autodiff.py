@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import edgetrain as et
 from edgetrain.ops import verify
 from edgetrain.torch_backend import last_programs
+from tests.frontend.loops import train_loop
 
 #: float64 against eager float64: torch's own hardsigmoid_backward multiplies by a float32
 #: 1/6 (0.1666666716337204) even for float64 tensors, where build_backward's hardsigmoid VJP
@@ -59,19 +60,6 @@ def _rel(a, b) -> float:
     return float((a - b).abs().max() / max(b.abs().max(), 1e-12))
 
 
-def _loop(model, fn, batches, lr=0.05):
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    losses, grads = [], []
-    for x, y in batches:
-        opt.zero_grad()
-        loss = F.cross_entropy(fn(x), y)
-        loss.backward()
-        losses.append(loss.item())
-        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
-        opt.step()
-    return losses, grads
-
-
 def _batches(shape, steps=3, classes=5, seed=0, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)
     return [(torch.randn(*shape, generator=g).to(dtype), torch.randint(0, classes, (shape[0],), generator=g))
@@ -82,8 +70,8 @@ def test_hardswish_hardsigmoid_block_trains_with_eagers_gradients():
     model = _mobile(torch.float64)
     ref = copy.deepcopy(model)
     batches = _batches((4, 3, 6, 6))
-    losses, grads = _loop(model, torch.compile(model, backend="edgetrain"), batches)
-    ref_losses, ref_grads = _loop(ref, ref, batches)
+    losses, grads = train_loop(model, torch.compile(model, backend="edgetrain"), batches)
+    ref_losses, ref_grads = train_loop(ref, ref, batches)
     worst = 0.0
     for loss, want in zip(losses, ref_losses):
         worst = max(worst, abs(loss - want) / abs(want))
@@ -119,8 +107,8 @@ def test_graph_break_passes_gradients_between_graphs():
     model = Broken().double()
     ref = copy.deepcopy(model)
     batches = _batches((5, 6), classes=3)
-    losses, grads = _loop(model, torch.compile(model, backend="edgetrain"), batches)
-    ref_losses, ref_grads = _loop(ref, ref, batches)
+    losses, grads = train_loop(model, torch.compile(model, backend="edgetrain"), batches)
+    ref_losses, ref_grads = train_loop(ref, ref, batches)
     assert losses == pytest.approx(ref_losses, rel=HARDSIGMOID_TOL)
     for ours, theirs in zip(grads, ref_grads):
         for name in theirs:
@@ -148,8 +136,8 @@ def test_train_mode_batch_norm_in_an_unchanged_loop(dtype, tol):
     model = TrainBN().to(dtype).train()
     ref = copy.deepcopy(model)
     batches = _batches((4, 3, 6, 6), classes=4, dtype=dtype)
-    losses, grads = _loop(model, torch.compile(model, backend="edgetrain"), batches)
-    ref_losses, ref_grads = _loop(ref, ref, batches)
+    losses, grads = train_loop(model, torch.compile(model, backend="edgetrain"), batches)
+    ref_losses, ref_grads = train_loop(ref, ref, batches)
     def err(a, b):  # relative to max(|torch|, 1), as tests/ops: the conv's bias has a zero gradient in
         return float((a - b).abs().max() / max(b.abs().max(), 1.0))  # exact arithmetic, rounding noise in both
 
@@ -210,8 +198,8 @@ def test_attention_trains_under_torch_compile(causal):
     model = Attention(causal).double()
     ref = copy.deepcopy(model)
     batches = _batches((2, 5, 8), classes=3)
-    losses, grads = _loop(model, torch.compile(model, backend="edgetrain"), batches)
-    ref_losses, ref_grads = _loop(ref, ref, batches)
+    losses, grads = train_loop(model, torch.compile(model, backend="edgetrain"), batches)
+    ref_losses, ref_grads = train_loop(ref, ref, batches)
     assert losses == pytest.approx(ref_losses, rel=1e-10)
     for ours, theirs in zip(grads, ref_grads):
         for name in theirs:  # relative to max(|torch|, 1): k.bias has a zero gradient (softmax ignores a

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from edgetrain.torch_backend import last_programs
 from tests.frontend.test_torch_compile import ResidualNet, _pair
-from tests.frontend.test_torch_compile_autodiff import Attention, TrainBN, _batches, _loop, _mobile
+from tests.frontend.loops import train_loop
+from tests.frontend.test_torch_compile_autodiff import Attention, TrainBN, _batches, _mobile
 
 C = {"backend": "c"}
 TOL = 1e-4  # float32 over three SGD steps with momentum; the C kernels sum in another order than torch's
@@ -42,8 +43,8 @@ def test_c_runs_the_loop_with_eagers_numbers(make):
         model = TrainBN().train()
         batches = _batches((4, 3, 6, 6), classes=4, dtype=torch.float32)
     ref = copy.deepcopy(model)
-    losses, grads = _loop(model, torch.compile(model, backend="edgetrain", options=C), batches)
-    ref_losses, ref_grads = _loop(ref, ref, batches)
+    losses, grads = train_loop(model, torch.compile(model, backend="edgetrain", options=C), batches)
+    ref_losses, ref_grads = train_loop(ref, ref, batches)
     assert losses == pytest.approx(ref_losses, rel=TOL)
     worst = 0.0
     for ours, theirs in zip(grads, ref_grads):
