@@ -147,10 +147,15 @@ class Program:
         whatever an op updates in place (train-mode batch norm's running statistics)."""
         from .ops import get_op
 
-        inputs = set(self.train_graph.inputs)
-        written = {v.name for n in self.train_graph.nodes if get_op(n.op).mutates
-                   for _, j in get_op(n.op).shares for v in n.inputs[j:j + 1] if v in inputs}
-        return [k for k in self.state if k in self.trainable or k.startswith("momentum:") or k in written]
+        g = self.train_graph
+        cached = self.__dict__.get("_written")
+        if cached is None or cached[0] is not g:  # once per train graph, not on every step
+            inputs = set(g.inputs)
+            written = {v.name for n in g.nodes if get_op(n.op).mutates
+                       for _, j in get_op(n.op).shares for v in n.inputs[j:j + 1] if v in inputs}
+            cached = self._written = (g, [k for k in self.state if k in self.trainable or k.startswith("momentum:")
+                                          or k in written])
+        return cached[1]
 
     def predict(self, x) -> np.ndarray:
         """Model outputs for a batch of any size (run in chunks of the compiled batch)."""
