@@ -54,44 +54,9 @@ import torch.nn.functional as F  # noqa: E402
 
 warnings.filterwarnings("ignore", message=r".*(LeafSpec|token_id).*")
 
-tv, timm_m, hf = rm.torchvision_model, rm.timm_model, rm.hf_model
-
-#: name -> (builder, input kind); light models first, the heavy ones last
-MODELS = {
-    "tv.squeezenet1_1": (lambda: tv("squeezenet1_1"), "image"),
-    "tv.shufflenet_v2_x0_5": (lambda: tv("shufflenet_v2_x0_5"), "image"),
-    "tv.mnasnet0_5": (lambda: tv("mnasnet0_5"), "image"),
-    "tv.mobilenet_v2": (lambda: tv("mobilenet_v2"), "image"),
-    "tv.mobilenet_v3_small": (lambda: tv("mobilenet_v3_small"), "image"),
-    "tv.mobilenet_v3_large": (lambda: tv("mobilenet_v3_large"), "image"),
-    "tv.resnet18": (lambda: tv("resnet18"), "image"),
-    "tv.regnet_x_400mf": (lambda: tv("regnet_x_400mf"), "image"),
-    "tv.efficientnet_b0": (lambda: tv("efficientnet_b0"), "image"),
-    "tv.googlenet": (lambda: tv("googlenet", aux_logits=False, init_weights=True), "image"),
-    "timm.mobilenetv3_small_050": (lambda: timm_m("mobilenetv3_small_050"), "image"),
-    "timm.resnet10t": (lambda: timm_m("resnet10t"), "image"),
-    "timm.ghostnet_050": (lambda: timm_m("ghostnet_050"), "image"),
-    "timm.efficientnet_lite0": (lambda: timm_m("efficientnet_lite0"), "image"),
-    "timm.vit_tiny_patch16_224": (lambda: timm_m("vit_tiny_patch16_224", img_size=64), "image"),
-    "timm.levit_128s": (lambda: timm_m("levit_128s", img_size=64), "image"),
-    "timm.edgenext_xx_small": (lambda: timm_m("edgenext_xx_small"), "image"),
-    "timm.efficientvit_b0": (lambda: timm_m("efficientvit_b0"), "image"),
-    "timm.fastvit_t8": (lambda: timm_m("fastvit_t8"), "image"),
-    "timm.mobilevit_xxs": (lambda: timm_m("mobilevit_xxs"), "image"),
-    "hf.bert": rm.BUILDERS["hf.bert"],
-    "hf.distilbert": rm.BUILDERS["hf.distilbert"],
-    "hf.mobilebert": rm.BUILDERS["hf.mobilebert"],
-    "hf.gpt2lm": rm.BUILDERS["hf.gpt2lm"],
-    "hf.gpt2cls": (lambda: hf("GPT2ForSequenceClassification", "GPT2Config", vocab_size=rm.VOCAB, n_embd=32,
-                              n_layer=2, n_head=2, n_positions=64, bos_token_id=0, eos_token_id=0, pad_token_id=0,
-                              num_labels=rm.NUM_CLASSES), "tokens"),
-    "hf.vit": rm.BUILDERS["hf.vit"],
-    "tv.resnet50": (lambda: tv("resnet50"), "image"),
-    "tv.densenet121": (lambda: tv("densenet121"), "image"),
-    "tv.vit_b_16": (lambda: tv("vit_b_16", image_size=64), "image"),
-    "tv.convnext_tiny": (lambda: tv("convnext_tiny"), "image"),
-    "tv.swin_t": (lambda: tv("swin_t"), "image"),
-}
+#: the models of tests/realmodels/conftest.py, light models first, the heavy ones last
+HEAVY = ("tv.resnet50", "tv.densenet121", "tv.vit_b_16", "tv.convnext_tiny", "tv.swin_t")
+MODELS = {**{k: v for k, v in rm.BUILDERS.items() if k not in HEAVY}, **{k: rm.BUILDERS[k] for k in HEAVY}}
 CELLS = ["capture", "ref_grad", "c", "int8", "torch_compile", "memory"]
 FLOOR = 1e-3  # as tests/realmodels: gradients exactly zero in exact arithmetic are rounding noise
 LR, STEPS = 0.01, 3
