@@ -27,7 +27,8 @@ def _skip_unless(source, reason):
 def cifar_zip():
     folder = default_assets_dir()
     if folder is None or not (folder / CIFAR10_ZIP).is_file():
-        pytest.skip(f"{CIFAR10_ZIP} not found in ../shared/assets/")
+        pytest.skip(f"{CIFAR10_ZIP} not found in the assets folder (EDGETRAIN_ASSETS or ../shared/assets "
+                    f"beside the checkout)")
     return folder / CIFAR10_ZIP
 
 
@@ -77,7 +78,7 @@ def test_cifar_deterministic_and_seeded(cifar_zip):
 
 
 def test_cifar_missing_zip_raises(tmp_path):
-    with pytest.raises(DataError, match="cifar10-jpg.zip"):
+    with pytest.raises(DataError, match="CIFAR-10 not found at .*nowhere.zip"):
         load_cifar10("test", limit=10, path=tmp_path / "nowhere.zip")
     with pytest.raises(ValueError, match="split"):
         load_cifar10("val", path=tmp_path / "nowhere.zip")

@@ -3,6 +3,7 @@ offline set, turned into the model's input as batches are drawn.
 
     data = load_images("photos/", (3, 64, 64))        # photos/<class>/<image>, classes sorted
     data = load_images("mnist", (1, 28, 28), limit=500)
+    data = load_images("cifar10:dl/cifar-10-python.tar.gz", (3, 32, 32))  # NAME:PATH, see DATA_HELP
     x = data.batch([0, 5], mean=(0.5,), std=(0.25,))  # float32 (2, C, H, W)
 
 Every image of a folder is decoded (Pillow) and resized to the model's input when loaded, so
@@ -22,6 +23,11 @@ from .mnist import DataError
 #: file name suffixes read as images (as torchvision's ImageFolder); other files are ignored
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".pgm", ".pbm", ".tif", ".tiff", ".webp")
 NAMED_SETS = ("mnist", "fashion-mnist", "cifar10")
+#: what `data` may be, for the CLI's --data / --val / --calibrate help
+DATA_HELP = ("an ImageFolder path (DIR/<class>/<image>), or a data set as NAME:PATH in its published form: "
+             "cifar10:PATH (cifar-10-python.tar.gz or the cifar-10-batches-py folder it extracts to), "
+             "mnist:DIR or fashion-mnist:DIR (a folder of the four idx .gz files); a bare NAME reads the "
+             "installed copy (mnist, fashion-mnist) or the assets folder (cifar10: --assets, EDGETRAIN_ASSETS)")
 #: how many bad files an error message lists by name
 MAX_LISTED = 10
 
@@ -110,7 +116,10 @@ def load_folder(root, shape: tuple[int, int, int], skip_bad: bool = False) -> Im
     if not root.exists():
         raise FolderError(f"data folder {root} does not exist")
     if not root.is_dir():
-        raise FolderError(f"{root} is not a folder (ImageFolder layout: {root}/<class>/<image>)")
+        raise FolderError(f"{root} is not a folder (ImageFolder layout: {root}/<class>/<image>); a data set "
+                          f"archive is given as NAME:PATH, e.g. cifar10:{root}")
+    if (root / "batches.meta").is_file():
+        raise FolderError(f"{root} is CIFAR-10's python folder, not an ImageFolder: give it as cifar10:{root}")
     classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
         raise FolderError(f"{root} has no class subfolders (ImageFolder layout: {root}/<class>/<image>)")
@@ -144,34 +153,57 @@ def load_folder(root, shape: tuple[int, int, int], skip_bad: bool = False) -> Im
                     tuple(bad), tuple(str(f.relative_to(root)) for f, _ in kept))
 
 
-def load_named(name: str, split: str = "train", limit: Optional[int] = None) -> ImageSet:
-    """One of NAMED_SETS (offline: see edgetrain.data)."""
+def split_named(data: str) -> tuple[Optional[str], Optional[str]]:
+    """(name, path) of a named set `NAME` (path None) or `NAME:PATH`; (None, None) for anything
+    else (an ImageFolder path)."""
+    if data in NAMED_SETS:
+        return data, None
+    name, sep, path = data.partition(":")
+    if not sep or name not in NAMED_SETS:
+        return None, None
+    if not path:
+        raise DataError(f"{data!r}: give the path after '{name}:' (or just {name!r} for its default location)")
+    return name, path
+
+
+def load_named(name: str, split: str = "train", limit: Optional[int] = None, path=None, assets=None) -> ImageSet:
+    """One of NAMED_SETS, from `path` (its published form) when given, else its default place
+    (see edgetrain.data)."""
     from . import load_cifar10, load_fashion_mnist, load_mnist
     from .cifar import CIFAR10_CLASSES
     from .fashion import FASHION_CLASSES
+    from .mnist import read_idx_split
 
+    if name in ("mnist", "fashion-mnist") and path is not None and not Path(path).is_dir():
+        raise DataError(f"{name}:{path}: no such folder (it holds the four idx .gz files, e.g. "
+                        f"train-images-idx3-ubyte.gz)")
     if name == "mnist":
-        x, y = load_mnist(split, limit)
+        x, y = load_mnist(split, limit) if path is None else read_idx_split(Path(path), split, limit, "MNIST")
         classes = tuple(str(i) for i in range(10))
     elif name == "fashion-mnist":
-        x, y = load_fashion_mnist(split, limit)
+        x, y = load_fashion_mnist(split, limit) if path is None else \
+            read_idx_split(Path(path), split, limit, "Fashion-MNIST")
         classes = tuple(FASHION_CLASSES)
     elif name == "cifar10":
-        x, y = load_cifar10(split, limit)
+        x, y = load_cifar10(split, limit, path=path, assets=assets)
         classes = tuple(CIFAR10_CLASSES)
     else:
         raise DataError(f"unknown data set {name!r}; named sets: {', '.join(NAMED_SETS)}")
-    return ImageSet(np.ascontiguousarray(x), y.astype(np.int64), classes, f"{name} ({split})")
+    source = f"{name} ({split})" if path is None else f"{name}:{path} ({split})"
+    return ImageSet(np.ascontiguousarray(x), y.astype(np.int64), classes, source)
 
 
 def load_images(data: str, shape: tuple[int, int, int], *, split: str = "train", limit: Optional[int] = None,
-                skip_bad: bool = False) -> ImageSet:
-    """A named set (NAMED_SETS) or an ImageFolder path; with `limit`, that many images (a named
-    set's class-balanced choice; for a folder, a fixed random choice, kept in file order)."""
+                skip_bad: bool = False, assets=None) -> ImageSet:
+    """A named set (NAME or NAME:PATH, see DATA_HELP) or an ImageFolder path; with `limit`, that
+    many images (a named set's first or class-balanced choice; for a folder, a fixed random
+    choice, kept in file order). An existing path is always read as a folder."""
     if limit is not None and limit < 1:
         raise DataError(f"--limit must be a positive number of images, got {limit}")
-    if data in NAMED_SETS and not Path(data).exists():
-        return load_named(data, split, limit)
+    if not Path(data).exists():
+        name, path = split_named(data)
+        if name is not None:
+            return load_named(name, split, limit, path, assets)
     s = load_folder(data, shape, skip_bad)
     if limit is not None and limit < len(s):
         keep = np.sort(np.random.default_rng(0).permutation(len(s))[:limit])
