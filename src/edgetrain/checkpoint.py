@@ -2,7 +2,9 @@
 
 A checkpoint is one safetensors file (`.ckpt`) holding
 - `config`: how the program was compiled (ProgramConfig: model spec, inputs, loss, update
-  scheme as resolved, quantization, optimizer, budget, backend);
+  scheme as resolved, quantization, optimizer, budget, backend) and, for a model file, the
+  sha256 of its text; `model_source`: that text (rebuilding the program runs the file only
+  when the user names it or trusts the checkpoint: modeltrust.py);
 - `model/<key>`: the model's weights as the factory built them (so a factory that initialises
   at random, or a model file edited since, cannot change the program under a resume: the
   weights are loaded back and must fit the model);
@@ -59,6 +61,7 @@ class ProgramConfig:
     sram: Optional[int] = None
     flash: Optional[int] = None
     backend: str = "reference"
+    model_sha256: Optional[str] = None  # a model file: the sha256 of the text compiled (None: a zoo model)
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -116,20 +119,29 @@ class Built:
     model_state: dict[str, np.ndarray]
     calibration: Optional[list[np.ndarray]]
     model: Any = None
+    model_source: Optional[str] = None  # a model file's text, as compiled
 
 
 def build_program(config: ProgramConfig, model_state: Optional[dict] = None, calibration=None,
-                  contributions=None, search: str = "exact") -> Built:
+                  contributions=None, search: str = "exact", source=None) -> Built:
     """Compile `config` (update "auto" needs `contributions`). With `model_state` the model's
-    weights are replaced by it first (CheckpointError if it does not fit the model)."""
+    weights are replaced by it first (CheckpointError if it does not fit the model). A model
+    file is read once (or `source`, a usermodel.ModelSource the caller checked, is used): the
+    text that runs is the text whose sha256 the config records."""
     import torch
 
     import edgetrain as et
 
-    from .usermodel import check_forward, example_inputs, load_model, parse_input
+    from .usermodel import check_forward, example_inputs, load_model, parse_input, parse_model_spec, read_model_source
 
     specs = [parse_input(s) for s in config.inputs]
-    model = load_model(config.model, config.model_args, config.classes)
+    spec = parse_model_spec(config.model)
+    if spec.is_file:
+        source = source if source is not None else read_model_source(spec.path)
+        config = replace(config, model_sha256=source.sha256)
+    else:
+        source = None
+    model = load_model(spec, config.model_args, config.classes, source=source)
     if model_state is not None:
         try:
             model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in model_state.items()})
@@ -158,7 +170,7 @@ def build_program(config: ProgramConfig, model_state: Optional[dict] = None, cal
         if any(len(b) != 1 for b in calib):
             raise CheckpointError("calibration of models with several inputs cannot be recorded")
         flat = [np.ascontiguousarray(b[0]) for b in calib]
-    return Built(prog, resolved, model_state, flat, model)
+    return Built(prog, resolved, model_state, flat, model, source.text if source is not None else None)
 
 
 # --- files ---------------------------------------------------------------------------------------
@@ -171,16 +183,27 @@ class Checkpoint:
     steps: int = 0
     train: dict = field(default_factory=dict)  # epoch, position, seed, data, loss_sum, loss_count, ...
     path: Optional[Path] = None
+    model_source: Optional[str] = None  # the model file's text (None: a zoo model, or an old checkpoint)
 
     @classmethod
     def of(cls, built: Built, train: Optional[dict] = None) -> "Checkpoint":
         prog = built.prog
         return cls(built.config, built.model_state, built.calibration,
-                   {k: np.array(v, copy=True) for k, v in prog.state.items()}, int(prog.steps), dict(train or {}))
+                   {k: np.array(v, copy=True) for k, v in prog.state.items()}, int(prog.steps), dict(train or {}),
+                   model_source=built.model_source)
 
-    def restore(self) -> Built:
-        """The program compiled from the config with this checkpoint's state and step count."""
-        built = build_program(self.config, self.model_state, self.calibration)
+    def restore(self, model_file=None, trust: bool = False) -> Built:
+        """The program compiled from the config with this checkpoint's state and step count.
+        A program compiled from a model file runs that file only when the caller names it
+        (`model_file`, whose sha256 must match the recorded one) or trusts the checkpoint
+        (`trust`); otherwise modeltrust.UntrustedModelError, before anything runs."""
+        from .modeltrust import trusted_source
+
+        source = trusted_source(self, model_file, trust)
+        config = self.config
+        if source is not None:  # the file named for this run (it may have moved since)
+            config = replace(config, model=f"{source.path}:{config.model.rpartition(':')[2]}")
+        built = build_program(config, self.model_state, self.calibration, source=source)
         prog = built.prog
         have, want = set(prog.state), set(self.state)
         if have != want:
@@ -218,6 +241,8 @@ def to_bytes(ck: Checkpoint) -> bytes:
     meta = {"format": FORMAT, "version": str(VERSION), "config": ck.config.to_json(), "steps": str(ck.steps),
             "train": json.dumps(ck.train, sort_keys=True), "calibration": str(len(ck.calibration or ())),
             "sha256": _digest(tensors)}
+    if ck.model_source is not None:
+        meta["model_source"] = ck.model_source
     return save(tensors, metadata=meta)
 
 
@@ -240,14 +265,30 @@ def from_bytes(data: bytes, what: str = "checkpoint") -> Checkpoint:
         raise CheckpointError(f"{what} is corrupt: its tensors do not match their recorded sha256")
     try:
         config = ProgramConfig.from_json(meta["config"])
+        model_source = _model_source(meta, config, what)
         n_calib = int(meta.get("calibration", "0"))
         return Checkpoint(config=config,
                           model_state={k[6:]: v for k, v in tensors.items() if k.startswith("model/")},
                           calibration=[tensors[f"calib/{i}"] for i in range(n_calib)] if n_calib else None,
                           state={k[6:]: v for k, v in tensors.items() if k.startswith("state/")},
-                          steps=int(meta["steps"]), train=json.loads(meta["train"]))
+                          steps=int(meta["steps"]), train=json.loads(meta["train"]), model_source=model_source)
+    except CheckpointError:
+        raise
     except (KeyError, ValueError, TypeError) as err:
         raise CheckpointError(f"{what} has a malformed header: {type(err).__name__}: {err}") from None
+
+
+def _model_source(meta: dict, config: ProgramConfig, what: str) -> Optional[str]:
+    """The recorded model file text, checked against the config's sha256 (the header is not
+    covered by the tensors' digest)."""
+    from .usermodel import source_digest
+
+    text = meta.get("model_source")
+    if text is None:
+        return None
+    if config.model_sha256 is None or source_digest(text) != config.model_sha256:
+        raise CheckpointError(f"{what} is corrupt: its model file text does not match its recorded sha256")
+    return text
 
 
 def _metadata(data: bytes) -> dict:

@@ -186,6 +186,7 @@ def add_commands(sub) -> None:
     src.add_argument("--resume", metavar="CKPT|DIR", help="continue the run of this checkpoint (a folder: its "
                      "furthest complete checkpoint)")
     src.add_argument("--init", metavar="CKPT|DIR", help="start a new run from this checkpoint's program and weights")
+    add_trust_options(t)
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_program_options(t, for_train=True)
     t.set_defaults(func=run_train)
@@ -200,7 +201,20 @@ def add_commands(sub) -> None:
                        + EXIT_CODES)
     e.add_argument("checkpoint", metavar="CKPT|DIR", help="a checkpoint, or a folder (its furthest complete one)")
     e.add_argument("-o", "--output", required=True, metavar="FILE", help="the .safetensors file to write")
+    add_trust_options(e)
     e.set_defaults(func=run_export)
+
+
+def add_trust_options(p: argparse.ArgumentParser) -> None:
+    """--model-file / --trust-model-file: a checkpoint of a model file's program runs that file
+    only when it is named for this run (modeltrust.py)."""
+    g = p.add_argument_group("model file of a checkpoint (rebuilding its program runs the file's code)")
+    g.add_argument("--model-file", metavar="FILE.py",
+                   help="the model file the checkpoint was compiled from; runs only if its sha256 equals the "
+                        "one the checkpoint records")
+    g.add_argument("--trust-model-file", action="store_true",
+                   help="run the model file without the sha256 check (--model-file, else the path the checkpoint "
+                        "records): only for checkpoints you trust")
 
 
 EXIT_CODES = """exit codes:
@@ -332,7 +346,7 @@ def run_train(args) -> int:
             import dataclasses
 
             ck.config = dataclasses.replace(ck.config, lr=args.lr)
-        built = ck.restore()
+        built = ck.restore(args.model_file, args.trust_model_file)
         prog = built.prog
         meta = TrainMeta.from_dict(ck.train) if resumed else TrainMeta()
         _say(f"loaded {ck.path} ({ck.config.model}, {prog.steps} steps done"
@@ -340,6 +354,9 @@ def run_train(args) -> int:
     else:
         if not args.model:
             raise ValueError("give a model (path/to/model.py:FACTORY or a zoo name), --resume or --init")
+        if args.model_file or args.trust_model_file:
+            raise ValueError("--model-file and --trust-model-file apply to --resume / --init (a new run names its "
+                             "model file as MODEL)")
         config = _config(args, args.model)
         built, ck, resumed, meta = None, None, False, TrainMeta()
     # the image shape, from the program (or, before compiling, from the config)
@@ -425,7 +442,7 @@ def run_export(args) -> int:
     from .checkpoint import atomic_write, load_checkpoint
 
     ck = load_checkpoint(args.checkpoint)
-    built = ck.restore()
+    built = ck.restore(args.model_file, args.trust_model_file)
     sd = {k: v.contiguous() for k, v in built.prog.state_dict().items()}
     try:
         built.model.load_state_dict(sd)

@@ -167,6 +167,29 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@dataclass(frozen=True)
+class ModelSource:
+    """A model file's text as read once: what is hashed is what runs (no second read that an
+    edit in between could change)."""
+
+    path: Path
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return source_digest(self.text)
+
+
+def source_digest(text: str) -> str:
+    """The sha256 of a model file's text (its UTF-8 bytes, which is what the file holds)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_model_source(path: Path) -> ModelSource:
+    """The text of model file `path` (ModelLoadError if it is missing or not UTF-8 text)."""
+    return ModelSource(Path(path), _read_source(Path(path)))
+
+
 def _where(err: BaseException, path: Path) -> str:
     """' at model.py:LINE: code' of the deepest frame of `err` in the user's file, or ''."""
     frames = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename) == path]
@@ -198,10 +221,12 @@ def _read_source(path: Path) -> str:
         raise ModelLoadError(f"model file {path} is not UTF-8 text (byte {err.start}): not a Python file") from None
 
 
-def load_module(path: Path):
+def load_module(path: Path, source: Optional[str] = None):
     """Import the model file `path` as a fresh module (its directory on sys.path while it runs,
-    so it may import its neighbours)."""
-    source = _read_source(path)
+    so it may import its neighbours). With `source` (the file's text, read and checked by the
+    caller) that text runs and the file is not read again."""
+    if source is None:
+        source = _read_source(path)
     try:
         code = compile(source, str(path), "exec", dont_inherit=True)
     except SyntaxError as err:  # also IndentationError, TabError
@@ -230,10 +255,11 @@ def load_module(path: Path):
 
 
 def load_model(spec, kwargs: Optional[Mapping[str, Any]] = None, num_classes: Optional[int] = None,
-               seed: int = 0):
+               seed: int = 0, source: Optional[ModelSource] = None):
     """The nn.Module `spec` names (a ModelSpec or its text), in eval mode. A file's factory is
     called as factory(**kwargs) (plus num_classes= when given) with torch's RNG seeded by
-    `seed` (and restored after), so a randomly initialised model is the same every time."""
+    `seed` (and restored after), so a randomly initialised model is the same every time.
+    With `source` (read_model_source of the spec's file) its text is what runs."""
     import torch
 
     from . import models
@@ -246,7 +272,7 @@ def load_model(spec, kwargs: Optional[Mapping[str, Any]] = None, num_classes: Op
             return models.get(spec.name, num_classes=10 if num_classes is None else num_classes, seed=seed, **kwargs)
         except TypeError as err:
             raise ModelLoadError(f"zoo model {spec.name}: {err}") from None
-    module = load_module(spec.path)
+    module = load_module(spec.path, source.text if source is not None else None)
     factory = module.__dict__.get(spec.name)
     if factory is None:
         found = sorted(k for k, v in module.__dict__.items() if callable(v) and not k.startswith("_")

@@ -115,12 +115,12 @@ def test_kill_mid_save_and_mid_step_then_resume(cli, model_file, image_folder, t
     assert sorted(p.name for p in mid_step.iterdir()) == ["epoch-0001.ckpt"]
     assert load_checkpoint(mid_step / "epoch-0001.ckpt").steps == STEPS_PER_EPOCH
     for run in (mid_save, mid_step):
-        resume_and_compare(cli, run, image_folder, full)
+        resume_and_compare(cli, run, image_folder, full, model_file)
 
 
-def resume_and_compare(cli, run, image_folder, full):
+def resume_and_compare(cli, run, image_folder, full, model_file):
     code, out, err = cli("train", "--resume", run, "--data", image_folder, "--epochs", EPOCHS, "-o", run,
-                         "--no-progress")
+                         "--model-file", model_file, "--no-progress")
     assert code == 0, err
     assert not any(p.name.startswith(TMP_PREFIX) for p in run.iterdir())  # a killed save's leftovers are gone
     resumed = load_checkpoint(run / f"epoch-{EPOCHS:04d}.ckpt")
@@ -149,4 +149,4 @@ def test_ctrl_c_mid_epoch_saves_and_resumes(cli, model_file, image_folder, tmp_p
     assert stopped.train["epoch"] == 1 and stopped.train["position"] == KILL_STEP - STEPS_PER_EPOCH
     assert sorted(p.name for p in run.iterdir()) == ["epoch-0001.ckpt", "stopped.ckpt"]
     monkeypatch.undo()
-    resume_and_compare(cli, run, image_folder, uninterrupted())
+    resume_and_compare(cli, run, image_folder, uninterrupted(), model_file)

@@ -41,7 +41,7 @@ def test_train_resume_equals_uninterrupted(cli, model_file, image_folder, tmp_pa
     code, _, err = cli(*train_args(model_file, image_folder, part, "--epochs", "1", *opts))
     assert code == 0, err
     code, out, err = cli("train", "--resume", part, "--data", image_folder, "--epochs", "3", "-o", part,
-                         "--no-progress")
+                         "--no-progress", "--model-file", model_file)
     assert code == 0, err
     assert "epochs 2..3" in out
     resumed = load_checkpoint(part / "epoch-0003.ckpt")
@@ -58,7 +58,7 @@ def test_export_loads_into_the_model(cli, model_file, image_folder, tmp_path):
     run = tmp_path / "run"
     code, _, err = cli(*train_args(model_file, image_folder, run, "--epochs", "1", "--lr", "0.1"))
     assert code == 0, err
-    code, out, err = cli("export", run, "-o", tmp_path / "w.safetensors")
+    code, out, err = cli("export", run, "-o", tmp_path / "w.safetensors", "--model-file", model_file)
     assert code == 0, err
     sd = load_file(str(tmp_path / "w.safetensors"))
     model = load_model(f"{model_file}:build")
@@ -68,7 +68,7 @@ def test_export_loads_into_the_model(cli, model_file, image_folder, tmp_path):
     ck = load_checkpoint(run)
     np.testing.assert_array_equal(sd["head.weight"].numpy(), ck.state["head.weight"])
     # the exported model predicts what the program predicts
-    built = ck.restore()
+    built = ck.restore(model_file=model_file)
     x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
     with torch.no_grad():
         np.testing.assert_allclose(model(torch.from_numpy(x)).numpy(), built.prog.predict(x), rtol=1e-4, atol=1e-5)
@@ -81,14 +81,14 @@ def test_init_starts_a_new_run_from_compiled_program(cli, model_file, image_fold
     assert code == 0, err
     # a compiled program's checkpoint is resumed as a fresh run
     code, out, err = cli("train", "--resume", prog_dir / "program.ckpt", "--data", image_folder, "-o", run,
-                         "--no-progress")
+                         "--no-progress", "--model-file", model_file)
     assert code == 0, err
     assert load_checkpoint(run / "epoch-0001.ckpt").steps == N_IMAGES
     # --init may change the learning rate only
     code, _, err = cli("train", "--init", run, "--data", image_folder, "-o", tmp_path / "r2", "--update", "bias")
     assert code == 2 and "--update-spec: the program is fixed by the checkpoint" in err
     code, _, err = cli("train", "--init", run, "--data", image_folder, "-o", tmp_path / "r2", "--lr", "0.001",
-                       "--no-progress")
+                       "--no-progress", "--model-file", model_file)
     assert code == 0, err
     assert load_checkpoint(tmp_path / "r2").config.lr == 0.001
 
@@ -102,11 +102,11 @@ def test_compiled_normalisation_carries_into_train(cli, model_file, image_folder
     meta = load_checkpoint(prog_dir / "program.ckpt").train
     assert meta["mean"] == [0.5] and meta["std"] == [0.25]
     code, _, err = cli("train", "--resume", prog_dir / "program.ckpt", "--data", image_folder, "-o",
-                       tmp_path / "run", "--mean", "0.5", "--no-progress")
+                       tmp_path / "run", "--mean", "0.5", "--no-progress", "--model-file", model_file)
     assert code == 0, err
     assert load_checkpoint(tmp_path / "run").train["std"] == [0.25]
     code, _, err = cli("train", "--resume", prog_dir / "program.ckpt", "--data", image_folder, "-o",
-                       tmp_path / "run2", "--std", "1", "--no-progress")
+                       tmp_path / "run2", "--std", "1", "--no-progress", "--model-file", model_file)
     assert code == 2 and "--std: the int8 program was calibrated on images normalised with [0.25]" in err
 
 
@@ -115,9 +115,11 @@ def test_resume_refuses_other_data(cli, model_file, image_folder, tmp_path):
     assert cli(*train_args(model_file, image_folder, run, "--epochs", "1"))[0] == 0
     other = make_image_folder(tmp_path / "other", seed=5)
     before = snapshot(run)
-    code, _, err = cli("train", "--resume", run, "--data", other, "--epochs", "2", "-o", run)
+    code, _, err = cli("train", "--resume", run, "--data", other, "--epochs", "2", "-o", run, "--model-file",
+                       model_file)
     assert code == 2 and "is not the data this run trained on" in err and "--init" in err
-    code, _, err = cli("train", "--resume", run, "--data", image_folder, "--epochs", "2", "-o", run, "--seed", "3")
+    code, _, err = cli("train", "--resume", run, "--data", image_folder, "--epochs", "2", "-o", run, "--seed", "3",
+                       "--model-file", model_file)
     assert code == 2 and "the resumed run uses seed 0" in err
     assert snapshot(run) == before
 
@@ -187,7 +189,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_weights(cli, model_file, imag
     # a new run from those weights with a learning rate that diverges
     ck = load_checkpoint(run / "epoch-0001.ckpt")
     code, _, err = cli("train", "--init", run, "--data", image_folder, "-o", wild, "--lr", "1e30", "--epochs", "2",
-                       "--no-progress")
+                       "--no-progress", "--model-file", model_file)
     assert code == 4
     m = re.search(r"training stopped: step (\d+): loss is (nan|inf)", err)
     assert m and "the last good weights" in err and str(wild / "stopped.ckpt") in err, err
@@ -208,7 +210,7 @@ def test_new_run_does_not_overwrite_another(cli, model_file, image_folder, tmp_p
     before = snapshot(run)
     code, _, err = cli(*train_args(model_file, image_folder, run, "--epochs", "1", "--lr", "0.5"))
     assert code == 2 and f"{run} already holds checkpoints (epoch-0001.ckpt) of another run" in err
-    code, _, err = cli("train", "--init", run, "--data", image_folder, "-o", run)
+    code, _, err = cli("train", "--init", run, "--data", image_folder, "-o", run, "--model-file", model_file)
     assert code == 2 and "already holds checkpoints" in err
     assert snapshot(run) == before
 
@@ -232,7 +234,7 @@ def test_truncated_or_corrupt_checkpoint(cli, model_file, image_folder, tmp_path
     assert code == 2 and "does not exist" in err
     # resuming from the folder continues from epoch 1 and redoes epoch 2 exactly
     code, _, err = cli("train", "--resume", run, "--data", image_folder, "--epochs", "2", "-o", tmp_path / "again",
-                       "--no-progress")
+                       "--no-progress", "--model-file", model_file)
     assert code == 0, err
     (run / "epoch-0002.ckpt").write_bytes(data)
     assert_same_state(load_checkpoint(run / "epoch-0002.ckpt"), load_checkpoint(tmp_path / "again/epoch-0002.ckpt"))

@@ -1,4 +1,4 @@
-"""The Cortex-M firmware target: startup, linker script, semihosting, QEMU runs, size report.
+"""The Cortex-M firmware target: startup, linker script, UART console and exit, QEMU runs, size report.
 
 A hand-written program implementing the model.h API (cortexm_fixture/: a 2-input linear
 model, squared error, SGD) drives the firmware machinery; programs compiled by edgetrain are

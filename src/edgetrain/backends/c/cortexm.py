@@ -4,11 +4,16 @@
 (model.c / model.h and their runtime headers) what makes it a bare-metal firmware for a
 Cortex-M4 or Cortex-M7: startup code (vector table, .data/.bss set-up, FPU on, stack painting),
 a linker script with a 1 MiB flash and a 256 KiB SRAM region (a program that does not fit
-fails to link), semihosting output and exit, a main.c that trains on the samples embedded in
-flash and prints `step <i> loss <value>` per step, and a Makefile (`make`, `make run`,
-`make size`). `build` runs make, `run_qemu` runs the firmware on QEMU's MPS2 board of the
-target (optionally counting instructions per step with a small TCG plugin), `firmware_size`
-reports flash and SRAM from the ELF's sections.
+fails to link), output on the board's UART and exit through its watchdog (board.c), a main.c
+that trains on the samples embedded in flash and prints `step <i> loss <value>` per step, and a
+Makefile (`make`, `make run`, `make size`). `build` runs make, `run_qemu` runs the firmware on
+QEMU's MPS2 board of the target (optionally counting instructions per step with a small TCG
+plugin), `firmware_size` reports flash and SRAM from the ELF's sections.
+
+The firmware runs confined: without semihosting (which would let it open host files and run
+host commands: SYS_OPEN, SYS_SYSTEM), so all it can do is compute, print on the UART and end
+with a status; a semihosting call is a fault there (exit ET_EXIT_FAULT). QEMU runs under its
+seccomp sandbox (no exec, no privilege change) in a fresh empty directory, as defence in depth.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from string import Template
 from typing import Optional, Sequence
@@ -26,10 +32,11 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .layout import CBackendError
+from .staging import write_files
 
 RUNTIME_DIR = Path(__file__).parent / "runtime" / "cortexm"
 # Copied verbatim into the project (main.c includes model.h and the generated samples.h).
-RUNTIME_FILES = ("startup.c", "main.c", "semihost.c", "semihost.h", "cortexm.h", "Makefile")
+RUNTIME_FILES = ("startup.c", "main.c", "board.c", "board.h", "cortexm.h", "Makefile")
 
 # Both QEMU boards (mps2-an386, mps2-an500) have 4 MiB of RAM at each of these addresses
 # (ZBT SSRAM1 at 0, ZBT SSRAM2/3 at 0x20000000); the regions are cut to the device budget.
@@ -45,6 +52,10 @@ DEFAULT_HEAP_BYTES = 4 * 1024
 DEFAULT_OPT = "-O2"
 QEMU_TIMEOUT_S = 600.0
 ICOUNT_MARKER = "et_icount_mark"
+# QEMU's seccomp filter: no obsolete system calls, no setuid/setgid, no fork/exec, no
+# scheduler or resource-limit changes (the guest has no way to the host without semihosting;
+# this bounds what a bug in QEMU's device models could do).
+QEMU_SANDBOX = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
 
 @dataclass(frozen=True)
 class Target:
@@ -101,7 +112,14 @@ def emit_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = 
     `prog.step`). `make` builds firmware.elf, `make run` runs it on QEMU. weight_banks=2: the
     trained state twice, each step committed by one header write (emit.emit_sources), in
     .noinit RAM that a system reset leaves alone: after a reset the firmware resumes from the
-    last committed step (main.c prints "resumed at step N")."""
+    last committed step (main.c prints "resumed at step N"). All files are written at once
+    (staging.write_files: a full disk or a crash leaves the old project whole)."""
+    return write_files(out_dir, firmware_project_files(prog, target, samples, weight_banks, **project))
+
+
+def firmware_project_files(prog, target: str = "cortex-m4", samples: Sequence = (), weight_banks: int = 1,
+                           **project) -> dict:
+    """{file name: text or bytes} of emit_firmware's project, nothing written."""
     from .emit import emit_sources
     from .project import program_samples
 
@@ -114,13 +132,11 @@ def emit_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = 
     check_program(prog, "cortex-m")  # an op without a kernel: refused before anything is written
     if len(prog.inputs) != 1:
         raise CortexMError(f"the firmware drives models with one input; this one takes {len(prog.inputs)}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     # The firmware runs the train graph only, so the arena is the train graph's plan (at
     # 128x128 the predict graph, planned without row streaming, alone needs about 240 KB).
-    for name, text in emit_sources(prog, embed_weights=True, graphs=("train",), weight_banks=weight_banks).items():
-        (out / name).write_text(text)
-    return write_project(out, target, program_samples(prog, samples), **project)
+    files = emit_sources(prog, embed_weights=True, graphs=("train",), weight_banks=weight_banks)
+    files.update(firmware_files(target, program_samples(prog, samples), **project))
+    return files
 
 
 
@@ -130,12 +146,19 @@ def write_project(out_dir, target: str = "cortex-m4", samples=None, *, stack_byt
     """Writes the firmware files into `out_dir` (which holds, or will hold, the emitted
     model.c/model.h). `samples`: a tuple (inputs, labels) of two arrays with one row per
     step, or a list of (x, y) array pairs, already in the program's dtypes (embedded as their
-    bytes: `emit.samples_source`). Returns out_dir."""
+    bytes: `emit.samples_source`). Returns out_dir. The files are written at once
+    (staging.write_files)."""
+    return write_files(out_dir, firmware_files(target, samples, stack_bytes=stack_bytes, heap_bytes=heap_bytes,
+                                               opt=opt, flash_bytes=flash_bytes, sram_bytes=sram_bytes))
+
+
+def firmware_files(target: str = "cortex-m4", samples=None, *, stack_bytes: int = DEFAULT_STACK_BYTES,
+                   heap_bytes: int = DEFAULT_HEAP_BYTES, opt: str = DEFAULT_OPT,
+                   flash_bytes: int = FLASH_BYTES, sram_bytes: int = SRAM_BYTES) -> dict:
+    """{file name: text or bytes} of the firmware files write_project writes."""
     from .project import samples_source
 
     t = get_target(target)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     if samples is None:
         raise CortexMError("the firmware needs training samples to embed")
     if isinstance(samples, tuple) and len(samples) == 2 and not isinstance(samples[0], tuple):
@@ -148,18 +171,16 @@ def write_project(out_dir, target: str = "cortex-m4", samples=None, *, stack_byt
     if heap_bytes <= 0 or heap_bytes % 4096:
         raise CortexMError(f"heap_bytes={heap_bytes}: the heap must be whole 4 KiB pages (newlib's malloc "
                            f"extends it to page boundaries)")
-    for name in RUNTIME_FILES:
-        shutil.copyfile(RUNTIME_DIR / name, out / name)
+    files = {name: (RUNTIME_DIR / name).read_bytes() for name in RUNTIME_FILES}
     ld = Template((RUNTIME_DIR / "link.ld.in").read_text()).substitute(
         flash_origin=f"0x{FLASH_ORIGIN:08X}", flash_bytes=str(flash_bytes),
         ram_origin=f"0x{RAM_ORIGIN:08X}", ram_bytes=str(sram_bytes),
         stack_bytes=str(stack_bytes), heap_bytes=str(heap_bytes))
-    (out / "link.ld").write_text(ld)
-    (out / "config.mk").write_text(
-        f"# generated by edgetrain.backends.c.cortexm for {t.name}\n"
-        f"CPU = {t.cpu}\nFPU = {t.fpu}\nMACHINE = {t.machine}\nOPT = {opt}\n")
-    (out / "samples.h").write_text(samples_source(list(inputs), list(labels)))
-    return out
+    files["link.ld"] = ld
+    files["config.mk"] = (f"# generated by edgetrain.backends.c.cortexm for {t.name}\n"
+                          f"CPU = {t.cpu}\nFPU = {t.fpu}\nMACHINE = {t.machine}\nOPT = {opt}\n")
+    files["samples.h"] = samples_source(list(inputs), list(labels))
+    return files
 
 
 def build(out_dir, jobs: int = 1, extra_cflags: Sequence[str] = ()) -> Path:
@@ -183,7 +204,7 @@ def build(out_dir, jobs: int = 1, extra_cflags: Sequence[str] = ()) -> Path:
 # --- running ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class QemuRun:
-    exit_code: int
+    exit_code: int  # the firmware's status: its last line, `edgetrain: exit <status>`
     lines: tuple[str, ...]  # the firmware's output lines
     losses: tuple[float, ...]  # from the `step <i> loss <v>` lines
     stack_high_water: Optional[int]  # bytes, measured by stack painting
@@ -199,6 +220,8 @@ class QemuRun:
 
 
 _STEP_RE = re.compile(r"^step (\d+) loss (\S+)$")
+# board.c's last line: the firmware's exit status
+_EXIT_RE = re.compile(r"^edgetrain: exit (-?\d+)$")
 _STACK_RE = re.compile(r"^stack high water (\d+) of (\d+) bytes$")
 
 
@@ -230,28 +253,61 @@ def _symbol_address(elf: Path, symbol: str) -> int:
     raise CortexMError(f"{elf} has no symbol {symbol}")
 
 
+@lru_cache(maxsize=None)
+def _qemu_has_sandbox(qemu: str) -> bool:
+    """Whether this QEMU was built with seccomp (Debian's is; macOS has none): `-sandbox` is
+    parsed before `-version` exits, and refused by a QEMU without it."""
+    r = subprocess.run([qemu, "-sandbox", "on", "-version"], capture_output=True, text=True)
+    return r.returncode == 0
+
+
+def qemu_command(target: str, elf) -> list[str]:
+    """The QEMU command line that runs `elf` confined: console on UART0 (stdout), semihosting
+    off, the watchdog's reset ending the emulation (board.c's exit; a reset the firmware asks
+    for through SYSRESETREQ still restarts it), seccomp on where QEMU has it."""
+    t = get_target(target)
+    qemu = shutil.which("qemu-system-arm")
+    if qemu is None:
+        raise CortexMError("cannot run the firmware: qemu-system-arm not found (Debian: apt-get install qemu-system-arm)")
+    cmd = [qemu, "-M", t.machine, "-nographic", "-monitor", "none", "-serial", "stdio",
+           "-semihosting-config", "enable=off", "-watchdog-action", "poweroff"]
+    if _qemu_has_sandbox(qemu):
+        cmd += ["-sandbox", QEMU_SANDBOX]
+    return cmd + ["-kernel", str(Path(elf).resolve())]
+
+
 def run_qemu(out_dir, target: str = "cortex-m4", *, icount: bool = False,
              timeout: float = QEMU_TIMEOUT_S) -> QemuRun:
-    """Runs out_dir/firmware.elf on the target's QEMU MPS2 board with semihosting. With
-    `icount`, a TCG plugin (built here with the host cc) counts the guest instructions of
-    each training step (QEMU executes instructions, not cycles: no timing model)."""
-    t = get_target(target)
-    if shutil.which("qemu-system-arm") is None:
-        raise CortexMError("cannot run the firmware: qemu-system-arm not found (Debian: apt-get install qemu-system-arm)")
+    """Runs out_dir/firmware.elf on the target's QEMU MPS2 board, confined (`qemu_command`):
+    its UART output becomes the run's lines and its last line `edgetrain: exit <status>` the
+    exit code; a firmware that ends without that line, or runs past `timeout` seconds, raises
+    CortexMError. QEMU's working directory is a fresh empty one. With `icount`, a TCG plugin
+    (built here with the host cc) counts the guest instructions of each training step (QEMU
+    executes instructions, not cycles: no timing model)."""
     elf = Path(out_dir) / "firmware.elf"
-    cmd = ["qemu-system-arm", "-M", t.machine, "-nographic", "-monitor", "none", "-serial", "none",
-           "-semihosting-config", "enable=on,target=native", "-kernel", str(elf)]
+    cmd = qemu_command(target, elf)
     with tempfile.TemporaryDirectory(prefix="et-qemu-") as tmp:
         marks_file = Path(tmp) / "marks.txt"
+        workdir = Path(tmp) / "cwd"
+        workdir.mkdir()
         if icount:
             marker = _symbol_address(elf, ICOUNT_MARKER)
             cmd[1:1] = ["-plugin", f"{_plugin_path()},marker=0x{marker:x},out={marks_file}"]
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir,
+                               stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
-            raise CortexMError(f"QEMU did not finish in {timeout:.0f} s: {(e.stdout or '')[-2000:]}") from None
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            raise CortexMError(f"QEMU did not finish in {timeout:.0f} s: {out[-2000:]}") from None
         marks = [int(s) for s in marks_file.read_text().split()] if icount and marks_file.exists() else None
-    lines = tuple(l.rstrip("\r") for l in r.stdout.splitlines())
+    lines = [l.rstrip("\r") for l in r.stdout.splitlines()]
+    exits = [i for i, l in enumerate(lines) if _EXIT_RE.match(l)]
+    if not exits:
+        tail = " | ".join(lines[-5:]) or "no output"
+        raise CortexMError(f"the firmware ended without reporting an exit status (QEMU exit {r.returncode}); "
+                           f"last lines: {tail}; QEMU: {r.stderr[-2000:].strip()}")
+    exit_code = int(_EXIT_RE.match(lines[exits[-1]]).group(1))
+    lines = tuple(l for i, l in enumerate(lines) if i not in exits)
     losses, hw, reserve = [], None, None
     for l in lines:
         m = _STEP_RE.match(l)
@@ -266,9 +322,7 @@ def run_qemu(out_dir, target: str = "cortex-m4", *, icount: bool = False,
         # marks: the running count before and after each step (main.c's et_icount_mark)
         per_step = tuple(b - a for a, b in zip(marks[0::2], marks[1::2]))
         total = marks[-1]
-    if r.returncode != 0 and not lines:
-        raise CortexMError(f"QEMU failed (exit {r.returncode}): {r.stderr[-2000:]}")
-    return QemuRun(r.returncode, lines, tuple(losses), hw, reserve, per_step, total)
+    return QemuRun(exit_code, lines, tuple(losses), hw, reserve, per_step, total)
 
 
 # --- size report -----------------------------------------------------------------------------

@@ -2,13 +2,13 @@
  * first one a reset left undone, with two weight banks), printing
  * `step <n> loss <value>` (n = et_get_step(), the steps done; %.9g: the host driver prints
  * the same text for the same float), then the stack high-water mark. Exit status: 0, or
- * ET_EXIT_* on a guard-word failure. */
+ * ET_EXIT_* on a guard-word failure, printed as the last line (board.c). */
 #include <stdio.h>
 
 #include "cortexm.h"
 #include "model.h"
 #include "samples.h"
-#include "semihost.h"
+#include "board.h"
 
 /* Longest line printed: "step <int> loss <%.9g>" or the stack line. */
 #define LINE_CHARS 96
@@ -29,26 +29,26 @@ int main(void)
     const int first = (int)et_get_step(); /* two weight banks: the steps a reset left committed */
     if (first > 0) {
         snprintf(line, sizeof line, "resumed at step %d\n", first);
-        et_semihost_puts(line);
+        et_console_puts(line);
     }
     for (int i = first; i < ET_NUM_SAMPLES; ++i) {
         et_icount_mark(2 * i);
         float loss = et_train_step(et_sample_input[i], et_sample_label[i]);
         et_icount_mark(2 * i + 1);
         snprintf(line, sizeof line, "step %d loss %.9g\n", (int)et_get_step(), (double)loss);
-        et_semihost_puts(line);
+        et_console_puts(line);
         if (et_check_guards() != 0) {
-            et_semihost_puts("edgetrain: arena guard word overwritten\n");
+            et_console_puts("edgetrain: arena guard word overwritten\n");
             status = ET_EXIT_ARENA_GUARD;
             break;
         }
     }
     if (!et_stack_guard_ok()) {
-        et_semihost_puts("edgetrain: stack overflow (guard word overwritten)\n");
+        et_console_puts("edgetrain: stack overflow (guard word overwritten)\n");
         status = ET_EXIT_STACK_GUARD;
     }
     snprintf(line, sizeof line, "stack high water %lu of %lu bytes\n",
              (unsigned long)et_stack_high_water(), (unsigned long)et_stack_reserve());
-    et_semihost_puts(line);
+    et_console_puts(line);
     return status;
 }

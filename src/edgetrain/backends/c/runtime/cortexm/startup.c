@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "cortexm.h"
-#include "semihost.h"
+#include "board.h"
 
 extern uint32_t _sidata[], _sdata[], _edata[], _sbss[], _ebss[];
 extern uint8_t __heap_start[], __heap_end[];
@@ -27,8 +27,8 @@ int main(void);
 
 static void default_handler(void)
 {
-    et_semihost_puts("edgetrain: unexpected exception\n");
-    et_semihost_exit(ET_EXIT_FAULT);
+    et_console_puts("edgetrain: unexpected exception\n");
+    et_board_exit(ET_EXIT_FAULT);
 }
 
 __attribute__((noreturn)) void Reset_Handler(void)
@@ -49,7 +49,7 @@ __attribute__((noreturn)) void Reset_Handler(void)
         *p = STACK_PAINT;
     __stack_bottom[0] = STACK_GUARD;
 
-    et_semihost_exit(main());
+    et_board_exit(main());
 }
 
 uint32_t et_stack_high_water(void)
@@ -89,7 +89,7 @@ void *_sbrk(ptrdiff_t incr)
 __attribute__((section(".isr_vector"), used)) static void (*const vectors[ET_NUM_VECTORS])(void) = {
     (void (*)(void))__stack_top, /* initial SP */
     Reset_Handler,
-    default_handler, /* NMI */
+    et_board_nmi_handler, /* NMI (the watchdog's, on the way out: board.c) */
     default_handler, /* HardFault */
     default_handler, /* MemManage */
     default_handler, /* BusFault */
