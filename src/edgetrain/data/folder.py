@@ -3,7 +3,7 @@ offline set, turned into the model's input as batches are drawn.
 
     data = load_images("photos/", (3, 64, 64))        # photos/<class>/<image>, classes sorted
     data = load_images("mnist", (1, 28, 28), limit=500)
-    data = load_images("cifar10:dl/cifar-10-python.tar.gz", (3, 32, 32))  # NAME:PATH, see DATA_HELP
+    data = load_images("cifar10:dl/cifar-10-python.tar.gz", (3, 32, 32))  # NAME:PATH (split_named)
     x = data.batch([0, 5], mean=(0.5,), std=(0.25,))  # float32 (2, C, H, W)
 
 Every image of a folder is decoded (Pillow) and resized to the model's input when loaded, so
@@ -23,11 +23,6 @@ from .mnist import DataError
 #: file name suffixes read as images (as torchvision's ImageFolder); other files are ignored
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".pgm", ".pbm", ".tif", ".tiff", ".webp")
 NAMED_SETS = ("mnist", "fashion-mnist", "cifar10")
-#: what `data` may be, for the CLI's --data / --val / --calibrate help
-DATA_HELP = ("an ImageFolder path (DIR/<class>/<image>), or a data set as NAME:PATH in its published form: "
-             "cifar10:PATH (cifar-10-python.tar.gz or the cifar-10-batches-py folder it extracts to), "
-             "mnist:DIR or fashion-mnist:DIR (a folder of the four idx .gz files); a bare NAME reads the "
-             "installed copy (mnist, fashion-mnist) or the assets folder (cifar10: --assets, EDGETRAIN_ASSETS)")
 #: how many bad files an error message lists by name
 MAX_LISTED = 10
 
@@ -195,7 +190,7 @@ def load_named(name: str, split: str = "train", limit: Optional[int] = None, pat
 
 def load_images(data: str, shape: tuple[int, int, int], *, split: str = "train", limit: Optional[int] = None,
                 skip_bad: bool = False, assets=None) -> ImageSet:
-    """A named set (NAME or NAME:PATH, see DATA_HELP) or an ImageFolder path; with `limit`, that
+    """A named set (NAME or NAME:PATH: cifar10:ARCHIVE|DIR, mnist:DIR, fashion-mnist:DIR) or an ImageFolder path; with `limit`, that
     many images (a named set's first or class-balanced choice; for a folder, a fixed random
     choice, kept in file order). An existing path is always read as a folder."""
     if limit is not None and limit < 1:
