@@ -1,15 +1,58 @@
-"""edgetrain: compile PyTorch models into training programs that fit small devices."""
-from . import models
-from .api import BudgetError, compile
-from .config import SGD, Budget
-from .frontend import CaptureError, UnsupportedOpError
-from .program import NonFiniteLossError, Program
-from .schedule import schedule  # et.schedule is the function; `import edgetrain.schedule.plan` etc. still work
-from .sparse import BiasOnly, Full, LastK, Sparse
+"""edgetrain: compile PyTorch models into training programs that fit small devices.
+
+The public names are imported on first use (PEP 562 `__getattr__`): `import edgetrain`
+does not import torch, so that the command line's `--help`, `--version` and usage errors
+answer at once; `et.compile`, `from edgetrain import Full` and the rest work as before."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+
 from .torch_backend import register as _register_torch_backend
 
 _register_torch_backend()  # torch.compile(model, backend="edgetrain"), without importing TorchDynamo now
 
 __version__ = "0.1.0"
-__all__ = ["BiasOnly", "Budget", "BudgetError", "CaptureError", "Full", "LastK", "NonFiniteLossError", "Program",
-           "SGD", "Sparse", "UnsupportedOpError", "compile", "models", "schedule"]
+#: each public name and the submodule that defines it (None: the name is the submodule)
+_PUBLIC = {"BiasOnly": "sparse", "Budget": "config", "BudgetError": "api", "CaptureError": "frontend",
+           "Full": "sparse", "LastK": "sparse", "NonFiniteLossError": "program", "Program": "program",
+           "SGD": "config", "Sparse": "sparse", "UnsupportedOpError": "frontend", "compile": "api",
+           "models": None}
+__all__ = sorted([*_PUBLIC, "schedule"])
+
+
+def __getattr__(name: str):
+    """A public name, or a subpackage (`et.sparse.analyze_contributions`), imported now."""
+    if name not in _PUBLIC:
+        if name.startswith("_") or importlib.util.find_spec(f"{__name__}.{name}") is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return importlib.import_module(f".{name}", __name__)
+    where = _PUBLIC[name]
+    module = importlib.import_module(f".{where or name}", __name__)
+    value = module if where is None else getattr(module, name)
+    globals()[name] = value  # once: later look-ups do not come here
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """`et.schedule` is POET's function although `edgetrain.schedule` is also a subpackage: the
+    import system binds the subpackage to this attribute whenever one of its modules is first
+    imported, so the attribute is a property that always answers the function."""
+
+    @property
+    def schedule(self):
+        return importlib.import_module(".schedule", __name__).schedule
+
+    @schedule.setter
+    def schedule(self, module):
+        pass  # the import system binding the subpackage: `edgetrain.schedule.plan` is in sys.modules anyway
+
+
+sys.modules[__name__].__class__ = _Package
+

@@ -3,24 +3,34 @@ fine-tune it, export its weights, inspect it, plan its schedule, run the demo.""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+
+from .cli_program import _update_text
+from .cli_types import byte_size, nonnegative_int, positive_float, positive_int
+
+#: --update of inspect, schedule and report (compile and train also take auto, with --contributions)
+UPDATE_HELP = "what to train: full, bias (biases only) or last:K (the last K conv/linear layers) (default full)"
+MODEL_ARG_HELP = "a zoo model name (mbv2-w0.35, mcunet-5fps, proxyless-w0.3, resnet18, resnet18-cifar, bert-tiny), " \
+                 "or path/to/model.py:FACTORY with --input"
+CLASSES_HELP = ("number of output classes (default 10; for a model file, passed to its factory as num_classes= "
+                "when given)")
 
 
 def _scheme(text: str):
-    import edgetrain as et
+    """The update scheme object of --update's text (read by cli_program._update_text)."""
+    from .sparse import BiasOnly, Full, LastK
 
-    t = text.lower()
+    t = _update_text(text)
+    if t == "auto":
+        raise argparse.ArgumentTypeError("--update auto needs a contribution table and a budget: use `edgetrain "
+                                         "compile MODEL --update auto --contributions JSON --sram BYTES`")
     if t == "full":
-        return et.Full()
-    if t in ("bias", "bias-only", "biasonly"):
-        return et.BiasOnly()
-    if t.startswith("last"):
-        _, _, k = t.partition(":")
-        try:
-            return et.LastK(int(k or 1))
-        except ValueError:
-            pass
-    raise argparse.ArgumentTypeError(f"unknown update scheme {text!r}: use full, bias or last:K")
+        return Full()
+    if t == "bias":
+        return BiasOnly()
+    return LastK(int(t.partition(":")[2]))
 
 
 def _model_and_inputs(args) -> tuple:
@@ -101,12 +111,8 @@ def _plan(args, prog):
     from edgetrain.schedule.solvers import SOLVERS
 
     problem = build_problem(prog, get_device(args.device), group=args.group)
-    if args.ram is not None and args.fraction is not None:
-        raise ValueError("give --ram or --fraction, not both")
-    ram = parse_bytes(args.ram, "--ram")
+    ram = parse_bytes(args.ram, "--ram")  # the parser checked the numbers (cli_types) and that one was given
     if args.fraction is not None:
-        if not 0 < args.fraction:
-            raise ValueError(f"--fraction must be positive, got {args.fraction}")
         ram = problem.fixed_ram + int(args.fraction * problem.activation_bytes)
     deadline = args.deadline
     if args.deadline_factor is not None:
@@ -179,64 +185,106 @@ def _report(args) -> int:
 
 def _add_schedule_options(c) -> None:
     c.add_argument("--device", default="a72", help="device profile: m0, m4f, m7, a72, tx2, host (default a72)")
-    c.add_argument("--ram", help="whole RAM budget, e.g. 48MB (weights included; default unlimited)")
-    c.add_argument("--fraction", type=float, help="budget as weights + this fraction of plain back-propagation's "
-                   "peak activation memory (instead of --ram)")
-    c.add_argument("--deadline", type=float, help="seconds per training step (default none)")
-    c.add_argument("--deadline-factor", type=float, help="deadline as this multiple of the plain step's time")
+    ram = c.add_mutually_exclusive_group()
+    ram.add_argument("--ram", "--sram", dest="ram", type=byte_size, metavar="BYTES",
+                     help="whole RAM budget, e.g. 48MB (weights included; default unlimited)")
+    ram.add_argument("--fraction", type=positive_float, help="budget as weights + this fraction of plain "
+                     "back-propagation's peak activation memory (instead of --ram)")
+    deadline = c.add_mutually_exclusive_group()
+    deadline.add_argument("--deadline", type=positive_float, metavar="SECONDS",
+                          help="seconds per training step (default none)")
+    deadline.add_argument("--deadline-factor", type=positive_float, metavar="FACTOR",
+                          help="deadline as this multiple of the plain step's time (instead of --deadline)")
     c.add_argument("--solver", default="milp", choices=("milp", "checkmate", "paging", "chen", "dtr", "none"),
                    help="milp (POET, HiGHS; default), checkmate (remat only), paging (paging only), chen (sqrt(n) "
                    "checkpoints), dtr (greedy eviction), none (keep everything)")
-    c.add_argument("--time-limit", type=float, default=60.0, help="MILP time limit in seconds (default 60)")
+    c.add_argument("--time-limit", type=positive_float, default=60.0, metavar="SECONDS",
+                   help="MILP time limit in seconds (default 60)")
     c.add_argument("--group", action="store_true", help="decide cheap elementwise chains (conv -> bn -> relu) as one "
                    "unit: a smaller problem, coarser decisions")
-    c.add_argument("--update", type=_scheme, default="full", help="full | bias | last:K (default full)")
-    c.add_argument("--batch", type=int, default=1, help="batch size of a zoo model (default 1)")
-    c.add_argument("--size", type=int, help="image side for image models (default the zoo's)")
-    c.add_argument("--classes", type=int, help="number of output classes (default 10; for a model file, passed to "
-                   "its factory as num_classes= when given)")
+    c.add_argument("--update", type=_update_text, default="full", metavar="SCHEME", help=UPDATE_HELP)
+    c.add_argument("--batch", type=positive_int, default=1, help="batch size of a zoo model (default 1)")
+    c.add_argument("--size", type=positive_int, help="image side for image models (default the zoo's)")
+    c.add_argument("--classes", type=positive_int, help=CLASSES_HELP)
+
+
+def _texts(description: str, *examples: str) -> dict:
+    """add_parser's description, epilog (examples, then the exit codes) and formatter: every
+    command's --help says what it does, shows how to call it and what its exit code means."""
+    import textwrap
+
+    from .cli_program import EXIT_CODES
+
+    shown = "\n".join(f"  {e}" for e in examples)
+    return dict(description=textwrap.fill(description, 88), formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog=f"example{'s' if len(examples) > 1 else ''}:\n{shown}\n\n{EXIT_CODES}")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
     from .cli_program import EXIT_CODES, add_commands
 
     p = argparse.ArgumentParser(prog="edgetrain", description="Compile PyTorch models into on-device training "
                                 "programs that fit the device's memory.", epilog=EXIT_CODES,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"edgetrain {__version__}")
     p.add_argument("--traceback", action="store_true", help="print the Python traceback of an error too")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_commands(sub)
-    i = sub.add_parser("inspect", help="print a model's captured graph, trained parameters and memory report")
-    i.add_argument("model", help="a zoo model name, or path/to/model.py:FACTORY with --input")
+    i = sub.add_parser("inspect", help="print a model's captured graph, trained parameters and memory report",
+                       **_texts("Capture MODEL, compile its training program for --update and print the captured "
+                                "graph (op by op, with shapes), the parameters the scheme trains and the memory of "
+                                "one training step; --training-graph prints the whole training graph too.",
+                                "edgetrain inspect mbv2-w0.35 --update last:4",
+                                "edgetrain inspect nets/mine.py:build --input 1x3x64x64 --update bias --plot mem.png"))
+    i.add_argument("model", help=MODEL_ARG_HELP)
     _add_model_options(i)
-    i.add_argument("--update", type=_scheme, default="full", help="full | bias | last:K (default full)")
-    i.add_argument("--classes", type=int, help="number of output classes (default 10; for a model file, passed to "
-                   "its factory as num_classes= when given)")
-    i.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
+    i.add_argument("--update", type=_update_text, default="full", metavar="SCHEME", help=UPDATE_HELP)
+    i.add_argument("--classes", type=positive_int, help=CLASSES_HELP)
+    i.add_argument("--batch", type=positive_int, default=1, help="batch size of a zoo model (default 1)")
     i.add_argument("--training-graph", action="store_true", help="also print the whole training graph")
     i.add_argument("--plot", metavar="PNG", help="draw the memory timeline to this file")
     i.set_defaults(func=_inspect)
-    d = sub.add_parser("demo", help="fine-tune a pretrained model on a downstream set in int8 with QAS")
+    d = sub.add_parser("demo", help="fine-tune a pretrained model on a downstream set in int8 with QAS",
+                       **_texts("Compile a pretrained model into the int8 training program a microcontroller runs "
+                                "(Quantization-Aware Scaling, sparse update) and fine-tune it on a data set it has "
+                                "not seen, printing int8 test accuracy before and after, and after loading the "
+                                "trained weights back into PyTorch. Exit 0 when accuracy improved, 1 otherwise.",
+                                "edgetrain demo --task digits --train-images 800 --test-images 200",
+                                "edgetrain demo --task cifar10 --epochs 2"))
     d.add_argument("--task", choices=("auto", "digits", "cifar10"), default="auto",
                    help="cifar10: the paper's MobileNetV2-0.35 on CIFAR-10 (needs the shared assets: --assets); "
                         "digits: MNIST-pretrained DigitNet on inverted digits; auto (default): cifar10 if possible")
     d.add_argument("--assets", metavar="DIR", help="the shared assets folder (tiny-training/mbv2-w0.35.pkl and "
                    "CIFAR-10: cifar-10-python.tar.gz, cifar-10-batches-py/ or cifar10-jpg.zip); default "
                    "$EDGETRAIN_ASSETS, else shared/assets beside a source checkout")
-    d.add_argument("--train-images", type=int, default=None, help="training images (default: the task's)")
-    d.add_argument("--test-images", type=int, default=None, help="test images (default: the task's)")
-    d.add_argument("--epochs", type=int, default=1, help="epochs (default 1)")
-    d.add_argument("--seed", type=int, default=0, help="data order, new classifier and rounding seed")
+    d.add_argument("--train-images", type=positive_int, default=None, metavar="N",
+                   help="training images (default: the task's, 8000 digits or 1500 CIFAR-10 images)")
+    d.add_argument("--test-images", type=positive_int, default=None, metavar="N",
+                   help="test images (default: the task's, 2000 or 500)")
+    d.add_argument("--epochs", type=positive_int, default=1, help="epochs (default 1)")
+    d.add_argument("--seed", type=nonnegative_int, default=0,
+                   help="data order, new classifier and rounding seed (default 0)")
     d.add_argument("--no-qas", action="store_true", help="turn Quantization-Aware Scaling off")
     d.set_defaults(func=_demo)
-    f = sub.add_parser("profile", help="print a device's cost profile (RAM, compute, energy, paging)")
+    f = sub.add_parser("profile", help="print a device's cost profile (RAM, compute, energy, paging)",
+                       **_texts("Print the cost profile that `schedule` and `report` plan with: RAM, compute "
+                                "throughput, energy per operation and per byte paged. --calibrate measures this "
+                                "machine instead of using a stored profile.",
+                                "edgetrain profile --device m4f", "edgetrain profile --calibrate --json"))
     f.add_argument("--device", default="host", help="m0 | m4f | m7 | a72 | tx2 | host (default host)")
     f.add_argument("--calibrate", action="store_true", help="measure this machine instead (a few seconds)")
     f.add_argument("--json", action="store_true", help="print the profile as JSON")
     f.set_defaults(func=_profile)
     c = sub.add_parser("schedule", help="plan rematerialization and paging of a model's training step under a RAM "
-                       "budget and a deadline on a device profile (POET)")
-    c.add_argument("model", help="a zoo model name, or path/to/model.py:FACTORY with --input")
+                       "budget and a deadline on a device profile (POET)",
+                       **_texts("Plan which activations of MODEL's training step to keep, recompute or page out so "
+                                "that the step fits --ram (or --fraction) and --deadline on --device at the least "
+                                "energy (POET's MILP, or a baseline --solver), and print the plan's energy and time "
+                                "against plain back-propagation. Exit 3 when no plan fits.",
+                                "edgetrain schedule resnet18-cifar --batch 8 --device a72 --fraction 0.5",
+                                "edgetrain schedule mbv2-w0.35 --device m7 --ram 320KB --deadline-factor 1.2 --json"))
+    c.add_argument("model", help=MODEL_ARG_HELP)
     _add_model_options(c)
     _add_schedule_options(c)
     c.add_argument("--plot", metavar="PNG", help="draw the time x layer schedule map to this file")
@@ -244,9 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_schedule)
     r = sub.add_parser("report", help="write an HTML report (memory timeline by kind, update scheme over the layers, "
                        "and with --ram/--fraction/--deadline a remat/paging schedule map) and its PNGs",
-                       description="Write OUT/report.html with memory.png, scheme.png and, when a budget or deadline is "
-                       "given, schedule.png (the time x layer map of the chosen solver's schedule).")
-    r.add_argument("model", help="a zoo model name, or path/to/model.py:FACTORY with --input")
+                       **_texts("Write OUT/report.html with memory.png, scheme.png and, when a budget or deadline "
+                                "is given, schedule.png (the time x layer map of the chosen solver's schedule).",
+                                "edgetrain report mbv2-w0.35 --update last:4 -o report/",
+                                "edgetrain report nets/mine.py:build --input 8x1x28x28 --fraction 0.8 --device m4f "
+                                "-o report/"))
+    r.add_argument("model", help=MODEL_ARG_HELP)
     _add_model_options(r)
     _add_schedule_options(r)
     r.add_argument("--quantize", choices=("none", "int8"), default="none", help="train in int8 (default float32)")
@@ -257,15 +308,63 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: torch.export's own deprecation notice, printed on every capture: noise for a CLI user
 TORCH_EXPORT_NOISE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+#: the exit code of an interrupted command (128 + SIGINT, as a shell reports Ctrl-C); SIGTERM too
+INTERRUPTED = 130
+
+
+def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """parser.parse_args, except that an option the command does not know is reported with the
+    command's own usage (and the closest option it has), not the top-level usage."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        import difflib
+
+        command = _subparsers(parser)[args.command]
+        known = [o for a in command._actions if a.help != argparse.SUPPRESS for o in a.option_strings]
+        hint = ""
+        for word in extra:
+            close = difflib.get_close_matches(word.split("=")[0], known, n=1) if word.startswith("-") else []
+            if close:
+                hint = f" (did you mean {close[0]}?)"
+                break
+        command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    return args
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict:
+    return next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def _terminate(signum, frame):
+    """SIGTERM does what Ctrl-C does at this moment: `train` finishes its step, saves
+    stopped.ckpt and exits 130; elsewhere the command stops with exit 130."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:  # SIGINT ignored (a background job) or default: SIGTERM still stops the command
+        raise KeyboardInterrupt
 
 
 def main(argv=None) -> int:
+    """`edgetrain ARGV`: the exit code (0 done, 2 usage, ..., 130 interrupted: EXIT_CODES). Ctrl-C
+    or SIGTERM at any moment, a second one included, ends in exit 130 without a traceback."""
+    in_main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there only
+    old_term = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:  # at start-up, or a second Ctrl-C while the first one was being reported
+        print("edgetrain: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, old_term)
+
+
+def _run(argv) -> int:
     import warnings
 
-    from .cli_program import exit_code_for
-
     warnings.filterwarnings("ignore", message=TORCH_EXPORT_NOISE, category=FutureWarning)
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     try:
         if isinstance(getattr(args, "update", None), str):
             args.update = _scheme(args.update)
@@ -276,6 +375,8 @@ def main(argv=None) -> int:
     except BaseException as err:  # boundary: a clear message and a meaningful exit code, no traceback
         if isinstance(err, SystemExit):
             raise
+        from .cli_program import exit_code_for
+
         code = exit_code_for(err)
         if args.traceback:
             import traceback
@@ -286,7 +387,8 @@ def main(argv=None) -> int:
                   f"--traceback and report it)", file=sys.stderr)
             return 1
         msg = str(err) or type(err).__name__
-        print(f"edgetrain {args.command}: {'interrupted' if code == 130 else 'error'}: {msg}", file=sys.stderr)
+        print(f"edgetrain {args.command}: {'interrupted' if code == INTERRUPTED else 'error'}: {msg}",
+              file=sys.stderr)
         return code
 
 

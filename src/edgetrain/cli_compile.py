@@ -19,6 +19,9 @@ VERIFY_RTOL = 1e-4
 #: QEMU's MPS2 boards have 4 MiB at the flash and at the SRAM address: the most a budget can give
 #: the firmware's linker script
 QEMU_REGION_BYTES = 4 << 20
+#: the least flash a Cortex-M firmware region can have: its code alone (startup, UART output, the
+#: kernels, newlib's printf) is 38 KB for a two-layer model; a smaller region cannot link
+FIRMWARE_MIN_FLASH_BYTES = 32 << 10
 _STEP_LINE = re.compile(r"^step (\d+) loss (\S+)$")
 
 
@@ -49,6 +52,8 @@ def run_compile(args) -> int:
                           f"{second_bank:,} B), over the budget of {config.sram:,} B; the smallest budget that "
                           f"fits is {need:,} B (or use --weight-banks 1)")
     out = Path(args.output)
+    if args.target != "host":
+        _check_firmware_flash(config.flash)
     out.mkdir(parents=True, exist_ok=True)
     meta = TrainMeta(reason="compiled")
     if args.mean is not None or args.std is not None:  # `train --resume` normalises as calibration did
@@ -101,6 +106,15 @@ def _samples(prog, args, data=None) -> list:
     """`args.samples` (x, y) pairs for the firmware: images of --calibrate with their labels,
     else random inputs (seed 1) and labels."""
     import torch
+def _check_firmware_flash(flash) -> None:
+    """Refuse a flash region below the firmware's own code (the compiler checks the weights
+    against --flash; the code would only fail to link later, after the project is written)."""
+    if flash is not None and flash < FIRMWARE_MIN_FLASH_BYTES:
+        raise ValueError(f"--flash {flash:,} B cannot hold the firmware: its code alone takes more than "
+                         f"{FIRMWARE_MIN_FLASH_BYTES >> 10} KB of flash (38 KB for a two-layer model), and its "
+                         f"read-only weights and samples come on top")
+
+
 
     from .usermodel import example_inputs, parse_input
 

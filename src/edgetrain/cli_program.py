@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
+from .cli_types import (byte_size, floats, nonnegative_float, nonnegative_int, positive_float, positive_floats,
+                        positive_int)
 
 #: firmware steps embedded by `compile` when no --samples is given
 DEFAULT_SAMPLES = 4
@@ -37,26 +38,6 @@ def _update_text(text: str) -> str:
     raise argparse.ArgumentTypeError(f"unknown update scheme {text!r}: use full, bias, last:K or auto")
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        vals = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, e.g. 0.5,0.5,0.5; got {text!r}")
-    if not vals or not all(np.isfinite(vals)):
-        raise argparse.ArgumentTypeError(f"expected finite numbers, got {text!r}")
-    return vals
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
 # --- parsers -------------------------------------------------------------------------------------
 #: what --data, --val and --calibrate accept (edgetrain.data.folder.load_images)
 DATA_HELP = ("an ImageFolder path (DIR/<class>/<image>), or a data set as NAME:PATH in its published form: "
@@ -80,7 +61,7 @@ def add_program_options(p: argparse.ArgumentParser, for_train: bool = False) -> 
                         "default is its own input at batch 1")
     g.add_argument("--model-arg", action="append", metavar="NAME=VALUE",
                    help="keyword argument of the factory (value read as a Python literal), repeatable")
-    g.add_argument("--classes", type=_positive_int,
+    g.add_argument("--classes", type=positive_int,
                    help="output classes: a zoo model's num_classes (default 10); for a model file, passed to the "
                         "factory as num_classes=")
     g.add_argument("--loss", choices=("cross_entropy", "mse"), default=d("cross_entropy"),
@@ -100,24 +81,26 @@ def add_program_options(p: argparse.ArgumentParser, for_train: bool = False) -> 
     g.add_argument("--calibrate", metavar="DATA",
                    help="int8: calibrate the scales on these images instead of the example input (train's "
                         "default: its training images): " + DATA_HELP)
-    g.add_argument("--calibrate-images", type=_positive_int, default=d(32), metavar="N",
+    g.add_argument("--calibrate-images", type=positive_int, default=d(32), metavar="N",
                    help="images of --calibrate used (default 32)")
-    g.add_argument("--lr", type=float, default=d(0.01), help="SGD learning rate (default 0.01)")
-    g.add_argument("--momentum", type=float, default=d(0.0), help="SGD momentum (default 0)")
-    g.add_argument("--weight-decay", type=float, default=d(0.0), help="SGD weight decay (default 0)")
+    g.add_argument("--lr", type=positive_float, default=d(0.01), help="SGD learning rate (default 0.01)")
+    g.add_argument("--momentum", type=nonnegative_float, default=d(0.0), help="SGD momentum (default 0)")
+    g.add_argument("--weight-decay", type=nonnegative_float, default=d(0.0), help="SGD weight decay (default 0)")
     g.add_argument("--no-qas", action="store_true", default=d(False),
                    help="int8: turn Quantization-Aware Scaling off")
-    g.add_argument("--rounding-seed", type=int, default=d(0), metavar="SEED",
+    g.add_argument("--rounding-seed", type=nonnegative_int, default=d(0), metavar="SEED",
                    help="int8: seed of the stochastic rounding of updates (default 0)")
-    g.add_argument("--sram", metavar="BYTES",
-                   help="SRAM budget, e.g. 256KB: the program must fit (exit 3 with the smallest budget that fits "
-                        "otherwise); also the firmware's RAM region")
-    g.add_argument("--flash", metavar="BYTES", help="flash budget for read-only weights, e.g. 1MB")
+    g.add_argument("--sram", "--ram", dest="sram", type=byte_size, metavar="BYTES",
+                   help="RAM (SRAM) budget, e.g. 256KB: the program must fit (exit 3 with the smallest budget that "
+                        "fits otherwise); also the firmware's RAM region")
+    g.add_argument("--flash", type=byte_size, metavar="BYTES",
+                   help="flash budget for read-only weights, e.g. 1MB; also the firmware's flash region (which holds "
+                        "its code too)")
     g.add_argument("--backend", choices=("reference", "c"), default=d("reference"),
                    help="run the program with the numpy reference (default) or the generated C built for this host")
-    g.add_argument("--mean", type=_floats, metavar="M[,M,M]",
+    g.add_argument("--mean", type=floats, metavar="M[,M,M]",
                    help="images: per-channel mean subtracted from pixels in [0, 1] (default 0)")
-    g.add_argument("--std", type=_floats, metavar="S[,S,S]",
+    g.add_argument("--std", type=positive_floats, metavar="S[,S,S]",
                    help="images: per-channel divisor after the mean (default 1); --std 0.00392156862745098 feeds "
                         "pixels 0..255")
 
@@ -154,7 +137,7 @@ def add_commands(sub) -> None:
                    "(costs a second copy of the trained state in SRAM, counted in the memory report's peak and "
                    "checked against --sram); "
                    "default 1 (updates in place)")
-    c.add_argument("--samples", type=_positive_int, default=DEFAULT_SAMPLES, metavar="N",
+    c.add_argument("--samples", type=positive_int, default=DEFAULT_SAMPLES, metavar="N",
                    help=f"training samples embedded in the firmware, one step each (default {DEFAULT_SAMPLES}): "
                         f"from --calibrate's images when given, else random inputs and labels")
     c.add_argument("--verify", action="store_true",
@@ -181,14 +164,14 @@ def add_commands(sub) -> None:
     t.add_argument("model", nargs="?", help=MODEL_HELP + " (not with --resume / --init)")
     t.add_argument("--data", required=True, help="training images (a data set's train split): " + DATA_HELP)
     t.add_argument("-o", "--output", required=True, metavar="DIR", help="where checkpoints go (created)")
-    t.add_argument("--epochs", type=_positive_int, default=1, help="train until this many epochs are done (default 1)")
-    t.add_argument("--seed", type=int, help="data order seed (default 0; a resumed run keeps its own)")
-    t.add_argument("--limit", type=_positive_int, metavar="N", help="use N training images")
+    t.add_argument("--epochs", type=positive_int, default=1, help="train until this many epochs are done (default 1)")
+    t.add_argument("--seed", type=nonnegative_int, help="data order seed (default 0; a resumed run keeps its own)")
+    t.add_argument("--limit", type=positive_int, metavar="N", help="use N training images")
     t.add_argument("--skip-bad-images", action="store_true",
                    help="leave unreadable (corrupt, truncated) images out with a warning instead of stopping")
     t.add_argument("--val", metavar="DATA", help="images to measure accuracy on after each epoch, as --data (a "
                    "data set's test split)")
-    t.add_argument("--val-limit", type=_positive_int, metavar="N", help="use N validation images")
+    t.add_argument("--val-limit", type=positive_int, metavar="N", help="use N validation images")
     src = t.add_mutually_exclusive_group()
     src.add_argument("--resume", metavar="CKPT|DIR", help="continue the run of this checkpoint (a folder: its "
                      "furthest complete checkpoint)")
@@ -232,7 +215,7 @@ EXIT_CODES = """exit codes:
      (or a remat/paging schedule: no schedule fits the RAM budget and deadline)
   4  training stopped on a non-finite loss (the last good weights are saved)
   5  toolchain or firmware failure: C compiler, arm-none-eabi-gcc, QEMU, a firmware run that failed
-130  interrupted (Ctrl-C; train saves its last good state first)"""
+130  interrupted (Ctrl-C or SIGTERM; train saves its last good state first)"""
 
 
 # --- building the program from the options --------------------------------------------------
@@ -292,7 +275,7 @@ def _calibration_from(args, config, mean_std=None):
     shape = check_image_shape(parse_input(config.inputs[0]).shape)
     mean, std = mean_std or _norm(args, shape[0])
     data = load_images(args.calibrate, shape, limit=args.calibrate_images or 32, skip_bad=True)
-    batch = data.batch(np.arange(len(data)), shape, mean, std)
+    batch = data.batch(list(range(len(data))), shape, mean, std)
     return [batch], data
 
 

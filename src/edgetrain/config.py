@@ -24,7 +24,10 @@ def parse_bytes(v: Union[int, str, None], what: str = "size") -> Optional[int]:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(v))
     if not m or m.group(2).upper() not in UNITS:
         raise ValueError(f"{what}: cannot read {v!r}; write e.g. 256KB, 1MB or a number of bytes")
-    n = int(float(m.group(1)) * UNITS[m.group(2).upper()])
+    x = float(m.group(1)) * UNITS[m.group(2).upper()]
+    if not math.isfinite(x):  # '9' * 400 reads as infinity: int() of it is an OverflowError
+        raise ValueError(f"{what}: {v!r} is too large a number of bytes")
+    n = int(x)
     if n <= 0:
         raise ValueError(f"{what} must be positive, got {v!r}")
     return n

@@ -137,7 +137,7 @@ class Sorted(nn.Module):
     (["{model}:build"], 2, r"give the model's input shape"),
     (["{model}:build", "--input", "1x3x16x16:float64"], 2, r"dtype 'float64' is not one of"),
     (["{model}:nope", "--input", "1x3x16x16"], 2, r"defines no 'nope'; it defines PetNet, build"),
-    (["{model}:build", "--input", "1x3x16x16", "--sram", "lots"], 2, r"--sram: cannot read 'lots'"),
+    (["{model}:build", "--input", "1x3x16x16", "--sram", "lots"], 2, r"--sram/--ram: cannot read 'lots'"),
     (["{model}:build", "--input", "1x3x16x16", "--update", "some"], 2, r"unknown update scheme 'some'"),
     (["{model}:build", "--input", "1x3x16x16", "--model-arg", "width=-1"], 2, r"calling build\(width=-1\) raised"),
     (["{model}:build", "--input", "1x3x16x16", "--calibrate", "{missing}"], 2, r"--calibrate applies to"),

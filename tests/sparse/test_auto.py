@@ -11,7 +11,7 @@ import torch
 
 import edgetrain as et
 from edgetrain.sparse import ContributionError, ContributionTable, scheme_layers
-from edgetrain.sparse.auto import (MAX_ROUNDS, SIGNIFICANCE, CostCache, Measured, Piece, offered, predicted_peak,
+from edgetrain.sparse.auto import (MAX_ROUNDS, SIGNIFICANCE, AutoFallbackWarning, CostCache, Measured, Piece, offered, predicted_peak,
                                    search_scheme, solve_evolutionary, solve_levels)
 from edgetrain.sparse.layers import Layer
 from edgetrain.sparse.search import InfeasibleBudget
@@ -204,3 +204,34 @@ def test_compile_auto_reads_a_table_path_and_checks_arguments(tiny, tmp_path):
     with pytest.raises(ContributionError, match="quantize='int8'"):
         et.compile(model, (x,), update="auto", budget=et.Budget(sram="1MB"),
                    contributions=ContributionTable("tiny", table.layers, 0.4, {}, {}, {"quantize": "int8"}))
+
+
+def test_no_piece_clears_the_floor_falls_back_instead_of_calling_the_budget_infeasible():
+    """Issue 18 item 9: with a table measured on few images (large standard error) no piece
+    cleared the floor, the search had no arena level and said "budget of 131072 bytes is
+    infeasible: the smallest budget that fits is 6600 bytes"."""
+    table = fake_table()
+    noisy = ContributionTable(table.model, table.layers, table.base_accuracy, table.bias_gains, table.weight_gains,
+                              stderr=1.0)  # a floor of 200 points: nothing clears it
+    with pytest.warns(AutoFallbackWarning, match="significance floor"):
+        prog, info = search_scheme(noisy, 10_000 * KB, fake_cache())
+    assert "positive measured gain" in info.fallback and "fallback:" in info.summary()
+    # the fallback is the best the measured gains allow: the same scheme as with no floor at all
+    assert info.scheme == search_scheme(table, 10_000 * KB, fake_cache())[1].scheme != et.Sparse()
+    assert prog.memory.peak_bytes == info.peak <= 10_000 * KB and info.pieces
+
+
+def test_no_positive_gain_at_all_trains_the_classifier_and_says_so():
+    table = ContributionTable("fake", NAMES, 0.5, {1: -0.01, 3: 0.0}, {(2, 1.0): -0.02}, stderr=0.5)
+    for t in (table, ContributionTable("fake", NAMES, 0.5, {1: -0.01}, {})):  # with and without a floor
+        with pytest.warns(AutoFallbackWarning, match="only the classifier"):
+            prog, info = search_scheme(t, 10_000 * KB, fake_cache())
+        assert info.scheme == et.Sparse() and not info.pieces
+        assert info.peak == info.base_peak == prog.memory.peak_bytes
+        assert info.exact.predicted_peak == info.evolutionary.predicted_peak == info.predicted_peak
+
+
+def test_an_infeasible_budget_message_never_contradicts_itself():
+    assert "smallest budget that fits is 101" in str(InfeasibleBudget(100, 101))
+    with pytest.raises(AssertionError, match="internal error"):
+        InfeasibleBudget(131072, 6600)

@@ -26,10 +26,16 @@ over the budget (the prediction was low), the internal budget is lowered by the 
 (by at most half of what it has above the baseline's peak) and the search repeated, at
 most MAX_ROUNDS times; the program returned always fits (at worst the baseline). If the
 baseline does not fit, InfeasibleBudget names its peak.
+
+When no piece clears the significance floor (a table measured on few images: its standard
+error is large), the search falls back to the pieces with a positive measured gain, and
+with none of those to the baseline; `SearchInfo.fallback` says which and why, and an
+AutoFallbackWarning is issued.
 """
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Hashable
 
@@ -46,6 +52,11 @@ NONE = "none"  # the "do not train this" choice of every group
 #: (`ContributionTable.stderr`): with ~70 measured pieces, some gain a few points by chance
 #: alone, and the search would pick exactly those (one-sided 2.3 % false positives)
 SIGNIFICANCE = 2.0
+
+
+class AutoFallbackWarning(UserWarning):
+    """update="auto" could not choose as designed (no piece clears the significance floor)
+    and fell back; `SearchInfo.fallback` says to what."""
 
 
 @dataclass(frozen=True)
@@ -111,14 +122,16 @@ class SearchInfo:
     pieces: tuple[Piece, ...]
     compiles: int  # compiles by the cache so far
     seconds: float
+    fallback: str = ""  # why the search chose among weaker evidence ("": it did not)
 
     def summary(self) -> str:
+        note = f"; fallback: {self.fallback}" if self.fallback else ""
         return (f"{self.scheme} for {self.budget / 1024:,.0f} KB: summed gain {100 * self.predicted_gain:+.1f} "
                 f"points, peak {self.peak / 1024:,.1f} KB "
                 f"(predicted {self.predicted_peak / 1024:,.1f} KB), {self.search} search; "
                 f"exact gain {100 * self.exact.gain:+.1f} in {self.exact.seconds:.2f} s, evolutionary "
                 f"{100 * self.evolutionary.gain:+.1f} in {self.evolutionary.seconds:.2f} s; "
-                f"{len(self.rounds)} round(s), {self.compiles} compiles, {self.seconds:.0f} s")
+                f"{len(self.rounds)} round(s), {self.compiles} compiles, {self.seconds:.0f} s{note}")
 
 
 def scheme_of(choices) -> Sparse:
@@ -173,13 +186,12 @@ def offered(gains: dict, floor: float = 0.0) -> list:
     return out
 
 
-def _pieces(table: ContributionTable, base: Measured, cache: CostCache) -> list[list[Piece]]:
-    """Groups of offered pieces, each with its measured cost."""
+def _pieces(table: ContributionTable, base: Measured, cache: CostCache, floor: float) -> list[list[Piece]]:
+    """Groups of offered pieces (gain above `floor`), each with its measured cost."""
     def piece(choice, gain, scheme):
         m = cache.measure(scheme)
         return Piece(choice, gain, max(0, m.trainable - base.trainable), m.arena)
 
-    floor = SIGNIFICANCE * table.stderr
     groups = [[piece(("bias", k), table.bias_gains[k], Sparse(bias_last=k))
                for k in offered(table.bias_gains, floor)]]
     for i in sorted({i for i, _ in table.weight_gains}):
@@ -201,7 +213,8 @@ def solve_levels(groups: list[list[Piece]], base: Measured, budget: int) -> Solv
     """The best scheme under the predicted peak: one knapsack (solve_exact) per arena level."""
     t0 = time.perf_counter()
     best, method, evaluations = None, "milp", 0
-    for level in sorted({max(base.arena, p.arena) for g in groups for p in g}):
+    # the baseline's own level is always there: with no groups the answer is the baseline
+    for level in sorted({base.arena} | {max(base.arena, p.arena) for g in groups for p in g}):
         capacity = budget - base.trainable - level
         if capacity < 0:
             break
@@ -232,7 +245,9 @@ def solve_evolutionary(groups: list[list[Piece]], base: Measured, budget: int, s
 
     r = evolutionary_search([_options(g) for g in groups], budget, cost=cost, seed=seed)
     chosen = tuple(g[j] for g, j in zip(groups, r.indices))
-    return SolverRun("evolutionary", scheme_of(r.choices), r.gain, r.cost, r.seconds, r.evaluations, chosen)
+    # the peak from `cost` itself (with no groups the search reports a cost of 0)
+    return SolverRun("evolutionary", scheme_of(r.choices), r.gain, predicted_peak(chosen, base), r.seconds,
+                     r.evaluations, chosen)
 
 
 def search_scheme(table: ContributionTable, budget: int, cache: CostCache, search: str = "exact",
@@ -246,7 +261,7 @@ def search_scheme(table: ContributionTable, budget: int, cache: CostCache, searc
     if base.peak > budget:
         raise InfeasibleBudget(budget, base.peak, "the baseline, training only the classifier")
     table.check_layers(base.weights)
-    groups = _pieces(table, base, cache)
+    groups, fallback = _offered_groups(table, base, cache)
     internal, rounds, best = budget, [], (None, None, base.peak)
     for _ in range(MAX_ROUNDS):
         exact = solve_levels(groups, base, internal)
@@ -261,6 +276,8 @@ def search_scheme(table: ContributionTable, budget: int, cache: CostCache, searc
             break
         # assume this prediction's error recurs, but give up at most half the slack per round
         internal = min(internal - 1, max(budget - (peak - pick.predicted_peak), (internal + base.peak) // 2))
+        if internal < base.peak:  # no room left above the baseline, which fits: take it
+            break
     pick, prog, peak = best
     if prog is None:  # nothing beyond the classifier fits or gains: the baseline itself
         prog = cache.program(Sparse())
@@ -270,5 +287,24 @@ def search_scheme(table: ContributionTable, budget: int, cache: CostCache, searc
                       predicted_peak=pick.predicted_peak if pick else predicted_peak([], base), peak=peak,
                       base_peak=base.peak, exact=exact, evolutionary=evo, rounds=tuple(rounds),
                       pieces=tuple(p for g in groups for p in g if p.choice != NONE),
-                      compiles=cache.compiles, seconds=time.perf_counter() - t0)
+                      compiles=cache.compiles, seconds=time.perf_counter() - t0, fallback=fallback)
+    if fallback:
+        warnings.warn(f"update='auto' fell back: {fallback}; chose {info.scheme}", AutoFallbackWarning,
+                      stacklevel=2)
     return prog, info
+
+
+def _offered_groups(table: ContributionTable, base: Measured, cache: CostCache) -> tuple[list, str]:
+    """(groups of offered pieces, why a fallback was needed or ""). Pieces must clear the
+    significance floor; when none does, those with a positive measured gain are the best
+    evidence there is (and with none of those either, the baseline is what remains)."""
+    floor = SIGNIFICANCE * table.stderr
+    groups = _pieces(table, base, cache, floor)
+    if groups or floor <= 0:
+        return groups, ("" if groups else "no piece has a positive measured gain: only the classifier is trained")
+    groups = _pieces(table, base, cache, 0.0)
+    why = (f"no piece's gain clears the significance floor of {100 * floor:.2f} points ({SIGNIFICANCE:g} standard "
+           f"errors of the contribution table; measure it on more images to lower it)")
+    if groups:
+        return groups, why + ": chose among the pieces with a positive measured gain"
+    return groups, why + " and none has a positive gain: only the classifier is trained"

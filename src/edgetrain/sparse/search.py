@@ -77,6 +77,9 @@ class InfeasibleBudget(ValueError):
     """Even the cheapest choice for every group does not fit the budget."""
 
     def __init__(self, budget: int, min_budget: int, what: str = "the cheapest option of every group"):
+        if min_budget <= budget:  # the message would contradict itself: the caller has a bug
+            raise AssertionError(f"internal error: a budget of {budget} bytes was called infeasible although "
+                               f"{what} fits in {min_budget} bytes")
         self.budget = budget
         self.min_budget = min_budget
         super().__init__(f"budget of {budget} bytes is infeasible: the smallest budget that fits "
