@@ -119,7 +119,7 @@ def data(task: str, n_train: int, n_test: int, seed: int):
 
         assets = default_assets_dir()
         if assets is None:
-            raise SystemExit("cifar10 needs ../shared/assets (the paper's models and CIFAR-10)")
+            raise SystemExit("cifar10 needs the shared assets (the paper's models and CIFAR-10): set EDGETRAIN_ASSETS=DIR or put shared/assets beside the checkout")
         xtr, ytr = load_cifar10("train", n_train, seed=seed)
         xte, yte = load_cifar10("test", n_test, seed=seed)
         path = assets / MBV2_FILE

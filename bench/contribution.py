@@ -136,7 +136,7 @@ def main(argv=None) -> int:
 
     assets = default_assets_dir()
     if assets is None:
-        raise SystemExit("needs ../shared/assets (the paper's int8 models and CIFAR-10)")
+        raise SystemExit("needs the shared assets (the paper's int8 models and CIFAR-10): set EDGETRAIN_ASSETS=DIR or put shared/assets beside the checkout")
     t0 = time.perf_counter()
     train, test = load_data(args.train, args.test, args.seed)
     print(json.dumps({"data_s": round(time.perf_counter() - t0, 1), "train": len(train[1]), "test": len(test[1])}))

@@ -36,7 +36,7 @@ import torch
 
 import edgetrain as et
 from edgetrain.backends.c import cortexm, emit_c
-from edgetrain.data.assets import default_assets_dir
+from edgetrain.data.assets import require_assets
 from edgetrain.models import from_tiny_training
 
 RES, KB = 128, 1024
@@ -64,7 +64,7 @@ def host_lines(prog, data, out: Path) -> list[str]:
 
 
 def measure(model: str, args, table: dict) -> dict:
-    path = default_assets_dir() / "tiny-training" / f"{model}.pkl"
+    path = require_assets(f"tiny-training/{model}.pkl")
     t0 = time.time()
     prog = et.compile(from_tiny_training(path, num_classes=10), (torch.zeros(1, 3, RES, RES),),
                       update=scheme_of(table, model, args.scheme), quantize="int8", optimizer=et.SGD(lr=0.01))
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
     if cortexm.missing_tools():
         print("missing tools:", ", ".join(cortexm.missing_tools()), file=sys.stderr)
         return 2
-    table = json.loads((default_assets_dir() / "tiny-training" / "schemes.json").read_text())
+    table = json.loads(require_assets("tiny-training/schemes.json").read_text())
     rows = []
     for m in args.models:
         r = measure(m, args, table)

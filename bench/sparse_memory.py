@@ -137,7 +137,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     assets = default_assets_dir()
     if assets is None:
-        raise SystemExit("needs ../shared/assets (the paper's int8 models)")
+        raise SystemExit("needs the shared assets (the paper's int8 models): set EDGETRAIN_ASSETS=DIR or put shared/assets beside the checkout")
     table = json.loads((assets / "tiny-training" / "schemes.json").read_text())
     data = None
     if not args.no_accuracy:

@@ -196,11 +196,11 @@ def test_zoo_mobilenet_v2():
 def test_published_scales_of_a_pre_quantized_model():
     """The paper's int8 MobileNetV2 (../shared/assets) with options["specs"]: its published
     scales and weights, the same forward as et.compile's (which reads them itself)."""
-    from pathlib import Path
-
     from edgetrain.models import from_tiny_training
 
-    path = Path(__file__).resolve().parents[2].parent / "shared" / "assets" / "tiny-training" / "mbv2-w0.35.pkl"
+    from ..models.tiny_training_file import ASSETS
+
+    path = ASSETS / "mbv2-w0.35.pkl"
     if not path.is_file():
         pytest.skip(f"{path} is absent: the paper's int8 models come with ../shared/assets")
     model = from_tiny_training(path, num_classes=10)

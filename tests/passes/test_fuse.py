@@ -5,7 +5,6 @@ forward pass's 192 KB expansion tensor without changing one bit of a training st
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,8 +27,9 @@ from edgetrain.passes.loss import LABEL
 from edgetrain.passes.reorder import reorder_for_memory
 from edgetrain.passes.updates import STEP
 
+from ..models.tiny_training_file import ASSETS  # the shared assets (EDGETRAIN_ASSETS, else beside the checkout)
+
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None)
-ASSETS = Path("/work/shared/assets/tiny-training")
 MBV2 = ASSETS / "mbv2-w0.35.pkl"
 #: the paper's mbv2-w0.35 scheme for its 99 KB budget (schemes.json)
 MBV2_99KB = dict(bias_last=25, weights={27: 1, 30: 1, 33: 1, 36: 1, 39: 1, 42: 0.125, 45: 0.5, 48: 1})
