@@ -78,7 +78,11 @@ def test_malicious_pickle_is_refused_and_never_runs(tmp_path):
 @pytest.mark.parametrize("payload", [
     pickle.dumps({b"data": eval}, protocol=2),  # builtins.eval
     b"\x80\x02c_codecs\nencode\nX\x03\x00\x00\x00abcX\x04\x00\x00\x00zlib\x86R.",  # a codec other than latin-1
-])
+    # numpy's own reconstruction, asked for a 1 TB array (a 70-byte file) or for another class
+    b"\x80\x02cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n\x8a\x06" + (2**40).to_bytes(6, "little")
+    + b"\x85U\x01b\x87R.",
+    b"\x80\x02cnumpy.core.multiarray\n_reconstruct\ncnumpy\ndtype\nK\x00\x85U\x01b\x87R.",
+], ids=["eval", "codec", "huge-array", "not-an-array"])
 def test_other_globals_are_refused(tmp_path, payload):
     with pytest.raises(DataError, match="refused to load"):
         load_cifar10("test", path=make_batches_folder(tmp_path, {"test_batch": payload}))

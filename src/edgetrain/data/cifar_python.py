@@ -50,12 +50,27 @@ def _latin1_encode(text, encoding=_LATIN1):
     return text.encode(_LATIN1)
 
 
+def _reconstruct_checked(reconstruct):
+    """numpy's `_reconstruct(ndarray, shape, typecode)`, refusing another class or a shape that
+    would allocate more than a batch holds (a pickle of a few bytes could ask for terabytes)."""
+    def checked(subtype, shape, typecode):
+        if subtype is not np.ndarray:
+            raise _Refused(f"it builds a {getattr(subtype, '__name__', subtype)!r}, not a numpy array")
+        dims = shape if isinstance(shape, tuple) else (shape,)
+        if not all(isinstance(d, int) and d >= 0 for d in dims) or int(np.prod(dims, dtype=object)) > MAX_MEMBER_BYTES:
+            raise _Refused(f"it asks for an array of shape {shape!r}, larger than a CIFAR-10 batch")
+        return reconstruct(subtype, shape, typecode)
+    return checked
+
+
 class _BatchUnpickler(pickle.Unpickler):
     """Loads numpy arrays, dicts, lists, bytes and numbers; refuses every other global."""
 
     def find_class(self, module, name):
         if (module, name) == ("_codecs", "encode"):
             return _latin1_encode
+        if name == "_reconstruct" and (module, name) in _NUMPY_GLOBALS:
+            return _reconstruct_checked(getattr(importlib.import_module(module), name))
         if (module, name) not in _NUMPY_GLOBALS:
             raise _Refused(f"it asks for {module}.{name}, which a CIFAR-10 batch never holds "
                                          f"(only numpy arrays, dicts, lists, bytes and numbers are loaded)")
@@ -74,8 +89,9 @@ def _unpickle(raw: bytes, where: str) -> dict:
     return {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in obj.items()}
 
 
-def _read_members(path: Path, names: tuple[str, ...]) -> dict[str, tuple[str, bytes]]:
-    """{name: (where, raw bytes)} of the batch files `names`, from the folder or the archive."""
+def _read_members(path: Path, names: tuple[str, ...], decode) -> dict[str, object]:
+    """{name: decode(raw bytes, where)} of the batch files `names`, from the folder or the
+    archive; each is decoded as soon as it is read (one raw batch in memory at a time)."""
     if path.is_dir():
         folder = path / BATCH_FOLDER if (path / BATCH_FOLDER).is_dir() else path
         found = {}
@@ -87,9 +103,9 @@ def _read_members(path: Path, names: tuple[str, ...]) -> dict[str, tuple[str, by
             if file.stat().st_size > MAX_MEMBER_BYTES:
                 raise DataError(f"{file} is {file.stat().st_size} bytes, more than a CIFAR-10 batch "
                                 f"({MAX_MEMBER_BYTES} at most)")
-            found[name] = (str(file), file.read_bytes())
+            found[name] = decode(file.read_bytes(), str(file))
         return found
-    found = {}
+    found, places = {}, {}
     try:
         with tarfile.open(path, "r:*") as archive:
             for member in archive:
@@ -100,11 +116,12 @@ def _read_members(path: Path, names: tuple[str, ...]) -> dict[str, tuple[str, by
                 if not member.isfile():
                     raise DataError(f"{where} is not a regular file")
                 if name in found:
-                    raise DataError(f"{path} holds {name} twice ({found[name][0]} and {where})")
+                    raise DataError(f"{path} holds {name} twice ({places[name]} and {where})")
                 if member.size > MAX_MEMBER_BYTES:
                     raise DataError(f"{where} is {member.size} bytes, more than a CIFAR-10 batch "
                                     f"({MAX_MEMBER_BYTES} at most)")
-                found[name] = (where, archive.extractfile(member).read())
+                places[name] = where
+                found[name] = decode(archive.extractfile(member).read(), where)
     except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
         raise DataError(f"cannot read {path} as cifar-10-python.tar.gz: {err}") from None
     missing = [n for n in names if n not in found]
@@ -140,13 +157,13 @@ def read_cifar10_python(path, split: str, classes: tuple[str, ...]) -> tuple[np.
     split in file order, from cifar-10-python.tar.gz or a cifar-10-batches-py folder."""
     path = Path(path)
     batches = SPLIT_BATCHES[split]
-    members = _read_members(path, (META, *batches))
-    where, raw = members[META]
-    _check_meta(_unpickle(raw, where), where, classes)
-    images, labels = [], []
-    for name in batches:
-        where, raw = members[name]
-        x, y = _batch_arrays(_unpickle(raw, where), where, len(classes))
-        images.append(x)
-        labels.append(y)
-    return np.concatenate(images), np.concatenate(labels)
+
+    def decode(raw: bytes, where: str):
+        content = _unpickle(raw, where)
+        if where.endswith(META):
+            return _check_meta(content, where, classes)
+        return _batch_arrays(content, where, len(classes))
+
+    members = _read_members(path, (META, *batches), decode)
+    return (np.concatenate([members[name][0] for name in batches]),
+            np.concatenate([members[name][1] for name in batches]))
