@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -104,7 +104,8 @@ def foldable(node, known: dict) -> bool:
 #: built from them (an empty tensor then filled) never carries whatever memory held
 _UNDEFINED = {torch.ops.aten.empty.memory_format: torch.ops.aten.zeros.default,
               torch.ops.aten.empty_like.default: torch.ops.aten.zeros_like.default,
-              torch.ops.aten.new_empty.default: torch.ops.aten.new_zeros.default}
+              torch.ops.aten.new_empty.default: torch.ops.aten.new_zeros.default,
+              torch.ops.aten.new_empty_strided.default: torch.ops.aten.new_zeros.default}
 
 
 def evaluate(node, known: dict):
@@ -112,6 +113,8 @@ def evaluate(node, known: dict):
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: known[a.name])
     target = node.target
     if target in _UNDEFINED:
+        if target is torch.ops.aten.new_empty_strided.default:  # row-major values: the strides do not matter
+            args = args[:2]
         target = _UNDEFINED[target]
         kwargs = {k: v for k, v in kwargs.items() if k != "memory_format" or target is not torch.ops.aten.zeros.default}
     elif target is torch.ops.aten.empty_strided.default:  # our values are row-major: the strides do not matter
@@ -120,10 +123,10 @@ def evaluate(node, known: dict):
         return target(*args, **kwargs)
 
 
-def _constant_value(e: Emitter, t, name: str, inputs: list, buffers: dict):
+def constant_value(e: Emitter, t, array: Callable[[torch.Tensor], Value]):
     """A Value holding the capture-time constant `t`: a scalar `const` (broadcast when the
-    tensor is one value repeated, as a mask of all True or a tensor of zeros), else a read-only
-    array beside the buffers, named after the fx node that computed it."""
+    tensor is one value repeated, as a mask of all True or a tensor of zeros), else
+    `array(t)`, a read-only graph input holding it."""
     if not isinstance(t, torch.Tensor):
         return t  # a Python number or None: converters take those as they are
     dtype = _dtype(t)
@@ -131,11 +134,16 @@ def _constant_value(e: Emitter, t, name: str, inputs: list, buffers: dict):
     if flat.numel() > 0 and bool((flat == flat[0]).all()):
         c = e.const(flat[0].item(), dtype)
         return c if t.dim() == 0 else e.emit("expand", c, shape=tuple(t.shape))
+    return array(t)
+
+
+def _array_input(t: torch.Tensor, name: str, inputs: list, buffers: dict) -> Value:
+    """A graph input beside the buffers holding `t`, named after the fx node that computed it."""
     key = f"const:{name}"
     while key in buffers:
         key += "'"
     buffers[key] = to_numpy(t)
-    v = new_value(TensorType(tuple(t.shape), dtype), key)
+    v = new_value(TensorType(tuple(t.shape), _dtype(t)), key)
     inputs.append(v)
     return v
 
@@ -203,7 +211,7 @@ def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
                 derived from it by a converter), made once per node."""
                 if t is known.get(name) and name in env:
                     return env[name]
-                v = _constant_value(e, t, name, inputs, buffers)
+                v = constant_value(e, t, lambda a: _array_input(a, name, inputs, buffers))
                 if t is known.get(name):
                     env[name] = v
                 return v

@@ -150,9 +150,10 @@ class EdgetrainGraph:
             return self._call_int8(args)
         key = _shape_key(args)
         prog = self._compiled.get(key)
-        if prog is None:
+        tensors = self._tensors(args)
+        if prog is None or prog.g.stale(tensors):  # a buffer folded into the graphs was changed since
             prog = self._compile(key, args)
-        return prog(self._tensors(args))
+        return prog(tensors)
 
     def _compile(self, key, args):
         from .float_program import FloatProgram

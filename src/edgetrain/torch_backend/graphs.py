@@ -101,15 +101,20 @@ class AotGraphs:
                                f"{len(flat)} (aliased or duplicated inputs are not supported)")
         t = Translator()
         self.fw_bind: list[tuple[int, Value]] = []  # (flat index, forward graph input)
+        #: integer buffers the graph reads but never writes (index tables, masks), known when it
+        #: is translated as at capture: flat index -> their values then (`stale` checks them)
+        self.known_buffers: dict[int, torch.Tensor] = {}
         for i, (node, f) in enumerate(zip(holders, flat)):
             if f.kind == "number":
-                t.env[node.name] = f.value
+                t.env[node.name] = t.known[node.name] = f.value
                 continue
             v = new_value(meta_type(node), f.name)
             t.env[node.name] = v
             self.fw_bind.append((i, v))
+            if f.kind == "buffer" and i not in mutated and not f.value.dtype.is_floating_point:
+                self.known_buffers[i] = t.known[node.name] = f.value.detach().clone()
         self.fw_inputs = {v: i for i, v in self.fw_bind}
-        outs = t.run(fw_gm.graph)
+        outs = t.run(fw_gm)
         self.mutations: list[tuple[int, Value]] = []
         for i, e in zip(mutated, outs[:len(mutated)]):
             if not isinstance(e, Value) or flat[i].kind == "number":
@@ -160,6 +165,10 @@ class AotGraphs:
             if "trains no parameter" in str(err):  # a graph (between graph breaks) without the scheme's layers
                 return {}
             raise
+
+    def stale(self, tensors: list) -> bool:
+        """Whether a buffer known at translation has changed since (the graphs hold its values)."""
+        return any(not torch.equal(tensors[i], was) for i, was in self.known_buffers.items())
 
     def ram_names(self) -> list[str]:
         return [f.name for f in self.flat if f.kind == "input"]

@@ -26,9 +26,10 @@ from typing import Any, Callable
 
 import torch
 
-from ..frontend.aten import CONST_AWARE, CONVERTERS, registrar
+from ..frontend.aten import CONST_AWARE, CONVERTERS, LAYOUT_AWARE, Known, convert_slice, registrar
 from ..frontend.aten_layers import convert_batch_norm, convert_layer_norm, convert_max_pool
-from ..frontend.capture import TORCH_DTYPES, CaptureError, UnsupportedOpError, source_line
+from ..frontend.capture import (TORCH_DTYPES, CaptureError, UnsupportedOpError, constant_value, evaluate, foldable,
+                                source_line)
 from ..ir import TensorType, Value, new_value
 from ..ops import Emitter
 
@@ -60,15 +61,28 @@ MARKER_AWARE: dict[Any, Callable] = {}  # converters taking the Translator and r
 
 
 marker_aware = registrar(MARKER_AWARE)
+#: allocations whose result depends on their first input's shape and dtype only
+SHAPE_ONLY = (aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default,
+              aten.new_empty_strided.default, aten.zeros_like.default, aten.ones_like.default,
+              aten.full_like.default, aten.empty_like.default)
+#: marker-aware converters that take known tensors raw (as `Known`), as CONST_AWARE ones do
+RAW_MARKER_AWARE = (aten._scaled_dot_product_flash_attention_for_cpu.default,)
 
 
 class Translator:
     """Translates FX graphs into one emitter's node list; `env` maps FX node names to
-    Values, markers, Python numbers or tuples of them."""
+    Values, markers, Python numbers or tuples of them.
+
+    As at capture (frontend/capture.py), a node whose inputs are all `known` when the graph is
+    translated (numbers, tensors built from shapes such as arange / zeros / full, the integer
+    buffers the caller declares known: index tables) is evaluated once by torch and never
+    reaches the graph; a converter that reads constants raw (CONST_AWARE: constant indices)
+    gets them as `Known`, any other as a constant Value."""
 
     def __init__(self):
         self.e = Emitter()
         self.env: dict[str, Any] = {}
+        self.known: dict[str, Any] = {}  # FX node name -> its value computed at translation (tensor or number)
         self.constants: dict[Value, Any] = {}  # graph input -> the array of a constant a converter made
         self._transposed: dict[int, Value] = {}
         self.log_softmax_of: dict[Value, Value] = {}  # log_softmax(x, dim=1) -> x, for nll_loss
@@ -95,34 +109,85 @@ class Translator:
         self.constants[v] = a
         return v
 
-    def run(self, graph: torch.fx.Graph) -> list:
-        """Translate the call_function nodes of `graph` (its placeholders bound in `env`
-        beforehand) and return its outputs (Values, markers, numbers or None)."""
-        for node in graph.nodes:
+    def constant_of(self, t: torch.Tensor) -> Value:
+        """A Value for a constant tensor: a broadcast scalar when it is one value repeated,
+        else a graph input holding it (`constant`)."""
+        return constant_value(self.e, t, self.constant)
+
+    def _materialize(self, name: str, t) -> Value:
+        """The Value of the known FX node `name` (made once)."""
+        if name not in self.env:
+            self.env[name] = self.constant_of(t)
+        return self.env[name]
+
+    def run(self, gm: torch.fx.GraphModule) -> list:
+        """Translate the call_function nodes of `gm`'s graph (its placeholders bound in `env`
+        beforehand; its constant tensors, get_attr nodes, known) and return its outputs
+        (Values, markers, numbers or None)."""
+        for node in gm.graph.nodes:
             if node.op == "placeholder":
-                if node.name not in self.env:
+                if node.name not in self.env and node.name not in self.known:
                     raise CaptureError(f"placeholder {node.name} is not bound")
+            elif node.op == "call_function" and (foldable(node, self.known) or self._shape_only(node)):
+                try:
+                    self.known[node.name] = evaluate(node, {**self.known, **self._stand_ins(node)})
+                except Exception as err:  # torch's own error on a constant subgraph
+                    raise CaptureError(f"cannot evaluate the constant {node.target} at {where(node)}: "
+                                       f"{type(err).__name__}: {err}") from err
             elif node.op == "call_function":
                 self.env[node.name] = self._convert(node)
             elif node.op == "output":
                 return [self._arg(a) for a in node.args[0]]
-            elif node.op != "get_attr":
-                raise UnsupportedOpError(f"unsupported FX node {node.op} {node.target}")
+            elif node.op == "get_attr":  # a tensor the model made (torch.tensor([...]) in its forward)
+                value = getattr(gm, node.target, None)
+                if not isinstance(value, torch.Tensor) or value.dtype not in TORCH_DTYPES:
+                    raise UnsupportedOpError(f"unsupported constant {node.target} in the graph (at {where(node)})")
+                self.known[node.name] = value.detach().clone()
             else:
-                raise UnsupportedOpError(f"unsupported constant tensor {node.target} in the graph "
-                                         f"(at {where(node)})")
+                raise UnsupportedOpError(f"unsupported FX node {node.op} {node.target}")
         raise CaptureError("the graph has no output node")
 
-    def _arg(self, a):
+    def _shape_only(self, node) -> bool:
+        """An allocation that reads only its first input's shape and dtype (x.new_zeros(...),
+        zeros_like(x)), its other inputs known: a constant whatever x holds."""
+        if node.target not in SHAPE_ONLY or not isinstance(node.args[0], torch.fx.Node):
+            return False
+        rest = torch.fx.node.map_arg((node.args[1:], node.kwargs), lambda a: a)
+        used = []
+        torch.fx.node.map_arg(rest, lambda a: used.append(a))
+        return isinstance(node.args[0].meta.get("val"), torch.Tensor) and all(a.name in self.known for a in used)
+
+    def _stand_ins(self, node) -> dict:
+        """For a SHAPE_ONLY node: zeros of its first input's shape and dtype, in its place."""
+        if node.target not in SHAPE_ONLY or node.args[0].name in self.known:
+            return {}
+        val = node.args[0].meta["val"]
+        return {node.args[0].name: torch.zeros(tuple(int(d) for d in val.shape), dtype=val.dtype)}
+
+    def _arg(self, a, raw: bool = False):
+        """The translation of an FX argument; a known tensor as `Known` when `raw`."""
         if isinstance(a, torch.fx.Node):
+            if a.name in self.known:
+                k = self.known[a.name]
+                if not isinstance(k, torch.Tensor):
+                    return k
+                if raw:
+                    return Known(k, lambda t, name=a.name: self._materialize(name, t) if t is k
+                                 else self.constant_of(t))
+                return self._materialize(a.name, k)
             return self.env[a.name]
         if isinstance(a, (list, tuple)):
-            return type(a)(self._arg(x) for x in a)
+            return type(a)(self._arg(x, raw) for x in a)
         return a
 
     def _convert(self, node):
-        args = self._arg(tuple(node.args))
-        kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
+        raw = node.target in CONST_AWARE and node.target not in MARKER_AWARE or node.target in RAW_MARKER_AWARE
+        args = self._arg(tuple(node.args), raw)
+        kwargs = {k: self._arg(v, raw) for k, v in node.kwargs.items()}
+        if node.target in LAYOUT_AWARE:  # the strides torch gave the input (AOTAutograd records them)
+            val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+            if isinstance(val, torch.Tensor):
+                kwargs["layout"] = (tuple(int(d) for d in val.stride()), int(val.storage_offset()))
         try:
             if node.target in MARKER_AWARE:
                 return MARKER_AWARE[node.target](self, *args, **kwargs)
@@ -133,7 +198,7 @@ class Translator:
                 raise UnsupportedOpError(f"unsupported op {node.target}" + (f": {hint}" if hint else ""))
             kwargs = {k: self.value(v) for k, v in kwargs.items()}
             if node.target in CONST_AWARE:  # e.g. attention's causal mask, a tensor built from shapes
-                kwargs["constant"] = self.constant
+                kwargs["constant"] = self.constant_of
             return fn(self.e, *self.value(args), **kwargs)
         except UnsupportedOpError as err:
             raise UnsupportedOpError(f"{err} (at {where(node)})") from None
@@ -263,7 +328,7 @@ def _sdpa_cpu(t, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=
     if fn is None:
         unsupported("aten.scaled_dot_product_attention")
     q, k, v, attn_mask = t.value((q, k, v, attn_mask))
-    y = fn(t.e, q, k, v, attn_mask, dropout_p, is_causal, scale, constant=t.constant)
+    y = fn(t.e, q, k, v, attn_mask, dropout_p, is_causal, scale, constant=t.constant_of)
     return y, Unused("attention's logsumexp")
 
 
@@ -279,6 +344,37 @@ def _max_pool_fwd(t, x, *args):
 
 
 # --- losses inside the compiled region (torch.compile of a training step function) ---------------
+# --- what AOTAutograd's decompositions leave that torch.export's do not ---------------------------
+@marker_aware(aten.clamp_min.default)
+def _clamp_min(t, x, bound):  # F.normalize's norm.clamp_min(eps)
+    return t.e.emit("clamp", t.value(x), min=float(bound))
+
+
+@marker_aware(aten.clamp_max.default)
+def _clamp_max(t, x, bound):
+    return t.e.emit("clamp", t.value(x), max=float(bound))
+
+
+@marker_aware(aten.roll.default)
+def _roll(t, x, shifts, dims=()):
+    """torch.roll (Swin's shifted windows) along each dim: the last `shift` entries moved to
+    the front, two slices and a cat (torch.export decomposes it into indexing instead)."""
+    x = t.value(x)
+    shifts, dims = list(shifts), list(dims)
+    if not dims:  # roll of the flattened tensor
+        flat = CONVERTERS[aten.view.default](t.e, x, [x.type.numel])
+        return CONVERTERS[aten.view.default](t.e, _roll(t, flat, shifts, [0]), list(x.shape))
+    if len(shifts) != len(dims):
+        raise ValueError(f"roll with {len(shifts)} shifts and {len(dims)} dims")
+    for shift, dim in zip(shifts, dims):
+        dim = dim % len(x.shape)
+        k = int(shift) % x.shape[dim]
+        if k:
+            n = x.shape[dim]
+            x = t.e.emit("cat", convert_slice(t.e, x, dim, n - k, n), convert_slice(t.e, x, dim, 0, n - k), dim=dim)
+    return x
+
+
 @marker_aware(aten._log_softmax.default)
 def _log_softmax(t, x, dim, half_to_float=False):
     x = t.value(x)
