@@ -21,7 +21,8 @@ class Arg:
     """One operand. Float operands take the dtype under test; index operands their own."""
 
     shape: tuple[int, ...]
-    fill: str = "normal"  # "normal", "positive" (>= 0.5), or "index" (integers in [0, high))
+    fill: str = "normal"  # "normal", "positive" (>= 0.5), "index" (integers in [0, high)), or
+    #                       "integral" (integers in [0, high) in the float dtype under test: ties)
     high: int = 0
     dtype: Optional[str] = None  # of an index operand
 
@@ -49,8 +50,8 @@ def make_inputs(args: list[Arg], seed: int, dtype: str) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     out = []
     for a in args:
-        if a.fill == "index":
-            out.append(np.asarray(rng.integers(0, a.high, size=a.shape), dtype=a.dtype))
+        if a.fill in ("index", "integral"):
+            out.append(np.asarray(rng.integers(0, a.high, size=a.shape), dtype=a.dtype if a.fill == "index" else dtype))
         else:
             x = rng.normal(size=a.shape)
             out.append(np.asarray(np.abs(x) + 0.5 if a.fill == "positive" else x, dtype=dtype))
@@ -75,10 +76,40 @@ def unary(torch_fn, fill=real) -> Case:
     return Case(shapes(max_dims=4).map(lambda s: ([fill(*s)], {})), lambda t, a: torch_fn(t[0]))
 
 
-def binary(torch_fn, fill_b=real) -> Case:
+def binary(torch_fn, fill_b=real, ints=False) -> Case:
+    """Two broadcast operands; with `ints`, sometimes two int32 or int64 ones (index arithmetic)."""
     spec = mutually_broadcastable_shapes(num_shapes=2, max_dims=4, max_side=4).map(
         lambda s: ([real(*s.input_shapes[0]), fill_b(*s.input_shapes[1])], {}))
+    if ints:
+        spec = spec | st.tuples(mutually_broadcastable_shapes(num_shapes=2, max_dims=4, max_side=4),
+                                st.sampled_from(["int32", "int64"])).map(
+            lambda s: ([index(sh, 50, s[1]) for sh in s[0].input_shapes], {}))
     return Case(spec, lambda t, a: torch_fn(t[0], t[1]))
+
+
+@st.composite
+def _compare(draw):
+    """Broadcast operands of one dtype (the float under test, small integers in it so that
+    equal elements occur, int32 or int64) and one of the six comparisons."""
+    s = draw(mutually_broadcastable_shapes(num_shapes=2, max_dims=4, max_side=4)).input_shapes
+    kind = draw(st.sampled_from(["normal", "integral", "int32", "int64"]))
+    if kind == "normal":
+        args = [real(*sh) for sh in s]
+    else:
+        args = [Arg(tuple(sh), "integral", 3) if kind == "integral" else index(sh, 3, kind) for sh in s]
+    return args, {"cmp": draw(st.sampled_from(["eq", "ne", "lt", "le", "gt", "ge"]))}
+
+
+@st.composite
+def _argmax(draw):
+    """argmax along a dim (or over all elements: dim None), of floats, of small integers in the
+    float dtype (ties: the first maximum wins), or of int32 / int64."""
+    shape = draw(shapes())
+    kind = draw(st.sampled_from(["normal", "integral", "int32", "int64"]))
+    x = real(*shape) if kind == "normal" else Arg(shape, "integral", 3) if kind == "integral" else \
+        index(shape, 3, kind)
+    dim = draw(st.none() | dim_of(shape)) if shape else draw(st.sampled_from([None, 0, -1]))
+    return [x], {"dim": dim, "keepdim": draw(st.booleans())}
 
 
 @st.composite
@@ -383,7 +414,9 @@ def _torch_sgd(t, a):
 
 
 CASES: dict[str, Case] = {
-    "add": binary(torch.add), "sub": binary(torch.sub), "mul": binary(torch.mul),
+    "add": binary(torch.add, ints=True), "sub": binary(torch.sub, ints=True), "mul": binary(torch.mul, ints=True),
+    "compare": Case(_compare(), lambda t, a: getattr(torch, a["cmp"])(t[0], t[1])),
+    "argmax": Case(_argmax(), lambda t, a: torch.argmax(t[0], a["dim"], a["keepdim"])),
     "div": binary(torch.div, fill_b=positive),
     "neg": unary(torch.neg), "relu": unary(torch.relu), "sigmoid": unary(torch.sigmoid),
     "tanh": unary(torch.tanh), "exp": unary(torch.exp),

@@ -135,7 +135,7 @@ class EmitContext:
 
 def _load_kernel_modules():
     from . import float32, float32_bn, float32_nn, page  # noqa: F401
-    from . import float32_shape  # noqa: F401
+    from . import float32_shape, integer  # noqa: F401
     if importlib.util.find_spec(__name__ + ".int8") is not None:
         importlib.import_module(__name__ + ".int8")
 

@@ -70,20 +70,37 @@ def _block(*lines) -> str:
 
 
 # --- elementwise --------------------------------------------------------------------------
-_BINARY = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}"}
+_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+#: integer operands of add / sub / mul (index arithmetic: a flat row i0 * size + i1, positions
+#: times a padding mask), computed in the unsigned type of their width so that an overflow
+#: wraps around as in numpy instead of being undefined behaviour in C
+_WRAPPING = {"int32": ("int32_t", "uint32_t"), "int64": ("int64_t", "uint64_t")}
+
+
+def _binary_types(node: Node) -> tuple[str, str]:
+    """(C element type, C type the arithmetic is done in) of a binary node's operands."""
+    dtypes = {v.dtype for v in list(node.inputs) + list(node.outputs)}
+    if len(dtypes) == 1 and node.op != "div" and next(iter(dtypes)) in _WRAPPING:
+        return _WRAPPING[next(iter(dtypes))]
+    _f32(node)
+    return "float", "float"
 
 
 def _binary(op):
     def emit(node, ctx: EmitContext):
-        _f32(node)
+        t, arith = _binary_types(node)
         a, b = node.inputs
         y = node.out
         pa, pb, py = ctx.ptr(a), ctx.ptr(b), ctx.ptr(y)
         sts = [_bcast_strides(a.shape, y.shape), _bcast_strides(b.shape, y.shape), _strides(y.shape)]
-        expr = _BINARY[op]
-        return _block(f"const float *A = {pa}; const float *B = {pb}; float *Y = {py};",
-                      loop_nest(y.shape, sts, lambda o: f"Y[{o[2]}] = " + expr.format(a=f"A[{o[0]}]",
-                                                                                      b=f"B[{o[1]}]") + ";"))
+        sym = _BINARY[op]
+
+        def body(o):
+            if arith == t:
+                return f"Y[{o[2]}] = A[{o[0]}] {sym} B[{o[1]}];"
+            return f"Y[{o[2]}] = ({t})(({arith})A[{o[0]}] {sym} ({arith})B[{o[1]}]);"
+
+        return _block(f"const {t} *A = {pa}; const {t} *B = {pb}; {t} *Y = {py};", loop_nest(y.shape, sts, body))
     return emit
 
 

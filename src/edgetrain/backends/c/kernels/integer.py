@@ -1,0 +1,61 @@
+"""Kernels of the ops that compute booleans and positions from data at run time (ops/compare.py):
+`compare` (a padding mask `ids != pad`) and `argmax` (the last real token of each row). Both
+take operands of any C type of layout.C_TYPES; compare writes bools as uint8_t 0 / 1, argmax
+int64_t positions. Integer add / sub / mul (the index arithmetic around them) are the binary
+kernels of kernels/float32.py."""
+from __future__ import annotations
+
+from math import prod
+
+from ....ir import Node
+from ....ops.base import norm_dim
+from ..layout import C_TYPES, CBackendError
+from . import EmitContext, register
+from .float32 import _bcast_strides, _block, _strides, loop_nest
+
+#: C operators of compare's attr `cmp` (IEEE semantics: NaN compares unequal to everything, as numpy)
+_COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_FLOATS = ("float32", "float64")
+
+
+def _ctype(node: Node, v) -> str:
+    if v.dtype not in C_TYPES:
+        raise CBackendError(f"C kernel for {node.op}: {v} has no C type")
+    return C_TYPES[v.dtype]
+
+
+@register("compare")
+def _compare(node: Node, ctx: EmitContext) -> str:
+    a, b = node.inputs
+    y = node.out
+    if a.dtype != b.dtype or y.dtype != "bool":
+        raise CBackendError(f"C kernel for compare: operands {a}, {b} must have one dtype and give bool, got {y}")
+    t, sym = _ctype(node, a), _COMPARE[node.attrs["cmp"]]
+    sts = [_bcast_strides(a.shape, y.shape), _bcast_strides(b.shape, y.shape), _strides(y.shape)]
+    return _block(f"const {t} *A = {ctx.ptr(a)}; const {t} *B = {ctx.ptr(b)}; uint8_t *Y = {ctx.ptr(y)};",
+                  loop_nest(y.shape, sts, lambda o: f"Y[{o[2]}] = (uint8_t)(A[{o[0]}] {sym} B[{o[1]}]);"))
+
+
+@register("argmax")
+def _argmax(node: Node, ctx: EmitContext) -> str:
+    """For each (outer, inner) position, the first k along the dim with the largest x; a NaN
+    is larger than everything (the first NaN wins), as in torch and numpy."""
+    x, y = node.inputs[0], node.out
+    if y.dtype != "int64":
+        raise CBackendError(f"C kernel for argmax: the result {y} must be int64")
+    t = _ctype(node, x)
+    dim = node.attrs.get("dim")
+    if dim is None or not x.shape:
+        outer, d, inner = 1, x.type.numel, 1
+    else:
+        dim = norm_dim(dim, len(x.shape))
+        outer, d, inner = prod(x.shape[:dim]), x.shape[dim], prod(x.shape[dim + 1:])
+    return _block(f"const {t} *X = {ctx.ptr(x)}; int64_t *Y = {ctx.ptr(y)};",
+                  f"for (long o = 0; o < {outer}; ++o) for (long j = 0; j < {inner}; ++j) {{",
+                  f"  const {t} *x = X + o * {d * inner} + j; {t} m = x[0]; int64_t best = 0;",
+                  f"  for (long k = 1; k < {d}; ++k) {{",
+                  f"    const {t} v = x[k * {inner}];",
+                  f"    if ({'v > m || (v != v && m == m)' if x.dtype in _FLOATS else 'v > m'}) {{ m = v; best = k; }}",
+                  "  }",
+                  f"  Y[o * {inner} + j] = best;",
+                  "}")
