@@ -419,13 +419,16 @@ def _index(e, x, indices, constant=None):
     """x[..., i0, i1, ...] with index tensors known at capture time (a relative-position
     table read through its index buffer, as Swin and LeViT do): the indexed dims, merged into
     one by a reshape, are read with one index_select of the flat positions, then reshaped to
-    x's leading dims + the indices' broadcast shape + x's trailing dims."""
+    x's leading dims + the indices' broadcast shape + x's trailing dims. An index computed at
+    run time (GPT-2's classifier reads each row's last real token) goes to
+    aten_data.index_at_run_time instead."""
     if isinstance(x, Known):
         x = x.value()
     idx = list(indices)
-    if any(isinstance(i, Value) for i in idx):
-        unsupported("unsupported op aten.index.Tensor with indices computed from the inputs "
-                     "(only indices known at capture time)")
+    if any(isinstance(i, Value) for i in idx):  # positions computed from the inputs (an argmax)
+        from .aten_data import index_at_run_time
+
+        return index_at_run_time(e, x, idx)
     tensors = []  # (dim, long index tensor)
     dim = 0
     for i in idx:
@@ -452,4 +455,4 @@ def _index(e, x, indices, constant=None):
     return _reshape_to(e, picked, x.shape[:first] + tuple(bshape) + x.shape[first + n:])
 
 
-from . import aten_layers  # noqa: E402,F401  (registers the layer converters into CONVERTERS)
+from . import aten_data, aten_layers  # noqa: E402,F401  (register their converters into CONVERTERS)

@@ -1,0 +1,118 @@
+"""Core-aten -> IR converters of what a model computes from its data at run time: comparisons
+(a padding mask `ids != pad`), argmax (the last real token of each row) and indexing with
+such positions (`logits[torch.arange(B), last]`, as GPT2ForSequenceClassification pools).
+They register into `aten.CONVERTERS` when `aten` imports this module; aten.index.Tensor's
+converter (aten.py) calls `index_at_run_time` when an index is not known at capture time."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..ir import Value
+from ..ops import Emitter
+from .aten import Known, aten, converts, unsupported
+
+#: torch's promotion categories: a bool and an integer compare as the integer, an integer and
+#: a float as the float; within a category the wider dtype wins
+_CATEGORY = {"bool": 0, "int8": 1, "int32": 1, "int64": 1, "float32": 2, "float64": 2}
+_WIDTH = ("bool", "int8", "int32", "int64", "float32", "float64")
+#: the dtype torch gives a Python float met by an integer tensor (its default dtype)
+_DEFAULT_FLOAT = "float32"
+_INDEX_DTYPES = ("int32", "int64")
+
+
+def promoted(a: str, b: str) -> str:
+    """The dtype torch compares tensors of dtypes a and b in."""
+    if _CATEGORY[a] != _CATEGORY[b]:
+        return a if _CATEGORY[a] > _CATEGORY[b] else b
+    return max(a, b, key=_WIDTH.index)
+
+
+def _scalar_dtype(t: str, s) -> str:
+    """The dtype torch compares a tensor of dtype t with the Python scalar s in."""
+    if isinstance(s, float) and _CATEGORY[t] < 2:
+        return _DEFAULT_FLOAT
+    if isinstance(s, int) and not isinstance(s, bool) and t == "bool":
+        return "int64"
+    return t
+
+
+def _compare(cmp: str):
+    def conv(e: Emitter, a, b):
+        if not isinstance(a, Value):
+            unsupported(f"unsupported op aten.{cmp} of a {type(a).__name__} and a tensor")
+        if isinstance(b, Value):
+            want = promoted(a.dtype, b.dtype)
+        else:
+            want = _scalar_dtype(a.dtype, b)
+            b = e.const(b, want)
+        a, b = (v if v.dtype == want else e.emit("cast", v, dtype=want) for v in (a, b))
+        return e.emit("compare", a, b, cmp=cmp)
+
+    return conv
+
+
+for _cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
+    for _ov in ("Tensor", "Scalar"):
+        converts(getattr(getattr(aten, _cmp), _ov))(_compare(_cmp))
+
+
+@converts(aten.argmax.default)
+def _argmax(e: Emitter, x, dim=None, keepdim=False):
+    return e.emit("argmax", x, dim=None if dim is None else int(dim), keepdim=bool(keepdim))
+
+
+def _run_time_index(e: Emitter, i, size: int) -> Value:
+    """One index tensor as int64 positions in [0, size): a capture-time one wrapped and checked
+    here, one computed at run time wrapped by IR arithmetic (i + size * (i < 0), torch's
+    negative indices); a position still out of range stops the reference runtime (embedding
+    checks) and reads zeros in C (reported through ET_ERROR_HOOK)."""
+    if isinstance(i, Known):
+        t = i.tensor
+        if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+            unsupported(f"unsupported op aten.index.Tensor with a {t.dtype} index")
+        if bool(((t < -size) | (t >= size)).any()):
+            raise ValueError(f"index out of range for a dim of size {size}")
+        return i.value((t % size).long())
+    if i.dtype not in _INDEX_DTYPES:
+        unsupported(f"unsupported op aten.index.Tensor with a {i.dtype} index computed at run time "
+                    f"(only {' or '.join(_INDEX_DTYPES)} positions; a boolean mask has a data-dependent shape)")
+    i = i if i.dtype == "int64" else e.emit("cast", i, dtype="int64")
+    negative = e.emit("cast", e.emit("compare", i, e.const(0, "int64"), cmp="lt"), dtype="int64")
+    return e.emit("add", i, e.emit("mul", negative, e.const(size, "int64")))
+
+
+def index_at_run_time(e: Emitter, x: Value, indices: list) -> Value:
+    """x[..., i0, i1, ...] where some index tensor is computed from the inputs: the indexed
+    dims (adjacent, as torch requires for its result to keep them in place) are moved to the
+    front and merged into the rows of a matrix, which `embedding` reads at the flat rows
+    i0 * size1 + i1 ... (int64 arithmetic); embedding's gradient adds the output gradient back
+    to the rows read, so it reaches x. The result: x's leading dims + the indices' broadcast
+    shape + x's trailing dims."""
+    if x.dtype not in ("float32", "float64"):
+        unsupported(f"unsupported op aten.index.Tensor of a {x.dtype} tensor with indices computed at run "
+                    "time (only float tensors)")
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    if dims != list(range(dims[0], dims[0] + len(dims))):
+        unsupported("unsupported op aten.index.Tensor with index tensors on non-adjacent dims")
+    first, n = dims[0], len(dims)
+    sizes = x.shape[first:first + n]
+    pos = [_run_time_index(e, indices[d], size) for d, size in zip(dims, sizes)]
+    flat = pos[0]
+    for p, size in zip(pos[1:], sizes[1:]):
+        flat = e.emit("add", e.emit("mul", flat, e.const(size, "int64")), p)
+    lead, rest = x.shape[:first], x.shape[first + n:]
+    front = _permuted(e, x, tuple(dims) + tuple(range(first)) + tuple(range(first + n, len(x.shape))))
+    rows = _reshaped(e, front, (math.prod(sizes), math.prod(lead) * math.prod(rest)))
+    out = _reshaped(e, e.emit("embedding", rows, flat), flat.shape + lead + rest)
+    b = len(flat.shape)  # back to lead + broadcast shape + rest
+    return _permuted(e, out, tuple(range(b, b + first)) + tuple(range(b)) + tuple(range(b + first, len(out.shape))))
+
+
+def _permuted(e: Emitter, x: Value, perm: tuple) -> Value:
+    return x if perm == tuple(range(len(perm))) else e.emit("permute", x, perm=perm)
+
+
+def _reshaped(e: Emitter, x: Value, shape: tuple) -> Value:
+    return x if tuple(shape) == x.shape else e.emit("reshape", x, shape=tuple(shape))

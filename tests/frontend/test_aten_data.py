@@ -1,0 +1,113 @@
+"""The converters of frontend/aten_data.py against torch, through capture and the reference
+runtime: comparisons (scalar and tensor operands, torch's dtype promotion), argmax, and
+aten.index.Tensor with positions computed at run time (leading and inner dims, negative and
+int32 positions), and the refusals: what they cannot express is named at capture."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from edgetrain.backends.reference import run_graph
+from edgetrain.frontend import capture
+from edgetrain.frontend.capture import UnsupportedOpError
+
+CMPS = ["eq", "ne", "lt", "le", "gt", "ge"]
+
+
+class Fn(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+def run(fn, *xs):
+    """fn(*xs) by capture and the reference runtime, and by torch."""
+    model = Fn(fn)
+    cap = capture(model, xs)
+    got, _ = run_graph(cap.graph, {**cap.buffers, **{f"input:{i}": x.numpy() for i, x in enumerate(xs)}})
+    return got["output"], model(*xs).numpy()
+
+
+def _ints(*shape, high=4):
+    return torch.randint(0, high, shape, generator=torch.Generator().manual_seed(sum(shape)))
+
+
+OPERANDS = {  # (a, b): b a tensor or a Python scalar
+    "float tensors, broadcast": (_ints(3, 4).double(), _ints(4).double()),
+    "int64 and a scalar": (_ints(3, 4), 2),
+    "int32 and int64": (_ints(3, 4).int(), _ints(3, 1)),
+    "int and a float scalar": (_ints(3, 4), 1.5),
+    "int64 and float64": (_ints(2, 4), _ints(2, 4).double() + 0.5),
+    "bool and an int scalar": (_ints(3, 4) > 1, 1),
+}
+
+
+@pytest.mark.parametrize("operands", OPERANDS.values(), ids=list(OPERANDS))
+def test_comparisons_match_torch(operands):
+    """The six comparisons of one pair of operands, stacked into one output."""
+    a, b = operands
+    if isinstance(b, torch.Tensor):
+        got, want = run(lambda x, y: torch.stack([getattr(torch, c)(x, y) for c in CMPS]), a, b)
+    else:
+        got, want = run(lambda x: torch.stack([getattr(torch, c)(x, b) for c in CMPS]), a)
+    assert got.dtype == want.dtype == np.bool_
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dim,keepdim", [(-1, False), (0, True), (1, False), (None, False), (None, True)])
+def test_argmax_matches_torch_ties_included(dim, keepdim):
+    x = _ints(3, 5, high=3).double()  # repeated maxima: the first one wins on both sides
+    got, want = run(lambda t: t.argmax(dim, keepdim), x)
+    assert got.dtype == want.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
+
+
+def _last(ids):
+    return (torch.arange(ids.shape[1]) * (ids != 0).long()).argmax(-1)
+
+
+IDS = torch.tensor([[3, 1, 0, 0], [2, 0, 0, 0], [1, 1, 1, 1]])
+X = torch.randn(3, 4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+INDEXING = {
+    "rows and last tokens": lambda x, ids: x[torch.arange(3), _last(ids)],
+    "an inner dim": lambda x, ids: x[:, _last(ids)],
+    "the last dim, broadcast": lambda x, ids: x[:, torch.arange(4)[:, None], _last(ids)],
+    "negative positions": lambda x, ids: x[torch.arange(3), _last(ids) - 4],
+    "int32 positions": lambda x, ids: x[torch.arange(3), _last(ids).int()],
+    "one index tensor": lambda x, ids: x.transpose(0, 1)[_last(ids)],
+}
+
+
+@pytest.mark.parametrize("fn", INDEXING.values(), ids=list(INDEXING))
+def test_indexing_at_run_time_matches_torch(fn):
+    got, want = run(fn, X, IDS)
+    np.testing.assert_array_equal(got, want)
+    other = torch.tensor([[1, 1, 1, 0], [2, 2, 0, 0], [5, 0, 0, 0]])  # other positions, same graph
+    cap = capture(Fn(fn), (X, IDS))
+    again, _ = run_graph(cap.graph, {**cap.buffers, "input:0": X.numpy(), "input:1": other.numpy()})
+    np.testing.assert_array_equal(again["output"], fn(X, other).numpy())
+
+
+def test_a_position_out_of_range_at_run_time_stops_the_reference():
+    cap = capture(Fn(lambda x, ids: x[torch.arange(3), _last(ids) + 2]), (X, IDS))
+    with pytest.raises(IndexError, match="out of range"):
+        run_graph(cap.graph, {**cap.buffers, "input:0": X.numpy(), "input:1": IDS.numpy()})
+
+
+REFUSED = {
+    "non-adjacent": (lambda x, ids: x[_last(ids), :, _last(ids)], "non-adjacent"),
+    "integer tensor": (lambda x, ids: ids[torch.arange(3), _last(ids)], "of a int64 tensor"),
+}
+
+
+@pytest.mark.parametrize("fn,message", REFUSED.values(), ids=list(REFUSED))
+def test_run_time_indexing_it_cannot_express_is_named(fn, message):
+    with pytest.raises(UnsupportedOpError, match=message) as err:
+        capture(Fn(fn), (X, IDS))
+    assert "aten.index.Tensor" in str(err.value) and "test_aten_data.py" in str(err.value)
