@@ -69,12 +69,11 @@ class _BatchUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         if (module, name) == ("_codecs", "encode"):
             return _latin1_encode
-        if name == "_reconstruct" and (module, name) in _NUMPY_GLOBALS:
-            return _reconstruct_checked(getattr(importlib.import_module(module), name))
         if (module, name) not in _NUMPY_GLOBALS:
             raise _Refused(f"it asks for {module}.{name}, which a CIFAR-10 batch never holds "
-                                         f"(only numpy arrays, dicts, lists, bytes and numbers are loaded)")
-        return getattr(importlib.import_module(module), name)
+                           f"(only numpy arrays, dicts, lists, bytes and numbers are loaded)")
+        found = getattr(importlib.import_module(module), name)
+        return _reconstruct_checked(found) if name == "_reconstruct" else found
 
 
 def _unpickle(raw: bytes, where: str) -> dict:
