@@ -320,12 +320,15 @@ def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace
         import difflib
 
         command = _subparsers(parser)[args.command]
-        known = [o for a in command._actions if a.help != argparse.SUPPRESS for o in a.option_strings]
+        # every spelling of an option, and the name its help shows first (--sram of schedule is --ram)
+        known = {o: next(x for x in a.option_strings if x.startswith("--")) for a in command._actions
+                 if a.help != argparse.SUPPRESS and any(x.startswith("--") for x in a.option_strings)
+                 for o in a.option_strings}
         hint = ""
         for word in extra:
-            close = difflib.get_close_matches(word.split("=")[0], known, n=1) if word.startswith("-") else []
+            close = difflib.get_close_matches(word.split("=")[0], list(known), n=1) if word.startswith("-") else []
             if close:
-                hint = f" (did you mean {close[0]}?)"
+                hint = f" (did you mean {known[close[0]]}?)"
                 break
         command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
     return args
