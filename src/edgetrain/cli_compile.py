@@ -27,7 +27,8 @@ _STEP_LINE = re.compile(r"^step (\d+) loss (\S+)$")
 
 def run_compile(args) -> int:
     from .api import BudgetError
-    from .checkpoint import Checkpoint, atomic_write, build_program, save_checkpoint
+    from .backends.c.staging import write_files
+    from .checkpoint import Checkpoint, atomic_write, build_program, to_bytes
     from .train import TrainMeta
 
     t0 = time.perf_counter()
@@ -54,14 +55,13 @@ def run_compile(args) -> int:
     out = Path(args.output)
     if args.target != "host":
         _check_firmware_flash(config.flash)
-    out.mkdir(parents=True, exist_ok=True)
     meta = TrainMeta(reason="compiled")
     if args.mean is not None or args.std is not None:  # `train --resume` normalises as calibration did
         from .data.folder import check_image_shape
         from .usermodel import parse_input
 
         meta.mean, meta.std = _norm(args, check_image_shape(parse_input(config.inputs[0]).shape)[0])
-    ck = save_checkpoint(out / COMPILED_FILE, Checkpoint.of(built, meta.as_dict()))
+    ckpt = to_bytes(Checkpoint.of(built, meta.as_dict()))
     _say(f"compiled {config.model} ({', '.join(config.inputs)}; update {_scheme_text(built.config.update)}"
          f"{', int8' if config.quantize else ''}) in {time.perf_counter() - t0:.1f} s")
     _say(f"  {prog.memory.summary()}")
@@ -72,15 +72,19 @@ def run_compile(args) -> int:
         _say(f"  update=auto: {prog.search.summary()}")
     samples = _samples(prog, args, calib[1] if calib else None)
     if args.target == "host":
-        prog.emit_c(out, target="host", samples=samples)
+        from .backends.c.project import project_files
+
+        files = project_files(prog, samples)
     else:
-        from .backends.c.cortexm import emit_firmware
+        from .backends.c.cortexm import firmware_project_files
 
         regions = {k: v for k, v in (("sram_bytes", config.sram), ("flash_bytes", config.flash)) if v is not None}
-        emit_firmware(prog, out, args.target, samples, weight_banks=args.weight_banks, **regions)
-    _say(f"  wrote the {args.target} project, program.ckpt ({ck.stat().st_size:,} B) to {out}")
+        files = firmware_project_files(prog, args.target, samples, weight_banks=args.weight_banks, **regions)
     report = memory_report(prog, built.config, args.target, second_bank)
-    atomic_write(out / "memory.json", (json.dumps(report, indent=1) + "\n").encode())
+    files[COMPILED_FILE] = ckpt
+    files["memory.json"] = json.dumps(report, indent=1) + "\n"
+    write_files(out, files)  # all at once: a full disk or a crash leaves the previous project whole
+    _say(f"  wrote the {args.target} project, program.ckpt ({len(ckpt):,} B) to {out}")
     code = 0
     if args.verify:
         report["verify"] = _verify(prog, out, args.target, samples)

@@ -10,6 +10,7 @@ import numpy as np
 from .cvalues import fmt_values
 from .emit import emit_sources
 from .layout import CBackendError, build_layout
+from .staging import write_files
 
 
 def program_samples(prog, samples: Iterable) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -112,13 +113,18 @@ Generated from a compiled training program. `model.h` is the API: `et_init()`, t
 def write_project(prog, out_dir, target: str = "host", samples: Iterable = (), embed_weights: Optional[bool] = None,
                   cflags: Optional[str] = None) -> Path:
     """Write model.c, model.h, runtime headers, Makefile, README.md (and samples.h + main.c when
-    samples are given) into out_dir; returns it."""
-    from .host import PROJECT_CFLAGS
-
+    samples are given) into out_dir, all at once (staging.write_files: a full disk or a crash
+    leaves the old project whole); returns it."""
     if target != "host":
         raise CBackendError(f"target={target!r}: this function writes host projects; see backends.c.emit_c")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    return write_files(out_dir, project_files(prog, samples, embed_weights, cflags))
+
+
+def project_files(prog, samples: Iterable = (), embed_weights: Optional[bool] = None,
+                  cflags: Optional[str] = None) -> dict[str, str]:
+    """{file name: text} of the host project of `prog` (what write_project writes)."""
+    from .host import PROJECT_CFLAGS
+
     embed = bool(embed_weights) if embed_weights is not None else True
     layout = build_layout(prog)
     files = emit_sources(prog, embed, layout)
@@ -129,6 +135,4 @@ def write_project(prog, out_dir, target: str = "host", samples: Iterable = (), e
     files["Makefile"] = MAKEFILE.format(cflags=cflags or " ".join(PROJECT_CFLAGS))
     files["README.md"] = README.format(arena=layout.arena_bytes, nstate=len(layout.states),
                                        embed=", initial values compiled in" if embed else "")
-    for name, text in files.items():
-        (out / name).write_text(text)
-    return out
+    return files
