@@ -106,8 +106,9 @@ class FloatProgram:
         """The Dynamo graph's outputs for its flat inputs (parameters, buffers, arguments)."""
         by_name = {f.name: t for f, t in zip(self.flat, tensors)}
         self.runs["forward"] += 1
-        feeds = {v.name: self.g.constants[v.name] if v.name in self.g.constants else to_numpy(by_name[v.name])
-                 for v in self.forward.inputs}
+        drawn = self.g.draw()  # every draw, used or not, as eager draws them all
+        fixed = {**self.g.constants, **drawn}
+        feeds = {v.name: fixed[v.name] if v.name in fixed else to_numpy(by_name[v.name]) for v in self.forward.inputs}
         for v, classes in self.labels.items():
             labels = feeds[v.name]
             if labels.size and (labels.min() < 0 or labels.max() >= classes):

@@ -93,13 +93,14 @@ class AotGraphs:
     number or None) and the new values of the inputs it mutates (`mutations`: (flat index,
     Value), a train-mode batch norm's buffers), which AOTAutograd's graph returns first."""
 
-    def __init__(self, flat: list[FlatInput], update, fw_gm: torch.fx.GraphModule, mutated: tuple[int, ...] = ()):
+    def __init__(self, flat: list[FlatInput], update, fw_gm: torch.fx.GraphModule, mutated: tuple[int, ...] = (),
+                 random: bool = True):
         self.flat = flat
         holders = placeholders(fw_gm)
         if len(holders) != len(flat):
             raise CaptureError(f"AOTAutograd's forward graph takes {len(holders)} inputs, the Dynamo graph "
                                f"{len(flat)} (aliased or duplicated inputs are not supported)")
-        t = Translator()
+        t = Translator(random)
         self.fw_bind: list[tuple[int, Value]] = []  # (flat index, forward graph input)
         #: integer buffers the graph reads but never writes (index tables, masks), known when it
         #: is translated as at capture: flat index -> their values then (`stale` checks them)
@@ -122,7 +123,8 @@ class AotGraphs:
             self.mutations.append((i, e))
         self.entries = outs[len(mutated):]
         self.constants = {v.name: a for v, a in t.constants.items()}  # tensors converters made (a causal mask)
-        self.inputs = tuple(self.fw_inputs) + tuple(t.constants)
+        self.draws = t.draws  # random tensors torch draws at each call, in graph order (dropout's masks)
+        self.inputs = tuple(self.fw_inputs) + tuple(t.constants) + tuple(d.value for d in t.draws)
         self.labels = {v: c for v, c in t.labels.items() if v in self.fw_inputs}  # checked at each run
         nodes = self._fold_batch_counts(tuple(t.e.nodes))
         self.trainable = self._resolve(update, Graph(self.inputs, nodes, (), ()))
@@ -171,7 +173,12 @@ class AotGraphs:
         return any(not torch.equal(tensors[i], was) for i, was in self.known_buffers.items())
 
     def ram_names(self) -> list[str]:
-        return [f.name for f in self.flat if f.kind == "input"]
+        """The per-call inputs: data (and activations of an earlier graph) and random draws."""
+        return [f.name for f in self.flat if f.kind == "input"] + [d.value.name for d in self.draws]
+
+    def draw(self) -> dict:
+        """This call's random tensors, by input name, drawn in the graph's order."""
+        return {d.value.name: to_numpy(d.draw()) for d in self.draws}
 
     def written(self) -> list[str]:
         """The inputs the forward writes in place (stored in RAM, as trained weights are)."""

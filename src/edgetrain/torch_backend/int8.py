@@ -129,7 +129,7 @@ class Int8Program:
                  fixed: Optional[FixedScales], calibration: Optional[list]):
         self.flat = flat
         self.runs = {"forward": 0, "backward": 0}
-        g = AotGraphs(flat, Named(frozenset()), gm)
+        g = AotGraphs(flat, Named(frozenset()), gm, random=False)
         if g.constants:
             raise CaptureError("quantize='int8': the graph builds constant tensors (an attention mask); the int8 "
                                "program has no attention kernels")

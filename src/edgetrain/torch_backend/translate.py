@@ -50,6 +50,17 @@ class Unused:
     what: str
 
 
+@dataclass(frozen=True, eq=False)
+class Draw:
+    """A random tensor the graph reads (dropout's mask, stochastic depth's noise), drawn by
+    torch at each call in the graph's order, as eager draws it, so that eager and compiled
+    training draw the same numbers from the same generator; the training step reuses the
+    call's draws."""
+
+    value: Value
+    draw: Callable[[], torch.Tensor]
+
+
 #: hints for ops a training graph meets when the model is not ready for edgetrain
 HINTS = {
     "native_dropout": "dropout in training mode: call model.eval() (dropout off)",
@@ -61,10 +72,14 @@ MARKER_AWARE: dict[Any, Callable] = {}  # converters taking the Translator and r
 
 
 marker_aware = registrar(MARKER_AWARE)
+#: random ops translated by a converter (the others become draws when their inputs allow)
+RANDOM = (aten.native_dropout.default,)
 #: allocations whose result depends on their first input's shape and dtype only
 SHAPE_ONLY = (aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default,
               aten.new_empty_strided.default, aten.zeros_like.default, aten.ones_like.default,
               aten.full_like.default, aten.empty_like.default)
+#: random ops that read their first input's shape and dtype only
+RANDOM_SHAPE_ONLY = (aten.bernoulli.p, aten.rand_like.default, aten.randn_like.default)
 #: marker-aware converters that take known tensors raw (as `Known`), as CONST_AWARE ones do
 RAW_MARKER_AWARE = (aten._scaled_dot_product_flash_attention_for_cpu.default,)
 
@@ -79,10 +94,12 @@ class Translator:
     reaches the graph; a converter that reads constants raw (CONST_AWARE: constant indices)
     gets them as `Known`, any other as a constant Value."""
 
-    def __init__(self):
+    def __init__(self, random: bool = True):
         self.e = Emitter()
         self.env: dict[str, Any] = {}
         self.known: dict[str, Any] = {}  # FX node name -> its value computed at translation (tensor or number)
+        self.random = random  # whether random ops (dropout in training mode) become per-call draws
+        self.draws: list[Draw] = []  # in graph order
         self.constants: dict[Value, Any] = {}  # graph input -> the array of a constant a converter made
         self._transposed: dict[int, Value] = {}
         self.log_softmax_of: dict[Value, Value] = {}  # log_softmax(x, dim=1) -> x, for nll_loss
@@ -128,6 +145,10 @@ class Translator:
             if node.op == "placeholder":
                 if node.name not in self.env and node.name not in self.known:
                     raise CaptureError(f"placeholder {node.name} is not bound")
+            elif node.op == "call_function" and self.random and _seeded(node) and node.target in RANDOM:
+                self.env[node.name] = self._convert(node)
+            elif node.op == "call_function" and self.random and _seeded(node) and self._shape_only(node, random=True):
+                self.env[node.name] = self._draw(node)
             elif node.op == "call_function" and (foldable(node, self.known) or self._shape_only(node)):
                 try:
                     self.known[node.name] = evaluate(node, {**self.known, **self._stand_ins(node)})
@@ -147,10 +168,29 @@ class Translator:
                 raise UnsupportedOpError(f"unsupported FX node {node.op} {node.target}")
         raise CaptureError("the graph has no output node")
 
-    def _shape_only(self, node) -> bool:
+    def _draw(self, node) -> Value:
+        """A random op whose inputs are known or read for their shapes only (bernoulli of an
+        empty tensor, rand): a graph input torch fills at each call."""
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            raise CaptureError(f"random op {node.target} without a tensor result")
+        stand_ins = self._stand_ins(node)
+        return self.add_draw(TensorType(tuple(int(d) for d in val.shape), torch_dtype_name(val.dtype)),
+                             lambda: evaluate(node, {**self.known, **stand_ins}))
+
+    def add_draw(self, t: TensorType, draw: Callable[[], torch.Tensor]) -> Value:
+        v = new_value(t, f"random:{len(self.draws)}")
+        self.draws.append(Draw(v, draw))
+        return v
+
+    def _shape_only(self, node, random: bool = False) -> bool:
         """An allocation that reads only its first input's shape and dtype (x.new_zeros(...),
-        zeros_like(x)), its other inputs known: a constant whatever x holds."""
-        if node.target not in SHAPE_ONLY or not isinstance(node.args[0], torch.fx.Node):
+        zeros_like(x); with `random`, bernoulli(x, p), rand_like(x)), its other inputs known:
+        independent of what x holds. A random op with every input known qualifies too."""
+        if random and foldable_inputs(node, self.known):
+            return True
+        if node.target not in (RANDOM_SHAPE_ONLY if random else SHAPE_ONLY) or not node.args \
+                or not isinstance(node.args[0], torch.fx.Node):
             return False
         rest = torch.fx.node.map_arg((node.args[1:], node.kwargs), lambda a: a)
         used = []
@@ -159,7 +199,8 @@ class Translator:
 
     def _stand_ins(self, node) -> dict:
         """For a SHAPE_ONLY node: zeros of its first input's shape and dtype, in its place."""
-        if node.target not in SHAPE_ONLY or node.args[0].name in self.known:
+        if node.target not in SHAPE_ONLY + RANDOM_SHAPE_ONLY or not node.args or \
+                not isinstance(node.args[0], torch.fx.Node) or node.args[0].name in self.known:
             return {}
         val = node.args[0].meta["val"]
         return {node.args[0].name: torch.zeros(tuple(int(d) for d in val.shape), dtype=val.dtype)}
@@ -207,6 +248,17 @@ class Translator:
         except (ValueError, KeyError, TypeError, IndexError) as err:
             raise CaptureError(f"cannot translate {node.target} at {where(node)}: "
                                f"{type(err).__name__}: {err}") from err
+
+
+def _seeded(node) -> bool:
+    return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+
+
+def foldable_inputs(node, known: dict) -> bool:
+    """Every FX input of `node` is known."""
+    used = []
+    torch.fx.node.map_arg((node.args, node.kwargs), lambda a: used.append(a))
+    return all(a.name in known for a in used)
 
 
 def where(node) -> str:
@@ -344,6 +396,26 @@ def _max_pool_fwd(t, x, *args):
 
 
 # --- losses inside the compiled region (torch.compile of a training step function) ---------------
+# --- dropout in training mode: its mask drawn by torch at each call ----------------------------
+@marker_aware(aten.native_dropout.default)
+def _native_dropout(t, x, p, train=None):
+    """(x * mask / (1 - p), mask): the mask as torch's CPU dropout draws it (bernoulli(1 - p)
+    over a tensor of x's shape and dtype), one draw per call."""
+    x = t.value(x)
+    if train is False or not p:
+        return x, Unused("dropout's mask")
+    if not t.random:
+        unsupported(f"aten.native_dropout: {HINTS['native_dropout']}")
+    if p >= 1:
+        zero = t.e.emit("expand", t.e.const(0.0, x.dtype), shape=x.shape)
+        return zero, Unused("dropout's mask")
+    shape, dtype = tuple(x.shape), getattr(torch, x.dtype)
+    mask = t.add_draw(x.type, lambda: torch.ops.aten.native_dropout(torch.zeros(shape, dtype=dtype), p, True)[1]
+                      .to(dtype))
+    y = t.e.emit("mul", t.e.emit("mul", x, mask), t.e.const(1.0 / (1.0 - p), x.dtype))
+    return y, Unused("dropout's mask")
+
+
 # --- what AOTAutograd's decompositions leave that torch.export's do not ---------------------------
 @marker_aware(aten.clamp_min.default)
 def _clamp_min(t, x, bound):  # F.normalize's norm.clamp_min(eps)
@@ -353,6 +425,17 @@ def _clamp_min(t, x, bound):  # F.normalize's norm.clamp_min(eps)
 @marker_aware(aten.clamp_max.default)
 def _clamp_max(t, x, bound):
     return t.e.emit("clamp", t.value(x), max=float(bound))
+
+
+@marker_aware(aten._safe_softmax.default)
+def _safe_softmax(t, x, dim, dtype=None):
+    """Attention's softmax when SDPA is decomposed (dropout in training mode): softmax; a row
+    whose every entry is -inf (a query masked from every key) would be zeros in torch and is
+    NaN here, which the step reports as a non-finite loss."""
+    x = t.value(x)
+    if dtype is not None and torch_dtype_name(dtype) != x.dtype:
+        x = t.e.emit("cast", x, dtype=torch_dtype_name(dtype))
+    return t.e.emit("softmax", x, dim=dim % len(x.shape))
 
 
 @marker_aware(aten.roll.default)
