@@ -304,7 +304,7 @@ def atomic_write(path, data: bytes, pause: Optional[Callable[[Path], None]] = No
     file's fsync and the rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.{os.getpid()}.", dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; a saved file gets the usual mode
         with os.fdopen(fd, "wb") as f:
@@ -373,10 +373,32 @@ def latest_checkpoint(folder) -> Optional[Checkpoint]:
 
 
 def remove_stale_temporaries(folder) -> list[Path]:
-    """Delete the temporary files a killed save left in `folder`; returns them."""
+    """Delete the temporary files that killed saves left in `folder`; returns them. A
+    temporary file's name carries its writer's pid: a live process's (another run's save in
+    flight) is left alone."""
     gone = []
     for p in Path(folder).glob(TMP_PREFIX + "*"):
+        if _writer_alive(p.name) or not p.is_file():
+            continue
         with suppress(OSError):
             p.unlink()
             gone.append(p)
     return gone
+
+
+def _writer_alive(name: str) -> bool:
+    """Whether the process that writes temporary file `name` (`.tmp-<file>.<pid>.<random>`)
+    is another live process (a name without a pid: an older edgetrain's, taken as dead)."""
+    parts = name.rsplit(".", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid() or pid <= 0:
+        return False  # this process has no save in flight while it starts a run
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, under another user
+    return True

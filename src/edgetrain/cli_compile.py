@@ -26,6 +26,13 @@ _STEP_LINE = re.compile(r"^step (\d+) loss (\S+)$")
 
 
 def run_compile(args) -> int:
+    from .outlock import output_lock
+
+    with output_lock(args.output, "edgetrain compile"):  # one run per -o folder at a time
+        return _run_compile(args)
+
+
+def _run_compile(args) -> int:
     from .api import BudgetError
     from .backends.c.staging import write_files
     from .checkpoint import Checkpoint, atomic_write, build_program, to_bytes

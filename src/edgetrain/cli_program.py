@@ -313,13 +313,19 @@ def _test_hook():
 
 
 def run_train(args) -> int:
+    from .outlock import output_lock
+
+    with output_lock(args.output, "edgetrain train"):  # one run per -o folder at a time
+        return _run_train(args)
+
+
+def _run_train(args) -> int:
     from .checkpoint import build_program, load_checkpoint, remove_stale_temporaries
     from .data.folder import load_images
     from .train import TrainMeta, TrainOptions, calibration_batch, describe_skipped, fit, image_shape
 
     out = Path(args.output)
-    if out.is_dir():
-        remove_stale_temporaries(out)
+    remove_stale_temporaries(out)  # a dead run's only: the folder is ours now
     given = [o for o in _PROGRAM_OPTS if getattr(args, o) not in (None, False)]
     source = args.resume or args.init
     if source:
