@@ -52,6 +52,8 @@ def _run_compile(args) -> int:
     from .backends.capabilities import backend_of_target, check_program
 
     check_program(prog, backend_of_target(args.target))  # exit 2 naming the op, before anything is written
+    if args.target != "host":
+        _check_firmware_flash(config.flash)
     second_bank = prog.memory.trainable_bytes if args.weight_banks == 2 and args.target != "host" else 0
     if second_bank and config.sram is not None and prog.memory.peak_bytes + second_bank > config.sram:
         need = prog.memory.peak_bytes + second_bank
@@ -60,8 +62,6 @@ def _run_compile(args) -> int:
                           f"{second_bank:,} B), over the budget of {config.sram:,} B; the smallest budget that "
                           f"fits is {need:,} B (or use --weight-banks 1)")
     out = Path(args.output)
-    if args.target != "host":
-        _check_firmware_flash(config.flash)
     meta = TrainMeta(reason="compiled")
     if args.mean is not None or args.std is not None:  # `train --resume` normalises as calibration did
         from .data.folder import check_image_shape
@@ -106,6 +106,15 @@ def _run_compile(args) -> int:
     return code
 
 
+def _check_firmware_flash(flash) -> None:
+    """Refuse a flash region below the firmware's own code (the compiler checks the weights
+    against --flash; the code would only fail to link later, after the project is written)."""
+    if flash is not None and flash < FIRMWARE_MIN_FLASH_BYTES:
+        raise ValueError(f"--flash {flash:,} B cannot hold the firmware: its code alone takes more than "
+                         f"{FIRMWARE_MIN_FLASH_BYTES >> 10} KB of flash (38 KB for a two-layer model), and its "
+                         f"read-only weights and samples come on top")
+
+
 def _scheme_text(update) -> str:
     if isinstance(update, dict):
         w = ", ".join(f"{k}:{v:g}" for k, v in update["weights"].items())
@@ -117,15 +126,6 @@ def _samples(prog, args, data=None) -> list:
     """`args.samples` (x, y) pairs for the firmware: images of --calibrate with their labels,
     else random inputs (seed 1) and labels."""
     import torch
-def _check_firmware_flash(flash) -> None:
-    """Refuse a flash region below the firmware's own code (the compiler checks the weights
-    against --flash; the code would only fail to link later, after the project is written)."""
-    if flash is not None and flash < FIRMWARE_MIN_FLASH_BYTES:
-        raise ValueError(f"--flash {flash:,} B cannot hold the firmware: its code alone takes more than "
-                         f"{FIRMWARE_MIN_FLASH_BYTES >> 10} KB of flash (38 KB for a two-layer model), and its "
-                         f"read-only weights and samples come on top")
-
-
 
     from .usermodel import example_inputs, parse_input
 
