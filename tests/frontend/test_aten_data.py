@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+import edgetrain as et
 from edgetrain.backends.reference import run_graph
 from edgetrain.frontend import capture
 from edgetrain.frontend.capture import UnsupportedOpError
@@ -94,10 +95,41 @@ def test_indexing_at_run_time_matches_torch(fn):
     np.testing.assert_array_equal(again["output"], fn(X, other).numpy())
 
 
-def test_a_position_out_of_range_at_run_time_stops_the_reference():
-    cap = capture(Fn(lambda x, ids: x[torch.arange(3), _last(ids) + 2]), (X, IDS))
+class Flagged(nn.Module):
+    """x[arange(3), pos] with pos = `bad` in the rows whose x[:, 0, 0] is large, else 0: a
+    position out of its dim (of 4) whose merged row is in range (x[0, 4] would be x[1, 0])."""
+
+    def __init__(self, bad: int):
+        super().__init__()
+        self.bad = bad
+        self.w = nn.Parameter(torch.ones(5))
+
+    def forward(self, x):
+        return x[torch.arange(3), (x[:, 0, 0] > 100).long() * self.bad] * self.w
+
+
+def _flagged_input(row: int) -> torch.Tensor:
+    x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(0))
+    x[row, 0, 0] = 200.0
+    return x
+
+
+@pytest.mark.parametrize("bad,row", [(4, 0), (-5, 1)])
+def test_a_position_out_of_its_dim_stops_the_reference_as_torch(bad, row):
+    x = _flagged_input(row)
+    with pytest.raises(IndexError):
+        Flagged(bad)(x)
+    prog = et.compile(Flagged(bad), (x,))
     with pytest.raises(IndexError, match="out of range"):
-        run_graph(cap.graph, {**cap.buffers, "input:0": X.numpy(), "input:1": IDS.numpy()})
+        prog.predict(x.numpy())
+
+
+def test_a_position_out_of_its_dim_reads_zeros_in_c():
+    """(the C embedding kernel's answer to an index out of range, reported through ET_ERROR_HOOK)"""
+    x = _flagged_input(0)
+    got = et.compile(Flagged(4), (x,), backend="c").predict(x.numpy())
+    np.testing.assert_array_equal(got[0], 0.0)
+    np.testing.assert_array_equal(got[1:], x[1:, 0].numpy())
 
 
 REFUSED = {

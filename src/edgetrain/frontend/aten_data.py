@@ -63,24 +63,50 @@ def _argmax(e: Emitter, x, dim=None, keepdim=False):
     return e.emit("argmax", x, dim=None if dim is None else int(dim), keepdim=bool(keepdim))
 
 
-def _run_time_index(e: Emitter, i, size: int) -> Value:
-    """One index tensor as int64 positions in [0, size): a capture-time one wrapped and checked
-    here, one computed at run time wrapped by IR arithmetic (i + size * (i < 0), torch's
-    negative indices); a position still out of range stops the reference runtime (embedding
-    checks) and reads zeros in C (reported through ET_ERROR_HOOK)."""
+def _int64(e: Emitter, v: Value) -> Value:
+    return v if v.dtype == "int64" else e.emit("cast", v, dtype="int64")
+
+
+def _compared(e: Emitter, v: Value, cmp: str, k: int) -> Value:
+    """(v cmp k) as int64 0 / 1."""
+    return _int64(e, e.emit("compare", v, e.const(k, "int64"), cmp=cmp))
+
+
+def _run_time_index(e: Emitter, i, size: int) -> tuple:
+    """One index tensor as int64 positions, and where it is out of range (int64 1 / 0; None
+    when known at capture time, where it is wrapped and checked here). A run-time one is
+    wrapped by IR arithmetic: i + size * (i < 0), torch's negative indices."""
     if isinstance(i, Known):
         t = i.tensor
         if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
             unsupported(f"unsupported op aten.index.Tensor with a {t.dtype} index")
         if bool(((t < -size) | (t >= size)).any()):
             raise ValueError(f"index out of range for a dim of size {size}")
-        return i.value((t % size).long())
+        return i.value((t % size).long()), None
     if i.dtype not in _INDEX_DTYPES:
         unsupported(f"unsupported op aten.index.Tensor with a {i.dtype} index computed at run time "
                     f"(only {' or '.join(_INDEX_DTYPES)} positions; a boolean mask has a data-dependent shape)")
-    i = i if i.dtype == "int64" else e.emit("cast", i, dtype="int64")
-    negative = e.emit("cast", e.emit("compare", i, e.const(0, "int64"), cmp="lt"), dtype="int64")
-    return e.emit("add", i, e.emit("mul", negative, e.const(size, "int64")))
+    i = _int64(e, i)
+    bad = e.emit("add", _compared(e, i, "lt", -size), _compared(e, i, "ge", size))
+    return e.emit("add", i, e.emit("mul", _compared(e, i, "lt", 0), e.const(size, "int64"))), bad
+
+
+def _flat_rows(e: Emitter, pos: list, bads: list, sizes: tuple) -> Value:
+    """The merged row i0 * size1 + i1 ... of the positions. A row with a position out of its
+    dim's range becomes the row count, out of range of the merged rows too (else x[0, 4] of a
+    dim of 3 would read x[1, 1]): the reference runtime stops there (embedding's IndexError, as
+    torch raises) and the C kernel reads zeros (reported through ET_ERROR_HOOK)."""
+    flat = pos[0]
+    for p, size in zip(pos[1:], sizes[1:]):
+        flat = e.emit("add", e.emit("mul", flat, e.const(size, "int64")), p)
+    bads = [b for b in bads if b is not None]
+    if len(pos) == 1 or not bads:  # one dim: embedding checks the position itself
+        return flat
+    count = bads[0]
+    for b in bads[1:]:
+        count = e.emit("add", count, b)
+    rows = e.const(math.prod(sizes), "int64")
+    return e.emit("add", flat, e.emit("mul", _compared(e, count, "gt", 0), e.emit("sub", rows, flat)))
 
 
 def index_at_run_time(e: Emitter, x: Value, indices: list) -> Value:
@@ -98,10 +124,8 @@ def index_at_run_time(e: Emitter, x: Value, indices: list) -> Value:
         unsupported("unsupported op aten.index.Tensor with index tensors on non-adjacent dims")
     first, n = dims[0], len(dims)
     sizes = x.shape[first:first + n]
-    pos = [_run_time_index(e, indices[d], size) for d, size in zip(dims, sizes)]
-    flat = pos[0]
-    for p, size in zip(pos[1:], sizes[1:]):
-        flat = e.emit("add", e.emit("mul", flat, e.const(size, "int64")), p)
+    pos, bads = zip(*[_run_time_index(e, indices[d], size) for d, size in zip(dims, sizes)])
+    flat = _flat_rows(e, list(pos), list(bads), sizes)
     lead, rest = x.shape[:first], x.shape[first + n:]
     front = _permuted(e, x, tuple(dims) + tuple(range(first)) + tuple(range(first + n, len(x.shape))))
     rows = _reshaped(e, front, (math.prod(sizes), math.prod(lead) * math.prod(rest)))
