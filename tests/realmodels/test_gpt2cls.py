@@ -4,7 +4,7 @@ last non-padding token, a position computed from the token ids at run time
 and aten.index.Tensor lowered to an embedding read). Its gradients equal torch.autograd's on
 the reference runtime and the C backend; so do those of a small model with the same pooling
 whose padding differs per row and between calls of one compiled program (the positions are
-not fixed at capture)."""
+not fixed at capture), and which trains alike on the C backend and on a Cortex-M4 (QEMU)."""
 from __future__ import annotations
 
 import numpy as np
@@ -97,3 +97,16 @@ def test_last_token_pooling_trains_alike_on_c_and_reference():
         opt.step()
         want.append(loss.item())
     np.testing.assert_allclose(losses[0], want, rtol=1e-5)
+
+
+def test_last_token_pooling_on_cortex_m_prints_the_reference_losses(tmp_path):
+    """compare, argmax and the int64 index arithmetic as Cortex-M4 firmware (QEMU)."""
+    from edgetrain.backends.c import cortexm
+
+    if cortexm.missing_tools():
+        pytest.skip(f"missing {', '.join(cortexm.missing_tools())}")
+    torch.manual_seed(0)
+    prog = et.compile(LastTokenClassifier(), (IDS[0],), update=et.Full(), optimizer=et.SGD(lr=0.5))
+    data = [(IDS[k % 2].numpy(), LABELS.numpy()) for k in range(3)]
+    fw = cortexm.run_firmware(prog, tmp_path / "m4", "cortex-m4", data)
+    np.testing.assert_allclose(fw.run.losses, [prog.step(x, y) for x, y in data], rtol=1e-5)
