@@ -99,6 +99,28 @@ def test_last_token_pooling_trains_alike_on_c_and_reference():
     np.testing.assert_allclose(losses[0], want, rtol=1e-5)
 
 
+def test_last_token_pooling_runs_clean_under_sanitizers(tmp_path):
+    """The emitted project built with -fsanitize=address,undefined: no runtime error in the
+    compare / argmax / int64 arithmetic kernels, and the reference's losses."""
+    import os
+    import shutil
+    import subprocess
+
+    from edgetrain.backends.c import host
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not found")
+    torch.manual_seed(0)
+    prog = et.compile(LastTokenClassifier(), (IDS[0],), update=et.Full(), optimizer=et.SGD(lr=0.5))
+    samples = [(IDS[k % 2].numpy(), LABELS.numpy()) for k in range(3)]
+    exe = host.build_executable(prog.emit_c(tmp_path / "proj", samples=samples), host.SANITIZE_CFLAGS)
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="halt_on_error=1")
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0 and "runtime error" not in r.stderr, r.stdout + r.stderr
+    losses = [float(line.split()[-1]) for line in r.stdout.splitlines() if line.startswith("step")]
+    np.testing.assert_allclose(losses, [prog.step(x, y) for x, y in samples], rtol=1e-5)
+
+
 def test_last_token_pooling_on_cortex_m_prints_the_reference_losses(tmp_path):
     """compare, argmax and the int64 index arithmetic as Cortex-M4 firmware (QEMU)."""
     from edgetrain.backends.c import cortexm
