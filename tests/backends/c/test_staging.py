@@ -120,3 +120,40 @@ def test_a_killed_writers_leftovers_are_cleaned_or_put_back(old_project, tmp_pat
     write_files(old_project, {"model.h": "/* new */\n"})
     assert tree(old_project)["model.c"] == b"int old;\n" and tree(old_project)["model.h"] == b"/* new */\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["proj", live.name])
+
+
+KILLED_WRITER = """
+import sys, time
+from pathlib import Path
+from edgetrain.backends.c import staging
+real, count = staging._write_file, [0]
+def write(path, data):
+    count[0] += 1
+    if count[0] == int(sys.argv[2]):
+        with open(path, "wb") as f:
+            f.write(data[:len(data) // 2])
+        print("paused", flush=True)
+        time.sleep(600)
+    real(path, data)
+staging._write_file = write
+staging.write_files(sys.argv[1], {"model.c": "int new_model;\\n" * 100, "model.h": "/* new */\\n",
+                                  "samples.h": "new samples\\n"})
+"""
+
+
+@pytest.mark.parametrize("at", [1, 3])
+def test_a_writer_killed_mid_write_leaves_the_old_folder(old_project, tmp_path, at):
+    before = tree(old_project)
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(old_project), str(at)], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline().strip() == "paused"
+    finally:
+        child.kill()
+        child.wait()
+    assert tree(old_project) == before  # the old project, whole: nothing of the new one
+    left = [p.name for p in tmp_path.iterdir() if p.name != "proj"]
+    assert left and all(n.startswith(f".proj{staging.STAGE_MARK}{child.pid}-") for n in left)
+    write_files(old_project, {"model.h": "/* newer */\n"})  # the next write removes the dead writer's stage
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]
+    assert tree(old_project) == dict(before, **{"model.h": b"/* newer */\n"})
