@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import glob
 import os
 import shutil
 import sys
@@ -207,7 +208,7 @@ def _clean_leftovers(real: Path) -> None:
     between its two renames left aside."""
     if not real.parent.is_dir():
         return
-    for p in real.parent.glob(f".{_glob_escape(real.name)}{OLD_MARK}*"):
+    for p in real.parent.glob(f".{glob.escape(real.name)}{OLD_MARK}*"):
         pid = _pid_of(p.name[len(real.name) + 1 + len(OLD_MARK):])
         if pid is not None and not _alive(pid):
             if not real.exists():
@@ -215,7 +216,7 @@ def _clean_leftovers(real: Path) -> None:
                     os.rename(p, real)
                     continue
             shutil.rmtree(p, ignore_errors=True)
-    for p in real.parent.glob(f".{_glob_escape(real.name)}{STAGE_MARK}*"):
+    for p in real.parent.glob(f".{glob.escape(real.name)}{STAGE_MARK}*"):
         pid = _pid_of(p.name[len(real.name) + 1 + len(STAGE_MARK):])
         if pid is not None and not _alive(pid):
             shutil.rmtree(p, ignore_errors=True)
@@ -241,12 +242,6 @@ def _alive(pid: int) -> bool:
     except OSError:
         return True  # exists, owned by someone else
     return True
-
-
-def _glob_escape(name: str) -> str:
-    import glob
-
-    return glob.escape(name)
 
 
 # --- small helpers ---------------------------------------------------------------------------------
