@@ -1,21 +1,16 @@
 """The paper's int8 ImageNet-pretrained MCU models (mbv2-w0.35, mcunet-5fps, proxyless-w0.3).
 
-`from_tiny_training(path, num_classes=1000)` reads one of the files in
-../shared/assets/tiny-training (a torch.save zip whose data.pkl holds plain Python and
-numpy; read with a restricted unpickler, never a plain pickle load) and returns a float
-PyTorch module that computes what the int8 model computes, up to rounding: weights
-w_scale * w, biases x_scale * w_scale * b, ReLU6 where the output range is [0, 6]. The
-published integers and scales ride along (attribute `edgetrain_int8_spec`), so
-`compile(..., quantize="int8")` runs exactly them. Input: RGB float32 NCHW pixel values
-0..255 (the int8 input is pixel - 128).
+`from_tiny_training(path, num_classes=1000)` reads one of the files in the assets'
+tiny-training/ folder (a torch.save zip whose data.pkl holds plain Python and numpy; read
+with bounded sizes and a restricted unpickler, never a plain pickle load:
+tiny_training_reader.py) and returns a float PyTorch module that computes what the int8
+model computes, up to rounding: weights w_scale * w, biases x_scale * w_scale * b, ReLU6
+where the output range is [0, 6]. The published integers and scales ride along (attribute
+`edgetrain_int8_spec`), so `compile(..., quantize="int8")` runs exactly them. Input: RGB
+float32 NCHW pixel values 0..255 (the int8 input is pixel - 128).
 """
 from __future__ import annotations
 
-import importlib
-import io
-import pickle
-import zipfile
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -23,48 +18,19 @@ import torch
 from torch import nn
 
 from ..quantize import SPEC_ATTR, LayerSpec, QParams
+from .tiny_training_reader import MAX_MEMBER_BYTES, ModelFileError, load_tiny_training  # noqa: F401 (public)
 
 #: uint8 pixel p enters the int8 network as p - PIXEL_OFFSET
 PIXEL_OFFSET = 128
 #: an output range [0, hi] with hi within this of 6 is ReLU6 (6/255 scale and zero -128)
 RELU6_TOLERANCE = 0.05
-_ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-            ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
-            ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar")}
-
-
-class ModelFileError(ValueError):
-    pass
-
-
-class _Restricted(pickle.Unpickler):
-    def find_class(self, module, name):
-        if (module, name) not in _ALLOWED:
-            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a model file")
-        return getattr(importlib.import_module(module), name)
-
-
-def load_tiny_training(path) -> dict:
-    """The raw dict of a tiny-training model file (format: ../shared/assets/README.md)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ModelFileError(f"no model file at {path}; the paper's int8 models are in "
-                             f"../shared/assets/tiny-training/ (mbv2-w0.35.pkl, mcunet-5fps.pkl, proxyless-w0.3.pkl)")
-    try:
-        with zipfile.ZipFile(path) as z:
-            member = next((n for n in z.namelist() if n.endswith("data.pkl")), None)
-            if member is None:
-                raise ModelFileError(f"{path} has no data.pkl: not a tiny-training model file")
-            d = _Restricted(io.BytesIO(z.read(member))).load()
-    except (zipfile.BadZipFile, pickle.UnpicklingError, EOFError) as err:
-        raise ModelFileError(f"cannot read {path}: {err}") from None
-    if not isinstance(d, dict) or not {"first_conv", "blocks", "classifier"} <= set(d):
-        raise ModelFileError(f"{path} is not a tiny-training model (keys {sorted(d) if isinstance(d, dict) else d})")
-    return d
 
 
 def _qparams(p: dict, which: str) -> QParams:
-    return QParams(float(p[f"{which}_scale"]), int(p[f"{which}_zero"]))
+    scale = float(p[f"{which}_scale"])
+    if not (np.isfinite(scale) and scale > 0):
+        raise ModelFileError(f"{which}_scale {scale} is not a positive number")
+    return QParams(scale, int(p[f"{which}_zero"]))
 
 
 def _activation(y: QParams) -> Optional[nn.Module]:
@@ -82,11 +48,14 @@ class QConvLayer(nn.Module):
         p = spec["params"]
         w = np.asarray(p["weight"])
         k = tuple(spec["kernel_size"]) if isinstance(spec["kernel_size"], (tuple, list)) else (spec["kernel_size"],) * 2
+        _check_conv(w, k, spec["groups"], spec["stride"])
         self.conv = nn.Conv2d(w.shape[1] * spec["groups"], w.shape[0], k, spec["stride"], (k[0] // 2, k[1] // 2),
                               groups=spec["groups"], bias=True)
         self.x, self.y = _qparams(p, "x"), _qparams(p, "y")
         self.w_int = w.astype(np.int8)
         self.w_scales = np.asarray(p["w_scales"], dtype=np.float32)
+        if self.w_scales.shape != (w.shape[0],) or not np.all(np.isfinite(self.w_scales)):
+            raise ModelFileError(f"a conv's w_scales {self.w_scales.shape} are not {w.shape[0]} finite numbers")
         self.b_int = np.asarray(p["bias"], dtype=np.int32)
         with torch.no_grad():
             self.conv.weight.copy_(torch.from_numpy(self.w_int.astype(np.float32) * self.w_scales.reshape(-1, 1, 1, 1)))
@@ -99,6 +68,16 @@ class QConvLayer(nn.Module):
 
     def layer_spec(self) -> LayerSpec:
         return LayerSpec(self.w_int, self.w_scales, self.b_int, self.x, self.y)
+
+
+def _check_conv(w: np.ndarray, kernel: tuple, groups, stride) -> None:
+    """The conv's weight array fixes its size: a kernel or group count that disagrees (which
+    would make nn.Conv2d allocate whatever they say) is a malformed file."""
+    if w.ndim != 4 or kernel != w.shape[2:]:
+        raise ModelFileError(f"a conv's kernel {kernel} does not match its weights {w.shape}")
+    for name, v in (("groups", groups), ("stride", stride)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ModelFileError(f"a conv's {name} is {v!r}, not a positive int")
 
 
 class TinyTrainingBlock(nn.Module):
@@ -167,6 +146,12 @@ def from_tiny_training(path, num_classes: int = 1000, *, seed: int = 0) -> TinyT
     one (PyTorch's default init from `seed`) to train for the downstream task."""
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
-    net = TinyTrainingNet(load_tiny_training(path), num_classes, seed).eval()
-    object.__setattr__(net, SPEC_ATTR, net.int8_spec())
+    d = load_tiny_training(path)
+    try:
+        net = TinyTrainingNet(d, num_classes, seed).eval()
+        object.__setattr__(net, SPEC_ATTR, net.int8_spec())
+    except ModelFileError as err:
+        raise ModelFileError(f"{path}: {err}") from None
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError, OverflowError) as err:
+        raise ModelFileError(f"{path} is not a tiny-training model: {type(err).__name__}: {err}") from None
     return net
