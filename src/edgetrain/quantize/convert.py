@@ -85,7 +85,10 @@ def plan_quantization(g: Graph, consts: set[str]) -> Plan:
         if id(n) in p.absorbed:
             continue
         ins = n.inputs
-        if n.op in ("conv2d", "linear") and all(v.name in consts for v in ins[1:]) and ins[0].name not in consts:
+        # a weight another node also reads (GPT-2's LM head tied to its embedding) stays float:
+        # the int8 layer would replace the one tensor both read
+        if n.op in ("conv2d", "linear") and all(v.name in consts for v in ins[1:]) and ins[0].name not in consts \
+                and all(users.get(v) == [n] for v in ins[1:]):
             if n.op == "conv2d" and ins[0].type.rank != 4:
                 continue
             p.kinds[id(n)] = "qconv"
