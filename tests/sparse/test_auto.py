@@ -11,8 +11,8 @@ import torch
 
 import edgetrain as et
 from edgetrain.sparse import ContributionError, ContributionTable, scheme_layers
-from edgetrain.sparse.auto import (MAX_ROUNDS, SIGNIFICANCE, AutoFallbackWarning, CostCache, Measured, Piece, offered, predicted_peak,
-                                   search_scheme, solve_evolutionary, solve_levels)
+from edgetrain.sparse.auto import (MAX_ROUNDS, SIGNIFICANCE, AutoFallbackWarning, CostCache, Measured, Piece, offered,
+                                   predicted_peak, search_scheme, solve_evolutionary, solve_levels)
 from edgetrain.sparse.layers import Layer
 from edgetrain.sparse.search import InfeasibleBudget
 
