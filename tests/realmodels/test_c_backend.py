@@ -1,23 +1,36 @@
 """Real models on the C backend (float32): gradients equal the reference runtime's within
-float32 rounding (the tolerance of the backend matrix, tests/backends/test_matrix.py)."""
+float32 rounding (the tolerance of the backend matrix, tests/backends/test_matrix.py).
+
+The C is built at -O0 here: the kernels' results do not depend on the optimisation level
+(no contraction, no fast-math), and -O0 compiles a model's C several times faster; the zoo
+matrix (tests/backends/test_matrix.py) and bench/real_models.py run the default -O3 builds."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 import edgetrain as et
-from .conftest import build
+from edgetrain.backends.c.host import DEFAULT_CFLAGS, to_c_program
+from edgetrain.backends.capabilities import check_program
+from .conftest import BUILDERS, build
 
 #: float32, relative to the largest gradient of the weight (or 1e-3 of the model's largest)
 TOL = 1e-5
+#: DEFAULT_CFLAGS at -O0
+TEST_CFLAGS = tuple(f for f in DEFAULT_CFLAGS if not f.startswith("-O")) + ("-O0",)
+QUICK = ["hf.gpt2lm"]
+#: every other model of the list; hf.gpt2cls is tests/realmodels/test_gpt2cls.py's
+SLOW = [n for n in BUILDERS if n not in QUICK and n != "hf.gpt2cls"]
 
 
 def check_c_backend(name: str):
     model, x, y = build(name)
     model = model.float()
     x = x.float() if x.is_floating_point() else x
-    ref = et.compile(model, (x,), update=et.Full()).gradients(x.numpy(), y.numpy())
-    got = et.compile(model, (x,), update=et.Full(), backend="c").gradients(x.numpy(), y.numpy())
+    prog = et.compile(model, (x,), update=et.Full())
+    ref = prog.gradients(x.numpy(), y.numpy())
+    check_program(prog, "c")  # as et.compile(..., backend="c") does
+    got = to_c_program(prog, TEST_CFLAGS).gradients(x.numpy(), y.numpy())
     assert set(got) == set(ref)
     floor = 1e-3 * max(np.abs(g).max() for g in ref.values())
     for k in ref:
@@ -25,13 +38,13 @@ def check_c_backend(name: str):
         assert err <= TOL, f"{name}: {k} relative error {err:.2e}"
 
 
-def test_gpt2_on_the_c_backend():
-    """Embedding, constants folded from shapes, causal attention, tied weights."""
-    check_c_backend("hf.gpt2lm")
+@pytest.mark.parametrize("name", QUICK)
+def test_c_backend(name):
+    """GPT-2: embedding, constants folded from shapes, causal attention, tied weights."""
+    check_c_backend(name)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["hf.bert", "tv.googlenet", "timm.efficientvit_b0"])
+@pytest.mark.parametrize("name", SLOW)
 def test_c_backend_slow(name):
-    """BERT (folded buffers), GoogLeNet (max pooling with ceil_mode: pad), EfficientViT (pad, split)."""
     check_c_backend(name)
