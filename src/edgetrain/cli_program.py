@@ -462,7 +462,7 @@ def exit_code_for(err: BaseException) -> Optional[int]:
     if isinstance(err, (BudgetError, Infeasible)):
         return 3
     if isinstance(err, TrainingStopped):
-        return 4 if err.reason == "non-finite" else 130
+        return 4 if err.reason in ("non-finite", "diverged") else 130
     if isinstance(err, NonFiniteLossError):
         return 4
     if isinstance(err, KeyboardInterrupt):

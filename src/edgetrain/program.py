@@ -17,6 +17,31 @@ class NonFiniteLossError(FloatingPointError):
     """Training produced a non-finite loss or weight; the last good weights were kept."""
 
 
+#: the largest input or target magnitude a training step accepts. A step multiplies an input
+#: by the gradient it induces (which scales with the input too) and sums such products over a
+#: layer's fan-in: |x|^2 times fan-in and weights must stay far below float32's 2^128. Inputs
+#: up to 2^40 leave 2^48 of headroom; real data (pixels, normalised features, audio samples)
+#: lies many orders of magnitude below, so nothing larger is trainable data
+MAX_TRAIN_MAGNITUDE = 2.0 ** 40
+
+
+def check_trainable(a: np.ndarray, what: str) -> None:
+    """Refuse float data a training step cannot use (non-finite, or over MAX_TRAIN_MAGNITUDE),
+    before the step touches any state: one such sample would poison every later step."""
+    if a.dtype.kind != "f" or a.size == 0:
+        return
+    with np.errstate(all="ignore"):
+        bad = ~np.isfinite(a)
+        if bad.any():
+            i = np.unravel_index(int(np.argmax(bad)), a.shape)
+            raise ValueError(f"{what}: {int(bad.sum())} non-finite value(s) ({a[i]} at index {tuple(map(int, i))}); "
+                             f"training needs finite data")
+        peak = float(np.max(np.abs(a)))
+    if peak > MAX_TRAIN_MAGNITUDE:
+        raise ValueError(f"{what}: a value of magnitude {peak:.3g} is over the {MAX_TRAIN_MAGNITUDE:.3g} that float32 "
+                         f"training arithmetic can take without overflowing; normalise the data (--mean/--std)")
+
+
 def as_array(x, want: TensorType, what: str, batch_free: bool = False) -> np.ndarray:
     """`x` (numpy array, torch tensor or nested list) as an array of type `want`; with
     `batch_free` the first dim may differ."""
@@ -73,13 +98,18 @@ class Program:
         self._aliases = dict(state_aliases)
 
     # --- inputs --------------------------------------------------------------------------
-    def _data_feeds(self, g: Graph, x) -> dict[str, np.ndarray]:
+    def _data_feeds(self, g: Graph, x, training: bool = False) -> dict[str, np.ndarray]:
+        """The graph's data feeds for the model input(s) `x`; for `training` (step, gradients)
+        checked to be data a step can use (check_trainable)."""
         xs = x if isinstance(x, (tuple, list)) and len(self.inputs) > 1 else (x,)
         if len(xs) != len(self.inputs):
             raise ValueError(f"the model takes {len(self.inputs)} inputs, got {len(xs)}")
         src = self.input_transform or g
         feeds = {name: as_array(v, src.input(name).type, f"input {i}") for i, (name, v) in
                  enumerate(zip(self.inputs, xs))}
+        if training:
+            for i, name in enumerate(self.inputs):
+                check_trainable(feeds[name], f"input {i}")
         if self.input_transform is not None:
             feeds = run_graph(self.input_transform, feeds)[0]
         return feeds
@@ -92,11 +122,13 @@ class Program:
             if y.size and (y.min() < 0 or y.max() >= classes):
                 raise ValueError(f"labels must lie in [0, {classes}), got values in [{y.min()}, {y.max()}]")
             return y
-        return as_array(y, want, "targets")
+        y = as_array(y, want, "targets")
+        check_trainable(y, "targets")
+        return y
 
     def _feeds(self, g: Graph, x, y) -> dict[str, np.ndarray]:
         feeds = {v.name: self.state[v.name] for v in g.inputs if v.name in self.state}
-        feeds.update(self._data_feeds(g, x))
+        feeds.update(self._data_feeds(g, x, training=True))
         feeds[LABEL] = self._label_feed(g, y)
         store = getattr(self, "page_store", None)
         if store is not None and any(v.name == store.name for v in g.inputs):

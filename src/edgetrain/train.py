@@ -6,9 +6,10 @@ size per step, in an order drawn per epoch from (seed, epoch): a run resumed fro
 checkpoint takes the same batches in the same order and ends with bit-equal weights.
 
 After each epoch `<out>/epoch-NNNN.ckpt` is written atomically. When a step's loss is not
-finite (Program.step keeps the weights of the step before), or on Ctrl-C (handled between
-steps), `<out>/stopped.ckpt` records the last good state with its place in the epoch, and
-TrainingStopped is raised: nothing done before is lost."""
+finite (Program.step keeps the weights of the step before), when the run blows up while
+still finite (divergence.DivergenceGuard: the weights of the step before are put back), or
+on Ctrl-C (handled between steps), `<out>/stopped.ckpt` records the last good state with its
+place in the epoch, and TrainingStopped is raised: nothing done before is lost."""
 from __future__ import annotations
 
 import signal
@@ -23,6 +24,7 @@ import numpy as np
 
 from .checkpoint import Built, Checkpoint, save_checkpoint
 from .data.folder import ImageSet
+from .divergence import DivergenceGuard
 from .program import NonFiniteLossError
 
 EPOCH_FILE = "epoch-{:04d}.ckpt"
@@ -65,7 +67,7 @@ class TrainMeta:
     history: list = field(default_factory=list)  # per epoch: {"epoch", "loss", "steps", "val_accuracy"}
     mean: tuple = (0.0,)
     std: tuple = (1.0,)
-    reason: str = "epoch"  # why this checkpoint was written: epoch | compiled | non-finite | interrupted
+    reason: str = "epoch"  # why this checkpoint was written: epoch | compiled | non-finite | diverged | interrupted
 
     def as_dict(self) -> dict:
         return {"seed": self.seed, "data": self.data, "epoch": self.epoch, "position": self.position,
@@ -143,7 +145,7 @@ def fit(built: Built, data: ImageSet, opts: TrainOptions, meta: TrainMeta,
         val: Optional[ImageSet] = None, log=print) -> list[Path]:
     """Train `built.prog` on `data` from where `meta` stands to `opts.epochs` epochs; returns
     the checkpoints written. Raises TrainingStopped (after saving stopped.ckpt) on a
-    non-finite loss or Ctrl-C."""
+    non-finite loss, a blow-up (DivergenceGuard) or Ctrl-C."""
     from tqdm import tqdm
 
     prog = built.prog
@@ -172,6 +174,7 @@ def fit(built: Built, data: ImageSet, opts: TrainOptions, meta: TrainMeta,
         raise TrainingStopped(f"{message}; the last good weights (after {prog.steps} steps, epoch "
                               f"{meta.epoch + 1} batch {meta.position}/{n_batches}) are saved in {path}", path, reason)
 
+    guard = DivergenceGuard(prog)
     with _DeferInterrupt() as interrupt:
         for epoch in range(meta.epoch, opts.epochs):
             order = np.random.default_rng([meta.seed, epoch]).permutation(len(data))
@@ -184,11 +187,17 @@ def fit(built: Built, data: ImageSet, opts: TrainOptions, meta: TrainMeta,
                     x, y = data.batch(idx, shape, opts.mean, opts.std), data.labels[idx]
                     if opts.hook is not None:
                         opts.hook("step", prog.steps + 1)
+                    before = guard.before_step()
                     try:
                         with np.errstate(all="ignore"):  # a diverging step is reported once, below
                             loss = prog.step(x, y)
                     except NonFiniteLossError as err:
                         stop("non-finite", f"training stopped: {err}")
+                    blowup = guard.check(loss)
+                    if blowup is not None:
+                        guard.undo(before)
+                        stop("diverged", f"training stopped: step {prog.steps + 1} diverged: {blowup}; weights kept "
+                                         f"from step {prog.steps} (the learning rate may be too high)")
                     meta.position, meta.loss_sum = i + 1, meta.loss_sum + loss
                     bar.update(1)
                     bar.set_postfix(loss=f"{meta.loss_sum / (i + 1):.4f}", refresh=False)

@@ -174,11 +174,41 @@ def test_labels_out_of_range(model):
 def test_non_finite_loss_keeps_last_good_weights(model):
     prog = et.compile(model, (X,), optimizer=et.SGD(0.01))
     prog.step(X, Y)
+    prog.state["stem.0.weight"][...] = 3e38  # this step's arithmetic overflows
     good = {k: v.copy() for k, v in prog.state.items()}
-    with pytest.raises(et.NonFiniteLossError, match="step 2: loss is nan.*; weights kept from step 1"):
-        prog.step(torch.full_like(X, float("nan")), Y)
+    with np.errstate(all="ignore"), pytest.raises(et.NonFiniteLossError,
+                                                 match=r"step 2: loss is (nan|inf).*; weights kept from step 1"):
+        prog.step(X, Y)
     assert all(np.array_equal(good[k], prog.state[k]) for k in good)
     assert prog.steps == 1
+
+
+@pytest.mark.parametrize("bad,match", [(float("nan"), "non-finite"), (float("inf"), "non-finite"),
+                                       (1e30, "overflowing")], ids=["nan", "inf", "x*1e30"])
+def test_untrainable_input_is_refused_before_the_step(model, bad, match):
+    """Issue 18 item 5: `prog.step(x * 1e30, y)` was accepted and poisoned every later step
+    (NaN input was caught only after the step ran). Now refused at the boundary: the state
+    and the step count are untouched, and the next step equals a fresh program's."""
+    prog = et.compile(model, (X,), optimizer=et.SGD(0.01, momentum=0.9))
+    fresh = et.compile(model, (X,), optimizer=et.SGD(0.01, momentum=0.9))
+    before = {k: v.copy() for k, v in prog.state.items()}
+    x = X * bad if bad == 1e30 else X.clone().index_put_((torch.tensor([1]),), torch.tensor(bad))
+    for call in (prog.step, prog.gradients):
+        with pytest.raises(ValueError, match=f"input 0: .*{match}"):
+            call(x, Y)
+    assert prog.steps == 0 and all(np.array_equal(before[k], prog.state[k]) for k in before)
+    assert prog.step(X, Y) == fresh.step(X, Y)
+    assert all(np.array_equal(fresh.state[k], prog.state[k]) for k in fresh.state)
+    assert np.isfinite(prog.step(X * 1e6, Y))  # large but trainable magnitudes are data
+
+
+def test_mse_targets_must_be_trainable():
+    lin = nn.Linear(4, 2)
+    prog = et.compile(lin, (torch.zeros(1, 4),), loss="mse")
+    for bad in (float("nan"), 1e30):
+        with pytest.raises(ValueError, match="targets: "):
+            prog.step(np.ones((1, 4)), np.full((1, 2), bad))
+    assert prog.steps == 0
 
 
 def test_budget_too_small_names_smallest_fit(model):

@@ -148,12 +148,18 @@ def test_non_finite_step_leaves_the_running_statistics_as_they_were():
     (x, y), = _batches(torch.float32, steps=1)
     prog = et.compile(model, (x,), batchnorm="train", optimizer=et.SGD(lr=0.1, momentum=0.9))
     prog.step(x, y)
-    before = {k: v.copy() for k, v in prog.state.items()}
     stats = [k for k in prog.state if k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
     assert stats
     bad = x.numpy().copy()
-    bad[0, 0, 0, 0] = np.inf
-    with pytest.raises(et.program.NonFiniteLossError):
+    bad[0, 0, 0, 0] = np.inf  # input a step cannot train on: refused before the step runs
+    before = {k: v.copy() for k, v in prog.state.items()}
+    with pytest.raises(ValueError, match="non-finite"):
         prog.step(bad, y)
+    assert all(np.array_equal(prog.state[k], v) for k, v in before.items())
+    first = next(k for k in prog.trainable if prog.state[k].ndim == 4)
+    prog.state[first][...] = 3e38  # the next step's arithmetic overflows
+    before = {k: v.copy() for k, v in prog.state.items()}
+    with np.errstate(all="ignore"), pytest.raises(et.program.NonFiniteLossError):
+        prog.step(x, y)
     for k, v in before.items():
         np.testing.assert_array_equal(prog.state[k], v, err_msg=k)

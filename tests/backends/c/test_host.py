@@ -109,6 +109,21 @@ def test_non_finite_loss_keeps_weights(full_pair):
         np.testing.assert_array_equal(c.state[k], v)
 
 
+@pytest.mark.parametrize("bad", [1e30, float("nan")], ids=["x*1e30", "nan"])
+def test_untrainable_input_is_refused_like_the_reference(full_pair, bad):
+    """Issue 18 item 5: input a float32 step cannot train on is refused before the library
+    runs, as Program.step refuses it; nothing changes."""
+    c = full_pair[0]  # [1] is left overflowing by test_non_finite_loss_keeps_weights
+    saved, steps = {k: v.copy() for k, v in c.state.items()}, c.steps
+    for call in (c.step, c.gradients):
+        with pytest.raises(ValueError, match="input 0: .*(non-finite|overflowing)"):
+            call(X * bad, Y)
+    assert c.steps == steps
+    for k, v in saved.items():
+        np.testing.assert_array_equal(c.state[k], v)
+    assert np.isfinite(c.step(X, Y))
+
+
 def test_content_hash_cache_is_reused(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGETRAIN_CACHE", str(tmp_path))
     files = {"model.c": "int et_answer(void) { return 42; }\n", "model.h": "/* */\n"}

@@ -202,8 +202,8 @@ class CProgram(Program):
             self._lib.et_get_state(st.index, out.ctypes.data)
             dict.__setitem__(self.state, st.name, out)
 
-    def _input_bytes(self, g, x) -> np.ndarray:
-        feeds = self._data_feeds(g, x)
+    def _input_bytes(self, g, x, training: bool = False) -> np.ndarray:
+        feeds = self._data_feeds(g, x, training)
         if len(self.graph_inputs) == 1:
             return np.ascontiguousarray(feeds[self.graph_inputs[0]])
         return np.concatenate([np.ascontiguousarray(feeds[n]).reshape(-1).view(np.uint8) for n in self.graph_inputs])
@@ -211,7 +211,7 @@ class CProgram(Program):
     # --- running ------------------------------------------------------------------------
     def step(self, x, y) -> float:
         g = self.train_graph
-        xin = self._input_bytes(g, x)
+        xin = self._input_bytes(g, x, training=True)
         yin = np.ascontiguousarray(self._label_feed(g, y))
         self._push()
         self._lib.et_set_step(self.steps)
@@ -230,7 +230,7 @@ class CProgram(Program):
 
     def gradients(self, x, y) -> dict[str, np.ndarray]:
         g = self.grad_graph
-        xin = self._input_bytes(g, x)
+        xin = self._input_bytes(g, x, training=True)
         yin = np.ascontiguousarray(self._label_feed(g, y))
         self._push()
         self._lib.et_set_step(self.steps)
