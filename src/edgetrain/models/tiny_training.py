@@ -57,10 +57,14 @@ class QConvLayer(nn.Module):
         if self.w_scales.shape != (w.shape[0],) or not np.all(np.isfinite(self.w_scales)):
             raise ModelFileError(f"a conv's w_scales {self.w_scales.shape} are not {w.shape[0]} finite numbers")
         self.b_int = np.asarray(p["bias"], dtype=np.int32)
+        with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+            weight = self.w_int.astype(np.float32) * self.w_scales.reshape(-1, 1, 1, 1)
+            bias = (self.b_int * (self.x.scale * self.w_scales.astype(np.float64))).astype(np.float32)
+        if not (np.all(np.isfinite(weight)) and np.all(np.isfinite(bias))):
+            raise ModelFileError("a conv's scales make its real weights overflow float32")
         with torch.no_grad():
-            self.conv.weight.copy_(torch.from_numpy(self.w_int.astype(np.float32) * self.w_scales.reshape(-1, 1, 1, 1)))
-            self.conv.bias.copy_(torch.from_numpy((self.b_int * (self.x.scale * self.w_scales.astype(np.float64)))
-                                                  .astype(np.float32)))
+            self.conv.weight.copy_(torch.from_numpy(weight))
+            self.conv.bias.copy_(torch.from_numpy(bias))
         self.act = _activation(self.y) or nn.Identity()
 
     def forward(self, x):
