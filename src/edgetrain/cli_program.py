@@ -156,7 +156,8 @@ def add_commands(sub) -> None:
                        "After each epoch DIR/epoch-NNNN.ckpt is written atomically; a non-finite loss or Ctrl-C "
                        "saves the last good state to DIR/stopped.ckpt."),
                        epilog="examples:\n  edgetrain train nets/mine.py:build --input 1x3x64x64 --data photos/ "
-                       "--epochs 5 -o runs/a\n  edgetrain train --resume runs/a --data photos/ --epochs 8 -o runs/a\n"
+                       "--epochs 5 -o runs/a\n  edgetrain train --resume runs/a --model-file nets/mine.py --data photos/ "
+                       "--epochs 8 -o runs/a\n"
                        "  edgetrain compile ... -o out/ && edgetrain train --resume out/program.ckpt --data mnist "
                        "-o runs/b\n  edgetrain train nets/mine.py:build --input 1x3x32x32 --data "
                        "cifar10:dl/cifar-10-python.tar.gz --val cifar10:dl/cifar-10-python.tar.gz -o runs/c\n\n"
@@ -186,8 +187,8 @@ def add_commands(sub) -> None:
                        description=_wrap("Write the trained weights of a checkpoint as the original model's state_dict in "
                        "safetensors format (an int8 program's as real values, batch norm folded into its "
                        "convolution); checked to load into the model with load_state_dict before it is written."),
-                       epilog="example:\n  edgetrain export runs/a -o mine.safetensors\n  python -c \"from safetensors."
-                       "torch import load_file; model.load_state_dict(load_file('mine.safetensors'))\"\n\n"
+                       epilog="example:\n  edgetrain export runs/a --model-file nets/mine.py -o mine.safetensors\n"
+                       "  python -c \"from safetensors.torch import load_file; model.load_state_dict(load_file('mine.safetensors'))\"\n\n"
                        + EXIT_CODES)
     e.add_argument("checkpoint", metavar="CKPT|DIR", help="a checkpoint, or a folder (its furthest complete one)")
     e.add_argument("-o", "--output", required=True, metavar="FILE", help="the .safetensors file to write")
