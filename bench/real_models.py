@@ -12,11 +12,15 @@ row goes on):
   .gradients(x, y)` against torch.autograd, float64 (relative to each gradient's largest
   entry, or 1e-3 of the model's largest gradient if that is larger: tests/realmodels);
 - C: the same for the float32 C backend (`backend="c"`) against the float32 reference;
-- int8: `et.compile(model, (x,), quantize="int8", update=et.LastK(2))` and one `step`: its
-  loss if finite;
+- int8: `et.compile(model, (x,), quantize="int8", update=et.LastK(2))` (LastK(1) where the
+  int8 program has one conv/linear layer: GPT-2's are matmuls) and one `step`: its loss if
+  finite;
 - torch.compile: an unchanged 3-step SGD loop (lr 0.01, the same batch each step) under
   `torch.compile(model, backend="edgetrain")` in eval mode vs eager on a copy: max relative
   difference of the three losses;
+- torch.compile train(): the float64 model in train() (batch statistics; dropout and stochastic
+  depth masks drawn from torch's generator as eager draws them), 3 seeded steps of SGD with
+  momentum 0.9 (lr 0.01) compiled vs eager: max relative difference of the losses;
 - memory: `prog.memory.peak_bytes` of the Full float32 program vs PyTorch eager's metered
   peak of the same step (bench/torch_memory.py, training the same tensors), and the ratio
   PyTorch / edgetrain.
@@ -57,7 +61,8 @@ warnings.filterwarnings("ignore", message=r".*(LeafSpec|token_id).*")
 #: the models of tests/realmodels/conftest.py, light models first, the heavy ones last
 HEAVY = ("tv.resnet50", "tv.densenet121", "tv.vit_b_16", "tv.convnext_tiny", "tv.swin_t")
 MODELS = {**{k: v for k, v in rm.BUILDERS.items() if k not in HEAVY}, **{k: rm.BUILDERS[k] for k in HEAVY}}
-CELLS = ["capture", "ref_grad", "c", "int8", "torch_compile", "memory"]
+CELLS = ["capture", "ref_grad", "c", "int8", "torch_compile", "torch_compile_train", "memory"]
+TRAIN_SEED = 123
 FLOOR = 1e-3  # as tests/realmodels: gradients exactly zero in exact arithmetic are rounding noise
 LR, STEPS = 0.01, 3
 ERR_CHARS = 120  # of an error's first line, in the table
@@ -171,11 +176,20 @@ def row(name: str, emit=None, cells=None) -> dict:
         return {"max_rel_err": err, "worst": worst}
 
     def do_int8():
-        prog = et.compile(copy.deepcopy(model32), (x32,), quantize="int8", update=et.LastK(2))
+        from edgetrain.sparse.schemes import SchemeError
+
+        k = 2
+        try:
+            prog = et.compile(copy.deepcopy(model32), (x32,), quantize="int8", update=et.LastK(k))
+        except SchemeError as e:  # GPT-2: its Conv1D layers are matmuls, its one linear layer the head
+            if "has only 1" not in str(e):
+                raise
+            k = 1
+            prog = et.compile(copy.deepcopy(model32), (x32,), quantize="int8", update=et.LastK(k))
         loss = float(prog.step(x32.numpy(), y.numpy()))
         if not math.isfinite(loss):
             raise ArithmeticError(f"loss {loss}")
-        return {"loss": loss}
+        return {"loss": loss, "last_k": k}
 
     def do_torch_compile():
         import torch._dynamo
@@ -198,6 +212,23 @@ def row(name: str, emit=None, cells=None) -> dict:
         ours = loop(ours_m, torch.compile(ours_m, backend="edgetrain"))
         return {**loss_diff(ours, eager), "losses": ours, "eager_losses": eager}
 
+    def do_torch_compile_train():
+        """train() (batch statistics, dropout masks drawn from torch's generator as eager
+        draws them), float64, seeded: tests/realmodels/test_torch_compile.py's loop."""
+        import torch._dynamo
+        from tests.frontend.loops import train_loop
+
+        torch._dynamo.reset()
+        eager_m, ours_m = copy.deepcopy(model64).train(), copy.deepcopy(model64).train()
+
+        def loop(m, fn):
+            torch.manual_seed(TRAIN_SEED)
+            return train_loop(m, fn, [(x64, y)] * STEPS, lr=LR)[0]
+
+        eager = on_eager(lambda: loop(eager_m, eager_m))
+        ours = loop(ours_m, torch.compile(ours_m, backend="edgetrain"))
+        return {**loss_diff(ours, eager), "losses": ours, "eager_losses": eager}
+
     def do_memory():
         prog = progs.get("ref32") or et.compile(model32, (x32,), update=et.Full())
         pt = on_eager(lambda: measure_torch_step(copy.deepcopy(model32), x32, y, set(prog.trainable), lr=LR))
@@ -206,7 +237,8 @@ def row(name: str, emit=None, cells=None) -> dict:
                 "ratio": pt["peak_bytes"] / ours}
 
     for key, fn in [("capture", do_capture), ("ref_grad", do_ref_grad), ("c", do_c), ("int8", do_int8),
-                    ("torch_compile", do_torch_compile), ("memory", do_memory)]:
+                    ("torch_compile", do_torch_compile), ("torch_compile_train", do_torch_compile_train),
+                    ("memory", do_memory)]:
         if cells is None or key in cells:
             cell(key, fn)
     return r
@@ -245,8 +277,8 @@ def fmt_cell(key: str, v) -> str:
     if key in ("ref_grad", "c"):
         return f"{v['max_rel_err']:.1e}"
     if key == "int8":
-        return f"ok (loss {v['loss']:.3f})"
-    if key == "torch_compile":
+        return f"ok (loss {v['loss']:.3f}" + (f", LastK({v['last_k']})" if v.get("last_k", 2) != 2 else "") + ")"
+    if key in ("torch_compile", "torch_compile_train"):
         d = loss_diff(v["losses"], v["eager_losses"])  # recomputed: rows may predate nonfinite_steps
         note = "" if not d["nonfinite_steps"] else \
             f" (step {', '.join(map(str, d['nonfinite_steps']))}: loss not finite on " \
@@ -260,8 +292,9 @@ def fmt_cell(key: str, v) -> str:
 
 def table(rows: list[dict]) -> str:
     lines = ["| model | capture | ref grad (f64 rel err) | C (f32 rel err) | int8 LastK(2) step "
-             "| torch.compile (loss rel diff) | peak memory edgetrain / PyTorch (ratio) | s |",
-             "|---|---|---:|---:|---|---:|---|---:|"]
+             "| torch.compile eval (loss rel diff) | torch.compile train() f64 (loss rel diff) "
+             "| peak memory edgetrain / PyTorch (ratio) | s |",
+             "|---|---|---:|---:|---|---:|---:|---|---:|"]
     for r in rows:
         cells = " | ".join(fmt_cell(k, r.get(k)) for k in CELLS)
         lines.append(f"| {r['model']} | {cells} | {r.get('total_seconds', '')} |")
