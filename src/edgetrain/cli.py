@@ -137,6 +137,7 @@ def _schedule(args) -> int:
     import json
 
     import edgetrain as et
+    from edgetrain.config import format_bytes
 
     model, xs = _sized_inputs(args)
     prog = et.compile(model, xs, update=args.update)
@@ -152,7 +153,7 @@ def _schedule(args) -> int:
     else:
         print(f"# {args.model} (batch {xs[0].shape[0]}) on {problem.device.title}")
         print(f"  {problem.describe()}")
-        print(f"  budget: {'unlimited' if ram is None else f'{ram:,} B'}; deadline: "
+        print(f"  budget: {'unlimited' if ram is None else f'{format_bytes(ram)} ({ram:,} B)'}; deadline: "
               f"{'none' if deadline is None else f'{deadline:.4g} s'}")
         print(f"  {sched.summary()}")
         print(f"  energy x{sched.energy_j / problem.base_energy_j:.4f}, time x{sched.time_s / problem.base_time_s:.4f} "
@@ -306,8 +307,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-#: torch.export's own deprecation notice, printed on every capture: noise for a CLI user
-TORCH_EXPORT_NOISE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 #: the exit code of an interrupted command (128 + SIGINT, as a shell reports Ctrl-C); SIGTERM too
 INTERRUPTED = 130
 
@@ -364,9 +363,6 @@ def main(argv=None) -> int:
 
 
 def _run(argv) -> int:
-    import warnings
-
-    warnings.filterwarnings("ignore", message=TORCH_EXPORT_NOISE, category=FutureWarning)
     args = parse_args(build_parser(), argv)
     try:
         if isinstance(getattr(args, "update", None), str):

@@ -382,6 +382,8 @@ def _run_train(args) -> int:
     data = load_images(args.data, (c, h, w), limit=args.limit, skip_bad=args.skip_bad_images)
     if data.skipped:
         print(describe_skipped(data.skipped), file=sys.stderr)
+    if data.conversion((c, h, w)):  # a named set's own size differs from the model's input: say so
+        _say(f"note: {data.conversion((c, h, w))}")
     fingerprint = data.fingerprint()
     if resumed and meta.data and meta.data != fingerprint:
         raise ValueError(f"--data {args.data} is not the data this run trained on ({len(data)} images now; its "

@@ -11,6 +11,16 @@ UNITS = {"": 1, "B": 1, "KB": 1024, "KIB": 1024, "K": 1024, "MB": 1024**2, "MIB"
          "GB": 1024**3, "GIB": 1024**3, "G": 1024**3}
 
 
+def format_bytes(n: int) -> str:
+    """`n` bytes in the units parse_bytes reads (KB = 1024 B, MB = 1024 KB): one unit family
+    in every summary, and a printed figure can be typed back as a budget (812.5 KB, 37.84 MB)."""
+    if n < UNITS["KB"]:
+        return f"{n} B"
+    if n < UNITS["MB"]:
+        return f"{n / UNITS['KB']:,.1f} KB"
+    return f"{n / UNITS['MB']:,.2f} MB"
+
+
 def parse_bytes(v: Union[int, str, None], what: str = "size") -> Optional[int]:
     """'256KB' -> 262144; ints pass through; None stays None."""
     if v is None:

@@ -45,6 +45,19 @@ class ImageSet:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def conversion(self, shape: tuple[int, int, int]) -> Optional[str]:
+        """In words, how batches turn these images into the model's `shape` (C, H, W) (a named
+        set keeps its own size: fashion-mnist's 1x28x28 digits feed a 3x32x32 model only
+        converted); None when they already have it."""
+        c, h, w = shape
+        c0 = 1 if self.images.ndim == 3 else self.images.shape[3]
+        h0, w0 = self.images.shape[1:3]
+        if (c0, h0, w0) == (c, h, w):
+            return None
+        how = [f"{'grey copied to 3 channels' if c0 == 1 else 'colour turned to grey'}"] if c0 != c else []
+        how += [f"resized (bilinear) from {h0}x{w0}"] if (h0, w0) != (h, w) else []
+        return f"{self.source}: {c0}x{h0}x{w0} images converted to the model's input {c}x{h}x{w} ({', '.join(how)})"
+
     def batch(self, index: Sequence[int], shape: tuple[int, int, int], mean=(0.0,), std=(1.0,)) -> np.ndarray:
         """Images `index` as float32 (len(index), C, H, W): resized to H x W (bilinear) where
         they are not, in [0, 1], then (x - mean) / std per channel."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -68,9 +69,23 @@ def _dtype(t) -> str:
     return TORCH_DTYPES[t.dtype]
 
 
+#: torch.export's own deprecation notice (its pytree code, not the user's), printed on every
+#: capture: silenced around the export so that it does not leak into every user script
+TORCH_EXPORT_NOISE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+
+
 def _export(model: torch.nn.Module, args: tuple):
     was_training = model.training
     model.eval()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=TORCH_EXPORT_NOISE, category=FutureWarning)
+            return _export_decomposed(model, args)
+    finally:
+        model.train(was_training)
+
+
+def _export_decomposed(model: torch.nn.Module, args: tuple):
     try:
         ep = torch.export.export(model, args)
         table = torch.export.default_decompositions()
@@ -80,8 +95,6 @@ def _export(model: torch.nn.Module, args: tuple):
     except Exception as err:  # torch raises many types; the user needs to know it was capture
         raise CaptureError(f"torch.export could not capture {type(model).__name__}: "
                            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from err
-    finally:
-        model.train(was_training)
 
 
 def _fx_args(node) -> list:

@@ -15,7 +15,8 @@ class MemoryReport:
     arena holding activations, saved tensors, gradients, inputs and temporaries, every
     tensor at a fixed offset: `arena.offsets`; an elementwise op's output reuses a dying
     input's storage in place where the op allows it) + `trainable_bytes` (trained weights
-    and their optimizer state, which must sit in RAM). `activation_bytes` is the peak of
+    and their optimizer state, which must sit in RAM; `optimizer_bytes` is the optimizer
+    state's part, momentum, which for int8 weights is float32 and outweighs them). `activation_bytes` is the peak of
     live bytes in the node order without in-place reuse (what the reference runtime,
     which allocates every output, holds), so the arena can be below it. Frozen weights,
     buffers and constants are read-only (`flash_bytes`: flash on a microcontroller)."""
@@ -34,6 +35,8 @@ class MemoryReport:
     #: the linked Cortex-M firmware's size report (backends.c.cortexm.FirmwareSize), once
     #: `backends.c.cortexm.run_firmware` has built and run it
     firmware: object = field(default=None, compare=False)
+    #: of `trainable_bytes`, the optimizer's state (SGD momentum buffers)
+    optimizer_bytes: int = 0
 
     @property
     def flash_bytes(self) -> int:
@@ -41,12 +44,14 @@ class MemoryReport:
         return self.frozen_bytes
 
     def summary(self) -> str:
-        def kb(b):
-            return f"{b / 1024:,.1f} KB"
+        from ..config import format_bytes as kb
 
+        trained = self.trainable_bytes - self.optimizer_bytes
+        state = (f"trained weights {kb(trained)} + optimizer state {kb(self.optimizer_bytes)}" if self.optimizer_bytes
+                 else f"trained weights {kb(trained)}")
         return (f"peak {kb(self.peak_bytes)} = arena {kb(self.arena_bytes)} (live peak without "
-                f"in-place reuse {kb(self.activation_bytes)} at node {self.peak_step}, {self.peak_op}) + trainable "
-                f"{kb(self.trainable_bytes)}; flash {kb(self.frozen_bytes)}; all weights {kb(self.weight_bytes)}"
+                f"in-place reuse {kb(self.activation_bytes)} at node {self.peak_step}, {self.peak_op}) + {state}; "
+                f"flash {kb(self.frozen_bytes)}; all weights {kb(self.weight_bytes)}"
                 + (f"; firmware: {self.firmware.describe()}" if self.firmware is not None else ""))
 
     def plot(self, path) -> str:
@@ -92,16 +97,19 @@ def plan_memory(g: Graph, ram_inputs: Iterable[str], trainable: Iterable[str],
     timeline = live_bytes_timeline(g, lts)
     peak_step = max(range(len(timeline)), key=timeline.__getitem__) if timeline else 0
     activation = timeline[peak_step] if timeline else sum(lt.nbytes for lt in lts)
-    t_bytes = frozen = weights = 0
+    t_bytes = frozen = weights = optimizer = 0
     for v in g.inputs:
         if v.name in ram_inputs:
             continue
         in_sram = sram_bytes.get(v.name, v.type.nbytes) if v.name in trainable else 0
         t_bytes += in_sram
         frozen += v.type.nbytes - in_sram
-        weights += 0 if v.name.startswith("momentum:") else v.type.nbytes
+        if v.name.startswith("momentum:"):
+            optimizer += in_sram
+        else:
+            weights += v.type.nbytes
     return MemoryReport(peak_bytes=arena.size + t_bytes, activation_bytes=activation, trainable_bytes=t_bytes,
                         frozen_bytes=frozen, weight_bytes=weights, peak_step=peak_step,
                         peak_op=g.nodes[peak_step].op if g.nodes else "",
                         timeline=tuple(timeline), ops=tuple(n.op for n in g.nodes),
-                        arena_bytes=arena.size, arena=arena)
+                        arena_bytes=arena.size, arena=arena, optimizer_bytes=optimizer)

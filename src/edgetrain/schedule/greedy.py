@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .plan import Infeasible, Schedule, make_schedule, stage_bytes_budget
+from .plan import HEURISTIC, Infeasible, Schedule, make_schedule, stage_bytes_budget
 from .problem import ScheduleProblem
 
 INF = float("inf")
@@ -261,7 +261,7 @@ def _run(problem, solver, choose_keep: Callable, pol: _Policy, keep, t0, page_ou
         raise Infeasible(f"{solver}: could not place every unit")
     keep, po, resident, recompute, page_in = _trim(problem, f, resident, recompute, page_in, po)
     return make_schedule(problem, solver, keep=keep, page_out=po, resident=resident, recompute=recompute,
-                         page_in=page_in, solve_s=time.perf_counter() - t0)
+                         page_in=page_in, solve_s=time.perf_counter() - t0, status=HEURISTIC)
 
 
 # ---------------------------------------------------------------------------------------
@@ -277,7 +277,7 @@ def solve_none(problem: ScheduleProblem, ram: Optional[int] = None, deadline: Op
     resident = [{u for u in keep if f.direct_last[u] >= s} for s in range(len(problem.stages))]
     empty = [()] * len(problem.stages)
     return make_schedule(problem, "none", keep=keep, page_out=(), resident=resident, recompute=empty,
-                         page_in=empty, solve_s=time.perf_counter() - t0)
+                         page_in=empty, solve_s=time.perf_counter() - t0, status=HEURISTIC)
 
 
 def _relevant(problem, f: Facts) -> list[int]:

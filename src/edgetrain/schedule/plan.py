@@ -10,7 +10,12 @@ import enum
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
+from ..config import format_bytes
 from .problem import ScheduleProblem
+
+#: the status of a schedule from a rule (chen, dtr, none) rather than a solver with a bound:
+#: its gap to the optimum is unknown, so neither "optimal" nor a gap is claimed
+HEURISTIC = "heuristic"
 
 
 class ScheduleError(ValueError):
@@ -47,7 +52,7 @@ class Schedule:
     activation_bytes: int
     solve_s: float
     gap: float
-    status: str
+    status: str  # "optimal" (within the solver's tolerance), "time_limit", or HEURISTIC
     peak_where: str = ""
 
     @property
@@ -87,10 +92,19 @@ class Schedule:
     def summary(self) -> str:
         p = self.problem
         extra_e = self.energy_j / p.base_energy_j - 1 if p.base_energy_j else 0.0
-        return (f"{self.solver}: peak {self.peak_bytes / 2**20:,.2f} MiB (activations "
-                f"{self.activation_bytes / 2**20:,.2f} MiB), energy {self.energy_j:.4g} J ({extra_e:+.2%}), "
+        return (f"{self.solver}: peak {format_bytes(self.peak_bytes)} (activations "
+                f"{format_bytes(self.activation_bytes)}), energy {self.energy_j:.4g} J ({extra_e:+.2%}), "
                 f"time {self.time_s:.4g} s, {self.recomputations} recomputations, {self.page_ins} page-ins, "
-                f"{len(self.page_out)} page-outs; solved in {self.solve_s:.2f} s, gap {self.gap:.2%} ({self.status})")
+                f"{len(self.page_out)} page-outs; solved in {self.solve_s:.2f} s, {self.quality()}")
+
+    def quality(self) -> str:
+        """How good the solver proved this schedule: `gap` is the relative distance of its
+        energy to the solver's lower bound; "optimal" means within the solver's tolerance."""
+        if self.status == HEURISTIC:
+            return "a heuristic (no bound on how far from optimal)"
+        if self.status == "optimal":
+            return "optimal" if self.gap == 0 else f"within {self.gap:.2%} of optimal (proven, the solver's tolerance)"
+        return f"stopped by the {self.status.replace('_', ' ')}: within {self.gap:.2%} of optimal"
 
 
 def make_schedule(problem: ScheduleProblem, solver: str, *, keep: Iterable[int], page_out: Iterable[int],

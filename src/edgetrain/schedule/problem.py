@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..config import format_bytes
 from ..ir import Graph
 
 if TYPE_CHECKING:
@@ -87,5 +88,5 @@ class ScheduleProblem:
 
     def describe(self) -> str:
         return (f"{len(self.graph.nodes)} nodes -> {len(self.units)} units, {len(self.stages)} stages on "
-                f"{self.device.name}; plain schedule {self.activation_bytes / 2**20:,.2f} MiB live at its peak "
-                f"+ {self.fixed_ram / 2**20:,.2f} MiB weights")
+                f"{self.device.name}; plain schedule {format_bytes(self.activation_bytes)} live at its peak "
+                f"+ {format_bytes(self.fixed_ram)} weights")
