@@ -385,9 +385,10 @@ def _run(argv) -> int:
             print(f"edgetrain {args.command}: internal error: {type(err).__name__}: {err} (a bug: rerun with "
                   f"--traceback and report it)", file=sys.stderr)
             return 1
-        msg = str(err) or type(err).__name__
-        print(f"edgetrain {args.command}: {'interrupted' if code == INTERRUPTED else 'error'}: {msg}",
-              file=sys.stderr)
+        if code == INTERRUPTED:  # train says what it saved; a bare Ctrl-C (a second one: stop now) says nothing more
+            print(f"edgetrain {args.command}: interrupted" + (f": {err}" if str(err) else ""), file=sys.stderr)
+        else:
+            print(f"edgetrain {args.command}: error: {str(err) or type(err).__name__}", file=sys.stderr)
         return code
 
 

@@ -181,7 +181,8 @@ def memory_report(prog, config, target: str, second_bank: int = 0) -> dict:
             "budget": {"sram": config.sram, "flash": config.flash},
             "weight_banks": 2 if second_bank else 1, "second_bank_bytes": second_bank,
             "peak_bytes": m.peak_bytes + second_bank, "program_peak_bytes": m.peak_bytes, "arena_bytes": m.arena_bytes, "activation_bytes": m.activation_bytes,
-            "trainable_bytes": m.trainable_bytes, "flash_bytes": m.frozen_bytes, "weight_bytes": m.weight_bytes,
+            "trainable_bytes": m.trainable_bytes, "optimizer_bytes": m.optimizer_bytes,
+            "flash_bytes": m.frozen_bytes, "weight_bytes": m.weight_bytes,
             "peak_step": m.peak_step, "peak_op": m.peak_op, "summary": m.summary(),
             "trainable": {p: {"shape": list(prog.state[p].shape),
                               "channels": None if sel is None else [sel.dim, len(sel.index)]}

@@ -110,6 +110,26 @@ def test_ctrl_c_at_start_up_or_twice_is_quiet(cli, monkeypatch):
     assert code == 130 and "Traceback" not in err and err.strip().endswith("edgetrain: interrupted")
 
 
+def test_a_second_ctrl_c_stops_train_at_once_quietly(cli, model_file, image_folder, tmp_path, monkeypatch):
+    """The first Ctrl-C asks train to stop after the step; a second one means now: exit 130 with
+    one line, the checkpoints on disk untouched."""
+    import os
+
+    from edgetrain import cli_program
+
+    def hook(what, value):
+        if what == "step" and value == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(cli_program, "_test_hook", lambda: hook)
+    run = tmp_path / "run"
+    code, _, err = cli("train", f"{model_file}:build", "--input", INPUT, "--data", image_folder, "-o", run,
+                       "--no-progress")
+    assert code == 130 and err.strip() == "edgetrain train: interrupted", err
+    assert not run.exists() or not any(p.suffix == ".ckpt" for p in run.iterdir())
+
+
 COMMANDS = ("compile", "train", "export", "inspect", "demo", "profile", "schedule", "report")
 
 
