@@ -161,6 +161,19 @@ def test_version_and_consistent_names(cli):
         assert p.parse_args(["report", "m", spelling, "64KB"]).ram == "64KB"
 
 
+def test_update_reads_the_same_everywhere(cli):
+    """--update SCHEME reads full, bias, last:K on every command; auto (compile and train only)
+    is refused by the others with the command that takes it."""
+    from edgetrain.cli import build_parser
+
+    p = build_parser()
+    for command in (["inspect", "m"], ["schedule", "m"], ["report", "m"]):
+        assert p.parse_args([*command, "--update", "LAST:3"]).update == "last:3"
+    assert p.parse_args(["compile", "m", "-o", "o", "--update", "Bias"]).update_spec == "bias"
+    code, _, err = cli("inspect", "mbv2-w0.35", "--update", "auto")
+    assert code == 2 and "edgetrain compile MODEL --update auto --contributions" in err, err
+
+
 @pytest.mark.parametrize("argv,usage,hint", [
     (["schedule", "mbv2-w0.35", "--sramm", "3KB"], "usage: edgetrain schedule", "did you mean --ram?"),
     (["compile", "m.py:build", "-o", "o", "--flsh", "1MB"], "usage: edgetrain compile", "did you mean --flash?"),
