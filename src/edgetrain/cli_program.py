@@ -214,7 +214,8 @@ EXIT_CODES = """exit codes:
   2  bad usage or input: options, model file, input shape, unsupported op, data, checkpoint
   3  does not fit: the memory budget (the message says the smallest that fits) or the firmware's regions
      (or a remat/paging schedule: no schedule fits the RAM budget and deadline)
-  4  training stopped on a non-finite loss (the last good weights are saved)
+  4  training stopped on a non-finite loss or a blow-up (exploding loss or weights, saturated int8
+     weights; the weights from before that step are saved)
   5  toolchain or firmware failure: C compiler, arm-none-eabi-gcc, QEMU, a firmware run that failed
 130  interrupted (Ctrl-C or SIGTERM; train saves its last good state first)"""
 
