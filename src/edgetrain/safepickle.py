@@ -139,7 +139,8 @@ class _Unpickler(pickle.Unpickler):
             return _dtype
         if key == ("_codecs", "encode"):
             return _latin1_encode
-        raise Refused(f"{module}.{name} is not allowed (only numpy arrays and plain values are loaded)")
+        raise Refused(f"it asks for {module}.{name}, which is not allowed (only numpy arrays and plain values "
+                      f"are loaded)")
 
 
 def _check_opcodes(data: bytes) -> None:

@@ -5,22 +5,20 @@ it extracts to. Each batch (data_batch_1..5, test_batch) is a Python 2 pickle of
 row-major), b"labels": [N ints], b"batch_label", b"filenames"}; batches.meta names the classes.
 
 A pickle can run any code while it loads, and this one comes from a path the user gives, so
-it is read with an unpickler that builds numpy arrays and nothing else besides the dicts,
-lists, bytes and numbers the pickle opcodes make themselves: any other global (os.system,
-builtins.eval, ...) is refused with DataError before it is called. Members are read from the
-archive into memory (nothing is extracted to disk), each at most MAX_MEMBER_BYTES."""
+it is read with safepickle.loads, which builds numpy arrays and nothing else besides the
+dicts, lists, bytes and numbers the pickle opcodes make themselves, and checks every size the
+pickle declares before it is allocated: any other global (os.system, builtins.eval, ...) is
+refused with DataError before it is called. Members are read from the archive into memory
+(nothing is extracted to disk), each at most MAX_MEMBER_BYTES."""
 from __future__ import annotations
 
-import codecs
-import importlib
-import io
-import pickle
 import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 
+from ..safepickle import Refused, loads
 from .mnist import DataError
 
 CIFAR10_PYTHON_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -32,54 +30,12 @@ PIXELS = 3 * SIDE * SIDE
 #: a real batch is 10,000 images of 3,072 bytes plus names (about 31 MB pickled): a member
 #: claiming more is not CIFAR-10 and is not read (a small archive cannot make us allocate GBs)
 MAX_MEMBER_BYTES = 40 * 2**20
-#: what a batch pickle may name: numpy's array reconstruction (both module names numpy has
-#: used) and the codec call Python 3 pickles use for bytes (protocol 2), held to latin-1
-_NUMPY_GLOBALS = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-                  ("numpy", "ndarray"), ("numpy", "dtype")}
-_LATIN1 = "latin1"
-
-
-class _Refused(pickle.UnpicklingError):
-    """The pickle asked for something a CIFAR-10 batch never holds."""
-
-
-def _latin1_encode(text, encoding=_LATIN1):
-    """`_codecs.encode` as protocol-2 pickles of bytes use it; any other codec is refused."""
-    if codecs.lookup(encoding).name != "iso8859-1" or not isinstance(text, str):
-        raise _Refused(f"_codecs.encode with {encoding!r} is not allowed in a CIFAR-10 batch")
-    return text.encode(_LATIN1)
-
-
-def _reconstruct_checked(reconstruct):
-    """numpy's `_reconstruct(ndarray, shape, typecode)`, refusing another class or a shape that
-    would allocate more than a batch holds (a pickle of a few bytes could ask for terabytes)."""
-    def checked(subtype, shape, typecode):
-        if subtype is not np.ndarray:
-            raise _Refused(f"it builds a {getattr(subtype, '__name__', subtype)!r}, not a numpy array")
-        dims = shape if isinstance(shape, tuple) else (shape,)
-        if not all(isinstance(d, int) and d >= 0 for d in dims) or int(np.prod(dims, dtype=object)) > MAX_MEMBER_BYTES:
-            raise _Refused(f"it asks for an array of shape {shape!r}, larger than a CIFAR-10 batch")
-        return reconstruct(subtype, shape, typecode)
-    return checked
-
-
-class _BatchUnpickler(pickle.Unpickler):
-    """Loads numpy arrays, dicts, lists, bytes and numbers; refuses every other global."""
-
-    def find_class(self, module, name):
-        if (module, name) == ("_codecs", "encode"):
-            return _latin1_encode
-        if (module, name) not in _NUMPY_GLOBALS:
-            raise _Refused(f"it asks for {module}.{name}, which a CIFAR-10 batch never holds "
-                           f"(only numpy arrays, dicts, lists, bytes and numbers are loaded)")
-        found = getattr(importlib.import_module(module), name)
-        return _reconstruct_checked(found) if name == "_reconstruct" else found
 
 
 def _unpickle(raw: bytes, where: str) -> dict:
     try:
-        obj = _BatchUnpickler(io.BytesIO(raw), encoding="bytes").load()
-    except _Refused as err:
+        obj = loads(raw, encoding="bytes")  # Python 2's str as bytes
+    except Refused as err:
         raise DataError(f"{where}: refused to load: {err}") from None
     except Exception as err:  # a malformed pickle raises many types (EOFError, ValueError, TypeError, ...)
         raise DataError(f"{where}: not a CIFAR-10 batch pickle ({type(err).__name__}: {err})") from None
