@@ -143,3 +143,16 @@ def test_run_time_indexing_it_cannot_express_is_named(fn, message):
     with pytest.raises(UnsupportedOpError, match=message) as err:
         capture(Fn(fn), (X, IDS))
     assert "aten.index.Tensor" in str(err.value) and "test_aten_data.py" in str(err.value)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda ids: torch.arange(ids.shape[1]) * (ids != 0),  # int64 times a boolean mask: int64
+    lambda ids: (ids != 0) + ids.to(torch.int32),  # bool plus int32: int32
+    lambda ids: ids / 2,  # true division of integers: float32
+    lambda ids: ids.to(torch.int32) * 3 - ids,  # int32 and int64: int64
+], ids=["int-times-mask", "bool-plus-int", "int-div", "int32-int64"])
+def test_integer_arithmetic_promotes_as_torch(fn):
+    ids = torch.tensor([[1, 2, 0, 0], [3, 1, 2, 0]])
+    got, want = run(fn, ids)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

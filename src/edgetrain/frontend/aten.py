@@ -148,24 +148,32 @@ def _to_copy(e, x, dtype=None, **kw):
 _FLOATS = ("float64", "float32")
 
 
-def _promoted(a: str, b: str) -> str:
-    """The dtype torch gives an elementwise op of tensors of dtypes a and b (the float one;
-    the wider of two floats)."""
+def _promoted(a: str, b: str, op: str) -> str:
+    """The dtype torch gives an elementwise op of tensors of dtypes a and b: the float one (the
+    wider of two floats); float32 for a division of integers (true division); else the wider
+    integer (an int64 position times a boolean mask)."""
     for f in _FLOATS:
         if f in (a, b):
             return f
-    raise ValueError(f"operands of dtypes {a} and {b}: only float results are supported")
+    if op == "div":
+        return "float32"
+    from .aten_data import promoted
+
+    want = promoted(a, b)
+    if want == "bool":
+        raise ValueError(f"aten.{op} of two boolean tensors: only numeric results are supported")
+    return want
 
 
 def _binary(op):
     def conv(e, a, b, alpha=1):
         like = a if isinstance(a, Value) else b
         a, b = _tensor(e, a, like), _tensor(e, b, like)
-        if a.dtype != b.dtype:  # torch promotes (a float tensor times a boolean mask): to the float one
-            want = _promoted(a.dtype, b.dtype)
+        if a.dtype != b.dtype or a.dtype not in _FLOATS and (op == "div" or a.dtype == "bool"):
+            want = _promoted(a.dtype, b.dtype, op)  # a float tensor times a boolean mask: the float one
             a, b = (v if v.dtype == want else e.emit("cast", v, dtype=want) for v in (a, b))
         if alpha != 1:
-            b = e.emit("mul", b, e.const(alpha, like.dtype))
+            b = e.emit("mul", b, e.const(alpha, b.dtype))
         return e.emit(op, a, b)
 
     return conv
