@@ -133,7 +133,8 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
                    stages=stages, forward=forward, grad_graph=grads, train_graph=train, trainable=trainable,
                    layers=tuple(layers), memory=memory, loss=loss,
                    optimizer=optimizer, state_aliases=_state_aliases(model, set(cap.params) | set(cap.buffers)),
-                   export=export, quantize=quantize, scheme=update, op_sources=_op_sources(cap))
+                   export=export, quantize=quantize, scheme=update, op_sources=_op_sources(cap),
+                   source_lines=cap.source)
     return _on_backend(prog, backend)
 
 

@@ -59,15 +59,28 @@ def _add_model_options(p) -> None:
                    help="for a model file: a keyword argument of its factory (repeatable)")
 
 
+def _short_source(line: str) -> str:
+    """'path:N: code' with the path relative to the working directory when under it."""
+    import os
+
+    path, sep, rest = line.partition(":")
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return line
+    return (rel if not rel.startswith("..") else path) + sep + rest
+
+
 def _inspect(args) -> int:
     import torch
 
     import edgetrain as et
+    from .ir.printer import format_graph
 
     model, xs = _model_and_inputs(args)
     prog = et.compile(model, xs, update=args.update)
-    print(f"# {args.model}: captured graph")
-    print(prog.stages["captured"])
+    print(f"# {args.model}: captured graph (each op with the model line it came from)")
+    print(format_graph(prog.stages["captured"], {i: _short_source(line) for i, line in prog.source_lines.items()}))
     if args.training_graph:
         print(f"\n# training graph (backward, updates, node order)")
         print(prog.train_graph)

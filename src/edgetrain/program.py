@@ -68,10 +68,13 @@ class Program:
                  trainable: Mapping[str, Optional[ChannelSelect]], layers: tuple, memory: MemoryReport, loss: str,
                  optimizer, state_aliases: Mapping[str, str], export=None, quantize: Optional[str] = None,
                  graph_inputs: Optional[tuple[str, ...]] = None, input_transform: Optional[Graph] = None,
-                 scheme=None, op_sources: Optional[Mapping[str, tuple]] = None):
+                 scheme=None, op_sources: Optional[Mapping[str, tuple]] = None,
+                 source_lines: Optional[Mapping[int, str]] = None):
         self.stages = stages
         # captured op -> the model source lines it comes from (backends name them when they lack an op)
         self.op_sources = dict(op_sources or {})
+        #: node index of stages['captured'] -> the model source line it came from
+        self.source_lines = dict(source_lines or {})
         self.forward_graph, self.grad_graph, self.train_graph = forward, grad_graph, train_graph
         self.trainable = dict(trainable)
         self.layers = layers

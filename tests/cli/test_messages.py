@@ -94,3 +94,16 @@ def test_a_converted_data_set_is_announced(cli, model_file, tmp_path):
                          "--classes", "10", "-o", tmp_path / "run", "--no-progress")
     assert code == 0, err
     assert f"note: fashion-mnist (train): 1x28x28 images converted to the model's input 3x{SIDE}x{SIDE}" in out
+
+
+def test_inspect_shows_each_ops_model_line(cli, model_file):
+    """The tutorial's promise: `inspect` prints each captured op with the model line it came from."""
+    code, out, _ = cli("inspect", f"{model_file}:build", "--input", INPUT)
+    assert code == 0
+    ops = [line for line in out.splitlines() if re.match(r"\s+\d+: %", line)]
+    assert ops and all("  # " in line for line in ops)
+    pw = next(line for line in ops if "conv2d(" in line and "pw.weight" in line)
+    assert pw.endswith("x = torch.relu(self.pw(torch.relu(self.dw(x))))")
+    assert re.search(r"petnet\.py:\d+: ", pw)
+    head = next(line for line in ops if " = linear(" in line)
+    assert head.endswith("return self.head(x.mean((2, 3)))")
