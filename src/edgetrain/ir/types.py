@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .printer import format_value
+
 #: dtypes the IR knows, with their size in bytes.
 DTYPE_BYTES = {"float64": 8, "float32": 4, "int64": 8, "int32": 4, "int8": 1, "bool": 1}
 FLOAT_DTYPES = ("float32", "float64")
@@ -60,4 +62,6 @@ class Value:
         return self.type.dtype
 
     def __str__(self) -> str:
-        return f"%{self.id}" + (f"<{self.name}>" if self.name else "")
+        """Outside a graph a value has no number (ids are per process, never printed): `%?<name> : f32[..]`.
+        Inside one, the printer numbers values per graph (ir/printer.py)."""
+        return format_value(self)

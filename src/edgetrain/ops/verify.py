@@ -3,6 +3,7 @@ after an in-place overwrite. Tests run it after every pass."""
 from __future__ import annotations
 
 from ..ir import Graph
+from ..ir.printer import format_value, number_values
 from .base import get_op
 
 
@@ -11,14 +12,18 @@ class VerificationError(ValueError):
 
 
 def verify(g: Graph) -> Graph:
-    """Check `g` and return it unchanged; raise VerificationError naming the node otherwise."""
+    """Check `g` and return it unchanged; raise VerificationError naming the node otherwise.
+    Values are named as `str(g)` prints them (numbered per graph)."""
+    def fmt(v):  # only on an error: numbering the values costs a pass over the graph
+        return format_value(v, number_values(g))
+
     defined = set()
     names = set()
     for v in g.inputs:
         if v in defined:
-            raise VerificationError(f"graph input {v} listed twice")
+            raise VerificationError(f"graph input {fmt(v)} listed twice")
         if not v.name or v.name in names:
-            raise VerificationError(f"graph input {v} needs a unique name")
+            raise VerificationError(f"graph input {fmt(v)} needs a unique name")
         names.add(v.name)
         defined.add(v)
     clobbered = {}
@@ -33,9 +38,9 @@ def verify(g: Graph) -> Graph:
             raise VerificationError(f"{where}: takes {lo_hi} operands, got {len(n.inputs)}")
         for v in n.inputs:
             if v not in defined:
-                raise VerificationError(f"{where}: uses {v} before it is defined")
+                raise VerificationError(f"{where}: uses {fmt(v)} before it is defined")
             if v in clobbered:
-                raise VerificationError(f"{where}: reads {v} after node {clobbered[v]} overwrote it in place")
+                raise VerificationError(f"{where}: reads {fmt(v)} after node {clobbered[v]} overwrote it in place")
         try:
             types = opdef.infer([v.type for v in n.inputs], n.attrs)
         except (ValueError, KeyError, TypeError) as err:
@@ -45,7 +50,7 @@ def verify(g: Graph) -> Graph:
                                     f"gives {[str(t) for t in types]}")
         for o in n.outputs:
             if o in defined:
-                raise VerificationError(f"{where}: assigns {o} a second time")
+                raise VerificationError(f"{where}: assigns {fmt(o)} a second time")
             defined.add(o)
         if opdef.mutates:
             for _, j in opdef.shares:
@@ -53,9 +58,9 @@ def verify(g: Graph) -> Graph:
                     clobbered[n.inputs[j]] = i
     for name, v in zip(g.output_names, g.outputs):
         if v not in defined:
-            raise VerificationError(f"output {name} = {v} is never defined")
+            raise VerificationError(f"output {name} = {fmt(v)} is never defined")
         if v in clobbered:
-            raise VerificationError(f"output {name} = {v} was overwritten in place by node {clobbered[v]}")
+            raise VerificationError(f"output {name} = {fmt(v)} was overwritten in place by node {clobbered[v]}")
     if len(set(g.output_names)) != len(g.output_names):
         raise VerificationError("output names must be unique")
     return g
