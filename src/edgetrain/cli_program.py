@@ -3,21 +3,17 @@ firmware project (cli_compile.py), a fine-tuned checkpoint, and weights PyTorch 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from .cli_types import (byte_size, floats, nonnegative_float, nonnegative_int, positive_float, positive_floats,
                         positive_int)
 
 #: firmware steps embedded by `compile` when no --samples is given
 DEFAULT_SAMPLES = 4
-#: tests only: "save:N:SECONDS" pauses the Nth checkpoint save between its temporary file's fsync
-#: and its rename, "step:N:SECONDS" pauses before step N, each after printing a line to stderr
-TEST_PAUSE_ENV = "EDGETRAIN_TEST_PAUSE"
 TARGETS = ("host", "cortex-m4", "cortex-m7")
 #: the checkpoint `compile` writes next to the project (a program before any training)
 COMPILED_FILE = "program.ckpt"
@@ -290,28 +286,11 @@ _PROGRAM_OPTS = ("input", "model_arg", "classes", "loss", "update_spec", "contri
                  "calibrate", "lr", "momentum", "weight_decay", "no_qas", "rounding_seed", "sram", "flash", "backend")
 
 
-def _test_hook():
-    """The pause of TEST_PAUSE_ENV ("save:N:SECONDS" or "step:N:SECONDS": the Nth save of this
-    process, or step N of the run), or None."""
-    spec = os.environ.get(TEST_PAUSE_ENV)
-    if not spec:
-        return None
-    m = re.fullmatch(r"(save|step):([0-9]+):([0-9.]+)", spec)
-    if not m:
-        raise ValueError(f"{TEST_PAUSE_ENV}={spec!r}: use save:N:SECONDS or step:N:SECONDS")
-    kind, at, seconds = m.group(1), int(m.group(2)), float(m.group(3))
-    saves = [0]
-
-    def hook(what, value):
-        if what != kind:
-            return
-        if what == "save":
-            saves[0] += 1
-        if (saves[0] if what == "save" else value) == at:
-            print(f"edgetrain-test: paused in {what} {at}: {value}", file=sys.stderr, flush=True)
-            time.sleep(seconds)
-
-    return hook
+def train_hook() -> Optional[Callable[[str, object], None]]:
+    """The hook `train` gives the training loop (TrainOptions.hook: called at each checkpoint save
+    and before each step): none. Tests replace this function in a child process to pause it at a
+    save or a step and kill it there (tests/cli/pause_launcher.py)."""
+    return None
 
 
 def run_train(args) -> int:
@@ -411,7 +390,7 @@ def _run_train(args) -> int:
     _say(f"training on {data.source}: {len(data)} images in {len(data.classes)} classes, epochs "
          f"{meta.epoch + 1}..{args.epochs}, checkpoints in {out}")
     opts = TrainOptions(epochs=args.epochs, out_dir=out, mean=mean, std=std, progress=not args.no_progress,
-                        hook=_test_hook())
+                        hook=train_hook())
     written = fit(built, data, opts, meta, val, log=_say)
     _say(f"done: {built.prog.steps} steps; last checkpoint {written[-1]}")
     return 0

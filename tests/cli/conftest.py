@@ -89,9 +89,12 @@ def cli(capsys):
     return run
 
 
-def edgetrain_process(*argv, env_extra=None, **kw) -> subprocess.Popen:
-    """`edgetrain argv` as a child process (stdout and stderr piped, text)."""
+def edgetrain_process(*argv, env_extra=None, pause=None, **kw) -> subprocess.Popen:
+    """`edgetrain argv` as a child process (stdout and stderr piped, text); `pause`
+    ("save:N:SECONDS" or "step:N:SECONDS") runs it through pause_launcher.py, which pauses the
+    training loop at the Nth checkpoint save or before step N."""
     env = dict(os.environ, **(env_extra or {}))
     env.setdefault("PYTHONUNBUFFERED", "1")
-    return subprocess.Popen([sys.executable, "-m", "edgetrain.cli", *map(str, argv)], stdout=subprocess.PIPE,
+    launch = ["-m", "edgetrain.cli"] if pause is None else [str(Path(__file__).with_name("pause_launcher.py")), pause]
+    return subprocess.Popen([sys.executable, *launch, *map(str, argv)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, **kw)

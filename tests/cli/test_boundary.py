@@ -13,7 +13,6 @@ import sys
 import pytest
 
 from edgetrain.checkpoint import load_checkpoint
-from edgetrain.cli_program import TEST_PAUSE_ENV
 
 from .conftest import INPUT, edgetrain_process
 
@@ -75,7 +74,7 @@ def test_sigterm_during_train_saves_and_exits_130(model_file, image_folder, tmp_
     stopped.ckpt holds the state after it, exit 130, no traceback."""
     run = tmp_path / "run"
     proc = edgetrain_process("train", f"{model_file}:build", "--input", INPUT, "--data", image_folder, "-o", run,
-                             "--no-progress", env_extra={TEST_PAUSE_ENV: "step:5:3"})
+                             "--no-progress", pause="step:5:3")
     try:
         for line in proc.stderr:
             if "paused in step 5" in line:
@@ -122,7 +121,7 @@ def test_a_second_ctrl_c_stops_train_at_once_quietly(cli, model_file, image_fold
             os.kill(os.getpid(), signal.SIGINT)
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(cli_program, "_test_hook", lambda: hook)
+    monkeypatch.setattr(cli_program, "train_hook", lambda: hook)
     run = tmp_path / "run"
     code, _, err = cli("train", f"{model_file}:build", "--input", INPUT, "--data", image_folder, "-o", run,
                        "--no-progress")

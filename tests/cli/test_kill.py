@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from edgetrain.checkpoint import TMP_PREFIX, latest_checkpoint, load_checkpoint
-from edgetrain.cli_program import TEST_PAUSE_ENV
 from edgetrain.outlock import LOCK_NAME
 
 from .conftest import IMAGES_PER_CLASS, INPUT, edgetrain_process
@@ -32,7 +31,7 @@ class Child:
     """A training process whose stderr is read by a thread."""
 
     def __init__(self, argv, pause):
-        self.proc = edgetrain_process(*argv, env_extra={TEST_PAUSE_ENV: pause})
+        self.proc = edgetrain_process(*argv, pause=pause)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -140,7 +139,7 @@ def test_ctrl_c_mid_epoch_saves_and_resumes(cli, model_file, image_folder, tmp_p
         if what == "step" and value == KILL_STEP:
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(cli_program, "_test_hook", lambda: hook)
+    monkeypatch.setattr(cli_program, "train_hook", lambda: hook)
     run = tmp_path / "int"
     code, _, err = cli(*_train_argv(model_file, image_folder, run))
     assert code == 130, err
