@@ -216,7 +216,7 @@ def row(name: str, emit=None, cells=None) -> dict:
         """train() (batch statistics, dropout masks drawn from torch's generator as eager
         draws them), float64, seeded: tests/realmodels/test_torch_compile.py's loop."""
         import torch._dynamo
-        from tests.frontend.loops import train_loop
+        from tests.torch_backend.loops import train_loop
 
         torch._dynamo.reset()
         eager_m, ours_m = copy.deepcopy(model64).train(), copy.deepcopy(model64).train()

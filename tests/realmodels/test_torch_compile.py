@@ -1,7 +1,7 @@
 """torch.compile(model, backend="edgetrain") of the real models in train(): an unchanged,
 seeded SGD loop (momentum 0.9) gives eager's losses, in float64. Batch norm uses batch
 statistics and updates its running statistics, dropout and stochastic depth draw their masks
-from torch's generator as eager does (tests/frontend/test_torch_compile_train.py)."""
+from torch's generator as eager does (tests/torch_backend/test_torch_compile_train.py)."""
 from __future__ import annotations
 
 import copy
@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from tests.frontend.loops import train_loop
+from tests.torch_backend.loops import train_loop
 from .conftest import BUILDERS, build
 
 #: relative difference of each of the three losses. Batch norm over a batch of 2 small maps

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import edgetrain as et
 from edgetrain.ops import verify
 from edgetrain.torch_backend import last_programs
-from tests.frontend.loops import train_loop
+from tests.torch_backend.loops import train_loop
 
 #: float64 against eager float64: torch's own hardsigmoid_backward multiplies by a float32
 #: 1/6 (0.1666666716337204) even for float64 tensors, where build_backward's hardsigmoid VJP

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from edgetrain.torch_backend import last_programs
-from tests.frontend.test_torch_compile import ResidualNet, _pair
-from tests.frontend.loops import train_loop
-from tests.frontend.test_torch_compile_autodiff import Attention, TrainBN, _batches, _mobile
+from tests.torch_backend.test_torch_compile import ResidualNet, _pair
+from tests.torch_backend.loops import train_loop
+from tests.torch_backend.test_torch_compile_autodiff import Attention, TrainBN, _batches, _mobile
 
 C = {"backend": "c"}
 TOL = 1e-4  # float32 over three SGD steps with momentum; the C kernels sum in another order than torch's

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import edgetrain as et
-from tests.frontend.loops import train_loop
+from tests.torch_backend.loops import train_loop
 from edgetrain.ops import verify
 from edgetrain.torch_backend import last_programs
 
