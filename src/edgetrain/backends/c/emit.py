@@ -3,6 +3,7 @@ three graphs as functions, the API) with the runtime headers; project.py adds th
 the host driver, a Makefile and a README; banks.py the two weight banks."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -116,59 +117,73 @@ static void et_split_scatter(const void *src, void *sel, void *rest, const uint1
 """
 
 
-def _graph_function(layout: Layout, key: str, gather_bufs: list, abort_points: bool = False) -> str:
-    gl = layout.graphs[key]
-    lines = [f"static void et_run_{key}(void) {{"]
-    base = EmitContext(layout, key)
-    fused, skip = {}, set()
+# --- the graphs as functions -------------------------------------------------------------------
+def _fused_bn_groups(gl, ctx: EmitContext) -> dict:
+    """{first node index: BNBackward} of the batch-norm backward groups emitted as one kernel
+    (fusion.py finds them on the planned arena; a group reading a split weight, or whose two
+    batch norms' eps differ, stays unfused)."""
+    fused = {}
     for grp in find_bn_backward(gl):
         nodes = [gl.graph.nodes[i] for i in grp.members]
-        if any(base.state_of(v) is not None and base.state_of(v).kind == "split" for m in nodes for v in m.inputs):
+        if any(ctx.state_of(v) is not None and ctx.state_of(v).kind == "split" for m in nodes for v in m.inputs):
             continue
         if grp.grad_weight is not None and grp.grad_weight.attrs["eps"] != grp.grad_input.attrs["eps"]:
             continue
         fused[grp.first] = grp
-        skip.update(grp.members)
+    return fused
+
+
+def _gathered_inputs(layout: Layout, key: str, n, gather_bufs: list) -> tuple[list, dict]:
+    """For a kernel that reads whole tensors: each split weight input gathered into a scratch
+    buffer (et_gather<slot>, sized in `gather_bufs`): (the gather calls, {value: C pointer})."""
+    ctx = EmitContext(layout, key)
+    pre, overrides, slot = [], {}, 0
+    for v in n.inputs:
+        st = ctx.state_of(v)
+        if st is not None and st.kind == "split" and v not in overrides:
+            buf = f"et_gather{slot}"
+            if slot >= len(gather_bufs):
+                gather_bufs.append(0)
+            gather_bufs[slot] = max(gather_bufs[slot], st.numel * np.dtype(st.dtype).itemsize)
+            pre.append(_gather_call(st, buf) + ";")
+            overrides[v] = f"(({C_TYPES[v.dtype]} *){buf})"
+            slot += 1
+    return pre, overrides
+
+
+def _node_block(key: str, i: int, comment: str, pre: list, code: str, abort_points: bool) -> list[str]:
+    """One node's statements: its comment, the profiling brackets, the bank abort point."""
+    lines = [f"  /* {i}: {comment} */", "  ET_PROF_BEGIN();"]
+    lines.extend("  " + p for p in pre)
+    lines.append("  " + code.replace("\n", "\n  "))
+    lines.append(f"  ET_PROF_END({GRAPHS.index(key)}, {i});")
+    if abort_points:
+        lines.append(f"  ET_BANK_ABORT_POINT({i});")
+    return lines
+
+
+def _graph_function(layout: Layout, key: str, gather_bufs: list, abort_points: bool = False) -> str:
+    """static void et_run_<key>(void): the graph's nodes in order, each its kernel's code."""
+    gl = layout.graphs[key]
+    lines = [f"static void et_run_{key}(void) {{"]
+    fused = _fused_bn_groups(gl, EmitContext(layout, key))
+    skip = {j for grp in fused.values() for j in grp.members}
     for i, n in enumerate(gl.graph.nodes):
         if i in fused:
             grp = fused[i]
             ops = "+".join(gl.graph.nodes[j].op for j in grp.members)
-            lines += [f"  /* {i}: fused {ops} (nodes {list(grp.members)}) */", "  ET_PROF_BEGIN();",
-                      "  " + emit_bn_backward(grp, base).replace("\n", "\n  "),
-                      f"  ET_PROF_END({GRAPHS.index(key)}, {i});"]
-            if abort_points:
-                lines.append(f"  ET_BANK_ABORT_POINT({i});")
+            code = emit_bn_backward(grp, EmitContext(layout, key))
+            lines += _node_block(key, i, f"fused {ops} (nodes {list(grp.members)})", [], code, abort_points)
             continue
         if i in skip:
             continue
         k = kernel_for(n)
-        overrides = {}
-        ctx = EmitContext(layout, key)
-        pre = []
-        if not k.split_aware:
-            slot = 0
-            for v in n.inputs:
-                st = ctx.state_of(v)
-                if st is not None and st.kind == "split" and v not in overrides:
-                    buf = f"et_gather{slot}"
-                    if slot >= len(gather_bufs):
-                        gather_bufs.append(0)
-                    gather_bufs[slot] = max(gather_bufs[slot], st.numel * np.dtype(st.dtype).itemsize)
-                    pre.append(_gather_call(st, buf) + ";")
-                    overrides[v] = f"(({C_TYPES[v.dtype]} *){buf})"
-                    slot += 1
-            ctx = EmitContext(layout, key, overrides)
-        code = k.fn(n, ctx)
+        pre, overrides = ([], {}) if k.split_aware else _gathered_inputs(layout, key, n, gather_bufs)
+        code = k.fn(n, EmitContext(layout, key, overrides))
         if not code and not pre:
             continue
         outs = ", ".join(f"{v.type}" for v in n.outputs)
-        lines.append(f"  /* {i}: {n.op} -> {outs} */")
-        lines.append(f"  ET_PROF_BEGIN();")
-        lines.extend("  " + p for p in pre)
-        lines.append("  " + code.replace("\n", "\n  "))
-        lines.append(f"  ET_PROF_END({GRAPHS.index(key)}, {i});")
-        if abort_points:
-            lines.append(f"  ET_BANK_ABORT_POINT({i});")
+        lines += _node_block(key, i, f"{n.op} -> {outs}", pre, code, abort_points)
     lines.append("}")
     return "\n".join(lines)
 
@@ -177,54 +192,81 @@ def _value_ptr(layout: Layout, key: str, v) -> str:
     return EmitContext(layout, key).ptr(v)
 
 
-def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = None,
-                 graphs: tuple = GRAPHS, weight_banks: int = 1) -> dict[str, str]:
-    """The emitted files as {file name: text} (model.c, model.h and the runtime headers).
-    `graphs`: which of "train" (et_train_step), "forward" (et_predict) and "grad"
-    (et_gradients) to emit; the arena is sized for those only (a microcontroller build may
-    emit ("train",): its arena is the training step's plan). `weight_banks=2`: the trained
-    state twice, a step committing its updates by one header write (runtime/et_bank.h; costs
-    the trained state's bytes once more in SRAM); 1: one copy updated in place."""
-    if weight_banks not in (1, 2):
-        raise CBackendError(f"weight_banks={weight_banks!r}: 1 (updates in place) or 2 (two banks)")
-    layout = layout or build_layout(prog, graphs)
+# --- what the sections share ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Unit:
+    """The facts about one emitted program that more than one section reads."""
+    prog: object
+    layout: Layout
+    embed: bool
+    keys: tuple  # the emitted graphs, of GRAPHS
+    data: list  # the train graph's data inputs
+    label: object
+    out_v: object  # the forward graph's output
+    grad: Optional[object]  # the gradient graph, when emitted
+    banked: list  # banks.bank_arrays: the arrays held twice (weight_banks=2), else []
+    headers: list  # the runtime headers model.c includes
+
+    @property
+    def banks(self) -> bool:
+        return bool(self.banked)
+
+    @property
+    def paging(self) -> bool:
+        return self.layout.page_bytes > 0
+
+    @property
+    def states(self) -> list:
+        return list(self.layout.states.values())
+
+    @property
+    def arena_words(self) -> int:
+        return self.layout.arena_bytes // 4
+
+    def copy_in(self, key: str, vals, src: str) -> list[str]:
+        """memcpy of `vals` (in order, packed) from the caller's buffer `src` into graph `key`'s inputs."""
+        out, off = [], 0
+        for v in vals:
+            gv = self.layout.graphs[key].graph.input(v.name)
+            out.append(f"  memcpy({_value_ptr(self.layout, key, gv)}, (const uint8_t *){src} + {off}, {v.type.nbytes});")
+            off += v.type.nbytes
+        return out
+
+
+def _unit(prog, layout: Layout, embed: bool, weight_banks: int) -> _Unit:
     keys = tuple(layout.graphs)
-    fwd = prog.forward_graph
     train = layout.graphs["train"].graph
-    grad = layout.graphs["grad"].graph if "grad" in keys else None
-    data = [train.input(n) for n in layout.data_inputs]
-    label = train.input(LABEL)
-    out_v = fwd.output("output")
-    input_bytes = sum(v.type.nbytes for v in data)
-    classes = out_v.shape[-1] if out_v.shape else 1
-    batch = data[0].shape[0] if data and data[0].shape else 1
-
-    banks = weight_banks == 2
-    banked = bank_arrays(layout, prog.state, embed_weights) if banks else []
-    if banks and not banked:
+    banked = bank_arrays(layout, prog.state, embed) if weight_banks == 2 else []
+    if weight_banks == 2 and not banked:
         raise CBackendError("weight_banks=2: this program trains no state tensor")
-    gather_bufs: list = []
-    funcs = [_graph_function(layout, k, gather_bufs, banks and k == "train") for k in keys]
     headers = [h for h in RUNTIME_HEADERS if (RUNTIME_DIR / h).exists()]
-    if banks:
+    if banked:
         headers.append("et_bank.h")
-    paging = layout.page_bytes > 0
-    if paging:
+    if layout.page_bytes > 0:
         headers.append(PAGE_HEADER)
+    return _Unit(prog=prog, layout=layout, embed=embed, keys=keys,
+                 data=[train.input(n) for n in layout.data_inputs], label=train.input(LABEL),
+                 out_v=prog.forward_graph.output("output"),
+                 grad=layout.graphs["grad"].graph if "grad" in keys else None, banked=banked, headers=headers)
 
-    h = [
+
+# --- model.h ----------------------------------------------------------------------------------
+def _model_h(u: _Unit) -> list[str]:
+    """The API: sizes as macros, the entry points (banks' and paging's when used)."""
+    out_v, data = u.out_v, u.data
+    return [
         "/* generated by edgetrain (C backend): the API of one compiled training program */",
         "#ifndef ET_MODEL_H", "#define ET_MODEL_H", "#include <stdint.h>",
-        f"#define ET_INPUT_BYTES {input_bytes}",
-        f"#define ET_LABEL_BYTES {label.type.nbytes}",
+        f"#define ET_INPUT_BYTES {sum(v.type.nbytes for v in data)}",
+        f"#define ET_LABEL_BYTES {u.label.type.nbytes}",
         f"#define ET_OUTPUT_FLOATS {out_v.type.numel}",
-        f"#define ET_NUM_CLASSES {classes}",
-        f"#define ET_BATCH {batch}",
-        f"#define ET_ARENA_BYTES {layout.arena_bytes}",
-        f"#define ET_NUM_STATE {len(layout.states)}",
-        f"#define ET_NUM_GRADS {len(grad.outputs) if grad is not None else 0}",
-        f"#define ET_HAS_PREDICT {int('forward' in keys)}",
-        f"#define ET_HAS_GRADIENTS {int('grad' in keys)}",
+        f"#define ET_NUM_CLASSES {out_v.shape[-1] if out_v.shape else 1}",
+        f"#define ET_BATCH {data[0].shape[0] if data and data[0].shape else 1}",
+        f"#define ET_ARENA_BYTES {u.layout.arena_bytes}",
+        f"#define ET_NUM_STATE {len(u.layout.states)}",
+        f"#define ET_NUM_GRADS {len(u.grad.outputs) if u.grad is not None else 0}",
+        f"#define ET_HAS_PREDICT {int('forward' in u.keys)}",
+        f"#define ET_HAS_GRADIENTS {int('grad' in u.keys)}",
         "#ifdef __cplusplus", 'extern "C" {', "#endif",
         "void et_init(void);",
         "float et_train_step(const void *input, const void *label);",
@@ -232,8 +274,8 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
         "int et_check_guards(void);",
         "void et_set_step(int32_t step);",
         "int32_t et_get_step(void);",
-        *(BANK_API.splitlines() if banks else []),
-        *(PAGE_API.format(nbytes=layout.page_bytes).splitlines() if paging else []),
+        *(BANK_API.splitlines() if u.banks else []),
+        *(PAGE_API.format(nbytes=u.layout.page_bytes).splitlines() if u.paging else []),
         "#ifndef ET_NO_STATE_IO",
         "int et_num_state(void);",
         "const char *et_state_name(int i);",
@@ -250,101 +292,123 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
         "#ifdef __cplusplus", "}", "#endif", "#endif", "",
     ]
 
-    c = ["/* generated by edgetrain (C backend) */", '#include "model.h"']
-    c += [f'#include "{hh}"' for hh in headers]
-    c += [
+
+# --- model.c: declarations --------------------------------------------------------------------
+def _includes(u: _Unit) -> list[str]:
+    return ["/* generated by edgetrain (C backend) */", '#include "model.h"'] + [f'#include "{h}"' for h in u.headers]
+
+
+def _arena_and_state(u: _Unit) -> list[str]:
+    """The arena (between guard words), the step counter, the state arrays (banked ones in the banks)."""
+    c = [
         "",
         "/* the arena with ET_GUARD_WORDS guard words before and after it */",
-        f"static uint32_t et_arena_mem[2 * ET_GUARD_WORDS + {layout.arena_bytes // 4}] ET_ALIGNED(64);",
+        f"static uint32_t et_arena_mem[2 * ET_GUARD_WORDS + {u.arena_words}] ET_ALIGNED(64);",
         "#define et_arena ((uint8_t *)(et_arena_mem + ET_GUARD_WORDS))",
         "static int32_t et_step;",
         "",
         "/* state tensors: trainable (SRAM), frozen (const: flash), split (selected channels in SRAM, the rest",
         "   in flash) */",
     ]
-    c += _state_decls(layout, prog.state, embed_weights, frozenset(a[0] for a in banked))
-    if banks:
-        c += bank_decls(banked)
-    c.append(SPLIT_HELPERS)
-    nmax = max(len(gl.graph.nodes) for gl in layout.graphs.values()) or 1
+    c += _state_decls(u.layout, u.prog.state, u.embed, frozenset(a[0] for a in u.banked))
+    if u.banks:
+        c += bank_decls(u.banked)
+    return c
+
+
+def _helpers(u: _Unit, gather_bufs: list) -> list[str]:
+    """Split-tensor gather / scatter, the profiling macros, the gather buffers the graphs use."""
+    c = [SPLIT_HELPERS]
+    nmax = max(len(gl.graph.nodes) for gl in u.layout.graphs.values()) or 1
     c.append(PROFILE.replace("NMAX", str(nmax)))
     for i, nbytes in enumerate(gather_bufs):
         c.append(f"static uint8_t et_gather{i}[{nbytes}] ET_ALIGNED(16); /* a split weight gathered whole */")
-    c += funcs
+    return c
 
-    def copy_in(key, vals, src):
-        out, off = [], 0
-        for v in vals:
-            gv = layout.graphs[key].graph.input(v.name)
-            out.append(f"  memcpy({_value_ptr(layout, key, gv)}, (const uint8_t *){src} + {off}, {v.type.nbytes});")
-            off += v.type.nbytes
-        return out
 
-    loss_ptr = _value_ptr(layout, "train", train.output("loss"))
-    if banks:
-        c.append(BANK_FUNCS)
+# --- model.c: the entry points -----------------------------------------------------------------
+def _init(u: _Unit) -> list[str]:
+    """et_init: guard words set, state fresh (or, with banks, resumed from the committed bank)."""
+    c = [BANK_FUNCS] if u.banks else []
     c += ["",
           "void et_init(void) {",
           "  for (int i = 0; i < ET_GUARD_WORDS; ++i) {",
           "    et_arena_mem[i] = ET_GUARD_VALUE;",
-          f"    et_arena_mem[ET_GUARD_WORDS + {layout.arena_bytes // 4} + i] = ET_GUARD_VALUE;",
+          f"    et_arena_mem[ET_GUARD_WORDS + {u.arena_words} + i] = ET_GUARD_VALUE;",
           "  }",
           ]
-    if banks:
-        c += ["  if (et_bank_boot() >= 0) return; /* resume from the committed bank */"] + bank_fresh_start(banked)
-    for st in layout.states.values():
+    if u.banks:
+        c += ["  if (et_bank_boot() >= 0) return; /* resume from the committed bank */"] + bank_fresh_start(u.banked)
+    for st in u.states:
         if st.name.startswith("momentum:"):
             c.append(f"  memset({st.c_name}, 0, sizeof {st.c_name});")
-    if banks:
+    if u.banks:
         c += ["  et_step = 0;", "  et_bank_commit(0, 0);", "}", ""]
     else:
         c += ["  et_step = 0;", "}", ""]
-    c += [
-          "int et_check_guards(void) {",
-          "  int bad = 0;",
-          "  for (int i = 0; i < ET_GUARD_WORDS; ++i) {",
-          "    bad |= et_arena_mem[i] != ET_GUARD_VALUE;",
-          f"    bad |= et_arena_mem[ET_GUARD_WORDS + {layout.arena_bytes // 4} + i] != ET_GUARD_VALUE;",
-          "  }",
-          "  return bad;",
-          "}", "",
-          "void et_set_step(int32_t step) { et_step = step; }",
-          "int32_t et_get_step(void) { return et_step; }", "",
-          "float et_train_step(const void *input, const void *label) {"]
-    c += copy_in("train", data, "input")
-    c += copy_in("train", [label], "label")
-    if banks:
-        c += ["  const int w = 1 - et_bank_active;",
-              "  et_bank_meta[w].step = -1; /* bank w is about to change: no longer a valid fallback */",
-              "  memcpy(et_banks[w], et_banks[et_bank_active], sizeof(et_bank_t));",
-              "  et_bank_cur = et_banks[w]; /* the step updates the copy */",
-              "  et_run_train();",
-              "#ifdef ET_BANK_TEST_HOOKS",
-              "  if (et_test_aborted) { union { uint32_t u; float f; } nan = {0x7fc00000u}; return nan.f; }",
-              "#endif",
-              f"  float loss = *{loss_ptr};",
-              "  union { float f; uint32_t u; } l = {loss};",
-              "  if ((l.u & 0x7f800000u) != 0x7f800000u) {",
-              "    et_step += 1;",
-              "    et_bank_commit(w, et_step); /* the step is complete: commit it */",
-              "  } else {",
-              "    et_bank_cur = et_banks[et_bank_active]; /* non-finite loss: the committed bank stays */",
-              "  }",
-              "  return loss;", "}", ""]
-    else:
-        c += ["  et_run_train();", f"  float loss = *{loss_ptr};", "  et_step += 1;", "  return loss;", "}", "",
-              ]
-    if "forward" in keys:
-        c.append("void et_predict(const void *input, float *out) {")
-        c += copy_in("forward", [fwd.input(v.name) for v in data], "input")
-        c += ["  et_run_forward();", f"  memcpy(out, {_value_ptr(layout, 'forward', out_v)}, {out_v.type.nbytes});",
-              "}"]
-    c += ["", "#ifndef ET_NO_STATE_IO"]
-    sts = list(layout.states.values())
-    c.append("static const char *const et_state_names[] = {" +
-             ", ".join(_c_str(st.name) for st in sts) + (", " if sts else "") + "0};")
-    c.append("static const long et_state_nbytes[] = {" +
-             ", ".join(str(st.numel * np.dtype(st.dtype).itemsize) for st in sts) + (", " if sts else "") + "0};")
+    return c
+
+
+def _guard_check(u: _Unit) -> list[str]:
+    """et_check_guards (the arena's guard words intact?) and the step counter's accessors."""
+    return ["int et_check_guards(void) {",
+            "  int bad = 0;",
+            "  for (int i = 0; i < ET_GUARD_WORDS; ++i) {",
+            "    bad |= et_arena_mem[i] != ET_GUARD_VALUE;",
+            f"    bad |= et_arena_mem[ET_GUARD_WORDS + {u.arena_words} + i] != ET_GUARD_VALUE;",
+            "  }",
+            "  return bad;",
+            "}", "",
+            "void et_set_step(int32_t step) { et_step = step; }",
+            "int32_t et_get_step(void) { return et_step; }", ""]
+
+
+def _train_step(u: _Unit) -> list[str]:
+    """et_train_step: inputs in, the train graph run, the loss out; with banks the step runs on a
+    copy of the committed bank and commits it when the loss is finite."""
+    c = ["float et_train_step(const void *input, const void *label) {"]
+    c += u.copy_in("train", u.data, "input")
+    c += u.copy_in("train", [u.label], "label")
+    loss_ptr = _value_ptr(u.layout, "train", u.layout.graphs["train"].graph.output("loss"))
+    if not u.banks:
+        return c + ["  et_run_train();", f"  float loss = *{loss_ptr};", "  et_step += 1;", "  return loss;", "}", ""]
+    return c + ["  const int w = 1 - et_bank_active;",
+                "  et_bank_meta[w].step = -1; /* bank w is about to change: no longer a valid fallback */",
+                "  memcpy(et_banks[w], et_banks[et_bank_active], sizeof(et_bank_t));",
+                "  et_bank_cur = et_banks[w]; /* the step updates the copy */",
+                "  et_run_train();",
+                "#ifdef ET_BANK_TEST_HOOKS",
+                "  if (et_test_aborted) { union { uint32_t u; float f; } nan = {0x7fc00000u}; return nan.f; }",
+                "#endif",
+                f"  float loss = *{loss_ptr};",
+                "  union { float f; uint32_t u; } l = {loss};",
+                "  if ((l.u & 0x7f800000u) != 0x7f800000u) {",
+                "    et_step += 1;",
+                "    et_bank_commit(w, et_step); /* the step is complete: commit it */",
+                "  } else {",
+                "    et_bank_cur = et_banks[et_bank_active]; /* non-finite loss: the committed bank stays */",
+                "  }",
+                "  return loss;", "}", ""]
+
+
+def _predict(u: _Unit) -> list[str]:
+    if "forward" not in u.keys:
+        return []
+    fwd = u.prog.forward_graph
+    c = ["void et_predict(const void *input, float *out) {"]
+    c += u.copy_in("forward", [fwd.input(v.name) for v in u.data], "input")
+    return c + ["  et_run_forward();",
+                f"  memcpy(out, {_value_ptr(u.layout, 'forward', u.out_v)}, {u.out_v.type.nbytes});", "}"]
+
+
+def _state_io(u: _Unit) -> list[str]:
+    """The state tensors by index: names, sizes, get / set (split ones gathered / scattered;
+    embedded flash ones read-only), a pointer to the unsplit ones."""
+    sts = u.states
+    c = ["static const char *const et_state_names[] = {" +
+         ", ".join(_c_str(st.name) for st in sts) + (", " if sts else "") + "0};",
+         "static const long et_state_nbytes[] = {" +
+         ", ".join(str(st.numel * np.dtype(st.dtype).itemsize) for st in sts) + (", " if sts else "") + "0};"]
     c += ["int et_num_state(void) { return ET_NUM_STATE; }",
           "const char *et_state_name(int i) { return i >= 0 && i < ET_NUM_STATE ? et_state_names[i] : 0; }",
           "long et_state_bytes(int i) { return i >= 0 && i < ET_NUM_STATE ? et_state_nbytes[i] : -1; }",
@@ -360,7 +424,7 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
             c.append(f"  case {st.index}: return (void *){st.c_name};")
     c += ["  }", "  return 0;", "}", "int et_set_state(int i, const void *src) {", "  switch (i) {"]
     for st in sts:
-        if embed_weights and st.kind in ("flash", "split"):
+        if u.embed and st.kind in ("flash", "split"):
             if st.kind == "flash":
                 c.append(f"  case {st.index}: return -2; /* read-only (flash) */")
             else:  # only the selected part is writable
@@ -369,19 +433,24 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
             c.append(f"  case {st.index}: {_scatter_call(st, 'src')}; return 0;")
         else:
             c.append(f"  case {st.index}: memcpy({st.c_name}, src, sizeof {st.c_name}); return 0;")
-    c += ["  }", "  return -1;", "}"]
-    # host: a step that keeps the trainable state when the loss or a weight turns non-finite
+    return c + ["  }", "  return -1;", "}"]
+
+
+def _checked_step(u: _Unit) -> list[str]:
+    """et_train_step_checked: a step that keeps the trainable state when the loss or a weight
+    turns non-finite (a backup copy; with banks the previous bank, which is intact)."""
+    sts, banks = u.states, u.banks
     guarded = [(st.sram, st.ctype) for st in sts if st.kind in ("sram", "split")]
+    c = []
     if guarded and not banks:
         fields = " ".join(f"{t} a{k}[sizeof {n} / sizeof({t})];" for k, (n, t) in enumerate(guarded))
         c.append("static struct { " + fields + " } et_backup;")
     c += ["/* 0: done; -1: non-finite loss; k > 0: state tensor k-1 became non-finite (weights restored) */",
           "int et_train_step_checked(const void *input, const void *label, float *loss) {"]
-    for k, (n, t) in enumerate(guarded):
-        if not banks:
-            c.append(f"  memcpy(et_backup.a{k}, {n}, sizeof {n});")
     if banks:
         c.append("  const int prev = et_bank_active;")
+    else:
+        c += [f"  memcpy(et_backup.a{k}, {n}, sizeof {n});" for k, (n, t) in enumerate(guarded)]
     c += ["  const int32_t step = et_step;", "  *loss = et_train_step(input, label);", "  int bad = 0;",
           "  { union { float f; uint32_t u; } l = {*loss}; if ((l.u & 0x7f800000u) == 0x7f800000u) bad = -1; }"]
     for k, (n, t) in enumerate(guarded):
@@ -397,30 +466,56 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
               "      et_bank_active = prev;",
               "      et_bank_cur = et_banks[prev];",
               "    }"]
-    for k, (n, t) in enumerate(guarded):
-        if not banks:
-            c.append(f"    memcpy(({t} *){n}, et_backup.a{k}, sizeof {n});")
-    c += ["    et_step = step;", "  }", "  return bad;", "}"]
-    if grad is not None:
-        gnames = list(grad.output_names)
-        c.append("static const char *const et_grad_names[] = {" + ", ".join(map(_c_str, gnames)) + ", 0};")
-        c.append("static const long et_grad_nbytes[] = {" + ", ".join(str(v.type.nbytes) for v in grad.outputs)
-                 + ", 0};")
-        c += ["int et_num_grads(void) { return ET_NUM_GRADS; }",
-              "const char *et_grad_name(int i) { return i >= 0 && i < ET_NUM_GRADS ? et_grad_names[i] : 0; }",
-              "long et_grad_bytes(int i) { return i >= 0 && i < ET_NUM_GRADS ? et_grad_nbytes[i] : -1; }",
-              "void et_gradients(const void *input, const void *label, void *const *out) {"]
-        c += copy_in("grad", [grad.input(v.name) for v in data], "input")
-        if any(v.name == LABEL for v in grad.inputs):
-            c += copy_in("grad", [grad.input(LABEL)], "label")
-        c.append("  et_run_grad();")
-        for i, v in enumerate(grad.outputs):
-            c.append(f"  memcpy(out[{i}], {_value_ptr(layout, 'grad', v)}, {v.type.nbytes});")
-        c.append("}")
-    c += ["#endif /* ET_NO_STATE_IO */", ""]
+    else:
+        c += [f"    memcpy(({t} *){n}, et_backup.a{k}, sizeof {n});" for k, (n, t) in enumerate(guarded)]
+    return c + ["    et_step = step;", "  }", "  return bad;", "}"]
 
-    files = {"model.h": "\n".join(h), "model.c": "\n".join(c)}
-    for hh in headers:
+
+def _gradients(u: _Unit) -> list[str]:
+    """et_gradients and the gradient tensors' names and sizes (when the grad graph is emitted)."""
+    grad = u.grad
+    if grad is None:
+        return []
+    c = ["static const char *const et_grad_names[] = {" + ", ".join(map(_c_str, grad.output_names)) + ", 0};",
+         "static const long et_grad_nbytes[] = {" + ", ".join(str(v.type.nbytes) for v in grad.outputs) + ", 0};",
+         "int et_num_grads(void) { return ET_NUM_GRADS; }",
+         "const char *et_grad_name(int i) { return i >= 0 && i < ET_NUM_GRADS ? et_grad_names[i] : 0; }",
+         "long et_grad_bytes(int i) { return i >= 0 && i < ET_NUM_GRADS ? et_grad_nbytes[i] : -1; }",
+         "void et_gradients(const void *input, const void *label, void *const *out) {"]
+    c += u.copy_in("grad", [grad.input(v.name) for v in u.data], "input")
+    if any(v.name == LABEL for v in grad.inputs):
+        c += u.copy_in("grad", [grad.input(LABEL)], "label")
+    c.append("  et_run_grad();")
+    for i, v in enumerate(grad.outputs):
+        c.append(f"  memcpy(out[{i}], {_value_ptr(u.layout, 'grad', v)}, {v.type.nbytes});")
+    return c + ["}"]
+
+
+# --- the whole ----------------------------------------------------------------------------------
+def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = None,
+                 graphs: tuple = GRAPHS, weight_banks: int = 1) -> dict[str, str]:
+    """The emitted files as {file name: text} (model.c, model.h and the runtime headers).
+    `graphs`: which of "train" (et_train_step), "forward" (et_predict) and "grad"
+    (et_gradients) to emit; the arena is sized for those only (a microcontroller build may
+    emit ("train",): its arena is the training step's plan). `weight_banks=2`: the trained
+    state twice, a step committing its updates by one header write (runtime/et_bank.h; costs
+    the trained state's bytes once more in SRAM); 1: one copy updated in place.
+
+    model.c, section by section: includes; arena and state arrays (banks.py's banks); helpers
+    (split gather / scatter, profiling, gather buffers); one function per graph; et_init;
+    the guard check; et_train_step; et_predict; then, unless ET_NO_STATE_IO, state I/O, the
+    checked step and et_gradients."""
+    if weight_banks not in (1, 2):
+        raise CBackendError(f"weight_banks={weight_banks!r}: 1 (updates in place) or 2 (two banks)")
+    u = _unit(prog, layout or build_layout(prog, graphs), embed_weights, weight_banks)
+    gather_bufs: list = []  # filled by the graph functions, declared before them
+    funcs = [_graph_function(u.layout, k, gather_bufs, u.banks and k == "train") for k in u.keys]
+    c = _includes(u) + _arena_and_state(u) + _helpers(u, gather_bufs) + funcs
+    c += _init(u) + _guard_check(u) + _train_step(u) + _predict(u)
+    c += ["", "#ifndef ET_NO_STATE_IO"] + _state_io(u) + _checked_step(u) + _gradients(u)
+    c += ["#endif /* ET_NO_STATE_IO */", ""]
+    files = {"model.h": "\n".join(_model_h(u)), "model.c": "\n".join(c)}
+    for hh in u.headers:
         files[hh] = (RUNTIME_DIR / hh).read_text()
     return files
 
