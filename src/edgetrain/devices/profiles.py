@@ -18,7 +18,8 @@ Choices where POET's published profiles are inconsistent or missing:
   -> 437 GFLOP/s fp32 peak; half of it sustained (``GPU_SUSTAINED_FRACTION``) -> 219 GFLOP/s; at the
   Max-Q module power of 7.5 W -> 2.9e10 FLOP/J. (POET's own TX2 "POWER" of 0.766 W is one loaded CPU
   core above idle, not the GPU.)
-- **M7 (STM32F746)** is not in POET. Its throughput is POET's measured M4F rate scaled by CoreMark
+- **M7 (STM32F746)** is not in POET; it is the profile of the ``cortex-m7`` emit target (``targets``).
+  Its throughput is POET's measured M4F rate scaled by CoreMark
   (1082 at 216 MHz vs the nRF52840's 212 at 64 MHz); power from the datasheet's run-mode current.
 - **One page latency per profile.** POET has separate page-in and page-out latencies, partly
   measured through the OS page cache (the A72's 5 us read). A page operation here is one tensor
@@ -129,12 +130,17 @@ DEVICES = MappingProxyType({
 
 
 def get_device(name_or_device) -> Device:
-    """A profile by name ("a72", case-insensitive), or a Device passed through."""
+    """A profile by name ("a72", case-insensitive) or by emit target ("cortex-m7": its profile,
+    devices.targets), or a Device passed through."""
     if isinstance(name_or_device, Device):
         return name_or_device
     if isinstance(name_or_device, str):
+        from .targets import TARGETS
+
         key = name_or_device.strip().lower()
         if key in DEVICES:
             return DEVICES[key]
+        if key in TARGETS:
+            return TARGETS[key].device
     raise ValueError(f"unknown device {name_or_device!r}: use one of {', '.join(DEVICES)} "
                      f"(or a Device; edgetrain.devices.calibrate_host() measures this machine)")

@@ -9,11 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Optional
 
+from ...devices.targets import FIRMWARE_TARGETS, TARGETS as _REGISTRY
 from .layout import CBackendError
 
-#: firmware targets (backends/c/cortexm.py)
-CORTEX_M_TARGETS = ("cortex-m4", "cortex-m7")
-TARGETS = ("host",) + CORTEX_M_TARGETS
+#: the emit targets, from the target registry (devices/targets.py); the firmware ones are
+#: built by backends/c/cortexm.py
+CORTEX_M_TARGETS = FIRMWARE_TARGETS
+TARGETS = tuple(_REGISTRY)
 
 
 def emit_c(prog, out_dir, target: str = "host", samples: Iterable = (), embed_weights: Optional[bool] = None) -> Path:

@@ -27,10 +27,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from string import Template
+from types import MappingProxyType
 from typing import Optional, Sequence
 
 import numpy as np
 
+from ...devices.targets import MCU_FLASH_BYTES, MCU_SRAM_BYTES, TARGETS as ALL_TARGETS, Target
+from .cache import cache_path
 from .layout import CBackendError
 from .staging import write_files
 
@@ -42,8 +45,10 @@ RUNTIME_FILES = ("startup.c", "main.c", "board.c", "board.h", "cortexm.h", "Make
 # (ZBT SSRAM1 at 0, ZBT SSRAM2/3 at 0x20000000); the regions are cut to the device budget.
 FLASH_ORIGIN = 0x0000_0000
 RAM_ORIGIN = 0x2000_0000
-FLASH_BYTES = 1024 * 1024  # the paper's STM32F746: 1 MB flash
-SRAM_BYTES = 256 * 1024  # ... and 320 KB SRAM, of which the paper budgets 256 KB
+# the regions' default sizes (each target's in devices.targets: the paper's STM32F746 has 1 MB
+# flash and 320 KB SRAM, of which the paper budgets 256 KB)
+FLASH_BYTES = MCU_FLASH_BYTES
+SRAM_BYTES = MCU_SRAM_BYTES
 # Stack reserve: the kernels are loops over compile-time shapes with a few scalars; main's
 # line buffer and newlib's snprintf (about 1.5 KB for %g) are the deepest users.
 DEFAULT_STACK_BYTES = 8 * 1024
@@ -57,20 +62,9 @@ ICOUNT_MARKER = "et_icount_mark"
 # this bounds what a bug in QEMU's device models could do).
 QEMU_SANDBOX = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
 
-@dataclass(frozen=True)
-class Target:
-    name: str
-    cpu: str  # -mcpu
-    fpu: str  # -mfpu (single precision, hard float ABI)
-    machine: str  # qemu-system-arm -M
-
-
-TARGETS = {
-    "cortex-m4": Target("cortex-m4", "cortex-m4", "fpv4-sp-d16", "mps2-an386"),
-    # fpv5-sp-d16: the single-precision FPU of the paper's STM32F746 (QEMU's M7 has the
-    # double-precision one, a superset).
-    "cortex-m7": Target("cortex-m7", "cortex-m7", "fpv5-sp-d16", "mps2-an500"),
-}
+#: the firmware targets of the target registry (devices.targets: CPU, FPU, QEMU machine, regions,
+#: cost profile)
+TARGETS = MappingProxyType({name: t for name, t in ALL_TARGETS.items() if t.firmware})
 
 
 class CortexMError(CBackendError):
@@ -78,6 +72,7 @@ class CortexMError(CBackendError):
 
 
 def get_target(target: str) -> Target:
+    """The registry's record of a firmware target (CortexMError for any other name)."""
     try:
         return TARGETS[target]
     except KeyError:
@@ -142,7 +137,7 @@ def firmware_project_files(prog, target: str = "cortex-m4", samples: Sequence = 
 
 def write_project(out_dir, target: str = "cortex-m4", samples=None, *, stack_bytes: int = DEFAULT_STACK_BYTES,
                   heap_bytes: int = DEFAULT_HEAP_BYTES, opt: str = DEFAULT_OPT,
-                  flash_bytes: int = FLASH_BYTES, sram_bytes: int = SRAM_BYTES) -> Path:
+                  flash_bytes: Optional[int] = None, sram_bytes: Optional[int] = None) -> Path:
     """Writes the firmware files into `out_dir` (which holds, or will hold, the emitted
     model.c/model.h). `samples`: a tuple (inputs, labels) of two arrays with one row per
     step, or a list of (x, y) array pairs, already in the program's dtypes (embedded as their
@@ -154,11 +149,14 @@ def write_project(out_dir, target: str = "cortex-m4", samples=None, *, stack_byt
 
 def firmware_files(target: str = "cortex-m4", samples=None, *, stack_bytes: int = DEFAULT_STACK_BYTES,
                    heap_bytes: int = DEFAULT_HEAP_BYTES, opt: str = DEFAULT_OPT,
-                   flash_bytes: int = FLASH_BYTES, sram_bytes: int = SRAM_BYTES) -> dict:
-    """{file name: text or bytes} of the firmware files write_project writes."""
+                   flash_bytes: Optional[int] = None, sram_bytes: Optional[int] = None) -> dict:
+    """{file name: text or bytes} of the firmware files write_project writes (flash_bytes,
+    sram_bytes: the linker's regions, by default the target's)."""
     from .project import samples_source
 
     t = get_target(target)
+    flash_bytes = t.flash_bytes if flash_bytes is None else flash_bytes
+    sram_bytes = t.sram_bytes if sram_bytes is None else sram_bytes
     if samples is None:
         raise CortexMError("the firmware needs training samples to embed")
     if isinstance(samples, tuple) and len(samples) == 2 and not isinstance(samples[0], tuple):
@@ -228,7 +226,7 @@ _STACK_RE = re.compile(r"^stack high water (\d+) of (\d+) bytes$")
 def _plugin_path() -> Path:
     src = RUNTIME_DIR / "icount_plugin.c"
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "edgetrain"
+    cache = cache_path("qemu")
     so = cache / f"qemu-icount-{digest}.so"
     if so.exists():
         return so

@@ -17,6 +17,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from ...program import NonFiniteLossError, Program, as_array
+from .cache import cache_path
 from .layout import CBackendError, Layout, build_layout
 
 #: the ctypes library: optimised for this machine, no implicit FMA contraction (int8 kernels'
@@ -46,8 +47,9 @@ def find_cc() -> str:
 
 
 def cache_dir() -> Path:
-    d = os.environ.get("EDGETRAIN_CACHE")
-    return Path(d) if d else Path.home() / ".cache" / "edgetrain" / "c"
+    """Where the host libraries are cached: the "c" folder of the one cache directory (cache.py:
+    $EDGETRAIN_CACHE, else $XDG_CACHE_HOME/edgetrain)."""
+    return cache_path("c")
 
 
 def content_key(files: Mapping[str, str], flags: Sequence[str], cc: str) -> str:

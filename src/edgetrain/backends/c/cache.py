@@ -1,0 +1,27 @@
+"""Where the C backend keeps what it builds, one setting for every build: the directory named by
+$EDGETRAIN_CACHE, else $XDG_CACHE_HOME/edgetrain (~/.cache/edgetrain when XDG_CACHE_HOME is
+unset, empty or relative, as the XDG base-directory spec asks). Under it, one folder per kind:
+"c" the host libraries (host.build_library, keyed by a content hash), "qemu" the QEMU
+instruction-count plugin (cortexm.run_qemu)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: the environment variable that moves the cache
+CACHE_ENV = "EDGETRAIN_CACHE"
+
+
+def cache_root() -> Path:
+    """The cache directory (not created here)."""
+    d = os.environ.get(CACHE_ENV)
+    if d:
+        return Path(d)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "edgetrain"
+
+
+def cache_path(kind: str) -> Path:
+    """The folder of one kind of build product under the cache directory (not created here)."""
+    return cache_root() / kind
