@@ -1,4 +1,5 @@
 """Autodiff at compile time: a reverse sweep that emits backward IR nodes."""
-from .backward import ChannelSelect, build_backward, grad_name
+from ..ops.base import WHOLE, ChannelSelect, Wanted, Whole
+from .backward import build_backward, grad_name
 
-__all__ = ["ChannelSelect", "build_backward", "grad_name"]
+__all__ = ["WHOLE", "ChannelSelect", "Wanted", "Whole", "build_backward", "grad_name"]

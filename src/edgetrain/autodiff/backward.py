@@ -1,44 +1,18 @@
 """build_backward: the reverse sweep, only toward the requested parameters.
 
 Each node's VJP (from its OpDef) emits backward nodes; gradients reaching a value from
-several uses are summed. A parameter may ask for a subset of its channels
-(`ChannelSelect`): VJPs that understand it (conv2d) compute only those channels, and for
-any other use the full gradient is narrowed with index_select. Dead code elimination
-afterwards removes whatever the requested gradients do not need.
+several uses are summed. What is wanted of each input's gradient is explicit
+(`ops.Wanted`): `WHOLE`, or a `ChannelSelect` (a subset of a weight's channels), or None
+(no gradient). VJPs that understand a ChannelSelect (conv2d, qconv2d) compute only those
+channels; for any other use the full gradient is narrowed with index_select. Dead code
+elimination afterwards removes whatever the requested gradients do not need.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping, Optional
 
-import numpy as np
-
 from ..ir import FLOAT_DTYPES, Graph, TensorType, Value
-from ..ops import Emitter, get_op
-
-
-@dataclass(frozen=True)
-class ChannelSelect:
-    """Train only `index` (sorted positions) along weight dim `dim`."""
-
-    dim: int
-    index: tuple[int, ...]
-
-    def __bool__(self) -> bool:  # a selection still means "this input needs a gradient"
-        return True
-
-    def shape_of(self, full: tuple[int, ...]) -> tuple[int, ...]:
-        s = list(full)
-        s[self.dim] = len(self.index)
-        return tuple(s)
-
-    def scatter(self, grad: np.ndarray, full: tuple[int, ...]) -> np.ndarray:
-        """The selected channels' gradient `grad` placed into zeros of the whole shape `full`."""
-        out = np.zeros(tuple(full), dtype=grad.dtype)
-        idx = [slice(None)] * out.ndim
-        idx[self.dim] = np.asarray(self.index, dtype=np.intp)
-        out[tuple(idx)] = grad
-        return out
+from ..ops import WHOLE, ChannelSelect, Emitter, Wanted, get_op
 
 
 #: integer dtypes of tensors that stand for real numbers (int8 activations and weights,
@@ -82,10 +56,11 @@ def _contributes(g: Graph, roots: set[Value]) -> set[Value]:
     return need
 
 
-def build_backward(g: Graph, loss: Optional[str], wrt: Mapping[str, Optional[ChannelSelect]],
+def build_backward(g: Graph, loss: Optional[str], wrt: Mapping[str, Optional[Wanted]],
                    cotangents: Optional[Mapping[str, str]] = None) -> Graph:
     """Return `g` with the reverse sweep appended and one output `grad:<name>` per entry of
-    `wrt` (graph input name -> None for the whole tensor, or a ChannelSelect).
+    `wrt` (graph input name -> what is wanted of its gradient: WHOLE, or a ChannelSelect;
+    None, as update schemes write it, is WHOLE).
 
     The sweep starts from the scalar output `loss` (gradient 1), or, given `cotangents`
     (output name -> the name of a graph input holding that output's gradient), from those:
@@ -104,15 +79,15 @@ def build_backward(g: Graph, loss: Optional[str], wrt: Mapping[str, Optional[Cha
             raise ValueError(f"the loss must be a scalar, got {loss_v.type}")
         grads = {loss_v: e.const(1.0, loss_v.dtype)}
     params = {name: g.input(name) for name in wrt}
-    selects = {params[name]: sel for name, sel in wrt.items()}
+    wanted: dict[Value, Wanted] = {params[name]: WHOLE if w is None else w for name, w in wrt.items()}
     requires = _requires_grad(g, set(params.values())) & _contributes(g, set(grads))
 
     for node in reversed(g.nodes):
         out_grads = [grads.get(o) for o in node.outputs]
         if all(x is None for x in out_grads):
             continue
-        needs = [selects.get(v) or True if v in requires else False for v in node.inputs]
-        if not any(needs):
+        needs: list[Optional[Wanted]] = [wanted.get(v, WHOLE) if v in requires else None for v in node.inputs]
+        if all(w is None for w in needs):
             continue
         opdef = get_op(node.op)
         if opdef.vjp is None:
@@ -120,16 +95,15 @@ def build_backward(g: Graph, loss: Optional[str], wrt: Mapping[str, Optional[Cha
                                          f"depends on it")
         in_grads = opdef.vjp(e, node, out_grads, needs)
         for v, need, gv in zip(node.inputs, needs, in_grads):
-            if not need or gv is None:
+            if need is None or gv is None:
                 continue
-            sel = selects.get(v)
-            if sel is not None and gv.shape == v.shape:  # a full gradient for a selected input
-                gv = e.emit("index_select", gv, dim=sel.dim, index=sel.index)
+            if isinstance(need, ChannelSelect) and gv.shape == v.shape:  # a full gradient for a selected input
+                gv = e.emit("index_select", gv, dim=need.dim, index=need.index)
             grads[v] = e.add_grads(grads.get(v), gv)
 
     names, outs = list(g.output_names), list(g.outputs)
     for name, v in params.items():
-        want = selects[v].shape_of(v.shape) if selects[v] is not None else v.shape
+        want = wanted[v].shape_of(v.shape) if isinstance(wanted[v], ChannelSelect) else v.shape
         gv = grads.get(v)
         if gv is None:  # the loss does not depend on this parameter: its gradient is zero
             gv = e.emit("expand", e.const(0.0, grad_dtype(v)), shape=want)

@@ -1,7 +1,10 @@
 """The op table: one OpDef per op, registered by the family modules imported here."""
 from . import (compare, conv, elementwise, embedding, gather, linear, loss, norm, optim, pad, page, pool,  # noqa: F401
                qconv, qelementwise, qfused, qgradupdate, qoptim, qpool, qstream, reduce, shape, softmax)
-from .base import OPS, Cost, Emitter, OpDef, get_op
+from .base import (ACTIVATION_TAG, GRAD_MASK_TAG, LAYER_TAG, NORM_TAG, OPS, SAME_SCALE_TAG, TAGS, UPDATE_TAG, WHOLE,
+                   ChannelSelect, Cost, Emitter, Int8Rule, OpDef, ParamOperands, Wanted, Whole, get_op, ops_tagged)
 from .verify import VerificationError, verify
 
-__all__ = ["OPS", "Cost", "Emitter", "OpDef", "VerificationError", "get_op", "verify"]
+__all__ = ["ACTIVATION_TAG", "GRAD_MASK_TAG", "LAYER_TAG", "NORM_TAG", "OPS", "SAME_SCALE_TAG", "TAGS", "UPDATE_TAG",
+           "WHOLE", "ChannelSelect", "Cost", "Emitter", "Int8Rule", "OpDef", "ParamOperands", "VerificationError",
+           "Wanted", "Whole", "get_op", "ops_tagged", "verify"]

@@ -5,7 +5,9 @@ An op's rules:
 - ``ref(arrays, attrs) -> list[np.ndarray]``: the numpy reference semantics (the living spec).
 - ``vjp(e, node, grads, needs) -> list[Value | None]``: emits backward nodes through the
   emitter ``e``; ``grads`` are the cotangents of the node's outputs (None = zero), ``needs[i]``
-  says whether input i wants a gradient. ``None`` as vjp means the op is not differentiable.
+  says which part of input i's gradient is wanted: None (none), ``WHOLE``, or a
+  ``ChannelSelect`` (some channels of a weight; a VJP that cannot compute those alone returns
+  the whole gradient and autodiff narrows it). ``None`` as vjp means the op is not differentiable.
 - ``cost(node) -> Cost``: multiply-accumulates and bytes touched.
 - ``shares``: (output, input) index pairs whose storage is one: a view (reshape) or an
   in-place result; such an output costs no new memory.
@@ -14,11 +16,19 @@ An op's rules:
 - ``io``: "out" for an op that writes its other inputs to secondary storage (flash / SD),
   "in" for one whose outputs are read back from it (ops/page.py); runtimes count those
   bytes as page traffic.
+
+Facts that passes look up instead of keeping their own tables of op names:
+- ``tags``: the classes an op belongs to (the ``*_TAG`` constants below, as Thunder's OpTags);
+- ``params``: where a layer's trained weight and bias sit among its operands (sparse/layers.py);
+- ``int8``: how quantize/convert.py lowers the float op to int8 (``Int8Rule``);
+- ``stream_operands``: the activation operands a row-streamed chain passes row by row
+  (passes/stream.py); empty: the op is never streamed;
+- ``gradient_operand``: for an optimizer update, the operand holding the gradient it applies.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -42,9 +52,92 @@ def zero_mac_cost(node: Node) -> Cost:
     return Cost(macs=0, bytes=default_cost(node).bytes)
 
 
+@dataclass(frozen=True)
+class Whole:
+    """The whole gradient of a tensor is wanted."""
+
+
+WHOLE = Whole()
+
+
+@dataclass(frozen=True)
+class ChannelSelect:
+    """Only positions `index` (sorted) along weight dim `dim` of the gradient are wanted."""
+
+    dim: int
+    index: tuple[int, ...]
+
+    def shape_of(self, full: tuple[int, ...]) -> tuple[int, ...]:
+        s = list(full)
+        s[self.dim] = len(self.index)
+        return tuple(s)
+
+    def scatter(self, grad: np.ndarray, full: tuple[int, ...]) -> np.ndarray:
+        """The selected channels' gradient `grad` placed into zeros of the whole shape `full`."""
+        out = np.zeros(tuple(full), dtype=grad.dtype)
+        idx = [slice(None)] * out.ndim
+        idx[self.dim] = np.asarray(self.index, dtype=np.intp)
+        out[tuple(idx)] = grad
+        return out
+
+
+#: which part of a gradient is wanted (`needs[i]` of a VJP is a Wanted, or None for none)
+Wanted = Union[Whole, ChannelSelect]
+
+# --- tags: classes of ops that passes treat alike -----------------------------------------
+#: an op with a trained weight operand, the unit update schemes name (conv2d, linear,
+#: embedding); `params` says where the weight and bias sit
+LAYER_TAG = "layer"
+#: a normalisation whose affine weight and bias are parameters (batch_norm, layer_norm)
+NORM_TAG = "norm"
+#: the output is on its input's int8 scale and zero point (pooling, ReLU / clamp, global
+#: mean, views): quantize/convert.py runs it on the int8 data
+SAME_SCALE_TAG = "same_scale"
+#: a clamp-like activation an int8 layer before it takes over as its output clamp
+ACTIVATION_TAG = "activation"
+#: an activation's gradient mask, g * (input in range) (relu_grad, clamp_grad)
+GRAD_MASK_TAG = "grad_mask"
+#: an optimizer update, overwriting a parameter in place; `gradient_operand` names the gradient
+UPDATE_TAG = "update"
+TAGS = (LAYER_TAG, NORM_TAG, SAME_SCALE_TAG, ACTIVATION_TAG, GRAD_MASK_TAG, UPDATE_TAG)
+
+
+@dataclass(frozen=True)
+class ParamOperands:
+    """Where a layer's trained parameters sit among its operands."""
+
+    kind: str  # the layer kind update schemes use: "conv", "linear", "embedding", "norm"
+    weight: int
+    bias: Optional[int] = None
+
+
+def _always(node: Node) -> bool:
+    return True
+
+
+#: the kinds of int8 lowering (quantize/convert.py): "qconv" a layer with constant weights
+#: -> qconv2d with requantized output; "qadd" / "qcat" two or more int8 tensors -> one
+#: int8 result on its own scale; "same" an op run on int8 data on its input's scale
+INT8_KINDS = ("qconv", "qadd", "qcat", "same")
+
+
+@dataclass(frozen=True)
+class Int8Rule:
+    """How quantize/convert.py lowers this float op to int8: as `kind` (INT8_KINDS), into
+    the int8 op `op`, for the nodes `applies` accepts (the others stay float32)."""
+
+    kind: str
+    op: str
+    applies: Callable[[Node], bool] = _always
+
+    def __post_init__(self):
+        if self.kind not in INT8_KINDS:
+            raise ValueError(f"int8 kind {self.kind!r} is not one of {INT8_KINDS}")
+
+
 InferFn = Callable[[Sequence[TensorType], Mapping[str, Any]], list]
 RefFn = Callable[[Sequence[np.ndarray], Mapping[str, Any]], list]
-VjpFn = Callable[["Emitter", Node, Sequence[Optional[Value]], Sequence[bool]], list]
+VjpFn = Callable[["Emitter", Node, Sequence[Optional[Value]], Sequence[Optional[Wanted]]], list]
 
 
 @dataclass(frozen=True)
@@ -64,6 +157,25 @@ class OpDef:
     #: "out": the inputs not named in `shares` are written to secondary storage; "in": the
     #: outputs are read from it; None: no page traffic
     io: Optional[str] = None
+    #: the classes this op belongs to (TAGS)
+    tags: frozenset = frozenset()
+    #: a layer's or norm's trained operands (LAYER_TAG / NORM_TAG ops)
+    params: Optional[ParamOperands] = None
+    #: the int8 lowering of a float op, None: it stays float32 in an int8 graph
+    int8: Optional[Int8Rule] = None
+    #: operands a row-streamed chain (passes/stream.py) feeds row by row; () = never streamed
+    stream_operands: tuple[int, ...] = ()
+    #: an optimizer update's operand holding the gradient it applies (UPDATE_TAG ops)
+    gradient_operand: Optional[int] = None
+
+    def __post_init__(self):
+        unknown = set(self.tags) - set(TAGS)
+        if unknown:
+            raise ValueError(f"op {self.name}: unknown tags {sorted(unknown)}")
+        object.__setattr__(self, "tags", frozenset(self.tags))
+
+    def has(self, tag: str) -> bool:
+        return tag in self.tags
 
 
 OPS: dict[str, OpDef] = {}
@@ -74,6 +186,11 @@ def register(opdef: OpDef) -> OpDef:
         raise ValueError(f"op {opdef.name!r} registered twice")
     OPS[opdef.name] = opdef
     return opdef
+
+
+def ops_tagged(tag: str) -> tuple[str, ...]:
+    """Names of the registered ops carrying `tag`, in registration order."""
+    return tuple(name for name, d in OPS.items() if tag in d.tags)
 
 
 def get_op(name: str) -> OpDef:

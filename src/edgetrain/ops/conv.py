@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, register, same_dtype
+from .base import LAYER_TAG, ChannelSelect, Cost, Int8Rule, OpDef, ParamOperands, register, same_dtype
 
 CONV_KEYS = ("stride", "padding", "dilation", "groups")
 
@@ -143,8 +143,7 @@ def _vjp_conv(e, node, grads, needs):
     gx = e.emit("conv2d_grad_input", gy, w, input_shape=x.shape, **geo) if needs[0] else None
     gw = None
     if needs[1]:
-        sel = getattr(needs[1], "index", None)  # a ChannelSelect asks for some channels only
-        if sel is None:
+        if not isinstance(needs[1], ChannelSelect):  # the whole weight gradient
             gw = e.emit("conv2d_grad_weight", x, gy, weight_shape=w.shape, **geo)
         else:
             gw = _partial_weight_grad(e, x, w, gy, geo, needs[1])
@@ -170,7 +169,8 @@ def _partial_weight_grad(e, x, w, gy, geo, select):
 
 register(OpDef("conv2d", _conv_infer,
                lambda xs, a: [conv2d_ref(xs[0], xs[1], xs[2] if len(xs) > 2 else None, a)],
-               _vjp_conv, cost=_conv_cost, num_inputs=(2, 3)))
+               _vjp_conv, cost=_conv_cost, num_inputs=(2, 3), tags={LAYER_TAG},
+               params=ParamOperands("conv", weight=1, bias=2), int8=Int8Rule("qconv", "qconv2d")))
 register(OpDef("conv2d_grad_input", lambda ts, a: [ts[0].with_shape(a["input_shape"])],
                lambda xs, a: [conv2d_grad_input_ref(xs[0], xs[1], a)], cost=_grad_cost, num_inputs=(2, 2)))
 register(OpDef("conv2d_grad_weight", lambda ts, a: [ts[0].with_shape(a["weight_shape"])],

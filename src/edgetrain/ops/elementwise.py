@@ -5,7 +5,8 @@ import numpy as np
 from scipy.special import erf
 
 from ..ir import TensorType
-from .base import Emitter, OpDef, broadcast_shapes, register, same_dtype, zero_mac_cost
+from .base import (ACTIVATION_TAG, GRAD_MASK_TAG, SAME_SCALE_TAG, Emitter, Int8Rule, OpDef, broadcast_shapes, register,
+                   same_dtype, zero_mac_cost)
 
 # tanh-approximation constants of GELU (Hendrycks & Gimpel 2016)
 _GELU_C = float(np.sqrt(2.0 / np.pi))
@@ -53,7 +54,8 @@ def _vjp_div(e: Emitter, node, grads, needs):
 for _name, _fn, _vjp in [("add", np.add, _vjp_add), ("sub", np.subtract, _vjp_sub),
                          ("mul", np.multiply, _vjp_mul), ("div", np.divide, _vjp_div)]:
     register(OpDef(_name, _binary_infer(_name), (lambda f: lambda xs, a: [f(xs[0], xs[1])])(_fn), _vjp,
-                   num_inputs=(2, 2), inplace=((0, 0), (0, 1))))
+                   num_inputs=(2, 2), inplace=((0, 0), (0, 1)),
+                   int8=Int8Rule("qadd", "qadd") if _name == "add" else None))
 
 
 # --- unary forward ops and their pointwise-derivative backward ops ---------------------
@@ -61,16 +63,16 @@ def _same_infer(types, attrs):
     return [types[0]]
 
 
-def _unary(name, fn, vjp):
+def _unary(name, fn, vjp, **facts):
     register(OpDef(name, _same_infer, lambda xs, a: [np.asarray(fn(xs[0], a), dtype=xs[0].dtype)], vjp,
-                   num_inputs=(1, 1), inplace=((0, 0),)))
+                   num_inputs=(1, 1), inplace=((0, 0),), **facts))
 
 
-def _pointwise_grad(name, dfn):
+def _pointwise_grad(name, dfn, **facts):
     """Backward op `name(g, s) = g * dfn(s)`, s being the saved forward input or output."""
     register(OpDef(name, lambda ts, a: [ts[0]],
                    lambda xs, a: [np.asarray(xs[0] * dfn(xs[1], a), dtype=xs[0].dtype)], num_inputs=(2, 2),
-                   inplace=((0, 0),)))
+                   inplace=((0, 0),), **facts))
 
 
 def _via(grad_op: str, saved: str, *keep: str):
@@ -126,9 +128,11 @@ def _vjp_pow(e, node, grads, needs):  # d x^p = p x^(p-1)
 
 
 _unary("neg", lambda x, a: -x, _vjp_neg)
-_unary("relu", lambda x, a: np.maximum(x, 0), _via("relu_grad", "y"))
+#: ReLU and clamp keep their input's int8 scale (run as qclamp) and fuse into an int8 layer
+_ACTIVATION = dict(tags={SAME_SCALE_TAG, ACTIVATION_TAG}, int8=Int8Rule("same", "qclamp"))
+_unary("relu", lambda x, a: np.maximum(x, 0), _via("relu_grad", "y"), **_ACTIVATION)
 _unary("clamp", lambda x, a: np.clip(x, a.get("min", -np.inf), a.get("max", np.inf)),
-       _via("clamp_grad", "x", "min", "max"))
+       _via("clamp_grad", "x", "min", "max"), **_ACTIVATION)
 _unary("sigmoid", lambda x, a: 0.5 * (1.0 + np.tanh(0.5 * x)), _via("sigmoid_grad", "y"))  # overflow-free
 _unary("tanh", lambda x, a: np.tanh(x), _via("tanh_grad", "y"))
 _unary("gelu", _gelu, _via("gelu_grad", "x", "approximate"))
@@ -138,8 +142,8 @@ _unary("sqrt", lambda x, a: np.sqrt(x), _vjp_sqrt)
 _unary("rsqrt", lambda x, a: 1.0 / np.sqrt(x), _vjp_rsqrt)
 _unary("pow", lambda x, a: np.power(x, a["exponent"]), _vjp_pow)
 
-_pointwise_grad("relu_grad", lambda y, a: y > 0)
-_pointwise_grad("clamp_grad", lambda x, a: (x > a.get("min", -np.inf)) & (x < a.get("max", np.inf)))
+_pointwise_grad("relu_grad", lambda y, a: y > 0, tags={GRAD_MASK_TAG})
+_pointwise_grad("clamp_grad", lambda x, a: (x > a.get("min", -np.inf)) & (x < a.get("max", np.inf)), tags={GRAD_MASK_TAG})
 _pointwise_grad("sigmoid_grad", lambda y, a: y * (1 - y))
 _pointwise_grad("tanh_grad", lambda y, a: 1 - y * y)
 _pointwise_grad("gelu_grad", _gelu_d)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, register
+from .base import LAYER_TAG, Cost, OpDef, ParamOperands, register
 
 INDEX_DTYPES = ("int64", "int32")
 
@@ -41,6 +41,7 @@ def _check_ref(xs, a):
 
 
 register(OpDef("embedding", _infer, _check_ref, _vjp,
-               cost=lambda n: Cost(0, 2 * n.outputs[0].type.nbytes + n.inputs[1].type.nbytes), num_inputs=(2, 2)))
+               cost=lambda n: Cost(0, 2 * n.outputs[0].type.nbytes + n.inputs[1].type.nbytes), num_inputs=(2, 2),
+               tags={LAYER_TAG}, params=ParamOperands("embedding", weight=0)))
 register(OpDef("embedding_grad", lambda ts, a: [ts[0].with_shape((a["num_embeddings"], ts[0].shape[-1]))],
                _grad_ref, num_inputs=(2, 2)))

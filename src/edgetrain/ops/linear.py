@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, broadcast_shapes, register, same_dtype
+from .base import LAYER_TAG, Cost, Int8Rule, OpDef, ParamOperands, broadcast_shapes, register, same_dtype
 
 
 def _linear_infer(ts, a):
@@ -40,7 +40,8 @@ def _mm_cost(node):
                 else a.type.numel * b.shape[-1], sum(v.type.nbytes for v in node.inputs + node.outputs))
 
 
-register(OpDef("linear", _linear_infer, _linear_ref, _vjp_linear, cost=_mm_cost, num_inputs=(2, 3)))
+register(OpDef("linear", _linear_infer, _linear_ref, _vjp_linear, cost=_mm_cost, num_inputs=(2, 3), tags={LAYER_TAG},
+               params=ParamOperands("linear", weight=1, bias=2), int8=Int8Rule("qconv", "qconv2d")))
 register(OpDef("linear_grad_weight", lambda ts, a: [ts[0].with_shape((ts[1].shape[-1], ts[0].shape[-1]))],
                lambda xs, a: [xs[1].reshape(-1, xs[1].shape[-1]).T @ xs[0].reshape(-1, xs[0].shape[-1])],
                cost=_mm_cost, num_inputs=(2, 2)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, register, same_dtype
+from .base import NORM_TAG, Cost, OpDef, ParamOperands, register, same_dtype
 
 
 # --- batch norm (eval): y = (x - mean) / sqrt(var + eps) * w + b, channel dim 1 ----------------
@@ -56,7 +56,8 @@ def _bn_grad_weight_ref(xs, a):
     return [np.sum(g * xhat, axis=_reduce_dims(x.ndim)).astype(g.dtype)]
 
 
-register(OpDef("batch_norm", _bn_infer, _bn_ref, _vjp_bn, num_inputs=(3, 5)))
+register(OpDef("batch_norm", _bn_infer, _bn_ref, _vjp_bn, num_inputs=(3, 5), tags={NORM_TAG},
+               params=ParamOperands("norm", weight=3, bias=4)))
 register(OpDef("batch_norm_grad_input", lambda ts, a: [ts[0]], _bn_grad_input_ref, num_inputs=(2, 3)))
 register(OpDef("batch_norm_grad_weight", lambda ts, a: [ts[2]], _bn_grad_weight_ref, num_inputs=(4, 4)))
 
@@ -117,7 +118,8 @@ def _ln_grad_weight_ref(xs, a):
     return [np.sum(g * xhat, axis=lead).astype(g.dtype)]
 
 
-register(OpDef("layer_norm", _ln_infer, _ln_ref, _vjp_ln, num_inputs=(1, 3)))
+register(OpDef("layer_norm", _ln_infer, _ln_ref, _vjp_ln, num_inputs=(1, 3), tags={NORM_TAG},
+               params=ParamOperands("norm", weight=1, bias=2)))
 register(OpDef("layer_norm_grad_input", lambda ts, a: [ts[1]], _ln_grad_input_ref, num_inputs=(2, 3)))
 register(OpDef("layer_norm_grad_weight", lambda ts, a: [ts[1].with_shape(tuple(a["normalized_shape"]))],
                _ln_grad_weight_ref, num_inputs=(2, 2)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, register
+from .base import UPDATE_TAG, Cost, OpDef, register
 
 
 def _selected_shape(w_shape, a):
@@ -47,4 +47,4 @@ def _ref(xs, a):
 
 register(OpDef("sgd_update", _infer, _ref, cost=lambda n: Cost(2 * n.inputs[1].type.numel,
                                                               3 * n.inputs[1].type.nbytes),
-               shares=((0, 0), (1, 2)), mutates=True, num_inputs=(2, 3)))
+               shares=((0, 0), (1, 2)), mutates=True, num_inputs=(2, 3), tags={UPDATE_TAG}, gradient_operand=1))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, register
+from .base import ChannelSelect, Cost, OpDef, register
 from .conv import (CONV_KEYS, _conv_cost, _geometry, _im2col, _is_depthwise, _pad, conv2d_grad_input_ref,
                    conv2d_ref, conv_out_hw)
 from .fixed_point import INT8_MAX, INT8_MIN, multiply_by_quantized_multiplier, saturate_int32
@@ -100,10 +100,9 @@ def _vjp_qconv(e, node, grads, needs):
 def _weight_grad(e, x, w, g, a, geo, select):
     scales = tuple(float(s) for s in out_scales(a))
     common = dict(x_zero=a["x_zero"])
-    idx = getattr(select, "index", None)
-    if idx is None:
+    if not isinstance(select, ChannelSelect):  # the whole weight gradient
         return e.emit("qconv2d_grad_weight", x, g, weight_shape=w.shape, scales=scales, **common, **geo)
-    idx = tuple(idx)
+    idx = tuple(select.index)
     o, cg, kh, kw = w.shape
     xs = e.emit("index_select", x, dim=1, index=idx)
     if select.dim == 0 and _is_depthwise(x.shape[1], o, geo["groups"]):
@@ -240,7 +239,7 @@ def _qgrad_cost(node):
 
 
 register(OpDef("qconv2d", _qconv_infer, lambda xs, a: [qconv2d_ref(*xs, a)], _vjp_qconv, cost=_conv_cost,
-               num_inputs=(3, 3)))
+               num_inputs=(3, 3), stream_operands=(0,)))
 register(OpDef("qconv2d_grad_input", _grad_infer("input"), _grad_input_ref, cost=_qgrad_cost, num_inputs=(2, 2)))
 register(OpDef("qconv2d_dw_grad_input", _dw_grad_input_infer, _dw_grad_input_ref, cost=_qgrad_cost,
                num_inputs=(2, 2), inplace=((0, 0),)))

@@ -115,7 +115,8 @@ def _qadd_infer(ts, a):
     return [x]
 
 
-register(OpDef("qadd", _qadd_infer, lambda xs, a: [qadd_ref(xs[0], xs[1], a)], _vjp_masked, num_inputs=(2, 2)))
+register(OpDef("qadd", _qadd_infer, lambda xs, a: [qadd_ref(xs[0], xs[1], a)], _vjp_masked, num_inputs=(2, 2),
+               stream_operands=(0, 1)))
 
 
 # --- qmean: average over dims on one scale (global average pooling) ---------------------

@@ -43,6 +43,8 @@ from .qconv import _qconv_infer, qconv2d_ref
 #: is then a single channel plane, the least memory this fusion can use.
 CHANNEL_BLOCK = 1
 
+#: the op's name (passes/fuse.py builds it, passes/stream.py splits it back into two convs)
+PW_DW_OP = "qconv2d_pw_dw"
 PW, DW = "pw_", "dw_"
 #: qconv2d attributes with one entry per output channel (sliced with the channels)
 PER_CHANNEL_KEYS = ("w_scales", "mult", "shift")
@@ -105,7 +107,7 @@ def _cost(node) -> Cost:
     return Cost(macs, sum(v.type.nbytes for v in node.inputs) + y.type.nbytes)
 
 
-register(OpDef("qconv2d_pw_dw", _infer, lambda xs, a: list(qconv2d_pw_dw_ref(*xs, a)), cost=_cost,
-               num_inputs=(5, 5)))
+register(OpDef(PW_DW_OP, _infer, lambda xs, a: list(qconv2d_pw_dw_ref(*xs, a)), cost=_cost,
+               num_inputs=(5, 5), stream_operands=(0,)))
 
 __all__ = ["CHANNEL_BLOCK", "fuse_attrs", "qconv2d_pw_dw_ref", "split_attrs"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, register
+from .base import UPDATE_TAG, Cost, OpDef, register
 
 #: murmur3's 32-bit finaliser constants and golden-ratio style odd multipliers for the key
 _GOLDEN, _STEP_MUL, _PARAM_MUL = 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D
@@ -92,4 +92,4 @@ def qsgd_ref(xs, a):
 
 register(OpDef("qsgd_update", _infer, qsgd_ref,
                cost=lambda n: Cost(4 * n.inputs[1].type.numel, 3 * n.inputs[1].type.nbytes),
-               shares=((0, 0), (1, 3)), mutates=True, num_inputs=(3, 4)))
+               shares=((0, 0), (1, 3)), mutates=True, num_inputs=(3, 4), tags={UPDATE_TAG}, gradient_operand=1))

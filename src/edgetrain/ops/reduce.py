@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Emitter, OpDef, norm_dim, register
+from .base import SAME_SCALE_TAG, Emitter, Int8Rule, OpDef, norm_dim, register
 
 
 def _dims(rank, a):
@@ -48,4 +48,13 @@ def _reducer(fn):
 
 
 register(OpDef("sum", _reduce_infer, _reducer(np.sum), _vjp_sum, num_inputs=(1, 1)))
-register(OpDef("mean", _reduce_infer, _reducer(np.mean), _vjp_mean, num_inputs=(1, 1)))
+def is_global_mean(n) -> bool:
+    """A mean over the two spatial dims of an NCHW tensor (global average pooling): the
+    only mean quantize/convert.py runs in int8 (qmean)."""
+    x = n.inputs[0]
+    dims = tuple(sorted(d % 4 for d in (n.attrs.get("dims") or ()))) if x.type.rank == 4 else ()
+    return dims == (2, 3)
+
+
+register(OpDef("mean", _reduce_infer, _reducer(np.mean), _vjp_mean, num_inputs=(1, 1), tags={SAME_SCALE_TAG},
+               int8=Int8Rule("same", "qmean", applies=is_global_mean)))

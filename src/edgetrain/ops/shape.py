@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import Emitter, OpDef, broadcast_shapes, norm_dim, register, zero_mac_cost
+from .base import SAME_SCALE_TAG, Emitter, Int8Rule, OpDef, broadcast_shapes, norm_dim, register, zero_mac_cost
 
 
 def _copy(x) -> np.ndarray:
@@ -21,7 +21,8 @@ def _reshape_infer(ts, a):
 
 register(OpDef("reshape", _reshape_infer, lambda xs, a: [xs[0].reshape(a["shape"])],
                lambda e, n, g, nd: [e.emit("reshape", g[0], shape=n.inputs[0].shape)],
-               cost=zero_mac_cost, shares=((0, 0),), num_inputs=(1, 1)))
+               cost=zero_mac_cost, shares=((0, 0),), num_inputs=(1, 1), tags={SAME_SCALE_TAG},
+               int8=Int8Rule("same", "reshape")))
 
 
 def _permute_infer(ts, a):
@@ -37,7 +38,8 @@ def _vjp_permute(e, node, grads, needs):
 
 
 register(OpDef("permute", _permute_infer, lambda xs, a: [_copy(np.transpose(xs[0], a["perm"]))],
-               _vjp_permute, cost=zero_mac_cost, num_inputs=(1, 1)))
+               _vjp_permute, cost=zero_mac_cost, num_inputs=(1, 1), tags={SAME_SCALE_TAG},
+               int8=Int8Rule("same", "permute")))
 
 
 def _expand_infer(ts, a):
@@ -136,7 +138,7 @@ def _vjp_cat(e, node, grads, needs):
 
 
 register(OpDef("cat", _cat_infer, lambda xs, a: [np.concatenate(xs, axis=a["dim"])], _vjp_cat,
-               cost=zero_mac_cost, num_inputs=(1, None)))
+               cost=zero_mac_cost, num_inputs=(1, None), int8=Int8Rule("qcat", "qcat")))
 
 
 def _index_select_infer(ts, a):

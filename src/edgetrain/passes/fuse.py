@@ -22,12 +22,16 @@ from __future__ import annotations
 from ..ir import Graph, Node, new_value
 from ..memory.liveness import storage_roots
 from ..ops import get_op
-from ..ops.qfused import fuse_attrs
+from ..ops.qfused import PW_DW_OP, fuse_attrs
 from ..ops.qgradupdate import FUSED_OP as GRAD_UPDATE_OP
 from ..ops.qgradupdate import fusable
 from ..ops.qgradupdate import fuse_attrs as fuse_grad_update_attrs
 
-FUSED_OP = "qconv2d_pw_dw"
+#: the pointwise -> depthwise fused op (ops/qfused.py); the name this module always exported
+FUSED_OP = PW_DW_OP
+#: the int8 weight gradient and the update that qconv2d_grad_weight_update fuses
+#: (ops/qgradupdate.py)
+GRAD_WEIGHT_OP, UPDATE_OP = "qconv2d_grad_weight", "qsgd_update"
 
 
 def _is_dense(n: Node) -> bool:
@@ -53,6 +57,11 @@ def _overwritten_between(g: Graph, lo: int, hi: int, values, root) -> bool:
         if opdef.mutates and any(root[n.inputs[j]] in roots for _, j in opdef.shares if j < len(n.inputs)):
             return True
     return False
+
+
+def _applies_gradient(u: Node, op: str, grad) -> bool:
+    """Whether node u is an `op` update whose gradient operand (`OpDef.gradient_operand`) is `grad`."""
+    return u.op == op and u.inputs[get_op(op).gradient_operand] is grad
 
 
 def fuse_pointwise_depthwise(g: Graph) -> Graph:
@@ -98,10 +107,10 @@ def fuse_weight_grad_update(g: Graph) -> Graph:
     drop: set[int] = set()
     fused: dict[int, Node] = {}
     for n in g.nodes:
-        if n.op != "qconv2d_grad_weight":
+        if n.op != GRAD_WEIGHT_OP:
             continue
         users = readers.get(n.out, [])
-        if n.out in outputs or len(users) != 1 or users[0].op != "qsgd_update" or users[0].inputs[1] is not n.out:
+        if n.out in outputs or len(users) != 1 or not _applies_gradient(users[0], UPDATE_OP, n.out):
             continue
         u = users[0]
         x, gy = n.inputs

@@ -6,8 +6,9 @@ the point they are produced, the only activation any later node still needs (a
 network's input, the output of each block). Between two cuts a and b, the layers either
 run as they are (the segment's peak is what its nodes hold at once) or as one streamed
 node holding a, b and a few rows of each intermediate (`row_plan`). A chain can be
-streamed when its nodes are int8 convolutions / fused expansion+depthwise pairs /
-residual adds, its intermediates are read by nothing outside it (no saved activation, no
+streamed when its nodes are ops that declare which of their operands stream row by row
+(`OpDef.stream_operands`: int8 convolutions, fused expansion+depthwise pairs, residual
+adds) with an int8 4-D output, its intermediates are read by nothing outside it (no saved activation, no
 saturation mask, no graph output) and none of its weights is updated.
 
 The choice of segments is exact: a dynamic program over the cuts minimises the largest
@@ -22,11 +23,8 @@ from typing import Iterable, Optional
 from ..ir import Graph, Node, Value, new_value
 from ..memory.liveness import storage_roots
 from ..ops import get_op
-from ..ops.qfused import split_attrs
+from ..ops.qfused import PW_DW_OP, split_attrs
 from ..ops.qstream import STREAM_OP, row_plan
-
-FUSED = "qconv2d_pw_dw"
-STREAMABLE = ("qconv2d", "qadd", FUSED)
 
 
 @dataclass(frozen=True)
@@ -47,13 +45,13 @@ def _activations(g: Graph, data: set[str]) -> set[Value]:
 
 
 def _activation_operands(n: Node) -> tuple[int, ...]:
-    return (0, 1) if n.op == "qadd" else (0,)
+    return get_op(n.op).stream_operands
 
 
 def _streamable(n: Node) -> bool:
-    if n.op not in STREAMABLE or n.outputs[0].type.rank != 4 or n.outputs[0].type.dtype != "int8":
+    if not _activation_operands(n) or n.outputs[0].type.rank != 4 or n.outputs[0].type.dtype != "int8":
         return False
-    return n.op != "qconv2d" or not n.attrs.get("float_out")
+    return not n.attrs.get("float_out")
 
 
 class _Chain:
@@ -140,7 +138,7 @@ def _body(a: Value, b: Value, nodes: list[Node]) -> Graph:
 
     body: list[Node] = []
     for n in nodes:
-        if n.op == FUSED:
+        if n.op == PW_DW_OP:  # the body runs the pair as the two convolutions it fuses
             pw, dw = split_attrs(n.attrs)
             x, w1, b1, w2, b2 = (arg(v) for v in n.inputs)
             (t_type,) = get_op("qconv2d").infer([x.type, w1.type, b1.type], pw)

@@ -1,7 +1,8 @@
 """quantize_graph: a float forward graph (batch norm folded) -> the int8 graph a
 microcontroller runs, with int8 weights, int32 biases and int8 activations.
 
-Each node of the float graph gets one of these kinds (`plan_quantization`):
+Each node of the float graph gets one of these kinds (`plan_quantization`), from its
+op's int8 rule (`OpDef.int8`: the kind, the int8 op, the nodes it applies to):
 - "qconv"   conv2d / linear with constant weights (+ a following ReLU / clamp, fused as
             the output clamp) -> qconv2d (a linear is a 1x1 convolution on reshaped data);
             a layer whose output is the graph's output returns float32 logits;
@@ -26,16 +27,12 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 
 from ..ir import Graph, Node, TensorType, Value, new_value
-from ..ops import Emitter
+from ..ops import ACTIVATION_TAG, Emitter, get_op
 from ..ops.fixed_point import INT8_MAX, INT8_MIN, quantize_multiplier
 from ..ops.qelementwise import qadd_attrs
 from ..ops.qpool import qcat_attrs
 from .qparams import QParams, quantize_bias, quantize_weight
 
-SAME_SCALE_OPS = ("mean", "relu", "clamp", "max_pool2d", "avg_pool2d", "reshape", "permute")
-#: the int8 op of a scale-keeping pooling op (ops/qpool.py)
-QUANTIZED_POOL = {"max_pool2d": "qmax_pool2d", "avg_pool2d": "qavg_pool2d"}
-ACTIVATIONS = ("relu", "clamp")
 
 
 class QuantizeError(ValueError):
@@ -71,10 +68,14 @@ class Plan:
     int8: set = field(default_factory=set)  # float-graph values held as int8
 
 
-def _is_global_mean(n: Node) -> bool:
-    x = n.inputs[0]
-    dims = tuple(sorted(d % 4 for d in (n.attrs.get("dims") or ()))) if x.type.rank == 4 else ()
-    return dims == (2, 3)
+def _int8_kind(n: Node) -> Optional[str]:
+    """The int8 kind of node n's op where its rule applies to n, else None (float)."""
+    rule = get_op(n.op).int8
+    return rule.kind if rule is not None and rule.applies(n) else None
+
+
+def _is_activation(n: Node) -> bool:
+    return ACTIVATION_TAG in get_op(n.op).tags
 
 
 def plan_quantization(g: Graph, consts: set[str]) -> Plan:
@@ -85,27 +86,27 @@ def plan_quantization(g: Graph, consts: set[str]) -> Plan:
         if id(n) in p.absorbed:
             continue
         ins = n.inputs
+        kind = _int8_kind(n)
         # a weight another node also reads (GPT-2's LM head tied to its embedding) stays float:
-        # the int8 layer would replace the one tensor both read
-        if n.op in ("conv2d", "linear") and all(v.name in consts for v in ins[1:]) and ins[0].name not in consts \
+        # the int8 layer would replace the one tensor both read (conv2d's shape rule makes
+        # its input 4-D)
+        if kind == "qconv" and all(v.name in consts for v in ins[1:]) and ins[0].name not in consts \
                 and all(users.get(v) == [n] for v in ins[1:]):
-            if n.op == "conv2d" and ins[0].type.rank != 4:
-                continue
             p.kinds[id(n)] = "qconv"
             nxt = users.get(n.out, [])
-            if len(nxt) == 1 and nxt[0].op in ACTIVATIONS and n.out not in outputs and nxt[0].out not in outputs:
+            if len(nxt) == 1 and _is_activation(nxt[0]) and n.out not in outputs and nxt[0].out not in outputs:
                 p.act[id(n)] = nxt[0]
                 p.absorbed.add(id(nxt[0]))
             y = p.act[id(n)].out if id(n) in p.act else n.out
             if y not in outputs:
                 p.int8.add(y)
-        elif n.op == "add" and len(ins) == 2 and all(v in p.int8 for v in ins) and ins[0].shape == ins[1].shape:
+        elif kind == "qadd" and len(ins) == 2 and all(v in p.int8 for v in ins) and ins[0].shape == ins[1].shape:
             p.kinds[id(n)] = "qadd"
             p.int8.add(n.out)
-        elif n.op == "cat" and ins and all(v in p.int8 for v in ins):
+        elif kind == "qcat" and ins and all(v in p.int8 for v in ins):
             p.kinds[id(n)] = "qcat"
             p.int8.add(n.out)
-        elif n.op in SAME_SCALE_OPS and ins[0] in p.int8 and (n.op != "mean" or _is_global_mean(n)):
+        elif kind == "same" and ins[0] in p.int8:
             p.kinds[id(n)] = "same"
             p.int8.add(n.out)
         else:
@@ -269,7 +270,7 @@ class _Builder:
         else:
             attrs.update(_requant_attrs(xq, w_scales, self.qp[y], act))
         xin = self.as_int(x)
-        if n.op == "conv2d":
+        if get_op(n.op).params.kind == "conv":
             out = self.e.emit("qconv2d", xin, wv, bv, **{k: n.attrs[k] for k in ("stride", "padding", "dilation",
                                                                                   "groups")}, **attrs)
         else:
@@ -290,19 +291,18 @@ class _Builder:
         return self.e.emit("reshape", y4, shape=tuple(lead) + (o,))
 
     def same_scale(self, n: Node) -> Value:
+        """A scale-keeping op as its int8 op (`OpDef.int8.op`) on the int8 data."""
         x = self.as_int(n.inputs[0])
         q = self.qp[n.inputs[0]]
-        if n.op == "mean":
-            return self.e.emit("qmean", x, dims=n.attrs.get("dims"), keepdim=n.attrs.get("keepdim", False),
-                               zero=q.zero)
-        if n.op in ACTIVATIONS:
+        op = get_op(n.op).int8.op
+        if op == "qmean":
+            return self.e.emit(op, x, dims=n.attrs.get("dims"), keepdim=n.attrs.get("keepdim", False), zero=q.zero)
+        if op == "qclamp":
             lo, hi = _act_levels(q, n)
-            return self.e.emit("qclamp", x, qmin=lo, qmax=hi)
-        if n.op == "avg_pool2d":
-            return self.e.emit("qavg_pool2d", x, zero=q.zero, **dict(n.attrs))
-        if n.op in QUANTIZED_POOL:
-            return self.e.emit(QUANTIZED_POOL[n.op], x, **dict(n.attrs))
-        return self.e.emit(n.op, x, **dict(n.attrs))
+            return self.e.emit(op, x, qmin=lo, qmax=hi)
+        if op == "qavg_pool2d":
+            return self.e.emit(op, x, zero=q.zero, **dict(n.attrs))
+        return self.e.emit(op, x, **dict(n.attrs))
 
 
 def _bias_name(weight: str) -> str:

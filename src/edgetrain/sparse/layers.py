@@ -4,15 +4,20 @@ A layer is a conv2d, linear or embedding whose weight is a parameter, or a norm 
 weight is one. A batch norm that directly follows a convolution belongs to it: its scale
 and shift are that convolution's bias (the convention of the paper's sparse schemes,
 where batch norm is folded into the convolution).
+
+Which ops are layers, and where their weight and bias sit, is the ops' own declaration
+(`OpDef.params`, tags "layer" and "norm").
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import Graph
+from ..ir import Graph, Node
+from ..ops import LAYER_TAG, NORM_TAG, get_op
 
-WEIGHT_OPS = {"conv2d": 1, "linear": 1, "embedding": 0}  # op -> operand index of its weight
-NORM_OPS = {"batch_norm": (3, 4), "layer_norm": (1, 2)}  # op -> operand indices of (weight, bias)
+#: the norm that, right after a convolution, is that convolution's bias (the op
+#: passes/fold.py folds into it)
+FOLDED_NORM = "batch_norm"
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,17 @@ class Layer:
         return (self.weight,) + self.bias
 
 
+def _operand(n: Node, index) -> tuple:
+    """Operand `index` of n as a 0- or 1-tuple (absent index or operand: empty)."""
+    return (n.inputs[index],) if index is not None and index < len(n.inputs) else ()
+
+
+def _affine(n: Node) -> tuple:
+    """A norm node's weight and bias operands, those it has."""
+    slots = get_op(n.op).params
+    return _operand(n, slots.weight) + _operand(n, slots.bias)
+
+
 def find_layers(g: Graph, params: set[str]) -> list[Layer]:
     """Layers in forward order. `params` names the graph inputs that are parameters."""
     is_param = {v: v.name in params for v in g.inputs}
@@ -35,22 +51,23 @@ def find_layers(g: Graph, params: set[str]) -> list[Layer]:
     claimed: set[int] = set()
     layers = []
     for i, n in enumerate(g.nodes):
-        if n.op in WEIGHT_OPS:
-            w = n.inputs[WEIGHT_OPS[n.op]]
+        opdef = get_op(n.op)
+        slots = opdef.params
+        if LAYER_TAG in opdef.tags:
+            w = n.inputs[slots.weight]
             if not is_param.get(w):
                 continue
-            bias = [v.name for v in n.inputs[2:3] if is_param.get(v)] if n.op != "embedding" else []
-            if n.op == "conv2d":
+            bias = [v.name for v in _operand(n, slots.bias) if is_param.get(v)]
+            if slots.kind == "conv":
                 nxt = users.get(n.out, [])
-                if len(nxt) == 1 and nxt[0].op == "batch_norm" and len(nxt[0].inputs) == 5:
+                if len(nxt) == 1 and nxt[0].op == FOLDED_NORM and len(nxt[0].inputs) == 5:
                     bn = nxt[0]
-                    bias += [v.name for v in bn.inputs[3:5] if is_param.get(v)]
+                    bias += [v.name for v in _affine(bn) if is_param.get(v)]
                     claimed.add(id(bn))
-            kind = {"conv2d": "conv", "linear": "linear", "embedding": "embedding"}[n.op]
-            depthwise = n.op == "conv2d" and n.attrs["groups"] > 1 and w.shape[1] == 1
-            layers.append(Layer(kind, i, w.name, tuple(bias), depthwise))
-        elif n.op in NORM_OPS and id(n) not in claimed:
-            wi, bi = NORM_OPS[n.op]
+            depthwise = slots.kind == "conv" and n.attrs["groups"] > 1 and w.shape[1] == 1
+            layers.append(Layer(slots.kind, i, w.name, tuple(bias), depthwise))
+        elif NORM_TAG in opdef.tags and id(n) not in claimed:
+            wi, bi = slots.weight, slots.bias
             w = n.inputs[wi] if len(n.inputs) > wi else None
             if w is not None and is_param.get(w):
                 b = n.inputs[bi] if len(n.inputs) > bi else None
