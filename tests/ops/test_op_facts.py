@@ -7,7 +7,7 @@ import pytest
 from edgetrain.autodiff import WHOLE, ChannelSelect, Whole, build_backward
 from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.ops import (ACTIVATION_TAG, GRAD_MASK_TAG, LAYER_TAG, NORM_TAG, OPS, SAME_SCALE_TAG, TAGS, UPDATE_TAG,
-                           Emitter, Int8Rule, OpDef, ParamOperands, get_op, ops_tagged, verify)
+                           Emitter, Int8Rule, OpDef, get_op, ops_tagged, verify)
 from edgetrain.quantize.convert import plan_quantization
 from edgetrain.sparse.layers import find_layers
 

@@ -143,7 +143,8 @@ _unary("rsqrt", lambda x, a: 1.0 / np.sqrt(x), _vjp_rsqrt)
 _unary("pow", lambda x, a: np.power(x, a["exponent"]), _vjp_pow)
 
 _pointwise_grad("relu_grad", lambda y, a: y > 0, tags={GRAD_MASK_TAG})
-_pointwise_grad("clamp_grad", lambda x, a: (x > a.get("min", -np.inf)) & (x < a.get("max", np.inf)), tags={GRAD_MASK_TAG})
+_pointwise_grad("clamp_grad", lambda x, a: (x > a.get("min", -np.inf)) & (x < a.get("max", np.inf)),
+                tags={GRAD_MASK_TAG})
 _pointwise_grad("sigmoid_grad", lambda y, a: y * (1 - y))
 _pointwise_grad("tanh_grad", lambda y, a: 1 - y * y)
 _pointwise_grad("gelu_grad", _gelu_d)
