@@ -20,9 +20,9 @@ from edgetrain.ops import Emitter, verify
 from edgetrain.ops.conv import conv_out_hw
 from edgetrain.ops.fixed_point import quantize_multiplier
 from edgetrain.ops.qconv import qconv2d_ref
-from edgetrain.ops.qfused import CHANNEL_BLOCK, fuse_attrs, qconv2d_pw_dw_ref
+from edgetrain.ops.qfused import CHANNEL_BLOCK, PW_DW_OP, fuse_attrs, qconv2d_pw_dw_ref
 from edgetrain.passes import apply_updates_early
-from edgetrain.passes.fuse import FUSED_OP, fuse_pointwise_depthwise
+from edgetrain.passes.fuse import fuse_pointwise_depthwise
 from edgetrain.passes.loss import LABEL
 from edgetrain.passes.reorder import reorder_for_memory
 from edgetrain.passes.updates import STEP
@@ -101,7 +101,7 @@ def test_fused_op_is_the_two_convolutions_bit_for_bit(n, c_in, c, hw, pw_geo, dw
     xs = [x, w1, b1, w2, b2]
     ins = [new_value(TensorType(v.shape, str(v.dtype)), f"in{i}") for i, v in enumerate(xs)]
     e = Emitter()
-    out, _ = e.emit_multi(FUSED_OP, *ins, **a)
+    out, _ = e.emit_multi(PW_DW_OP, *ins, **a)
     g = verify(Graph(tuple(ins), tuple(e.nodes), (out,), ("y",)))
     assert np.array_equal(run_graph(g, {f"in{i}": v for i, v in enumerate(xs)})[0]["y"], y)
 
@@ -137,7 +137,7 @@ def small_pair(pw_kernel=1, pw_kw=None, dw_kw=None, c_in=3, c=4):
 def test_pass_fuses_a_pair_into_one_node_defining_the_same_value():
     g, _, arrays = small_pair()
     f = verify(fuse_pointwise_depthwise(g))
-    assert [n.op for n in f.nodes] == [FUSED_OP]
+    assert [n.op for n in f.nodes] == [PW_DW_OP]
     (node,) = f.nodes
     assert node.outputs[0] is g.outputs[0] and node.inputs == g.nodes[0].inputs + g.nodes[1].inputs[1:]
     assert node.outputs[1].type == TensorType((1, CHANNEL_BLOCK, 6, 6), "int8")
@@ -154,7 +154,7 @@ def test_pass_fuses_any_dense_first_conv(pw_kernel, pw_kw):
     conv (a network's first conv) fuses with its depthwise conv like a 1x1 one."""
     g, _, _ = small_pair(pw_kernel, pw_kw, {})
     f = verify(fuse_pointwise_depthwise(g))
-    assert [n.op for n in f.nodes] == [FUSED_OP]
+    assert [n.op for n in f.nodes] == [PW_DW_OP]
     rng = np.random.default_rng(0)
     feeds = {v.name: (rng.integers(-128, 128, v.shape) if v.dtype == "int8" else rng.integers(-500, 500, v.shape))
              .astype(v.dtype) for v in g.inputs}
@@ -208,7 +208,7 @@ def test_pass_keeps_in_place_updates_after_the_fused_node():
                  STEP: np.array(1, dtype=np.int32)}
         for f in (fuse_pointwise_depthwise(h), reorder_for_memory(fuse_pointwise_depthwise(h), {"x"})):
             verify(f)
-            assert [n.op for n in f.nodes] == [FUSED_OP, "qsgd_update"]
+            assert [n.op for n in f.nodes] == [PW_DW_OP, "qsgd_update"]
             fa, fb = ({k: v.copy() for k, v in feeds.items()} for _ in range(2))
             oa, ob = run_graph(h, fa)[0], run_graph(f, fb)[0]
             assert all(np.array_equal(oa[k], ob[k]) for k in oa)
@@ -266,10 +266,10 @@ def test_mbv2_fused_step_is_bit_identical_and_needs_less_memory(mbv2):
     p = mbv2
     # compile() fuses: the first conv and block 1's expansion inside the row-streamed chain
     # from the image (tests/passes/test_stream.py), the other 7 pairs as qconv2d_pw_dw
-    assert sum(n.op == FUSED_OP for n in p.train_graph.nodes) == 7
+    assert sum(n.op == PW_DW_OP for n in p.train_graph.nodes) == 7
     g = reorder_for_memory(apply_updates_early(p.stages["updates"]), ram_of(p))  # the order without fusion
     f = verify(fuse_pointwise_depthwise(g))
-    fused = [n for n in f.nodes if n.op == FUSED_OP]
+    fused = [n for n in f.nodes if n.op == PW_DW_OP]
     assert len(fused) == 9  # 8 expansions and the first conv with block 0's depthwise
     # block 1's 48x64x64 expansion (192 KB) is gone; the 4 KB channel block replaces it
     assert not any(n.op == "qconv2d" and n.out.shape == (1, 48, 64, 64) for n in f.nodes)
@@ -297,7 +297,7 @@ def test_mbv2_fusion_before_reordering_with_a_trained_depthwise_bias():
     assert b2 in p.trainable and "blocks.9.pointwise1.conv.bias" not in p.trainable
     g = reorder_for_memory(apply_updates_early(fuse_pointwise_depthwise(p.stages["updates"])), ram_of(p))
     verify(g)
-    (fused,) = [i for i, n in enumerate(g.nodes) if n.op == FUSED_OP and n.inputs[4].name == b2]
+    (fused,) = [i for i, n in enumerate(g.nodes) if n.op == PW_DW_OP and n.inputs[4].name == b2]
     (update,) = [i for i, n in enumerate(g.nodes) if n.op == "qsgd_update" and n.inputs[0].name == b2]
     assert fused < update
     assert_same_step(p, p.train_graph, g)

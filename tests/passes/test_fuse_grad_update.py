@@ -11,10 +11,10 @@ import pytest
 from edgetrain.backends.reference import run_graph
 from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.ops import Emitter, verify
+from edgetrain.ops.qgradupdate import GRAD_UPDATE_OP
 from edgetrain.passes.fuse import fuse_weight_grad_update
 from edgetrain.passes.updates import STEP
 
-FUSED = "qconv2d_grad_weight_update"
 C_IN, H = 4, 5
 
 
@@ -28,8 +28,9 @@ def update_graph(groups=1, c_out=4, momentum=True, grad_is_output=False, k=3):
     step = new_value(TensorType((), "int32"), STEP)
     m = [new_value(TensorType(w_shape, "float32"), "momentum:w")] if momentum else []
     e = Emitter()
-    grad = e.emit("qconv2d_grad_weight", x, gy, weight_shape=w_shape, scales=tuple(0.01 * (i + 1) for i in range(c_out)),
-                  x_zero=-3, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=groups)
+    scales = tuple(0.01 * (i + 1) for i in range(c_out))
+    grad = e.emit("qconv2d_grad_weight", x, gy, weight_shape=w_shape, scales=scales, x_zero=-3,
+                  stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=groups)
     upd = e.emit_multi("qsgd_update", w, grad, step, *m, names=("w", "momentum:w"), lr=0.5,
                        momentum=0.9 if momentum else 0.0, weight_decay=0.0, dim=0, index=None,
                        scale=(1.0,) * c_out, seed=3, param_id=0, qmin=-127, qmax=127)
@@ -62,7 +63,7 @@ def _run(g, feeds):
 def test_gradient_and_update_fuse_bit_for_bit(groups, momentum):
     g = verify(update_graph(groups=groups, momentum=momentum))
     f = verify(fuse_weight_grad_update(g))
-    assert [n.op for n in f.nodes] == [FUSED]
+    assert [n.op for n in f.nodes] == [GRAD_UPDATE_OP]
     (n,) = f.nodes
     assert n.inputs[:4] == g.nodes[0].inputs + g.nodes[1].inputs[:1] + (g.input(STEP),)
     assert n.outputs[:len(g.outputs)] == g.outputs  # the same values: every reader stays valid

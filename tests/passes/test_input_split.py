@@ -35,7 +35,7 @@ def graph(quantizations=1, float_read_later=False, quantize=True):
 
 
 def _feeds(rng):
-    return {"x": rng.standard_normal(F32.shape).astype(np.float32), "w": rng.standard_normal(F32.shape).astype(np.float32)}
+    return {name: rng.standard_normal(F32.shape).astype(np.float32) for name in ("x", "w")}
 
 
 def test_the_quantizing_prefix_is_split_off():
@@ -45,7 +45,8 @@ def test_the_quantizing_prefix_is_split_off():
     t, rest = verify(split.transform), verify(split.rest)
     assert [n.op for n in t.nodes] == ["neg", "quantize"]
     assert [v.name for v in t.inputs] == ["x"] and t.output_names == ("x" + INT8_SUFFIX,)
-    assert [v.name for v in rest.inputs] == ["x:int8", "w"] and rest.input("x:int8").type == TensorType(F32.shape, "int8")
+    assert [v.name for v in rest.inputs] == ["x:int8", "w"]
+    assert rest.input("x:int8").type == TensorType(F32.shape, "int8")
     assert [n.op for n in rest.nodes] == ["dequantize", "add"]
     feeds = _feeds(rng)
     q = run_graph(t, {"x": feeds["x"]})[0]

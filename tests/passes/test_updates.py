@@ -38,7 +38,7 @@ def test_a_float_parameter_with_momentum():
     assert u.output_names == ("loss", "w", momentum_name("w"))
     assert [v.name for v in u.inputs] == ["w", "x", "momentum:w"]
     assert u.input("momentum:w").type == u.input("w").type
-    feeds = {"w": rng.standard_normal((3, 2)), "x": rng.standard_normal((3, 2)), "momentum:w": rng.standard_normal((3, 2))}
+    feeds = {name: rng.standard_normal((3, 2)) for name in ("w", "x", "momentum:w")}
     before, after = _run(g, feeds), _run(u, feeds)
     np.testing.assert_array_equal(after["loss"], before["loss"])  # computed before the update overwrote w
     m = MOMENTUM * feeds["momentum:w"] + before["grad:w"]  # torch.optim.SGD: buf = momentum * buf + grad

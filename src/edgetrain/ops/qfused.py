@@ -110,4 +110,4 @@ def _cost(node) -> Cost:
 register(OpDef(PW_DW_OP, _infer, lambda xs, a: list(qconv2d_pw_dw_ref(*xs, a)), cost=_cost,
                num_inputs=(5, 5), stream_operands=(0,)))
 
-__all__ = ["CHANNEL_BLOCK", "fuse_attrs", "qconv2d_pw_dw_ref", "split_attrs"]
+__all__ = ["CHANNEL_BLOCK", "PW_DW_OP", "fuse_attrs", "qconv2d_pw_dw_ref", "split_attrs"]

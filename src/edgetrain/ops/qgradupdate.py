@@ -30,7 +30,8 @@ from .base import Cost, OpDef, get_op, prefix_attrs, register, unprefix_attrs
 from .qconv import _grad_weight_ref
 from .qoptim import qsgd_ref
 
-FUSED_OP = "qconv2d_grad_weight_update"
+#: the op's name (passes/fuse.py builds it from a qconv2d_grad_weight and its qsgd_update)
+GRAD_UPDATE_OP = "qconv2d_grad_weight_update"
 GW, UP = "gw_", "up_"
 
 
@@ -55,7 +56,7 @@ def _infer(ts, a):
     (grad,) = get_op("qconv2d_grad_weight").infer([x, g], gw)
     updated = get_op("qsgd_update").infer([w, grad, step, *ts[4:]], up)
     if not fusable(gw, x.shape[1]):
-        raise ValueError(f"{FUSED_OP}: only dense or depthwise convolutions, got groups={gw['groups']}")
+        raise ValueError(f"{GRAD_UPDATE_OP}: only dense or depthwise convolutions, got groups={gw['groups']}")
     return updated + [TensorType((1,) + grad.shape[1:], "float32")]
 
 
@@ -77,7 +78,7 @@ def _cost(node) -> Cost:
     return Cost(macs, sum(v.type.nbytes for v in node.inputs))
 
 
-register(OpDef(FUSED_OP, _infer, qconv2d_grad_weight_update_ref, cost=_cost, shares=((0, 2), (1, 4)),
+register(OpDef(GRAD_UPDATE_OP, _infer, qconv2d_grad_weight_update_ref, cost=_cost, shares=((0, 2), (1, 4)),
                mutates=True, num_inputs=(4, 5)))
 
-__all__ = ["FUSED_OP", "fusable", "fuse_attrs", "qconv2d_grad_weight_update_ref", "split_attrs"]
+__all__ = ["GRAD_UPDATE_OP", "fusable", "fuse_attrs", "qconv2d_grad_weight_update_ref", "split_attrs"]

@@ -23,12 +23,9 @@ from ..ir import Graph, Node, new_value
 from ..memory.liveness import storage_roots
 from ..ops import get_op
 from ..ops.qfused import PW_DW_OP, fuse_attrs
-from ..ops.qgradupdate import FUSED_OP as GRAD_UPDATE_OP
-from ..ops.qgradupdate import fusable
+from ..ops.qgradupdate import GRAD_UPDATE_OP, fusable
 from ..ops.qgradupdate import fuse_attrs as fuse_grad_update_attrs
 
-#: the pointwise -> depthwise fused op (ops/qfused.py); the name this module always exported
-FUSED_OP = PW_DW_OP
 #: the int8 weight gradient and the update that qconv2d_grad_weight_update fuses
 #: (ops/qgradupdate.py)
 GRAD_WEIGHT_OP, UPDATE_OP = "qconv2d_grad_weight", "qsgd_update"
@@ -84,9 +81,9 @@ def fuse_pointwise_depthwise(g: Graph) -> Graph:
         x, w1, b1 = n.inputs
         if id(d) in drop or _overwritten_between(g, i, position[id(d)], (x, w1, b1), root):
             continue
-        scratch_type = get_op(FUSED_OP).infer([v.type for v in (x, w1, b1, *d.inputs[1:])],
+        scratch_type = get_op(PW_DW_OP).infer([v.type for v in (x, w1, b1, *d.inputs[1:])],
                                               fuse_attrs(n.attrs, d.attrs))[1]
-        fused[id(d)] = Node(FUSED_OP, (x, w1, b1, *d.inputs[1:]), (d.out, new_value(scratch_type)),
+        fused[id(d)] = Node(PW_DW_OP, (x, w1, b1, *d.inputs[1:]), (d.out, new_value(scratch_type)),
                             fuse_attrs(n.attrs, d.attrs))
         drop.update((id(n), id(d)))
     if not fused:
