@@ -149,7 +149,7 @@ def _op_sources(cap) -> dict[str, tuple[str, ...]]:
 
 
 def _on_backend(prog: Program, backend: str) -> Program:
-    """The program run by `backend` (the reference Program, or the C backend's CProgram)."""
+    """The program run by `backend` (the reference runner, or the C backend's CRunner)."""
     if backend == "c":
         from .backends.c.host import to_c_program
         from .backends.capabilities import check_program
@@ -177,9 +177,7 @@ def _compile_auto(model, example_inputs, loss, quantize, optimizer, budget, back
     if budget.flash is not None and prog.memory.frozen_bytes > budget.flash:
         raise BudgetError(f"read-only weights need {prog.memory.frozen_bytes:,} B of flash, over the budget "
                           f"of {budget.flash:,} B")
-    prog = _on_backend(prog, backend)
-    prog.search = info
-    return prog
+    return _on_backend(prog.replace(search=info), backend)
 
 
 def _state_aliases(model: torch.nn.Module, names: set[str]) -> dict[str, str]:

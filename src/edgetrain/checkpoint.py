@@ -215,8 +215,7 @@ class Checkpoint:
             if cur.shape != v.shape or cur.dtype != v.dtype:
                 raise CheckpointError(f"state {k!r}: the checkpoint holds {v.dtype}{v.shape}, the program "
                                       f"{cur.dtype}{cur.shape}")
-            prog.state[k] = v.copy()
-        prog.steps = self.steps
+        prog.load_state({k: v.copy() for k, v in self.state.items()}, steps=self.steps)
         return built
 
 

@@ -213,13 +213,11 @@ def _verify(prog, out: Path, target: str, samples) -> dict:
         exit_code = r.returncode
         where = "host build"
     else:
-        import dataclasses
-
         from .backends.c import cortexm
 
         elf = cortexm.build(out)
         run = cortexm.run_qemu(out, target)
-        prog.memory = dataclasses.replace(prog.memory, firmware=cortexm.firmware_size(elf, run))
+        prog.record_firmware(cortexm.firmware_size(elf, run))
         losses, exit_code, lines = list(run.losses), run.exit_code, list(run.lines)
         where = f"QEMU {target}"
         _say(f"  firmware: {prog.memory.firmware.describe()}")

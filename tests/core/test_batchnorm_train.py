@@ -137,7 +137,7 @@ def test_c_backend_matches_torch_train_mode_float32():
     batches = _batches(torch.float32)
     prog = et.compile(copy.deepcopy(model), (batches[0][0],), optimizer=et.SGD(lr=LR, momentum=MOMENTUM),
                       batchnorm="train", backend="c")
-    assert type(prog).__name__ == "CProgram"
+    assert prog.backend == "c" and type(prog.runner).__name__ == "CRunner"
     _check(prog, model, batches, 1e-5)
 
 

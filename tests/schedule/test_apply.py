@@ -246,7 +246,7 @@ def test_zoo_paging_and_recomputation_run_as_planned(name):
 def test_c_backend_pages_to_a_file_as_planned():
     """The emitted C pages through et_page.h to the page file: the same traffic, and the
     unscheduled C program's gradients and step bit for bit (same kernels, same data)."""
-    from edgetrain.backends.c.host import CProgram, to_c_program
+    from edgetrain.backends.c.host import CRunner, to_c_program
 
     case = tiny_case()
     cprog = to_c_program(case.prog)
@@ -254,7 +254,7 @@ def test_c_backend_pages_to_a_file_as_planned():
     sched = hand_schedule(case.problem, mixed)
     assert sched.recomputations and sched.page_ins
     sp = cprog.apply(sched)
-    assert isinstance(sp, CProgram) and sp.c_layout.page_bytes == sp.page_store.nbytes
+    assert isinstance(sp.runner, CRunner) and sp.c_layout.page_bytes == sp.page_store.nbytes
     assert "et_page_write" in sp.c_files["model.c"] and "et_page_read" in sp.c_files["model.c"]
     got = sp.gradients(case.x, case.y)
     for k in want:

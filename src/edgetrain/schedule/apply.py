@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import tempfile
 import weakref
+from dataclasses import replace
 from typing import Optional
 
 import numpy as np
@@ -186,7 +187,7 @@ def rewrite_graph(problem, sched: Schedule, offsets: dict, store: Optional[Value
 
 def gradient_graph(prog, train: Graph) -> Optional[Graph]:
     """The scheduled train graph without its updates, returning the gradients they read as
-    `grad:<param>` (the outputs of `prog.grad_graph`); None when an update is fused with its
+    `grad:<param>` (the outputs of `prog.grad_graph`; `prog` a compiled program); None when an update is fused with its
     gradient (no gradient value exists)."""
     named = train.named_outputs()
     producer = {o: n for n in train.nodes for o in n.outputs}
@@ -208,51 +209,34 @@ def gradient_graph(prog, train: Graph) -> Optional[Graph]:
     return verify(g.replace(inputs=tuple(v for v in g.inputs if v in used or v.name in keep)))
 
 
-def apply_schedule(prog, sched: Schedule, page_file=None):
-    """`prog` (a compiled Program, reference or C) running `sched`: a new Program of the same
-    kind whose train graph is rewritten (module docstring), with its memory report, its
-    `schedule` and its `page_store` (the file pages go to: `page_file`, else a temporary
-    file). `gradients()` runs the scheduled graph without the updates; for a program whose
-    weight gradients are fused into their updates (int8) it runs the unscheduled one."""
-    from ..program import Program
-
+def apply_schedule(compiled, sched: Schedule, page_file=None):
+    """`compiled` (a CompiledProgram) running `sched`: another compiled program whose train
+    graph is rewritten (module docstring), with its memory report, its `schedule` and its
+    `page_store` (the file pages go to: `page_file`, else a temporary file). Its gradient
+    graph runs the scheduled graph without the updates; for a program whose weight gradients
+    are fused into their updates (int8) it is the unscheduled one. `Program.apply` runs it
+    with a runner of the program's kind."""
     problem = sched.problem
-    if getattr(prog, "schedule", None) is not None:
+    if compiled.schedule is not None:
         raise ScheduleError("this program already runs a schedule: schedule and apply to the original program")
-    if problem.graph is not prog.train_graph and problem.graph != prog.train_graph:
+    if problem.graph is not compiled.train_graph and problem.graph != compiled.train_graph:
         raise ScheduleError("the schedule was made for another program's train graph")
     offsets, nbytes = page_layout(problem, sched)
     store = PageStore(nbytes, page_file) if sched.page_out else None
     store_v = new_value(TensorType((nbytes,), STORE_DTYPE), STORE_NAME) if store is not None else None
     train = verify(rewrite_graph(problem, sched, offsets, store_v))
-    grad = gradient_graph(prog, train)
-    ram_inputs = set(prog.graph_inputs) | {LABEL, STEP}
-    state_names = list(prog.trainable) + ([momentum_name(p) for p in prog.trainable]
-                                          if prog.optimizer.momentum else [])
-    memory = plan_memory(train, ram_inputs, state_names, trained_channel_bytes(prog.trainable, prog.state))
+    grad = gradient_graph(compiled, train)
+    ram_inputs = set(compiled.graph_inputs) | {LABEL, STEP}
+    state_names = list(compiled.trainable) + ([momentum_name(p) for p in compiled.trainable]
+                                              if compiled.optimizer.momentum else [])
+    memory = plan_memory(train, ram_inputs, state_names,
+                         trained_channel_bytes(compiled.trainable, compiled.initial_state))
     if store is not None:  # the store is neither RAM nor a weight: plan_memory counted it as flash
-        from dataclasses import replace
-
         memory = replace(memory, frozen_bytes=memory.frozen_bytes - nbytes,
                          weight_bytes=memory.weight_bytes - nbytes)
-    new = Program.__new__(Program)
-    new.__dict__.update({k: v for k, v in vars(prog).items() if not _backend_private(k)})
-    new.state = {k: np.array(v, copy=True) for k, v in prog.state.items()}
-    new.train_graph = train
-    new.grad_graph = grad if grad is not None else prog.grad_graph
-    new.stages = {**prog.stages, "scheduled": train}
-    new.memory, new.schedule, new.page_store = memory, sched, store
-    if type(prog) is not Program:  # the C backend: its own library for the rewritten graphs
-        from ..backends.c.host import CProgram, to_c_program
-
-        if isinstance(prog, CProgram):
-            return to_c_program(new)
-    return new
-
-
-def _backend_private(key: str) -> bool:
-    """Attributes of a CProgram (its library and layout), rebuilt for the new program."""
-    return key.startswith("c_") or key in ("_lib", "_views", "_state_obj", "_split", "last_trace")
+    return replace(compiled, train_graph=train, grad_graph=grad if grad is not None else compiled.grad_graph,
+                   stages={**compiled.stages, "scheduled": train}, memory=memory, schedule=sched,
+                   page_store=store)
 
 
 def measured_peak(prog, trace) -> int:

@@ -19,7 +19,7 @@ import pytest
 from edgetrain.backends.c import cortexm
 from edgetrain.backends.c.emit import emit_sources
 from edgetrain.backends.c.project import program_samples
-from edgetrain.backends.c.host import PROJECT_CFLAGS, _load_private, build_library
+from edgetrain.backends.c.host import PROJECT_CFLAGS, build_library, load_private
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                                 reason="no host C compiler")
@@ -48,7 +48,7 @@ def setup():
 
 
 def _open(path):
-    lib = _load_private(path)
+    lib = load_private(path)
     vp = ctypes.c_void_p
     for name, res, args in (("et_init", None, []), ("et_train_step", ctypes.c_float, [vp, vp]),
                             ("et_get_step", ctypes.c_int32, []), ("et_num_state", ctypes.c_int, []),

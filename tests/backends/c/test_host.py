@@ -49,7 +49,7 @@ def progs():
 
 def test_backend_c_in_compile(progs):
     ref, c = progs
-    assert isinstance(c, host.CProgram) and isinstance(c, et.Program)
+    assert isinstance(c, et.Program) and isinstance(c.runner, host.CRunner) and c.backend == "c"
     for _ in range(2):
         lc, lr_ = c.step(X, Y), ref.step(X, Y)
         assert abs(lc - lr_) <= 1e-5 * abs(lr_)

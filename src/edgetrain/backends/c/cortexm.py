@@ -420,14 +420,12 @@ def run_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = (
     """Emit `prog` as a `target` firmware training on `samples`, link it (CortexMError if it
     does not fit 256 KB SRAM / 1 MB flash), run it under QEMU, and attach the size report
     (flash, SRAM, measured stack high-water mark, instructions per step) to the program:
-    `prog.memory.firmware`."""
-    import dataclasses
-
+    `prog.memory.firmware` (Program.record_firmware)."""
     d = emit_firmware(prog, out_dir, target, samples)
     elf = build(d)
     run = run_qemu(d, target, icount=icount)
     if run.exit_code != 0:
         raise CortexMError(f"the firmware exited with {run.exit_code}: {' | '.join(run.lines[-5:])}")
     size = firmware_size(elf, run)
-    prog.memory = dataclasses.replace(prog.memory, firmware=size)
+    prog.record_firmware(size)
     return FirmwareRun(Path(d), run, size)

@@ -20,7 +20,7 @@ from ...ir import Graph
 from ...memory.arena import ALIGNMENT, align_up, plan_arena
 from ...memory.liveness import Lifetime, inplace_merges, lifetimes
 from .emit import RUNTIME_DIR, RUNTIME_HEADERS
-from .host import DEFAULT_CFLAGS, _load_private, build_library
+from .host import DEFAULT_CFLAGS, build_library, load_private
 from .kernels import EmitContext, kernel_for
 from .layout import CBackendError, Layout, plan_graph
 
@@ -79,7 +79,7 @@ def build_graph_library(graph: Graph, flags: Sequence[str] = FAST_CFLAGS) -> Cal
     """Compile `graph` (content-hash cached) and return `run(arrays) -> list of arrays`: the
     inputs in graph.inputs order (converted to each input's dtype and shape), the outputs in
     graph.outputs order. Each call of build_graph_library loads its own copy of the library."""
-    lib = _load_private(build_library(emit_graph_sources(graph), flags))
+    lib = load_private(build_library(emit_graph_sources(graph), flags))
     fn = lib.et_run
     fn.restype, fn.argtypes = None, [ctypes.c_void_p, ctypes.c_void_p]
     in_types = [v.type for v in graph.inputs]

@@ -1,7 +1,8 @@
 """Build an emitted program with the system C compiler and run it through ctypes.
 
 Libraries are cached by a content hash of the emitted sources, the flags and the compiler;
-each Program loads its own copy of the library (its state arrays are its weights)."""
+each C runner (CRunner: a compiled program run through ctypes) loads its own copy of the
+library (its state arrays are its weights)."""
 from __future__ import annotations
 
 import ctypes
@@ -16,7 +17,8 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from ...program import NonFiniteLossError, Program, as_array
+from ...compiled import CompiledProgram
+from ...runner import RunnerBase, as_array
 from .cache import cache_path
 from .layout import CBackendError, Layout, build_layout
 
@@ -100,7 +102,7 @@ def build_executable(src_dir, flags: Sequence[str] = SANITIZE_CFLAGS, out: str =
     return src_dir / out
 
 
-def _load_private(lib: Path) -> ctypes.CDLL:
+def load_private(lib: Path) -> ctypes.CDLL:
     """dlopen a private copy (a second load of one path would share its static arrays)."""
     fd, tmp = tempfile.mkstemp(suffix=".so", prefix="et-")
     os.close(fd)
@@ -125,18 +127,23 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
     return dll
 
 
-class CProgram(Program):
-    """A Program whose step / gradients / predict run the emitted C through ctypes. Unsplit
-    state tensors in `self.state` are numpy views of the library's arrays; a weight stored
-    split is copied in before and out after each call."""
+class CRunner(RunnerBase):
+    """Runs a compiled program's emitted C through ctypes (its own copy of the library).
+    Unsplit state tensors in `self.state` are numpy views of the library's arrays; a weight
+    stored split is copied in before and out after each call."""
 
-    def _attach(self, flags: Sequence[str] = DEFAULT_CFLAGS) -> "CProgram":
+    backend = "c"
+
+    def __init__(self, compiled: CompiledProgram, state: Optional[Mapping[str, np.ndarray]] = None, steps: int = 0,
+                 flags: Optional[Sequence[str]] = None):
         from .emit import emit_sources
 
+        super().__init__(compiled, state, steps)
+        self.flags = tuple(flags or DEFAULT_CFLAGS)
         self.c_layout: Layout = build_layout(self)
         self.c_files = emit_sources(self, embed_weights=False, layout=self.c_layout)
-        self.c_library = build_library(self.c_files, flags)
-        self._lib = _bind(_load_private(self.c_library))
+        self.c_library = build_library(self.c_files, self.flags)
+        self._lib = _bind(load_private(self.c_library))
         self._lib.et_init()
         self._views: dict[str, np.ndarray] = {}
         for st in self.c_layout.states.values():
@@ -154,7 +161,10 @@ class CProgram(Program):
             self._open_pages()
         self._split = [st for st in self.c_layout.states.values() if st.kind == "split"]
         self.c_layout_names = list(self.c_layout.states)
-        return self
+
+    def rebind(self, compiled: CompiledProgram) -> "CRunner":
+        """A C runner (same flags, its own library) for `compiled`, from a copy of this state."""
+        return CRunner(compiled, self.state, self.steps, self.flags)
 
     def _open_pages(self):
         """Point the library's page API (et_page.h) at the page store's file."""
@@ -164,8 +174,8 @@ class CProgram(Program):
                                 ("et_page_error", ctypes.c_int, [])):
             f = getattr(lib, name)
             f.restype, f.argtypes = res, args
-        if lib.et_page_open(os.fsencode(self.page_store.path)) != 0:
-            raise CBackendError(f"cannot open the page file {self.page_store.path}")
+        if lib.et_page_open(os.fsencode(self.compiled.page_store.path)) != 0:
+            raise CBackendError(f"cannot open the page file {self.compiled.page_store.path}")
         weakref.finalize(self, lib.et_page_close)
 
     def paged_bytes(self) -> tuple[int, int]:
@@ -178,7 +188,7 @@ class CProgram(Program):
         after = self.paged_bytes()
         self.last_paged_in_bytes, self.last_paged_out_bytes = after[0] - before[0], after[1] - before[1]
         if self.c_layout.page_bytes and self._lib.et_page_error():
-            raise CBackendError(f"reading or writing the page file {self.page_store.path} failed")
+            raise CBackendError(f"reading or writing the page file {self.compiled.page_store.path} failed")
 
     # --- state sync -------------------------------------------------------------------
     def _push(self):
@@ -204,17 +214,19 @@ class CProgram(Program):
             self._lib.et_get_state(st.index, out.ctypes.data)
             dict.__setitem__(self.state, st.name, out)
 
-    def _input_bytes(self, g, x, training: bool = False) -> np.ndarray:
-        feeds = self._data_feeds(g, x, training)
-        if len(self.graph_inputs) == 1:
-            return np.ascontiguousarray(feeds[self.graph_inputs[0]])
-        return np.concatenate([np.ascontiguousarray(feeds[n]).reshape(-1).view(np.uint8) for n in self.graph_inputs])
+    def input_bytes(self, g, x, training: bool = False) -> np.ndarray:
+        """The library's input buffer for model input(s) `x`: the graph inputs' bytes in order."""
+        feeds = self.data_feeds(g, x, training)
+        names = self.compiled.graph_inputs
+        if len(names) == 1:
+            return np.ascontiguousarray(feeds[names[0]])
+        return np.concatenate([np.ascontiguousarray(feeds[n]).reshape(-1).view(np.uint8) for n in names])
 
     # --- running ------------------------------------------------------------------------
     def step(self, x, y) -> float:
-        g = self.train_graph
-        xin = self._input_bytes(g, x, training=True)
-        yin = np.ascontiguousarray(self._label_feed(g, y))
+        g = self.compiled.train_graph
+        xin = self.input_bytes(g, x, training=True)
+        yin = np.ascontiguousarray(self.label_feed(g, y))
         self._push()
         self._lib.et_set_step(self.steps)
         loss_c = ctypes.c_float()
@@ -223,17 +235,15 @@ class CProgram(Program):
         self._check_pages(paged)
         loss = float(loss_c.value)
         if bad:
-            what = "" if bad < 0 else f", {self.c_layout_names[bad - 1]} became non-finite"
-            raise NonFiniteLossError(f"step {self.steps + 1}: loss is {loss}{what}; weights kept from step "
-                                     f"{self.steps}")
+            raise self.non_finite(loss, "" if bad < 0 else self.c_layout_names[bad - 1])
         self._pull_split()
         self.steps += 1
         return loss
 
     def gradients(self, x, y) -> dict[str, np.ndarray]:
-        g = self.grad_graph
-        xin = self._input_bytes(g, x, training=True)
-        yin = np.ascontiguousarray(self._label_feed(g, y))
+        g = self.compiled.grad_graph
+        xin = self.input_bytes(g, x, training=True)
+        yin = np.ascontiguousarray(self.label_feed(g, y))
         self._push()
         self._lib.et_set_step(self.steps)
         outs = [np.empty(v.shape, dtype=v.dtype) for v in g.outputs]
@@ -241,32 +251,20 @@ class CProgram(Program):
         paged = self.paged_bytes()
         self._lib.et_gradients(xin.ctypes.data, yin.ctypes.data, ptrs)
         self._check_pages(paged)
-        return self._full_gradients(dict(zip(g.output_names, outs)))
+        return self.full_gradients(dict(zip(g.output_names, outs)))
 
     def predict(self, x) -> np.ndarray:
-        g = self.forward_graph
-        out_v = g.output("output")
         self._push()
-        if len(self.inputs) != 1:
-            out = np.empty(out_v.shape, dtype=np.float32)
-            xin = self._input_bytes(g, x)  # held while the library reads it
-            self._lib.et_predict(xin.ctypes.data, out.ctypes.data)
-            return out
-        want = (self.input_transform or g).input(self.inputs[0]).type
-        a = as_array(x, want, "input", batch_free=True)
-        b, n = want.shape[0], a.shape[0]
-        pad = (-n) % b
-        if pad:
-            a = np.concatenate([a, np.zeros((pad,) + a.shape[1:], dtype=a.dtype)])
-        outs = []
-        for i in range(0, a.shape[0], b):
-            out = np.empty(out_v.shape, dtype=np.float32)
-            # a name for the input bytes: `.ctypes.data` is a bare address, which keeps no array
-            # alive (the int8 input transform's fresh array was freed before the call read it)
-            xin = self._input_bytes(g, a[i:i + b])
-            self._lib.et_predict(xin.ctypes.data, out.ctypes.data)
-            outs.append(out)
-        return np.concatenate(outs)[:n]
+        return super().predict(x)
+
+    def predict_batch(self, x) -> np.ndarray:
+        g = self.compiled.forward_graph
+        out = np.empty(g.output("output").shape, dtype=np.float32)
+        # a name for the input bytes: `.ctypes.data` is a bare address, which keeps no array
+        # alive (the int8 input transform's fresh array was freed before the call read it)
+        xin = self.input_bytes(g, x)
+        self._lib.et_predict(xin.ctypes.data, out.ctypes.data)
+        return out
 
     def check_guards(self) -> bool:
         """True if the arena's guard words are intact."""
@@ -278,7 +276,7 @@ class CProgram(Program):
 
 
 class _TrackedState(dict):
-    """prog.state of a CProgram: remembers the entries rebound since the last sync (entries
+    """The state of a C runner: remembers the entries rebound since the last sync (entries
     changed in place are the library's own arrays and need no sync)."""
 
     def __init__(self, *args, **kw):
@@ -300,9 +298,7 @@ def _tt(view):
     return TensorType(tuple(view.shape), str(view.dtype))
 
 
-def to_c_program(prog: Program, flags: Optional[Sequence[str]] = None) -> CProgram:
-    """The same program run by the C backend (the Program's fields, its own library)."""
-    c = CProgram.__new__(CProgram)
-    c.__dict__.update(prog.__dict__)
-    c.state = {k: np.array(v, copy=True) for k, v in prog.state.items()}
-    return c._attach(flags or DEFAULT_CFLAGS)
+def to_c_program(prog, flags: Optional[Sequence[str]] = None):
+    """The same program run by the C backend: a Program holding `prog`'s compiled program and
+    a C runner (its own library) from a copy of `prog`'s state and step count."""
+    return type(prog)(prog.compiled, CRunner(prog.compiled, prog.state, prog.steps, flags))
