@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from ...passes.loss import LABEL
-from .fusion import find_bn_backward
+from .fusion import fuse_bn_backward
 from .kernels import EmitContext, kernel_for
 from .kernels.float32 import emit_bn_backward
 from .banks import BANK_API, BANK_FUNCS, bank_arrays, bank_decls, bank_fresh_start
@@ -118,21 +118,6 @@ static void et_split_scatter(const void *src, void *sel, void *rest, const uint1
 
 
 # --- the graphs as functions -------------------------------------------------------------------
-def _fused_bn_groups(gl, ctx: EmitContext) -> dict:
-    """{first node index: BNBackward} of the batch-norm backward groups emitted as one kernel
-    (fusion.py finds them on the planned arena; a group reading a split weight, or whose two
-    batch norms' eps differ, stays unfused)."""
-    fused = {}
-    for grp in find_bn_backward(gl):
-        nodes = [gl.graph.nodes[i] for i in grp.members]
-        if any(ctx.state_of(v) is not None and ctx.state_of(v).kind == "split" for m in nodes for v in m.inputs):
-            continue
-        if grp.grad_weight is not None and grp.grad_weight.attrs["eps"] != grp.grad_input.attrs["eps"]:
-            continue
-        fused[grp.first] = grp
-    return fused
-
-
 def _gathered_inputs(layout: Layout, key: str, n, gather_bufs: list) -> tuple[list, dict]:
     """For a kernel that reads whole tensors: each split weight input gathered into a scratch
     buffer (et_gather<slot>, sized in `gather_bufs`): (the gather calls, {value: C pointer})."""
@@ -166,7 +151,7 @@ def _graph_function(layout: Layout, key: str, gather_bufs: list, abort_points: b
     """static void et_run_<key>(void): the graph's nodes in order, each its kernel's code."""
     gl = layout.graphs[key]
     lines = [f"static void et_run_{key}(void) {{"]
-    fused = _fused_bn_groups(gl, EmitContext(layout, key))
+    fused = fuse_bn_backward(layout, key)
     skip = {j for grp in fused.values() for j in grp.members}
     for i, n in enumerate(gl.graph.nodes):
         if i in fused:

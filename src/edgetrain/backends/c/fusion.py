@@ -6,7 +6,14 @@ batch_norm_grad_input all read one gradient tensor; emitted as one pass per chan
 A group is fused only when it is safe for the planned arena: the nodes scheduled between
 the group's members must not write what the members read, and every output the fused
 kernel now writes early must not share bytes with any storage live in between (other
-than its own input read at the same index)."""
+than its own input read at the same index).
+
+Why here and not a graph pass before memory planning: the fusion is a choice of the C kernels,
+not of the program. Its legality is a fact about the planned arena (what the fused kernel writes
+early must not overlap storage live in between), and as a graph pass its fused node would move
+where the gradients are written: a different arena plan, different memory figures on every
+backend, and an op the reference runtime would need too. `fuse_bn_backward(layout, key)` is the
+one named step that decides it; emit.py writes what it returns."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,7 +22,7 @@ from typing import Optional
 from ...ir import Node
 from ...memory.arena import align_up
 from ...ops import get_op
-from .layout import GraphLayout
+from .layout import GraphLayout, Layout
 
 #: how many nodes before batch_norm_grad_input the other members may sit
 WINDOW = 8
@@ -43,7 +50,32 @@ def _is_channel_sum(n: Node) -> bool:
     return tuple(sorted(d % x.type.rank for d in dims)) == (0,) + tuple(range(2, x.type.rank))
 
 
+def fuse_bn_backward(layout: Layout, key: str) -> dict[int, BNBackward]:
+    """The emit-time fusion pass of graph `key`: {first node index: group} of the batch-norm
+    backward groups that the emitter writes as one et_bn_backward_fused call (at the group's
+    first node; the other members are skipped). A group is left unfused when a member reads a
+    weight stored split (the fused kernel reads whole tensors) or when the weight gradient's
+    batch norm has another eps than the input gradient's."""
+    gl = layout.graphs[key]
+    states = layout.states
+
+    def split(v) -> bool:
+        r = gl.roots[v]
+        return r in gl.graph.inputs and r.name in states and states[r.name].kind == "split"
+
+    fused = {}
+    for grp in find_bn_backward(gl):
+        nodes = [gl.graph.nodes[i] for i in grp.members]
+        if any(split(v) for m in nodes for v in m.inputs):
+            continue
+        if grp.grad_weight is not None and grp.grad_weight.attrs["eps"] != grp.grad_input.attrs["eps"]:
+            continue
+        fused[grp.first] = grp
+    return fused
+
+
 def find_bn_backward(gl: GraphLayout) -> list[BNBackward]:
+    """The groups that are safe to fuse on the planned arena of one graph (module docstring)."""
     g = gl.graph
     nodes = g.nodes
     index = {id(n): i for i, n in enumerate(nodes)}
