@@ -11,10 +11,11 @@ from typing import Callable, Optional
 
 from .cli_types import (byte_size, floats, nonnegative_float, nonnegative_int, positive_float, positive_floats,
                         positive_int)
+from .devices.targets import TARGETS as TARGET_REGISTRY
 
 #: firmware steps embedded by `compile` when no --samples is given
 DEFAULT_SAMPLES = 4
-TARGETS = ("host", "cortex-m4", "cortex-m7")
+TARGETS = tuple(TARGET_REGISTRY)  # the emit targets (devices/targets.py)
 #: the checkpoint `compile` writes next to the project (a program before any training)
 COMPILED_FILE = "program.ckpt"
 

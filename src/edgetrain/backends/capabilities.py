@@ -68,8 +68,11 @@ def capabilities() -> dict[str, Capability]:
 
 
 def backend_of_target(target: str) -> str:
-    """The capability row of an emit target ("host", "cortex-m4", "cortex-m7")."""
-    return "cortex-m" if target.startswith("cortex-m") else "c"
+    """The capability row of an emit target ("host", "cortex-m4", "cortex-m7"): the target
+    registry's `backend` (devices/targets.py)."""
+    from ..devices.targets import get_target
+
+    return get_target(target).backend
 
 
 def origin_of(op: str, sources: Mapping[str, tuple]) -> tuple[str, ...]:
