@@ -105,7 +105,8 @@ def main(argv) -> None:
                         raise
             p = prog.apply(sched, str(out / "pages.bin"))
             files = emit_sources(p)
-            files["_schedule.txt"] = f"share {share} page_out {sorted(sched.page_out)} recompute {sched.recomputations}\n"
+            files["_schedule.txt"] = (f"share {share} page_out {sorted(sched.page_out)} "
+                                      f"recompute {sched.recomputations}\n")
             return files
         record(out, f"mcunet-5fps-paged-{solver}", paged)
 

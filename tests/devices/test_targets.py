@@ -35,5 +35,5 @@ def test_backends_read_the_registry():
 def test_firmware_regions_come_from_the_target():
     files = cortexm.firmware_files("cortex-m7", ([[0.0]], [[0]]))
     t = TARGETS["cortex-m7"]
-    assert f"ram_bytes" not in files["link.ld"] and str(t.sram_bytes) in files["link.ld"]
+    assert "ram_bytes" not in files["link.ld"] and str(t.sram_bytes) in files["link.ld"]
     assert f"MACHINE = {t.machine}" in files["config.mk"] and f"CPU = {t.cpu}" in files["config.mk"]

@@ -213,7 +213,8 @@ class _Unit:
         out, off = [], 0
         for v in vals:
             gv = self.layout.graphs[key].graph.input(v.name)
-            out.append(f"  memcpy({_value_ptr(self.layout, key, gv)}, (const uint8_t *){src} + {off}, {v.type.nbytes});")
+            dst = _value_ptr(self.layout, key, gv)
+            out.append(f"  memcpy({dst}, (const uint8_t *){src} + {off}, {v.type.nbytes});")
             off += v.type.nbytes
         return out
 
