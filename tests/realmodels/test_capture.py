@@ -19,6 +19,9 @@ TOL_OF = {
     # LiteMLA computes its linear attention in float32 on purpose (`q.float()` under autocast
     # off) even in a float64 model; we cast as it does, so both sides round in float32 there
     "timm.efficientvit_b0": 1e-5,
+    # transformers' eager attention takes its softmax in float32 (`softmax(..., dtype=float32)
+    # .to(query.dtype)`, modeling_vit.py) in a float64 model too: both sides round there
+    "hf.vit_eager": 1e-5,
 }
 
 #: a few seconds each; LeViT caches its attention biases in eval mode (timm's
