@@ -130,7 +130,8 @@ def test_content_hash_cache_is_reused(tmp_path, monkeypatch):
     lib = host.build_library(files)
     stamp = lib.stat().st_mtime_ns
     assert host.build_library(dict(files)) == lib and lib.stat().st_mtime_ns == stamp
-    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 1
+    libs = tmp_path / "c"  # host libraries live under the cache root's c/ (backends/c/cache.py)
+    assert lib.parent.parent == libs and len([p for p in libs.iterdir() if p.is_dir()]) == 1
     changed = dict(files, **{"model.c": files["model.c"] + "/* changed */\n"})
     assert host.build_library(changed) != lib
     assert host.build_library(files, host.DEFAULT_CFLAGS + ("-DX=1",)) != lib  # the flags are in the key
