@@ -5,9 +5,18 @@ machine. ``TARGETS`` (``targets``) is the registry of emit targets, each with it
 (``get_target("cortex-m7").device`` is "m7"), memory regions, toolchain and QEMU machine.
 Sources and the choices made where POET's profiles disagree: see ``profiles``.
 """
-from .calibrate import calibrate_host
 from .device import Device
 from .profiles import ACTIVE_W, DEVICES, get_device
 from .targets import TARGETS, Target, get_target
 
 __all__ = ["ACTIVE_W", "DEVICES", "Device", "TARGETS", "Target", "calibrate_host", "get_device", "get_target"]
+
+
+def __getattr__(name):
+    """`calibrate_host` (numpy) is imported on first use: the CLI reads the target registry
+    while it builds its parser, before any heavy import."""
+    if name == "calibrate_host":
+        from .calibrate import calibrate_host
+
+        return calibrate_host
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
