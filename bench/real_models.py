@@ -10,7 +10,8 @@ row goes on):
 - capture: `edgetrain.frontend.capture` of the float64 model, ok or the error;
 - ref grad: max relative error of `et.compile(model.double(), (x,), update=et.Full())
   .gradients(x, y)` against torch.autograd, float64 (relative to each gradient's largest
-  entry, or 1e-3 of the model's largest gradient if that is larger: tests/realmodels);
+  entry, or 1e-3 of the model's largest gradient if that is larger: tests/realmodels; torch's
+  hardsigmoid backward, which multiplies by a float32 1/6, replaced by a float64 one);
 - C: the same for the float32 C backend (`backend="c"`) against the float32 reference;
 - int8: `et.compile(model, (x,), quantize="int8", update=et.LastK(2))` (LastK(1) where the
   int8 program has one conv/linear layer: GPT-2's are matmuls) and one `step`: its loss if
@@ -115,8 +116,13 @@ def loss_diff(ours: list, eager: list) -> dict:
 
 
 def torch_gradients(model, x, y) -> dict:
+    """torch.autograd's, with hardsigmoid's backward in float64 as tests/realmodels takes them
+    (torch's own multiplies by a float32 1/6: test_capture.float64_truth)."""
+    from tests.realmodels.test_capture import float64_truth
+
     model.zero_grad(set_to_none=True)
-    F.cross_entropy(model(x), y).backward()
+    with float64_truth():
+        F.cross_entropy(model(x), y).backward()
     out = {n: p.grad.detach().numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
     return out
@@ -219,7 +225,9 @@ def row(name: str, emit=None, cells=None) -> dict:
         from tests.torch_backend.loops import train_loop
 
         torch._dynamo.reset()
-        eager_m, ours_m = copy.deepcopy(model64).train(), copy.deepcopy(model64).train()
+        fresh = build(name)[0]  # not model64: an eval-mode forward may have cached tensors with
+        # their autograd graph in it (timm's LeViT attention biases), which deepcopy refuses
+        eager_m, ours_m = copy.deepcopy(fresh).train(), copy.deepcopy(fresh).train()
 
         def loop(m, fn):
             torch.manual_seed(TRAIN_SEED)
