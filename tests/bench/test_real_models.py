@@ -25,6 +25,7 @@ def test_row_is_complete_and_finite(resnet10t_row):
     assert r["c"]["max_rel_err"] <= 1e-5  # float32 C vs float32 reference
     assert math.isfinite(r["int8"]["loss"])
     assert r["torch_compile"]["max_rel_diff"] <= 1e-4 and len(r["torch_compile"]["losses"]) == real_models.STEPS
+    assert r["torch_compile_train"]["max_rel_diff"] <= 1e-6  # train(), float64, seeded
     mem = r["memory"]
     assert mem["edgetrain_peak_bytes"] > 0 and mem["torch_peak_bytes"] > 0
     assert math.isclose(mem["ratio"], mem["torch_peak_bytes"] / mem["edgetrain_peak_bytes"])
