@@ -10,12 +10,9 @@ from typing import Optional
 import numpy as np
 
 from ...passes.loss import LABEL
-from .fusion import fuse_bn_backward
-from .kernels import EmitContext, kernel_for
-from .kernels.float32 import emit_bn_backward
 from .banks import BANK_API, BANK_FUNCS, bank_arrays, bank_decls, bank_fresh_start
-from .cvalues import fmt_values, split_parts
-from .layout import C_TYPES, GRAPHS, CBackendError, Layout, StateArray, build_layout
+from .emit_graphs import PROFILE, SPLIT_HELPERS, gather_call, graph_function, scatter_call, state_decls, value_ptr
+from .layout import GRAPHS, CBackendError, Layout, build_layout
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 #: runtime headers every program includes (et_int8.h when present: B's int8 kernels; et_float_nn.h:
@@ -23,158 +20,6 @@ RUNTIME_DIR = Path(__file__).parent / "runtime"
 RUNTIME_HEADERS = ("et_common.h", "et_float.h", "et_float_nn.h", "et_float_bn.h", "et_int8.h", "et_float_shape.h")
 #: the storage API of page_in / page_out, included by programs that page
 PAGE_HEADER = "et_page.h"
-
-
-def _array(ctype: str, name: str, n: int, const: bool, init: Optional[np.ndarray]) -> str:
-    n = max(n, 1)
-    q = "const " if const else ""
-    body = f" = {fmt_values(init)}" if init is not None and init.size else ""
-    return f"static {q}{ctype} {name}[{n}] ET_ALIGNED(16){body};"
-
-
-def _state_decls(layout: Layout, state: dict, embed: bool, banked: frozenset = frozenset()) -> list[str]:
-    """The C arrays of the state tensors; those named in `banked` (weight banks) are left out."""
-    out = []
-    for st in layout.states.values():
-        t, full = st.ctype, state[st.name]
-        is_momentum = st.name.startswith("momentum:")
-        init = full if embed and not is_momentum else None
-        if st.kind == "split":
-            sel, rest = split_parts(st, full)
-            if st.sram not in banked:
-                out.append(_array(t, st.sram, sel.size, False, sel if embed else None))
-            out.append(_array(t, st.flash, rest.size, embed, rest if embed else None))
-            out.append(f"static const uint16_t {st.sel_index}[{max(len(st.sel.index), 1)}] = "
-                       f"{{{', '.join(map(str, st.sel.index)) or '0'}}};")
-            out.append(f"static const uint16_t {st.rest_index}[{max(len(st.rest), 1)}] = "
-                       f"{{{', '.join(map(str, st.rest)) or '0'}}};")
-        else:
-            if st.c_name in banked:
-                continue
-            const = st.kind == "flash" and embed
-            out.append(_array(t, st.c_name, st.numel, const, init))
-    return out
-
-
-def _split_geometry(st: StateArray):
-    outer = int(np.prod(st.shape[:st.sel.dim], dtype=np.int64))
-    inner = int(np.prod(st.shape[st.sel.dim + 1:], dtype=np.int64))
-    return outer, st.shape[st.sel.dim], len(st.sel.index), len(st.rest), inner
-
-
-def _gather_call(st: StateArray, dst: str) -> str:
-    outer, d, ks, kr, inner = _split_geometry(st)
-    return (f"et_split_gather({dst}, {st.sram}, {st.flash}, {st.sel_index}, {st.rest_index}, "
-            f"{outer}, {d}, {ks}, {kr}, {inner} * sizeof({st.ctype}))")
-
-
-def _scatter_call(st: StateArray, src: str) -> str:
-    outer, d, ks, kr, inner = _split_geometry(st)
-    return (f"et_split_scatter({src}, ({st.ctype} *){st.sram}, ({st.ctype} *){st.flash}, {st.sel_index}, "
-            f"{st.rest_index}, {outer}, {d}, {ks}, {kr}, {inner} * sizeof({st.ctype}))")
-
-
-PROFILE = """
-/* -DET_PROFILE (host): seconds spent in each node of each graph, read by et_profile() */
-#ifdef ET_PROFILE
-#include <time.h>
-static double et_prof[3][NMAX];
-static struct timespec et_prof_t0;
-#define ET_PROF_BEGIN() clock_gettime(CLOCK_MONOTONIC, &et_prof_t0)
-#define ET_PROF_END(g, i) do { struct timespec t1; clock_gettime(CLOCK_MONOTONIC, &t1); \\
-    et_prof[g][i] += (t1.tv_sec - et_prof_t0.tv_sec) + 1e-9 * (t1.tv_nsec - et_prof_t0.tv_nsec); } while (0)
-const double *et_profile(int g) { return et_prof[g]; }
-#else
-#define ET_PROF_BEGIN() ((void)0)
-#define ET_PROF_END(g, i) ((void)0)
-#endif
-"""
-
-SPLIT_HELPERS = """
-/* a tensor stored as its selected channels along one dim (sel, in index order) and the rest */
-static void et_split_gather(void *dst, const void *sel, const void *rest, const uint16_t *si, const uint16_t *ri,
-                            int outer, int d, int ks, int kr, size_t inner_bytes) {
-    uint8_t *o = (uint8_t *)dst; const uint8_t *s = (const uint8_t *)sel, *r = (const uint8_t *)rest;
-    for (int i = 0; i < outer; ++i) {
-        for (int k = 0; k < ks; ++k)
-            memcpy(o + ((size_t)i * d + si[k]) * inner_bytes, s + ((size_t)i * ks + k) * inner_bytes, inner_bytes);
-        for (int k = 0; k < kr; ++k)
-            memcpy(o + ((size_t)i * d + ri[k]) * inner_bytes, r + ((size_t)i * kr + k) * inner_bytes, inner_bytes);
-    }
-}
-#ifndef ET_NO_STATE_IO
-static void et_split_scatter(const void *src, void *sel, void *rest, const uint16_t *si, const uint16_t *ri,
-                             int outer, int d, int ks, int kr, size_t inner_bytes) {
-    const uint8_t *o = (const uint8_t *)src; uint8_t *s = (uint8_t *)sel, *r = (uint8_t *)rest;
-    for (int i = 0; i < outer; ++i) {
-        for (int k = 0; k < ks; ++k)
-            memcpy(s + ((size_t)i * ks + k) * inner_bytes, o + ((size_t)i * d + si[k]) * inner_bytes, inner_bytes);
-        for (int k = 0; k < kr; ++k)
-            memcpy(r + ((size_t)i * kr + k) * inner_bytes, o + ((size_t)i * d + ri[k]) * inner_bytes, inner_bytes);
-    }
-}
-#endif
-"""
-
-
-# --- the graphs as functions -------------------------------------------------------------------
-def _gathered_inputs(layout: Layout, key: str, n, gather_bufs: list) -> tuple[list, dict]:
-    """For a kernel that reads whole tensors: each split weight input gathered into a scratch
-    buffer (et_gather<slot>, sized in `gather_bufs`): (the gather calls, {value: C pointer})."""
-    ctx = EmitContext(layout, key)
-    pre, overrides, slot = [], {}, 0
-    for v in n.inputs:
-        st = ctx.state_of(v)
-        if st is not None and st.kind == "split" and v not in overrides:
-            buf = f"et_gather{slot}"
-            if slot >= len(gather_bufs):
-                gather_bufs.append(0)
-            gather_bufs[slot] = max(gather_bufs[slot], st.numel * np.dtype(st.dtype).itemsize)
-            pre.append(_gather_call(st, buf) + ";")
-            overrides[v] = f"(({C_TYPES[v.dtype]} *){buf})"
-            slot += 1
-    return pre, overrides
-
-
-def _node_block(key: str, i: int, comment: str, pre: list, code: str, abort_points: bool) -> list[str]:
-    """One node's statements: its comment, the profiling brackets, the bank abort point."""
-    lines = [f"  /* {i}: {comment} */", "  ET_PROF_BEGIN();"]
-    lines.extend("  " + p for p in pre)
-    lines.append("  " + code.replace("\n", "\n  "))
-    lines.append(f"  ET_PROF_END({GRAPHS.index(key)}, {i});")
-    if abort_points:
-        lines.append(f"  ET_BANK_ABORT_POINT({i});")
-    return lines
-
-
-def _graph_function(layout: Layout, key: str, gather_bufs: list, abort_points: bool = False) -> str:
-    """static void et_run_<key>(void): the graph's nodes in order, each its kernel's code."""
-    gl = layout.graphs[key]
-    lines = [f"static void et_run_{key}(void) {{"]
-    fused = fuse_bn_backward(layout, key)
-    skip = {j for grp in fused.values() for j in grp.members}
-    for i, n in enumerate(gl.graph.nodes):
-        if i in fused:
-            grp = fused[i]
-            ops = "+".join(gl.graph.nodes[j].op for j in grp.members)
-            code = emit_bn_backward(grp, EmitContext(layout, key))
-            lines += _node_block(key, i, f"fused {ops} (nodes {list(grp.members)})", [], code, abort_points)
-            continue
-        if i in skip:
-            continue
-        k = kernel_for(n)
-        pre, overrides = ([], {}) if k.split_aware else _gathered_inputs(layout, key, n, gather_bufs)
-        code = k.fn(n, EmitContext(layout, key, overrides))
-        if not code and not pre:
-            continue
-        outs = ", ".join(f"{v.type}" for v in n.outputs)
-        lines += _node_block(key, i, f"{n.op} -> {outs}", pre, code, abort_points)
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def _value_ptr(layout: Layout, key: str, v) -> str:
-    return EmitContext(layout, key).ptr(v)
 
 
 # --- what the sections share ----------------------------------------------------------------------
@@ -213,7 +58,7 @@ class _Unit:
         out, off = [], 0
         for v in vals:
             gv = self.layout.graphs[key].graph.input(v.name)
-            dst = _value_ptr(self.layout, key, gv)
+            dst = value_ptr(self.layout, key, gv)
             out.append(f"  memcpy({dst}, (const uint8_t *){src} + {off}, {v.type.nbytes});")
             off += v.type.nbytes
         return out
@@ -296,7 +141,7 @@ def _arena_and_state(u: _Unit) -> list[str]:
         "/* state tensors: trainable (SRAM), frozen (const: flash), split (selected channels in SRAM, the rest",
         "   in flash) */",
     ]
-    c += _state_decls(u.layout, u.prog.state, u.embed, frozenset(a[0] for a in u.banked))
+    c += state_decls(u.layout, u.prog.state, u.embed, frozenset(a[0] for a in u.banked))
     if u.banks:
         c += bank_decls(u.banked)
     return c
@@ -355,7 +200,7 @@ def _train_step(u: _Unit) -> list[str]:
     c = ["float et_train_step(const void *input, const void *label) {"]
     c += u.copy_in("train", u.data, "input")
     c += u.copy_in("train", [u.label], "label")
-    loss_ptr = _value_ptr(u.layout, "train", u.layout.graphs["train"].graph.output("loss"))
+    loss_ptr = value_ptr(u.layout, "train", u.layout.graphs["train"].graph.output("loss"))
     if not u.banks:
         return c + ["  et_run_train();", f"  float loss = *{loss_ptr};", "  et_step += 1;", "  return loss;", "}", ""]
     return c + ["  const int w = 1 - et_bank_active;",
@@ -384,7 +229,7 @@ def _predict(u: _Unit) -> list[str]:
     c = ["void et_predict(const void *input, float *out) {"]
     c += u.copy_in("forward", [fwd.input(v.name) for v in u.data], "input")
     return c + ["  et_run_forward();",
-                f"  memcpy(out, {_value_ptr(u.layout, 'forward', u.out_v)}, {u.out_v.type.nbytes});", "}"]
+                f"  memcpy(out, {value_ptr(u.layout, 'forward', u.out_v)}, {u.out_v.type.nbytes});", "}"]
 
 
 def _state_io(u: _Unit) -> list[str]:
@@ -401,7 +246,7 @@ def _state_io(u: _Unit) -> list[str]:
           "int et_get_state(int i, void *dst) {", "  switch (i) {"]
     for st in sts:
         if st.kind == "split":
-            c.append(f"  case {st.index}: {_gather_call(st, 'dst')}; return 0;")
+            c.append(f"  case {st.index}: {gather_call(st, 'dst')}; return 0;")
         else:
             c.append(f"  case {st.index}: memcpy(dst, {st.c_name}, sizeof {st.c_name}); return 0;")
     c += ["  }", "  return -1;", "}", "void *et_state_ptr(int i) {", "  switch (i) {"]
@@ -416,7 +261,7 @@ def _state_io(u: _Unit) -> list[str]:
             else:  # only the selected part is writable
                 c.append(f"  case {st.index}: return -2;")
         elif st.kind == "split":
-            c.append(f"  case {st.index}: {_scatter_call(st, 'src')}; return 0;")
+            c.append(f"  case {st.index}: {scatter_call(st, 'src')}; return 0;")
         else:
             c.append(f"  case {st.index}: memcpy({st.c_name}, src, sizeof {st.c_name}); return 0;")
     return c + ["  }", "  return -1;", "}"]
@@ -473,7 +318,7 @@ def _gradients(u: _Unit) -> list[str]:
         c += u.copy_in("grad", [grad.input(LABEL)], "label")
     c.append("  et_run_grad();")
     for i, v in enumerate(grad.outputs):
-        c.append(f"  memcpy(out[{i}], {_value_ptr(u.layout, 'grad', v)}, {v.type.nbytes});")
+        c.append(f"  memcpy(out[{i}], {value_ptr(u.layout, 'grad', v)}, {v.type.nbytes});")
     return c + ["}"]
 
 
@@ -495,7 +340,7 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
         raise CBackendError(f"weight_banks={weight_banks!r}: 1 (updates in place) or 2 (two banks)")
     u = _unit(prog, layout or build_layout(prog, graphs), embed_weights, weight_banks)
     gather_bufs: list = []  # filled by the graph functions, declared before them
-    funcs = [_graph_function(u.layout, k, gather_bufs, u.banks and k == "train") for k in u.keys]
+    funcs = [graph_function(u.layout, k, gather_bufs, u.banks and k == "train") for k in u.keys]
     c = _includes(u) + _arena_and_state(u) + _helpers(u, gather_bufs) + funcs
     c += _init(u) + _guard_check(u) + _train_step(u) + _predict(u)
     c += ["", "#ifndef ET_NO_STATE_IO"] + _state_io(u) + _checked_step(u) + _gradients(u)
