@@ -33,8 +33,6 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
 
-    import random
-
     import torch
 
     import edgetrain as et
@@ -45,15 +43,10 @@ def main(argv=None) -> int:
     from edgetrain.passes.reorder import reorder_for_memory
     from edgetrain.passes.updates import STEP
     from edgetrain.sparse.search import solve_exact
-    from tests.memory.test_arena import make_lifetimes
+    from tests.memory.test_arena import random_lifetimes
     from tests.sparse.test_search import realistic
 
-    r = random.Random(0)
-    spec = []
-    for _ in range(3000):
-        s = r.randrange(6000)
-        spec.append((s, s + (r.randrange(50) if r.random() < 0.9 else r.randrange(3000)), r.randrange(100_000)))
-    lts = make_lifetimes(spec)
+    lts = random_lifetimes()
     model = et.models.get("mbv2-w0.35", num_classes=10)
     prog = et.compile(model, (torch.randn(1, 3, 64, 64),), update=et.Full())
     g = apply_updates_early(prog.stages["updates"])

@@ -18,11 +18,13 @@ import sys
 import traceback
 from pathlib import Path
 
-import numpy as np
 import torch
 
 import edgetrain as et
 from edgetrain.backends.c.emit import emit_sources
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.backends.test_matrix import batches  # noqa: E402  (the matrix's sample batches)
 
 SMALL_IMAGE, SMALL_TOKENS = 32, 16
 SCHEMES = {"full": et.Full(), "sparse": et.Sparse(bias_last=4, weights={0: 0.5, 2: 0.25, 5: 1.0})}
@@ -34,18 +36,6 @@ def small_input(name: str) -> torch.Tensor:
     if x.is_floating_point():
         return x[..., :SMALL_IMAGE, :SMALL_IMAGE].contiguous()
     return x[:, :SMALL_TOKENS].contiguous()
-
-
-def samples(x: torch.Tensor, n: int = 2):
-    rng = np.random.default_rng(0)
-    out = []
-    for _ in range(n):
-        if x.is_floating_point():
-            xi = (x.numpy() + 0.5 * rng.standard_normal(x.shape)).astype(np.float32)
-        else:
-            xi = rng.integers(0, int(x.max()) + 1, size=x.shape).astype(np.int64)
-        out.append((xi, rng.integers(0, 10, size=x.shape[0]).astype(np.int64)))
-    return out
 
 
 def record(out: Path, case: str, make) -> None:
@@ -89,7 +79,7 @@ def main(argv) -> None:
                 if name in ("mcunet-5fps", "bert-tiny") or (name == "resnet18-cifar" and dtype == "int8"):
                     for target in ("cortex-m4", "cortex-m7"):
                         record(out, f"{case}-{target}",
-                               lambda: firmware_project_files(prog, target, samples(x)))
+                               lambda: firmware_project_files(prog, target, batches(x, 10, n=2)))
     # a paged schedule (host): page what the paging solver picks under a tight budget
     x = small_input("mcunet-5fps")
     prog = et.compile(et.models.get("mcunet-5fps", num_classes=10), (x,), loss="cross_entropy")

@@ -148,14 +148,20 @@ def test_best_fit_takes_the_smallest_gap():
     assert best.size == first.size == 392
 
 
-@pytest.mark.parametrize("planner", PLANNERS)
-def test_3000_random_tensors(planner):
-    r = random.Random(0)
+def random_lifetimes(n: int = 3000, seed: int = 0) -> list:
+    """n tensors over 6000 steps, 90% short-lived, up to 100 KB each (bench/planner_speed.py
+    times the planners on the same instance)."""
+    r = random.Random(seed)
     spec = []
-    for _ in range(3000):
+    for _ in range(n):
         s = r.randrange(6000)
         spec.append((s, s + (r.randrange(50) if r.random() < 0.9 else r.randrange(3000)), r.randrange(100_000)))
-    lts = make_lifetimes(spec)
+    return make_lifetimes(spec)
+
+
+@pytest.mark.parametrize("planner", PLANNERS)
+def test_3000_random_tensors(planner):
+    lts = random_lifetimes()
     plan = planner(lts)  # its speed: bench/planner_speed.py
     plan.check(lts)
     assert plan.size >= plan.peak_live
