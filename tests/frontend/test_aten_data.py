@@ -156,3 +156,25 @@ def test_integer_arithmetic_promotes_as_torch(fn):
     got, want = run(fn, ids)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op, args, fn", [
+    ("roll", ([2, -1], [1, 2]), lambda t: torch.roll(t, (2, -1), (1, 2))),
+    ("roll", ([3], []), lambda t: torch.roll(t, 3)),
+    ("clamp_min", (-0.5,), lambda t: t.clamp_min(-0.5)),
+    ("clamp_max", (0.25,), lambda t: t.clamp_max(0.25)),
+    ("_safe_softmax", (2,), lambda t: torch.softmax(t, 2)),
+], ids=["roll-dims", "roll-flat", "clamp_min", "clamp_max", "safe_softmax"])
+def test_converters_aot_autograd_leaves_whole_match_torch(op, args, fn):
+    """Ops torch.export decomposes but AOTAutograd (torch.compile) leaves whole: one shared
+    converter each, against torch on the reference runtime."""
+    from edgetrain.frontend.aten import CONVERTERS
+    from edgetrain.ir import Graph, TensorType, new_value
+    from edgetrain.ops import Emitter
+
+    x = torch.randn(2, 3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    v = new_value(TensorType(tuple(x.shape), "float64"), "x")
+    e = Emitter()
+    y = CONVERTERS[getattr(torch.ops.aten, op).default](e, v, *args)
+    got, _ = run_graph(Graph((v,), tuple(e.nodes), (y,), ("y",)), {"x": x.numpy()})
+    np.testing.assert_allclose(got["y"], fn(x).numpy(), rtol=1e-14, atol=0)

@@ -218,6 +218,16 @@ def _clamp(e, x, min=None, max=None):
     return e.emit("clamp", x, **bounds)
 
 
+@converts(aten.clamp_min.default)
+def _clamp_min(e, x, bound):  # F.normalize's norm.clamp_min(eps), as AOTAutograd leaves it
+    return e.emit("clamp", x, min=float(bound))
+
+
+@converts(aten.clamp_max.default)
+def _clamp_max(e, x, bound):
+    return e.emit("clamp", x, max=float(bound))
+
+
 @converts(aten.hardswish.default)
 def _hardswish(e, x):  # x * relu6(x + 3) / 6
     r = e.emit("clamp", e.emit("add", x, e.const(3.0, x.dtype)), min=0.0, max=6.0)
@@ -361,6 +371,25 @@ def _unbind(e, x, dim=0):
 def _cat(e, xs, dim=0):
     xs = [x for x in xs if x.type.numel > 0]
     return xs[0] if len(xs) == 1 else e.emit("cat", *xs, dim=dim % len(xs[0].shape))
+
+
+@converts(aten.roll.default)
+def _roll(e, x, shifts, dims=()):
+    """torch.roll (Swin's shifted windows) along each dim: the last `shift` entries moved to
+    the front, two slices and a cat (torch.export decomposes it into indexing; AOTAutograd
+    leaves it whole)."""
+    shifts, dims = list(shifts), list(dims)
+    if not dims:  # roll of the flattened tensor
+        return _view(e, _roll(e, _view(e, x, [x.type.numel]), shifts, [0]), list(x.shape))
+    if len(shifts) != len(dims):
+        raise ValueError(f"roll with {len(shifts)} shifts and {len(dims)} dims")
+    for shift, dim in zip(shifts, dims):
+        dim = dim % len(x.shape)
+        n = x.shape[dim]
+        k = int(shift) % n
+        if k:
+            x = e.emit("cat", convert_slice(e, x, dim, n - k, n), convert_slice(e, x, dim, 0, n - k), dim=dim)
+    return x
 
 
 @converts(aten.flatten.using_ints)

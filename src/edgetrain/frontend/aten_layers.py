@@ -73,6 +73,18 @@ def _softmax(e, x, dim, half_to_float=False):
     return e.emit("softmax", x, dim=dim % len(x.shape))
 
 
+@converts(aten._safe_softmax.default)
+def _safe_softmax(e, x, dim, dtype=None):
+    """Attention's softmax when SDPA is decomposed (dropout in training mode): softmax; a row
+    whose every entry is -inf (a query masked from every key) would be zeros in torch and is
+    NaN here, which the step reports as a non-finite loss."""
+    from .capture import TORCH_DTYPES
+
+    if dtype is not None and TORCH_DTYPES[dtype] != x.dtype:
+        x = e.emit("cast", x, dtype=TORCH_DTYPES[dtype])
+    return e.emit("softmax", x, dim=dim % len(x.shape))
+
+
 @converts(aten._log_softmax.default)
 def _log_softmax(e, x, dim, half_to_float=False):
     return e.emit("log_softmax", x, dim=dim % len(x.shape))

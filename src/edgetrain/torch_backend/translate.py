@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..frontend.aten import CONST_AWARE, CONVERTERS, LAYOUT_AWARE, Known, convert_slice, registrar
+from ..frontend.aten import CONST_AWARE, CONVERTERS, LAYOUT_AWARE, Known, registrar
 from ..frontend.aten_layers import convert_batch_norm, convert_layer_norm, convert_max_pool
 from ..frontend.capture import (TORCH_DTYPES, CaptureError, UnsupportedOpError, constant_value, evaluate, foldable,
                                 source_line)
@@ -414,48 +414,6 @@ def _native_dropout(t, x, p, train=None):
                       .to(dtype))
     y = t.e.emit("mul", t.e.emit("mul", x, mask), t.e.const(1.0 / (1.0 - p), x.dtype))
     return y, Unused("dropout's mask")
-
-
-# --- what AOTAutograd's decompositions leave that torch.export's do not ---------------------------
-@marker_aware(aten.clamp_min.default)
-def _clamp_min(t, x, bound):  # F.normalize's norm.clamp_min(eps)
-    return t.e.emit("clamp", t.value(x), min=float(bound))
-
-
-@marker_aware(aten.clamp_max.default)
-def _clamp_max(t, x, bound):
-    return t.e.emit("clamp", t.value(x), max=float(bound))
-
-
-@marker_aware(aten._safe_softmax.default)
-def _safe_softmax(t, x, dim, dtype=None):
-    """Attention's softmax when SDPA is decomposed (dropout in training mode): softmax; a row
-    whose every entry is -inf (a query masked from every key) would be zeros in torch and is
-    NaN here, which the step reports as a non-finite loss."""
-    x = t.value(x)
-    if dtype is not None and torch_dtype_name(dtype) != x.dtype:
-        x = t.e.emit("cast", x, dtype=torch_dtype_name(dtype))
-    return t.e.emit("softmax", x, dim=dim % len(x.shape))
-
-
-@marker_aware(aten.roll.default)
-def _roll(t, x, shifts, dims=()):
-    """torch.roll (Swin's shifted windows) along each dim: the last `shift` entries moved to
-    the front, two slices and a cat (torch.export decomposes it into indexing instead)."""
-    x = t.value(x)
-    shifts, dims = list(shifts), list(dims)
-    if not dims:  # roll of the flattened tensor
-        flat = CONVERTERS[aten.view.default](t.e, x, [x.type.numel])
-        return CONVERTERS[aten.view.default](t.e, _roll(t, flat, shifts, [0]), list(x.shape))
-    if len(shifts) != len(dims):
-        raise ValueError(f"roll with {len(shifts)} shifts and {len(dims)} dims")
-    for shift, dim in zip(shifts, dims):
-        dim = dim % len(x.shape)
-        k = int(shift) % x.shape[dim]
-        if k:
-            n = x.shape[dim]
-            x = t.e.emit("cat", convert_slice(t.e, x, dim, n - k, n), convert_slice(t.e, x, dim, 0, n - k), dim=dim)
-    return x
 
 
 @marker_aware(aten._log_softmax.default)
