@@ -43,10 +43,10 @@ def main(argv=None) -> int:
     from edgetrain.passes.reorder import reorder_for_memory
     from edgetrain.passes.updates import STEP
     from edgetrain.sparse.search import solve_exact
-    from tests.memory.test_arena import random_lifetimes
+    from tests.memory.test_arena import many_lifetimes
     from tests.sparse.test_search import realistic
 
-    lts = random_lifetimes()
+    lts = many_lifetimes()
     model = et.models.get("mbv2-w0.35", num_classes=10)
     prog = et.compile(model, (torch.randn(1, 3, 64, 64),), update=et.Full())
     g = apply_updates_early(prog.stages["updates"])

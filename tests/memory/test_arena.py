@@ -148,7 +148,7 @@ def test_best_fit_takes_the_smallest_gap():
     assert best.size == first.size == 392
 
 
-def random_lifetimes(n: int = 3000, seed: int = 0) -> list:
+def many_lifetimes(n: int = 3000, seed: int = 0) -> list:
     """n tensors over 6000 steps, 90% short-lived, up to 100 KB each (bench/planner_speed.py
     times the planners on the same instance)."""
     r = random.Random(seed)
@@ -161,7 +161,7 @@ def random_lifetimes(n: int = 3000, seed: int = 0) -> list:
 
 @pytest.mark.parametrize("planner", PLANNERS)
 def test_3000_random_tensors(planner):
-    lts = random_lifetimes()
+    lts = many_lifetimes()
     plan = planner(lts)  # its speed: bench/planner_speed.py
     plan.check(lts)
     assert plan.size >= plan.peak_live
