@@ -14,7 +14,7 @@ Tasks:
   PyTorch too), momentum 0.9. Float32 runs train the float model whose weights are the
   published int8 weights times their scales.
   Schemes: Full (float32 only), LastK(1) (the classifier), BiasOnly, and the paper's
-  sparse scheme for 99 KB (`edgetrain.demo.MBV2_SPARSE_99KB`).
+  sparse scheme for 99 KB (`edgetrain.app.demo.MBV2_SPARSE_99KB`).
 - fashion: DigitNet pretrained on MNIST (weights in the package), batch norm folded into its
   convolutions (as on the device: the float32 runs then train the same tensors as the
   int8 ones), on Fashion-MNIST (Debian `dataset-fashion-mnist`; first N of each split),
@@ -70,7 +70,7 @@ PRECISIONS = ("float32", "int8 no QAS", "int8 QAS")
 
 def scheme(name: str):
     import edgetrain as et
-    from edgetrain.demo import MBV2_SPARSE_99KB
+    from edgetrain.app.demo import MBV2_SPARSE_99KB
 
     return {"Full": et.Full(), "LastK(1)": et.LastK(1), "BiasOnly": et.BiasOnly(),
             "Sparse(paper 99KB)": et.Sparse(**MBV2_SPARSE_99KB)}[name]
@@ -114,7 +114,7 @@ def data(task: str, n_train: int, n_test: int, seed: int):
     if task == "cifar10":
         from edgetrain.data.assets import default_assets_dir
         from edgetrain.data.cifar import load_cifar10
-        from edgetrain.demo import MBV2_FILE, to_mcu_input
+        from edgetrain.app.demo import MBV2_FILE, to_mcu_input
         from edgetrain.models import from_tiny_training
 
         assets = default_assets_dir()
@@ -127,7 +127,7 @@ def data(task: str, n_train: int, n_test: int, seed: int):
                to_mcu_input(xte), yte)
     else:
         from edgetrain.data import load_fashion_mnist
-        from edgetrain.demo import normalise, pretrained_digitnet
+        from edgetrain.app.demo import normalise, pretrained_digitnet
 
         xtr, ytr = load_fashion_mnist("train", n_train)
         xte, yte = load_fashion_mnist("test", n_test)

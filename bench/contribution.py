@@ -43,7 +43,7 @@ TOP = 8  # options listed per model
 
 def load_data(n_train: int, n_test: int, seed: int):
     from edgetrain.data import load_cifar10
-    from edgetrain.demo import to_mcu_input
+    from edgetrain.app.demo import to_mcu_input
 
     xtr, ytr = load_cifar10("train", n_train, seed=seed)
     xte, yte = load_cifar10("test", n_test, seed=seed)

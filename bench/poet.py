@@ -35,10 +35,10 @@ import torch
 
 import edgetrain as et
 from edgetrain.devices import get_device
-from edgetrain.schedule.build import build_problem
-from edgetrain.schedule.chart import plot_energy_vs_budget, plot_schedule
-from edgetrain.schedule.plan import Infeasible
-from edgetrain.schedule.solvers import SOLVERS
+from edgetrain.remat.build import build_problem
+from edgetrain.reports.schedule_chart import plot_energy_vs_budget, plot_schedule
+from edgetrain.remat.plan import Infeasible
+from edgetrain.remat.solvers import SOLVERS
 
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 

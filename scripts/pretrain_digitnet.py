@@ -4,7 +4,7 @@ its weights, which the repository ships for `edgetrain demo` on a fresh machine:
     python scripts/pretrain_digitnet.py    # ~1 min on 2 cores; writes the file below
 
 Deterministic (fixed seeds, single-threaded data order). The saved file is an .npz of the
-model's state_dict arrays (no pickle), loaded by edgetrain.demo.pretrained_digitnet().
+model's state_dict arrays (no pickle), loaded by edgetrain.app.demo.pretrained_digitnet().
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from edgetrain.data.mnist import load_mnist
-from edgetrain.demo import DigitNet, normalise
+from edgetrain.app.demo import normalise
+from edgetrain.models.digitnet import DigitNet
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "edgetrain" / "models" / "weights" / "digitnet-mnist.npz"
 

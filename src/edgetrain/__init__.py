@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import sys
-import types
 
 from .torch_backend import register as _register_torch_backend
 
@@ -19,8 +17,8 @@ __version__ = "0.1.0"
 _PUBLIC = {"BiasOnly": "sparse", "Budget": "config", "BudgetError": "api", "CaptureError": "frontend",
            "Full": "sparse", "LastK": "sparse", "NonFiniteLossError": "program", "Program": "program",
            "SGD": "config", "Sparse": "sparse", "UnsupportedOpError": "frontend", "compile": "api",
-           "models": None}
-__all__ = sorted([*_PUBLIC, "schedule"])
+           "models": None, "schedule": "remat"}
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str):
@@ -38,21 +36,3 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(__all__))
-
-
-class _Package(types.ModuleType):
-    """`et.schedule` is POET's function although `edgetrain.schedule` is also a subpackage: the
-    import system binds the subpackage to this attribute whenever one of its modules is first
-    imported, so the attribute is a property that always answers the function."""
-
-    @property
-    def schedule(self):
-        return importlib.import_module(".schedule", __name__).schedule
-
-    @schedule.setter
-    def schedule(self, module):
-        pass  # the import system binding the subpackage: `edgetrain.schedule.plan` is in sys.modules anyway
-
-
-sys.modules[__name__].__class__ = _Package
-

@@ -14,8 +14,9 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from .compiled import COMPILED_FIELDS, CompiledProgram
-from .runner import (MAX_TRAIN_MAGNITUDE, NonFiniteLossError, ReferenceRunner, Runner, as_array,
+from .runtime.compiled import COMPILED_FIELDS, CompiledProgram
+from .backends.reference_runner import ReferenceRunner
+from .runtime.runner import (MAX_TRAIN_MAGNITUDE, NonFiniteLossError, Runner, as_array,
                      check_trainable)
 
 __all__ = ["Program", "NonFiniteLossError", "MAX_TRAIN_MAGNITUDE", "as_array", "check_trainable"]
@@ -113,11 +114,11 @@ class Program:
         return Program(c, self.runner.rebind(c))
 
     def apply(self, sched, page_file=None) -> "Program":
-        """A new program running `sched` (from `edgetrain.schedule(self, ...)`): its train graph
+        """A new program running `sched` (from `edgetrain.remat(self, ...)`): its train graph
         rewritten to recompute and page tensors as the schedule says, pages written to
         `page_file` (default: a temporary file), run by a runner of the same kind from a copy
         of this one's state. See schedule/apply.py."""
-        from .schedule.apply import apply_schedule
+        from .remat.apply import apply_schedule
 
         c = apply_schedule(self.compiled, sched, page_file)
         return Program(c, self.runner.rebind(c))

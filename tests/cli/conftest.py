@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgetrain.cli import main
+from edgetrain.app.cli import main
 
 #: a model written for these tests (not in the zoo): conv + batch norm, a depthwise-separable
 #: block, global average pooling, a classifier
@@ -95,6 +95,6 @@ def edgetrain_process(*argv, env_extra=None, pause=None, **kw) -> subprocess.Pop
     training loop at the Nth checkpoint save or before step N."""
     env = dict(os.environ, **(env_extra or {}))
     env.setdefault("PYTHONUNBUFFERED", "1")
-    launch = ["-m", "edgetrain.cli"] if pause is None else [str(Path(__file__).with_name("pause_launcher.py")), pause]
+    launch = ["-m", "edgetrain.app.cli"] if pause is None else [str(Path(__file__).with_name("pause_launcher.py")), pause]
     return subprocess.Popen([sys.executable, *launch, *map(str, argv)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, **kw)

@@ -4,7 +4,7 @@ pause installed in the training loop, so that a test can kill the process at a k
 SPEC is "save:N:SECONDS" (pause the Nth checkpoint save of this process between its temporary
 file's fsync and its rename) or "step:N:SECONDS" (pause before step N of the run); either
 prints "edgetrain-test: paused in save|step N: VALUE" to stderr first. The product has no such
-hook: this replaces `edgetrain.cli_program.train_hook` before calling the CLI's main."""
+hook: this replaces `edgetrain.app.cli_program.train_hook` before calling the CLI's main."""
 from __future__ import annotations
 
 import re

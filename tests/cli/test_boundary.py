@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from edgetrain.checkpoint import load_checkpoint
+from edgetrain.app.checkpoint import load_checkpoint
 
 from .conftest import INPUT, edgetrain_process
 
@@ -147,7 +147,7 @@ def test_every_command_explains_itself(cli, command):
 
 def test_version_and_consistent_names(cli):
     from edgetrain import __version__
-    from edgetrain.cli import build_parser
+    from edgetrain.app.cli import build_parser
 
     code, out, _ = cli("--version")
     assert code == 0 and out.strip() == f"edgetrain {__version__}"
@@ -163,7 +163,7 @@ def test_version_and_consistent_names(cli):
 def test_update_reads_the_same_everywhere(cli):
     """--update SCHEME reads full, bias, last:K on every command; auto (compile and train only)
     is refused by the others with the command that takes it."""
-    from edgetrain.cli import build_parser
+    from edgetrain.app.cli import build_parser
 
     p = build_parser()
     for command in (["inspect", "m"], ["schedule", "m"], ["report", "m"]):
@@ -186,7 +186,7 @@ def test_a_mistyped_option_gets_the_commands_usage(cli, argv, usage, hint):
 
 LIGHT_CHECK = """
 import sys
-from edgetrain.cli import main
+from edgetrain.app.cli import main
 codes = []
 for argv in (["--help"], ["--version"], ["compile", "--help"], ["schedule", "--help"], ["train", "--help"],
              ["schedule", "mbv2-w0.35", "--batch", "0"], ["compile", "m.py:b", "-o", "o", "--sram", "lots"],
@@ -199,7 +199,7 @@ heavy = sorted(m for m in ("torch", "numpy", "scipy", "matplotlib") if m in sys.
 import edgetrain as et
 light_package = "torch" not in sys.modules
 compile_fn = et.compile  # imports torch now
-import edgetrain.schedule.plan
+import edgetrain.remat.plan
 print(json.dumps({"codes": codes, "heavy": heavy, "light_package": light_package,
                   "compile": compile_fn.__module__, "schedule": et.schedule.__module__,
                   "torch_after": "torch" in sys.modules}))
@@ -215,4 +215,4 @@ def test_help_and_usage_errors_do_not_import_torch():
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["codes"] == [0, 0, 0, 0, 0, 2, 2, 2, 2]
     assert got["heavy"] == [] and got["light_package"]
-    assert got["compile"] == "edgetrain.api" and got["schedule"] == "edgetrain.schedule.solve" and got["torch_after"]
+    assert got["compile"] == "edgetrain.api" and got["schedule"] == "edgetrain.remat.solve" and got["torch_after"]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from edgetrain.backends.c import cortexm
-from edgetrain.checkpoint import load_checkpoint
+from edgetrain.app.checkpoint import load_checkpoint
 
 from .conftest import INPUT, snapshot
 

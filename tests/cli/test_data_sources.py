@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgetrain.checkpoint import load_checkpoint
+from edgetrain.app.checkpoint import load_checkpoint
 from edgetrain.data.assets import ASSETS_ENV
 
 from ..data.cifar_archive import make_archive, malicious_pickle
@@ -65,7 +65,7 @@ def test_demo_assets_flag_names_the_folder_once(cli, tmp_path, monkeypatch):
 
 def test_demo_auto_ignores_assets_beside_the_working_directory(tmp_path, monkeypatch):
     from edgetrain.data import assets
-    from edgetrain.demo import resolve_task
+    from edgetrain.app.demo import resolve_task
 
     planted = tmp_path / "shared" / "assets"
     make_archive(planted)

@@ -15,7 +15,7 @@ import edgetrain as et
 from edgetrain.config import parse_bytes
 from edgetrain.data import DataError
 from edgetrain.data.folder import decode_image, load_folder
-from edgetrain.usermodel import InputSpecError, ModelLoadError, load_model, parse_input, parse_model_spec
+from edgetrain.app.usermodel import InputSpecError, ModelLoadError, load_model, parse_input, parse_model_spec
 
 from .conftest import INPUT
 

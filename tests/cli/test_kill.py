@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from edgetrain.checkpoint import TMP_PREFIX, latest_checkpoint, load_checkpoint
-from edgetrain.outlock import LOCK_NAME
+from edgetrain.app.checkpoint import TMP_PREFIX, latest_checkpoint, load_checkpoint
+from edgetrain.app.outlock import LOCK_NAME
 
 from .conftest import IMAGES_PER_CLASS, INPUT, edgetrain_process
 
@@ -74,7 +74,7 @@ KILL_STEP = STEPS_PER_EPOCH + 5  # in epoch 2, after 4 of its steps changed the 
 def uninterrupted(model_file, image_folder, tmp_path_factory):
     """() -> the last checkpoint of the uninterrupted run (made in this process on first call,
     so that a test can start its children first)."""
-    from edgetrain.cli import main
+    from edgetrain.app.cli import main
 
     done = []
 

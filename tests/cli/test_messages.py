@@ -15,7 +15,7 @@ import torch
 import edgetrain as et
 from edgetrain.config import format_bytes, parse_bytes
 from edgetrain.data.folder import ImageSet
-from edgetrain.usermodel import load_model
+from edgetrain.app.usermodel import load_model
 
 from .conftest import INPUT, SIDE
 
@@ -49,9 +49,9 @@ def test_one_unit_family_that_reads_back_as_a_budget(n):
 
 
 def test_schedule_summaries_claim_only_what_the_solver_proved():
-    from edgetrain.schedule.build import build_problem
+    from edgetrain.remat.build import build_problem
     from edgetrain.devices import get_device
-    from edgetrain.schedule.solvers import SOLVERS
+    from edgetrain.remat.solvers import SOLVERS
 
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3),
                                 torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.LazyLinear(4))

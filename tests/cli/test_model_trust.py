@@ -10,10 +10,10 @@ import dataclasses
 
 import pytest
 
-from edgetrain.checkpoint import (Checkpoint, CheckpointError, ProgramConfig, atomic_write, build_program,
+from edgetrain.app.checkpoint import (Checkpoint, CheckpointError, ProgramConfig, atomic_write, build_program,
                                   load_checkpoint, to_bytes)
-from edgetrain.modeltrust import UntrustedModelError
-from edgetrain.usermodel import source_digest
+from edgetrain.app.modeltrust import UntrustedModelError
+from edgetrain.app.usermodel import source_digest
 
 from .conftest import INPUT, MODEL_SOURCE
 

@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from edgetrain.backends.c import staging
-from edgetrain.checkpoint import TMP_PREFIX, remove_stale_temporaries
-from edgetrain.outlock import LOCK_NAME, holder_of
+from edgetrain.app.checkpoint import TMP_PREFIX, remove_stale_temporaries
+from edgetrain.app.outlock import LOCK_NAME, holder_of
 
 from .conftest import INPUT, snapshot
 from .test_kill import Child, _train_argv
@@ -80,7 +80,7 @@ def test_compile_refuses_a_disk_without_room(cli, model_file, tmp_path, monkeypa
 
 HOLDER = """
 import sys, time
-from edgetrain.outlock import acquire
+from edgetrain.app.outlock import acquire
 lock = acquire(sys.argv[1], "edgetrain train --epochs 100")
 print("locked", flush=True)
 time.sleep(600)

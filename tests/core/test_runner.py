@@ -15,10 +15,11 @@ from torch import nn
 
 import edgetrain as et
 from edgetrain.backends.c.host import CRunner, to_c_program
-from edgetrain.compiled import CompiledProgram
+from edgetrain.runtime.compiled import CompiledProgram
 from edgetrain.program import Program
-from edgetrain.runner import ReferenceRunner, Runner
-from edgetrain.schedule.apply import apply_schedule
+from edgetrain.backends.reference_runner import ReferenceRunner
+from edgetrain.runtime.runner import Runner
+from edgetrain.remat.apply import apply_schedule
 
 
 class Tiny(nn.Module):
@@ -160,11 +161,11 @@ def _reach(graph: dict, start: str) -> set:
 
 def test_no_import_cycle_through_the_program_and_its_runners():
     g = _imports()
-    mods = ["edgetrain.program", "edgetrain.compiled", "edgetrain.runner", "edgetrain.backends.c.host",
-            "edgetrain.schedule.apply"]
+    mods = ["edgetrain.program", "edgetrain.runtime.compiled", "edgetrain.runtime.runner", "edgetrain.backends.c.host",
+            "edgetrain.remat.apply"]
     for m in mods:
         assert m not in _reach(g, m), f"{m} imports itself through other modules"
-    assert not {"edgetrain.program", "edgetrain.backends.c"} & _reach(g, "edgetrain.schedule.apply")
+    assert not {"edgetrain.program", "edgetrain.backends.c"} & _reach(g, "edgetrain.remat.apply")
     assert "edgetrain.program" not in _reach(g, "edgetrain.backends.c.host")
-    for m in ("edgetrain.compiled", "edgetrain.runner"):
+    for m in ("edgetrain.runtime.compiled", "edgetrain.runtime.runner"):
         assert not {"edgetrain.program", "edgetrain.backends.c"} & _reach(g, m), m

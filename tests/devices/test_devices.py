@@ -9,7 +9,7 @@ import math
 import pytest
 
 import edgetrain.devices as devices
-from edgetrain.cli import main
+from edgetrain.app.cli import main
 from edgetrain.devices import ACTIVE_W, DEVICES, Device, calibrate_host, get_device
 from edgetrain.devices import profiles
 

@@ -6,7 +6,7 @@ import pytest
 from edgetrain.backends.reference import run_graph
 from edgetrain.ir import Graph, Node, TensorType, new_value
 from edgetrain.ops import VerificationError, verify
-from edgetrain.schedule.apply import STORE_NAME
+from edgetrain.remat.apply import STORE_NAME
 
 #: ops tested here and by tests/schedule/test_apply.py (schedules that page, reference and C)
 PAGE_OPS_TESTED = {"page_in", "page_out"}

@@ -9,7 +9,7 @@ import torch
 
 import edgetrain as et
 from edgetrain.data import DataError, load_mnist
-from edgetrain.demo import normalise, pretrained_digitnet
+from edgetrain.app.demo import normalise, pretrained_digitnet
 from edgetrain.ops.qoptim import uniform_hash
 from edgetrain.quantize import CalibrationError
 

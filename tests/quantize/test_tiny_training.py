@@ -15,7 +15,7 @@ import torch
 import edgetrain as et
 from edgetrain.data import DataError, load_imagenet_samples
 from edgetrain.data.imagenet_samples import center_crop
-from edgetrain.demo import MBV2_SPARSE_99KB
+from edgetrain.app.demo import MBV2_SPARSE_99KB
 from edgetrain.models import from_tiny_training
 from edgetrain.models.tiny_training import ModelFileError
 

@@ -1,4 +1,4 @@
-"""edgetrain.report: the memory timeline by kind adds up to the memory report, and the
+"""edgetrain.reports.html: the memory timeline by kind adds up to the memory report, and the
 HTML page embeds its charts."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import edgetrain as et
-from edgetrain.report import memory_by_kind, report_files, scheme_rows
+from edgetrain.reports.html import memory_by_kind, report_files, scheme_rows
 
 
 def small_prog(update=et.Full()):
@@ -42,7 +42,7 @@ def test_report_page_embeds_its_charts(tmp_path):
 
 
 def test_cli_report_and_schedule(tmp_path, capsys):
-    from edgetrain.cli import main
+    from edgetrain.app.cli import main
 
     assert main(["report", "resnet18-cifar", "--batch", "8", "--fraction", "0.5", "--time-limit", "30",
                  "-o", str(tmp_path)]) == 0

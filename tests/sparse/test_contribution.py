@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import edgetrain as et
-from edgetrain.demo import pretrained_digitnet
+from edgetrain.app.demo import pretrained_digitnet
 from edgetrain.sparse import (ContributionError, ContributionTable, FineTune, FineTuneError, analyze_contributions,
                               scheme_accuracies, scheme_accuracy, scheme_layers)
 from edgetrain.sparse.contribution import as_table

@@ -179,7 +179,7 @@ def test_graph_break_before_a_trained_layer_is_explained():
 def test_zoo_mobilenet_v2():
     """MobileNetV2-w0.35 (depthwise convs, ReLU6, residual adds): the same int8 forward as
     et.compile's, and a sparse update's gradients reach exactly its trained parameters."""
-    from edgetrain.usermodel import load_model
+    from edgetrain.app.usermodel import load_model
 
     model = load_model("mbv2-w0.35", num_classes=10)
     x, y = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0)), torch.tensor([1, 7])

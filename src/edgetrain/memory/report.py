@@ -55,26 +55,10 @@ class MemoryReport:
                 + (f"; firmware: {self.firmware.describe()}" if self.firmware is not None else ""))
 
     def plot(self, path) -> str:
-        """Draw live activation bytes per node (PNG) and return the path."""
-        import matplotlib
+        """Draw live activation bytes per node (PNG) and return the path (reports/memory_timeline.py)."""
+        from ..reports.memory_timeline import plot_timeline
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(10, 3.5))
-        kib = [b / 1024 for b in self.timeline]
-        ax.fill_between(range(len(kib)), kib, step="mid", alpha=0.6, label="activations + gradients")
-        ax.axhline(self.arena_bytes / 1024, color="k", lw=0.8, ls="--", label="arena")
-        ax.axvline(self.peak_step, color="r", lw=0.8)
-        ax.set_xlabel("node (schedule order)")
-        ax.set_ylabel("live KB")
-        ax.set_title(f"training memory: peak {self.peak_bytes / 1024:,.1f} KB "
-                     f"(trainable weights {self.trainable_bytes / 1024:,.1f} KB)")
-        ax.legend(loc="upper left")
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return str(path)
+        return plot_timeline(self, path)
 
 
 def trained_channel_bytes(trainable: Mapping[str, object], state: Mapping[str, object]) -> dict[str, int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from ..ir import Graph, Node, Value
+from ..ir import Graph, Node, Role, Value
 from ..ir.graph import new_value
 
 #: suffix of the int8 graph input that replaces a quantized data input
@@ -60,12 +60,14 @@ def split_input_transform(g: Graph, data_inputs: Iterable[str]) -> Optional[Inpu
         names[v] = src.name + INT8_SUFFIX + (f":{k}" if k else "")
     new = {v: new_value(v.type, names[v]) for v in boundary}
     transform = Graph(inputs=tuple(data), nodes=tuple(n for n in g.nodes if id(n) in prefix),
-                      outputs=tuple(boundary), output_names=tuple(names[v] for v in boundary))
+                      outputs=tuple(boundary), output_names=tuple(names[v] for v in boundary),
+                      roles=tuple(g.role(v) for v in data))
     rest_nodes = tuple(n if not any(v in new for v in n.inputs) else
                        Node(n.op, tuple(new.get(v, v) for v in n.inputs), n.outputs, n.attrs)
                        for n in g.nodes if id(n) not in prefix)
     others = tuple(v for v in g.inputs if v not in set(data))
     rest = g.replace(inputs=tuple(new[v] for v in boundary) + others,
+                     roles=(Role.DATA,) * len(boundary) + tuple(g.role(v) for v in others),
                      nodes=rest_nodes, outputs=tuple(new.get(v, v) for v in g.outputs))
     return InputSplit(transform, rest)
 

@@ -1,7 +1,7 @@
 """Attach the training loss to a captured forward graph."""
 from __future__ import annotations
 
-from ..ir import Graph, TensorType, new_value
+from ..ir import Graph, Role, TensorType, new_value
 from ..ops import Emitter
 
 LOSSES = ("cross_entropy", "mse")
@@ -9,7 +9,7 @@ LABEL = "label"
 
 
 def attach_loss(g: Graph, loss: str, output: str = "output") -> Graph:
-    """Add a `label` input and a scalar `loss` output computed from the model's `output`.
+    """Add a `label` input (role LABEL) and a scalar `loss` output computed from the model's `output`.
     cross_entropy takes integer class labels (N,); mse takes targets shaped like the output."""
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
@@ -22,4 +22,5 @@ def attach_loss(g: Graph, loss: str, output: str = "output") -> Graph:
         label = new_value(out.type, LABEL)
     e = Emitter()
     lv = e.emit(loss, out, label, name="loss")
-    return Graph(g.inputs + (label,), g.nodes + tuple(e.nodes), (lv,), ("loss",))
+    return g.with_inputs({label: Role.LABEL}).replace(nodes=g.nodes + tuple(e.nodes), outputs=(lv,),
+                                                      output_names=("loss",))

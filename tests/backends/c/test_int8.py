@@ -313,7 +313,7 @@ def test_digitnet_int8_trains_bit_exact(momentum=0.0):
     import torch
 
     import edgetrain as et
-    from edgetrain.demo import pretrained_digitnet
+    from edgetrain.app.demo import pretrained_digitnet
 
     rng = np.random.default_rng(0)
     prog = et.compile(pretrained_digitnet(), (torch.zeros(2, 1, 28, 28),), quantize="int8",

@@ -17,8 +17,8 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from ...compiled import CompiledProgram
-from ...runner import RunnerBase, as_array
+from ...runtime.compiled import CompiledProgram
+from ...runtime.runner import RunnerBase, as_array
 from .cache import cache_path
 from .layout import CBackendError, Layout, build_layout
 

@@ -62,7 +62,7 @@ def nonnegative_float(text: str) -> float:
 def byte_size(text: str) -> str:
     """A memory budget such as 256KB, 1MB or 4096 (bytes), at most MAX_BUDGET_BYTES; kept as
     the text the user wrote (the commands and checkpoints store it), checked here."""
-    from .config import parse_bytes
+    from ..config import parse_bytes
 
     shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
     try:

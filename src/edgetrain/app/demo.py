@@ -25,11 +25,11 @@ from typing import Optional
 
 import numpy as np
 import torch
-from torch import nn
+
+from ..models.digitnet import DigitNet, pretrained_digitnet  # noqa: F401  (the demo's model)
 
 #: MNIST pixel statistics (mean, std of the training set in [0, 1]) used to normalise input.
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
-WEIGHTS = Path(__file__).resolve().parent / "models" / "weights" / "digitnet-mnist.npz"
 #: the paper's input resolution for its MCU models
 MCU_RESOLUTION = 128
 #: the paper's mbv2-w0.35 sparse scheme for its 99 KB budget (schemes.json): biases of the
@@ -38,38 +38,6 @@ MBV2_SPARSE_99KB = {"bias_last": 25, "weights": {27: 1, 30: 1, 33: 1, 36: 1, 39:
 TASKS = ("auto", "digits", "cifar10")
 #: the paper's int8 MobileNetV2-0.35, relative to the shared assets folder
 MBV2_FILE = Path("tiny-training") / "mbv2-w0.35.pkl"
-
-
-class DigitNet(nn.Module):
-    """A 28x28 digit classifier built like the MCU networks: conv, depthwise-separable blocks."""
-
-    def __init__(self, width: int = 16, num_classes: int = 10):
-        super().__init__()
-
-        def cbr(cin, cout, k, s, groups=1):
-            return nn.Sequential(nn.Conv2d(cin, cout, k, s, k // 2, groups=groups, bias=False),
-                                 nn.BatchNorm2d(cout), nn.ReLU6())
-
-        self.features = nn.Sequential(
-            cbr(1, width, 3, 2),  # 14x14
-            cbr(width, width, 3, 1, groups=width), cbr(width, 2 * width, 1, 1),
-            cbr(2 * width, 2 * width, 3, 2, groups=2 * width), cbr(2 * width, 2 * width, 1, 1),  # 7x7
-        )
-        self.classifier = nn.Linear(2 * width * 7 * 7, num_classes)  # flatten keeps where strokes are
-        for m in self.modules():  # fan-in init keeps activations at unit scale: eval-mode BN does not renormalise
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
-
-    def forward(self, x):
-        return self.classifier(self.features(x).flatten(1))
-
-
-def pretrained_digitnet() -> DigitNet:
-    """DigitNet with the MNIST weights shipped in the package (eval mode)."""
-    model = DigitNet()
-    with np.load(WEIGHTS) as z:
-        model.load_state_dict({k: torch.from_numpy(z[k]) for k in z.files})
-    return model.eval()
 
 
 @dataclass(frozen=True)
@@ -103,7 +71,7 @@ def normalise(images: np.ndarray) -> np.ndarray:
 
 def to_mcu_input(images: np.ndarray, size: int = MCU_RESOLUTION) -> np.ndarray:
     """uint8 (N, H, W, 3) RGB -> float32 (N, 3, size, size) pixel values 0..255 (bilinear)."""
-    from .data import resize
+    from ..data import resize
 
     return resize(images, size).transpose(0, 3, 1, 2).astype(np.float32)
 
@@ -117,8 +85,8 @@ def resolve_task(task: str, assets=None) -> str:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     if task != "auto":
         return task
-    from .data.assets import default_assets_dir
-    from .data.cifar import ASSET_NAMES
+    from ..data.assets import default_assets_dir
+    from ..data.cifar import ASSET_NAMES
 
     folder = default_assets_dir(assets)
     ok = folder is not None and (folder / MBV2_FILE).is_file() and any((folder / n).exists() for n in ASSET_NAMES)
@@ -126,8 +94,8 @@ def resolve_task(task: str, assets=None) -> str:
 
 
 def _digits(t: _Task, seed: int):
-    from .data import load_mnist
-    from .sparse import Full
+    from ..data import load_mnist
+    from ..sparse import Full
 
     xtr, ytr = load_mnist("train", t.train_images)
     xte, yte = load_mnist("test", t.test_images)
@@ -139,10 +107,10 @@ def _digits(t: _Task, seed: int):
 
 
 def _cifar10(t: _Task, seed: int, assets=None):
-    from .data.assets import require_assets
-    from .data.cifar import load_cifar10
-    from .models import from_tiny_training
-    from .sparse import Sparse
+    from ..data.assets import require_assets
+    from ..data.cifar import load_cifar10
+    from ..models import from_tiny_training
+    from ..sparse import Sparse
 
     mbv2 = require_assets(MBV2_FILE, assets)  # before the data: a missing model file fails fast
     xtr, ytr = load_cifar10("train", t.train_images, seed=seed, assets=assets)

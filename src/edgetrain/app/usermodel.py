@@ -104,8 +104,8 @@ def example_inputs(specs: Sequence[InputSpec], seed: int = EXAMPLE_SEED) -> tupl
 
 def default_inputs(zoo_name: str) -> list[str]:
     """The --input text of a zoo model's own input at batch 1."""
-    from . import models
-    from .models.bert import VOCAB_SIZE
+    from .. import models
+    from ..models.bert import VOCAB_SIZE
 
     x = models.example_input(zoo_name)
     if x.dtype.is_floating_point:
@@ -131,7 +131,7 @@ class ModelSpec:
 
 def parse_model_spec(text: str) -> ModelSpec:
     """'path/to/model.py:factory' (the file made absolute) or a zoo name."""
-    from . import models
+    from .. import models
 
     if not isinstance(text, str) or not text.strip() or "\0" in text:
         raise ModelLoadError(f"model {text!r}: give path/to/model.py:factory or a zoo name "
@@ -262,7 +262,7 @@ def load_model(spec, kwargs: Optional[Mapping[str, Any]] = None, num_classes: Op
     With `source` (read_model_source of the spec's file) its text is what runs."""
     import torch
 
-    from . import models
+    from .. import models
 
     if not isinstance(spec, ModelSpec):
         spec = parse_model_spec(spec)

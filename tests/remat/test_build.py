@@ -7,8 +7,8 @@ from torch import nn
 
 import edgetrain as et
 from edgetrain.devices import get_device
-from edgetrain.schedule.build import build_problem
-from edgetrain.schedule.plan import ScheduleError, make_schedule
+from edgetrain.remat.build import build_problem
+from edgetrain.remat.plan import ScheduleError, make_schedule
 
 
 def keep_all(pr):
@@ -137,7 +137,7 @@ def test_grouped_chains_are_fewer_units_and_still_run_bit_equal():
     becomes one unit); a schedule of that problem still runs with the unscheduled gradients."""
     import numpy as np
 
-    from edgetrain.schedule.solvers import SOLVERS
+    from edgetrain.remat.solvers import SOLVERS
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
@@ -155,7 +155,7 @@ def test_grouped_chains_are_fewer_units_and_still_run_bit_equal():
     scheduled = prog.apply(sched)
     ref, got = prog.gradients(x, y), scheduled.gradients(x, y)
     assert all(np.array_equal(ref[k], got[k]) for k in ref)
-    from edgetrain.schedule.apply import measured_peak
+    from edgetrain.remat.apply import measured_peak
 
     scheduled.step(x, y)
     assert measured_peak(scheduled, scheduled.last_trace) <= sched.peak_bytes <= ram

@@ -9,30 +9,16 @@ import html
 import io
 import json
 from pathlib import Path
+
 import numpy as np
 
-from .memory.liveness import lifetimes
-from .passes.loss import LABEL
-from .passes.updates import STEP
+from ..memory.liveness import lifetimes
+from ..passes.loss import LABEL
+from ..passes.updates import STEP
+from .figures import pyplot, save
 
 KINDS = ("input data", "forward activations", "backward: gradients and temporaries")
 _COLOURS = ("#8172b2", "#4c72b0", "#dd8452")
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(plt, fig, path) -> str:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return str(path)
 
 
 def memory_by_kind(prog) -> tuple[np.ndarray, int]:
@@ -56,7 +42,7 @@ def memory_by_kind(prog) -> tuple[np.ndarray, int]:
 def plot_memory(prog, path, title: str = "") -> str:
     """Stacked live bytes per kind over the training step, with the trained weights (RAM)
     and the arena size marked; PNG at `path`."""
-    plt = _pyplot()
+    plt = pyplot()
     kinds, b0 = memory_by_kind(prog)
     m = prog.memory
     x = np.arange(kinds.shape[1])
@@ -78,7 +64,7 @@ def plot_memory(prog, path, title: str = "") -> str:
     ax.set_ylabel("RAM, KB")
     ax.set_title(title or f"training memory; flash (read-only weights) {m.frozen_bytes / 1024:,.1f} KB", fontsize=9)
     ax.legend(loc="upper right", fontsize=7)
-    return _save(plt, fig, path)
+    return save(fig, path)
 
 
 def scheme_rows(prog) -> list[dict]:
@@ -101,7 +87,7 @@ def scheme_rows(prog) -> list[dict]:
 def plot_scheme(prog, path, title: str = "") -> str:
     """The update scheme over the layers: bar height = trained fraction of the weight's
     channels, a dot where the bias is trained; PNG at `path`."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = scheme_rows(prog)
     fig, ax = plt.subplots(figsize=(10, 3))
     x = np.arange(len(rows))
@@ -113,7 +99,7 @@ def plot_scheme(prog, path, title: str = "") -> str:
     ax.set_ylabel("fraction trained")
     ax.set_title(title or f"update scheme: {prog.scheme!r}", fontsize=9)
     ax.legend(loc="upper left", fontsize=7)
-    return _save(plt, fig, path)
+    return save(fig, path)
 
 
 def _embed(draw, *args) -> str:
@@ -125,7 +111,7 @@ def _embed(draw, *args) -> str:
 def write_report(prog, path, sched=None, title: str = "edgetrain report") -> str:
     """One self-contained HTML page: memory summary and timeline by kind, the update scheme
     over the layers, and (given a schedule from et.schedule) its time x layer map."""
-    from .schedule.chart import plot_schedule
+    from .schedule_chart import plot_schedule
 
     m = prog.memory
     parts = [f"<h1>{html.escape(title)}</h1>",
@@ -153,7 +139,7 @@ def write_report(prog, path, sched=None, title: str = "edgetrain report") -> str
 
 def report_files(prog, out_dir, sched=None) -> dict[str, str]:
     """report.html plus the PNGs beside it in `out_dir`."""
-    from .schedule.chart import plot_schedule
+    from .schedule_chart import plot_schedule
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

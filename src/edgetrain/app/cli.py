@@ -8,7 +8,7 @@ import sys
 import threading
 
 from .cli_program import _update_text
-from .cli_types import byte_size, nonnegative_int, positive_float, positive_int
+from .options import byte_size, nonnegative_int, positive_float, positive_int
 
 #: --update of inspect, schedule and report (compile and train also take auto, with --contributions)
 UPDATE_HELP = "what to train: full, bias (biases only) or last:K (the last K conv/linear layers) (default full)"
@@ -20,7 +20,7 @@ CLASSES_HELP = ("number of output classes (default 10; for a model file, passed 
 
 def _scheme(text: str):
     """The update scheme object of --update's text (read by cli_program._update_text)."""
-    from .sparse import BiasOnly, Full, LastK
+    from ..sparse import BiasOnly, Full, LastK
 
     t = _update_text(text)
     if t == "auto":
@@ -75,7 +75,7 @@ def _inspect(args) -> int:
     import torch
 
     import edgetrain as et
-    from .ir.printer import format_graph
+    from ..ir.printer import format_graph
 
     model, xs = _model_and_inputs(args)
     prog = et.compile(model, xs, update=args.update)
@@ -109,7 +109,7 @@ def _demo(args) -> int:
 def _profile(args) -> int:
     import json
 
-    from .devices import calibrate_host, get_device
+    from ..devices import calibrate_host, get_device
 
     dev = calibrate_host() if args.calibrate else get_device(args.device)
     print(json.dumps(dev.as_dict(), indent=2) if args.json else dev.describe())
@@ -120,8 +120,8 @@ def _plan(args, prog):
     """(problem, ram, deadline, schedule) of `prog` for the schedule options in `args`."""
     from edgetrain.config import parse_bytes
     from edgetrain.devices import get_device
-    from edgetrain.schedule.build import build_problem
-    from edgetrain.schedule.solvers import SOLVERS
+    from edgetrain.remat.build import build_problem
+    from edgetrain.remat.solvers import SOLVERS
 
     problem = build_problem(prog, get_device(args.device), group=args.group)
     ram = parse_bytes(args.ram, "--ram")  # the parser checked the numbers (cli_types) and that one was given
@@ -172,7 +172,7 @@ def _schedule(args) -> int:
         print(f"  energy x{sched.energy_j / problem.base_energy_j:.4f}, time x{sched.time_s / problem.base_time_s:.4f} "
               f"of plain back-propagation")
     if args.plot:
-        from edgetrain.schedule.chart import plot_schedule
+        from edgetrain.reports.schedule_chart import plot_schedule
 
         print(f"  schedule map drawn to {plot_schedule(sched, args.plot)}", file=sys.stderr if args.json else sys.stdout)
     return 0
@@ -180,7 +180,7 @@ def _schedule(args) -> int:
 
 def _report(args) -> int:
     import edgetrain as et
-    from edgetrain.report import report_files
+    from edgetrain.reports.html import report_files
 
     model, xs = _sized_inputs(args)
     prog = et.compile(model, xs, update=args.update, quantize=None if args.quantize == "none" else args.quantize)
@@ -235,7 +235,7 @@ def _texts(description: str, *examples: str) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
     from .cli_program import EXIT_CODES, add_commands
 
     p = argparse.ArgumentParser(prog="edgetrain", description="Compile PyTorch models into on-device training "

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from .cli_types import (byte_size, floats, nonnegative_float, nonnegative_int, positive_float, positive_floats,
+from .options import (byte_size, floats, nonnegative_float, nonnegative_int, positive_float, positive_floats,
                         positive_int)
-from .devices.targets import TARGETS as TARGET_REGISTRY
+from ..devices.targets import TARGETS as TARGET_REGISTRY
 
 #: firmware steps embedded by `compile` when no --samples is given
 DEFAULT_SAMPLES = 4
@@ -220,7 +220,7 @@ EXIT_CODES = """exit codes:
 # --- building the program from the options --------------------------------------------------
 def _config(args, model_text: str):
     from .checkpoint import ProgramConfig
-    from .config import parse_bytes
+    from ..config import parse_bytes
     from .usermodel import default_inputs, parse_input, parse_model_args, parse_model_spec
 
     spec = parse_model_spec(model_text)
@@ -268,7 +268,7 @@ def _calibration_from(args, config, mean_std=None):
         return None
     if config.quantize != "int8":
         raise ValueError("--calibrate applies to --quantize int8")
-    from .data.folder import check_image_shape, load_images
+    from ..data.folder import check_image_shape, load_images
     from .usermodel import parse_input
 
     shape = check_image_shape(parse_input(config.inputs[0]).shape)
@@ -303,7 +303,7 @@ def run_train(args) -> int:
 
 def _run_train(args) -> int:
     from .checkpoint import build_program, load_checkpoint, remove_stale_temporaries
-    from .data.folder import load_images
+    from ..data.folder import load_images
     from .train import TrainMeta, TrainOptions, calibration_batch, describe_skipped, fit, image_shape
 
     out = Path(args.output)
@@ -341,7 +341,7 @@ def _run_train(args) -> int:
     if built is not None:
         b, c, h, w = image_shape(built.prog)
     else:
-        from .data.folder import check_image_shape
+        from ..data.folder import check_image_shape
         from .usermodel import parse_input
 
         if config.loss != "cross_entropy":
@@ -437,10 +437,10 @@ def run_export(args) -> int:
 
 def exit_code_for(err: BaseException) -> Optional[int]:
     """The exit code of an error raised by a command (None: not one of ours: internal)."""
-    from .api import BudgetError
-    from .backends.c import CBackendError
-    from .program import NonFiniteLossError
-    from .schedule.plan import Infeasible
+    from ..api import BudgetError
+    from ..backends.c import CBackendError
+    from ..program import NonFiniteLossError
+    from ..remat.plan import Infeasible
     from .train import TrainingStopped
 
     if isinstance(err, (BudgetError, Infeasible)):

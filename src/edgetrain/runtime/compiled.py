@@ -15,9 +15,9 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from .ir import Graph
-from .memory import MemoryReport
-from .passes.updates import momentum_name
+from ..ir import Graph
+from ..memory import MemoryReport
+from ..passes.updates import momentum_name
 
 
 def _frozen_map(m: Optional[Mapping]) -> Mapping:

@@ -23,9 +23,9 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from .checkpoint import Built, Checkpoint, save_checkpoint
-from .data.folder import ImageSet
+from ..data.folder import ImageSet
 from .divergence import DivergenceGuard
-from .program import NonFiniteLossError
+from ..program import NonFiniteLossError
 
 EPOCH_FILE = "epoch-{:04d}.ckpt"
 STOPPED_FILE = "stopped.ckpt"
@@ -84,7 +84,7 @@ class TrainMeta:
 
 def image_shape(prog) -> tuple[int, int, int, int]:
     """(B, C, H, W) of the program's single image input."""
-    from .data.folder import check_image_shape
+    from ..data.folder import check_image_shape
 
     if len(prog.inputs) != 1:
         raise ValueError(f"training on images needs a model with one input; this one takes {len(prog.inputs)}")

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from edgetrain.schedule import greedy, milp
-from edgetrain.schedule.plan import Infeasible, make_schedule
-from edgetrain.schedule.solvers import SOLVERS
+from edgetrain.remat import greedy, milp
+from edgetrain.remat.plan import Infeasible, make_schedule
+from edgetrain.remat.solvers import SOLVERS
 
 from .test_greedy import budgets, chain, early_update, random_tiny, skips, with_holds
 
@@ -186,7 +186,7 @@ def test_resnet18_cifar_at_half_the_plain_activation_memory():
     memory: within 1 % of the unconstrained energy, gap <= 1 %, well within 60 s."""
     import edgetrain as et
     from edgetrain.devices import get_device
-    from edgetrain.schedule.build import build_problem
+    from edgetrain.remat.build import build_problem
 
     name = "resnet18-cifar"
     prog = et.compile(et.models.get(name), (et.models.example_input(name, batch=8),))

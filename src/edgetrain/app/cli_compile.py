@@ -33,8 +33,8 @@ def run_compile(args) -> int:
 
 
 def _run_compile(args) -> int:
-    from .api import BudgetError
-    from .backends.c.staging import write_files
+    from ..api import BudgetError
+    from ..backends.c.staging import write_files
     from .checkpoint import Checkpoint, atomic_write, build_program, to_bytes
     from .train import TrainMeta
 
@@ -49,7 +49,7 @@ def _run_compile(args) -> int:
     built = build_program(config, calibration=calib[0] if calib else None, contributions=args.contributions,
                           search=args.search)
     prog = built.prog
-    from .backends.capabilities import backend_of_target, check_program
+    from ..backends.capabilities import backend_of_target, check_program
 
     check_program(prog, backend_of_target(args.target))  # exit 2 naming the op, before anything is written
     if args.target != "host":
@@ -64,7 +64,7 @@ def _run_compile(args) -> int:
     out = Path(args.output)
     meta = TrainMeta(reason="compiled")
     if args.mean is not None or args.std is not None:  # `train --resume` normalises as calibration did
-        from .data.folder import check_image_shape
+        from ..data.folder import check_image_shape
         from .usermodel import parse_input
 
         meta.mean, meta.std = _norm(args, check_image_shape(parse_input(config.inputs[0]).shape)[0])
@@ -79,11 +79,11 @@ def _run_compile(args) -> int:
         _say(f"  update=auto: {prog.search.summary()}")
     samples = _samples(prog, args, calib[1] if calib else None)
     if args.target == "host":
-        from .backends.c.project import project_files
+        from ..backends.c.project import project_files
 
         files = project_files(prog, samples)
     else:
-        from .backends.c.cortexm import firmware_project_files
+        from ..backends.c.cortexm import firmware_project_files
 
         regions = {k: v for k, v in (("sram_bytes", config.sram), ("flash_bytes", config.flash)) if v is not None}
         files = firmware_project_files(prog, args.target, samples, weight_banks=args.weight_banks, **regions)
@@ -139,7 +139,7 @@ def _samples(prog, args, data=None) -> list:
         if data is not None and len(prog.inputs) == 1:
             b = specs[0].shape[0]
             idx = [(i * b + j) % len(data) for j in range(b)]
-            from .data.folder import check_image_shape
+            from ..data.folder import check_image_shape
 
             shape = check_image_shape(specs[0].shape)
             mean, std = _norm(args, shape[0])
@@ -200,7 +200,7 @@ def _verify(prog, out: Path, target: str, samples) -> dict:
     """Build and run the project; compare its losses with the reference runtime's."""
     import subprocess
 
-    from .backends.c import CBackendError
+    from ..backends.c import CBackendError
 
     t0 = time.perf_counter()
     if target == "host":
@@ -213,7 +213,7 @@ def _verify(prog, out: Path, target: str, samples) -> dict:
         exit_code = r.returncode
         where = "host build"
     else:
-        from .backends.c import cortexm
+        from ..backends.c import cortexm
 
         elf = cortexm.build(out)
         run = cortexm.run_qemu(out, target)

@@ -7,7 +7,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .plan import Schedule
+from ..remat.plan import Schedule
+from .figures import pyplot, save
 
 #: decision codes of the map, and their colours
 _CODES = {"free": 0, "in RAM": 1, "recompute": 2, "page in": 3, "on storage": 4}
@@ -34,10 +35,7 @@ def decision_map(sched: Schedule) -> np.ndarray:
 def plot_schedule(sched: Schedule, path, title: str = "") -> str:
     """Draw which saved tensor (row, forward order) is in RAM, recomputed, paged in or only
     on storage at each backward stage (column); PNG at `path`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
@@ -52,21 +50,14 @@ def plot_schedule(sched: Schedule, path, title: str = "") -> str:
     ax.set_title(textwrap.fill(title or sched.summary(), 130), fontsize=8)
     ax.legend(handles=[Patch(facecolor=c, edgecolor="0.6", label=k) for k, c in zip(_CODES, _COLOURS) if k != "free"],
               loc="lower left", fontsize=8, framealpha=0.9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return str(path)
+    return save(fig, path)
 
 
 def plot_energy_vs_budget(series: Mapping[str, Sequence[tuple[float, float]]], path, title: str,
                           xlabel: str = "RAM budget for activations (fraction of plain back-propagation's peak)",
                           ylabel: str = "energy per step (× plain back-propagation)") -> str:
     """One line per solver: (budget, energy) points; infeasible budgets are simply absent."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     markers = "os^vDx*"
     for k, (name, pts) in enumerate(series.items()):
@@ -78,7 +69,4 @@ def plot_energy_vs_budget(series: Mapping[str, Sequence[tuple[float, float]]], p
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return str(path)
+    return save(fig, path)

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from edgetrain.schedule import greedy
-from edgetrain.schedule.plan import Infeasible
-from edgetrain.schedule.problem import ScheduleProblem, Stage, Unit
+from edgetrain.remat import greedy
+from edgetrain.remat.plan import Infeasible
+from edgetrain.remat.problem import ScheduleProblem, Stage, Unit
 
 DEVICE = SimpleNamespace(name="fake", title="a fake device")  # problem.py only type-hints Device
 
@@ -261,7 +261,7 @@ def skip_problem():
 
     import edgetrain as et
     from edgetrain.devices import get_device
-    from edgetrain.schedule.build import build_problem
+    from edgetrain.remat.build import build_problem
 
     class Skip(nn.Module):
         def __init__(self):

@@ -30,7 +30,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from .passes.updates import INT_RANGES
+from ..passes.updates import INT_RANGES
 
 #: a step's loss over this many times the starting loss is a blow-up: a normal run's worst
 #: batch stays within 5 times (a cross-entropy of 230 for 10 classes is a logit margin of 230)

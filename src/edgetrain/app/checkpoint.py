@@ -82,7 +82,7 @@ class ProgramConfig:
 
 # --- update schemes as text --------------------------------------------------------------------
 def scheme_to_json(scheme) -> Any:
-    from .sparse import BiasOnly, Full, LastK, Sparse
+    from ..sparse import BiasOnly, Full, LastK, Sparse
 
     if isinstance(scheme, Full):
         return "full"
@@ -96,7 +96,7 @@ def scheme_to_json(scheme) -> Any:
 
 
 def scheme_from_json(value):
-    from .sparse import BiasOnly, Full, LastK, Sparse
+    from ..sparse import BiasOnly, Full, LastK, Sparse
 
     if isinstance(value, dict):
         return Sparse(bias_last=int(value["bias_last"]), weights={int(k): float(v) for k, v in value["weights"].items()})

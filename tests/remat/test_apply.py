@@ -14,11 +14,11 @@ from torch import nn
 import edgetrain as et
 from edgetrain.devices import get_device
 from edgetrain.ops import verify
-from edgetrain.schedule import ScheduleError, make_schedule
-from edgetrain.schedule.apply import STORE_NAME, measured_peak, unit_storages
-from edgetrain.schedule.build import build_problem
-from edgetrain.schedule.greedy import ram_lower_bound
-from edgetrain.schedule.solvers import SOLVERS
+from edgetrain.remat import ScheduleError, make_schedule
+from edgetrain.remat.apply import STORE_NAME, measured_peak, unit_storages
+from edgetrain.remat.build import build_problem
+from edgetrain.remat.greedy import ram_lower_bound
+from edgetrain.remat.solvers import SOLVERS
 
 DEVICE = get_device("a72")
 #: every zoo model at an input small enough for the reference runtime to take a step in well

@@ -4,7 +4,7 @@ A runner holds the running state (`state`: weights, buffers and optimizer state 
 arrays; `steps`: the training steps done) and runs `step`, `gradients` and `predict`.
 `RunnerBase` writes once what every backend shares: the data and label feeds and their
 checks, the gradients of a partly trained parameter, the state a step writes, and `predict`'s
-batching. `ReferenceRunner` runs the graphs in the numpy reference runtime (the living spec);
+batching. `ReferenceRunner` (backends/reference_runner.py) runs the graphs in the numpy reference runtime;
 the C runner is backends/c/host.py's `CRunner`. A runner reads as its compiled program (its
 fields) with live state, which is what the backends' emitters take.
 """
@@ -14,12 +14,12 @@ from typing import Mapping, Optional, Protocol, runtime_checkable
 
 import numpy as np
 
-from .autodiff import grad_name
-from .backends.reference import run_graph
+from ..autodiff import grad_name
+from ..backends.reference import run_graph
 from .compiled import COMPILED_FIELDS, CompiledProgram
-from .ir import FLOAT_DTYPES, Graph, TensorType
-from .passes.loss import LABEL
-from .passes.updates import STEP
+from ..ir import FLOAT_DTYPES, Graph, TensorType
+from ..passes.loss import LABEL
+from ..passes.updates import STEP
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -182,7 +182,7 @@ class RunnerBase:
     def written_state(self) -> list[str]:
         """The state tensors a training step writes: trained weights, optimizer state, and
         whatever an op updates in place (train-mode batch norm's running statistics)."""
-        from .ops import get_op
+        from ..ops import get_op
 
         g = self.compiled.train_graph
         cached = self.__dict__.get("_written")
@@ -221,41 +221,3 @@ class RunnerBase:
 
     def gradients(self, x, y) -> dict[str, np.ndarray]:
         raise NotImplementedError
-
-
-class ReferenceRunner(RunnerBase):
-    """Runs a compiled program in the numpy reference runtime (backends/reference)."""
-
-    backend = "reference"
-
-    def gradients(self, x, y) -> dict[str, np.ndarray]:
-        """Gradients of the loss for the trained parameters, without updating. A parameter
-        trained on some channels only gets zeros in the others. For an int8 program the
-        gradients of int weights and biases are with respect to the integers themselves
-        (d loss / d w_int = w_scale * d loss / d w_real), before QAS."""
-        g = self.compiled.grad_graph
-        out, _ = run_graph(g, self.feeds(g, x, y), self.ram_inputs())
-        return self.full_gradients(out)
-
-    def step(self, x, y) -> float:
-        """One training step in place; returns the loss. A non-finite loss or weight raises
-        NonFiniteLossError and leaves the weights as they were before this step."""
-        g = self.compiled.train_graph
-        feeds = self.feeds(g, x, y)
-        saved = {k: self.state[k].copy() for k in self.written_state()}
-        out, trace = run_graph(g, feeds, self.ram_inputs())
-        loss = float(out["loss"])
-        bad = [k for k in saved if not np.all(np.isfinite(self.state[k]))]
-        if not np.isfinite(loss) or bad:
-            for k, v in saved.items():
-                self.state[k][...] = v
-            raise self.non_finite(loss, bad[0] if bad else "")
-        self.steps += 1
-        self.last_trace = trace
-        return loss
-
-    def predict_batch(self, x) -> np.ndarray:
-        g = self.compiled.forward_graph
-        feeds = {v.name: self.state[v.name] for v in g.inputs if v.name in self.state}
-        feeds.update(self.data_feeds(g, x))
-        return run_graph(g, feeds)[0]["output"]
