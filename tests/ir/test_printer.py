@@ -34,8 +34,8 @@ def test_values_are_numbered_in_order_of_appearance():
     assert number_values(g) == {a: 0, b: 1, t: 2, u: 3}
     assert format_graph(g) == "\n".join([
         "graph(",
-        "    %0<a> : f32[2,3],",
-        "    %1<b> : f32[2,3],",
+        "    %0<a> : f32[2,3],  # data",
+        "    %1<b> : f32[2,3],  # data",
         ") {",
         "     0: %2 : f32[2,3] = add(%0<a>, %1<b>)",
         "     1: %3 : f32[2,3] = relu(%2)",

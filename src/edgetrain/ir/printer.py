@@ -4,6 +4,7 @@ Values are numbered per graph, in order of appearance (the graph's inputs, then 
 outputs): `%0<x>`, `%1`, ... A value's `id` is unique within the process and depends on what
 was built before, so it is never printed; the same model prints the same text whatever was
 compiled before it. A value printed without its graph (`str(value)`) reads `%?<name> : f32[..]`.
+Each input line ends with the input's role (`# parameter`, `# optimizer state of %3`).
 """
 from __future__ import annotations
 
@@ -72,7 +73,10 @@ def format_graph(g: "Graph", notes: Optional[Mapping[int, str]] = None) -> str:
     notes = notes or {}
     numbers = number_values(g)
     lines = ["graph("]
-    lines += [f"    {format_value(v, numbers)} : {v.type}," for v in g.inputs]
+    owner = dict(g.owners)
+    for v, role in zip(g.inputs, g.roles):
+        of = f" of {format_value(owner[v], numbers)}" if v in owner else ""
+        lines.append(f"    {format_value(v, numbers)} : {v.type},  # {role.value}{of}")
     lines.append(") {")
     lines += [f"  {i:4d}: {format_node(n, numbers)}" + (f"  # {notes[i]}" if i in notes else "")
               for i, n in enumerate(g.nodes)]

@@ -1,8 +1,10 @@
 """The IR verifier: single assignment, defined before use, re-inferred types, no read
-after an in-place overwrite. Tests run it after every pass."""
+after an in-place overwrite, a consistent role for every graph input. Tests run it after
+every pass."""
 from __future__ import annotations
 
-from ..ir import Graph
+from ..ir import Graph, Role
+from ..ir.roles import SINGLE_ROLES
 from ..ir.printer import format_value, number_values
 from .base import get_op
 
@@ -26,6 +28,7 @@ def verify(g: Graph) -> Graph:
             raise VerificationError(f"graph input {fmt(v)} needs a unique name")
         names.add(v.name)
         defined.add(v)
+    check_roles(g, fmt)
     clobbered = {}
     for i, n in enumerate(g.nodes):
         where = f"node {i} ({n.op})"
@@ -64,3 +67,40 @@ def verify(g: Graph) -> Graph:
     if len(set(g.output_names)) != len(g.output_names):
         raise VerificationError("output names must be unique")
     return g
+
+
+#: the type of the step counter input (ops/qoptim.py's qsgd_update reads it)
+STEP_DTYPE, STEP_SHAPE = "int32", ()
+
+
+def check_roles(g: Graph, fmt) -> None:
+    """Every input has a role; at most one label, step and page store; the step is an int32
+    scalar and the page store a flat byte array; every optimizer-state input belongs to one
+    parameter input, and only those have an owner. `fmt` names a value as the graph prints it."""
+    if len(g.roles) != len(g.inputs) or not all(isinstance(r, Role) for r in g.roles):
+        raise VerificationError(f"{len(g.inputs)} graph inputs need one ir.Role each, got {g.roles!r}")
+    for role in SINGLE_ROLES:
+        found = g.inputs_with(role)
+        if len(found) > 1:
+            raise VerificationError(f"a graph has at most one {role.value} input, got "
+                                    f"{', '.join(fmt(v) for v in found)}")
+    step = g.inputs_with(Role.STEP)
+    if step and (step[0].dtype, step[0].shape) != (STEP_DTYPE, STEP_SHAPE):
+        raise VerificationError(f"step input {fmt(step[0])} must be an {STEP_DTYPE} scalar, got {step[0].type}")
+    store = g.inputs_with(Role.PAGE_STORE)
+    if store and store[0].type.rank != 1:
+        raise VerificationError(f"page store input {fmt(store[0])} must be one flat array, got {store[0].type}")
+    role = g.roles_by_input()
+    owners: dict = {}
+    for state, param in g.owners:
+        if role.get(state) is not Role.OPTIMIZER_STATE:
+            raise VerificationError(f"{fmt(state)} has an owning parameter but is not an optimizer-state input")
+        if state in owners:
+            raise VerificationError(f"optimizer state {fmt(state)} belongs to two parameters")
+        if role.get(param) is not Role.PARAMETER:
+            raise VerificationError(f"optimizer state {fmt(state)} belongs to {fmt(param)}, which is not a "
+                                    f"parameter input of the graph")
+        owners[state] = param
+    orphans = [v for v in g.inputs_with(Role.OPTIMIZER_STATE) if v not in owners]
+    if orphans:
+        raise VerificationError(f"optimizer state {fmt(orphans[0])} names no parameter it belongs to")
