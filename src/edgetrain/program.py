@@ -1,8 +1,9 @@
 """Program: the public facade of a model compiled for training.
 
-It holds a frozen compiled program (compiled.py: graphs, memory report, trained selection,
-quantization, schedule, ...) and a runner (runner.py: the reference runner; the C runner
-of backends/c/host.py) that holds the weights and runs `step`, `gradients` and `predict`.
+It holds a frozen compiled program (runtime/compiled.py: graphs, memory report, trained
+selection, quantization, schedule, ...) and a runner (runtime/runner.py; the reference runner
+of backends/reference_runner.py, the C runner of backends/c/host.py) that holds the weights
+and runs `step`, `gradients` and `predict`.
 The compiled program's fields read as the Program's own (`prog.train_graph`, `prog.memory`),
 and a runner's own attributes too (the C runner's `c_files`, `check_guards`, ...).
 """
@@ -117,7 +118,7 @@ class Program:
         """A new program running `sched` (from `edgetrain.remat(self, ...)`): its train graph
         rewritten to recompute and page tensors as the schedule says, pages written to
         `page_file` (default: a temporary file), run by a runner of the same kind from a copy
-        of this one's state. See schedule/apply.py."""
+        of this one's state. See remat/apply.py."""
         from .remat.apply import apply_schedule
 
         c = apply_schedule(self.compiled, sched, page_file)

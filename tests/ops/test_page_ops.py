@@ -8,7 +8,7 @@ from edgetrain.ir import Graph, Node, TensorType, new_value
 from edgetrain.ops import VerificationError, verify
 from edgetrain.remat.apply import STORE_NAME
 
-#: ops tested here and by tests/schedule/test_apply.py (schedules that page, reference and C)
+#: ops tested here and by tests/remat/test_apply.py (schedules that page, reference and C)
 PAGE_OPS_TESTED = {"page_in", "page_out"}
 
 

@@ -10,7 +10,7 @@ RAM: the reference runtime binds it to a `numpy.memmap` of a file, the C backend
 - ``page_in(store; offset, shape, dtype) -> x``: those bytes read back as a new tensor.
 
 Cost: the bytes moved, no arithmetic. Neither is differentiable: a schedule inserts them
-into a train graph after autodiff (schedule/apply.py).
+into a train graph after autodiff (remat/apply.py).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ node and inserts copies of the units the schedule brings back:
 The rewritten program (`apply_schedule`) runs in the reference runtime and the C backend
 with the page store bound to a real file; what it measures (RunTrace.peak_bytes +
 problem.fixed_ram, RunTrace.paged_*_bytes) is checked against the schedule's model in
-tests/schedule/test_apply.py.
+tests/remat/test_apply.py.
 """
 from __future__ import annotations
 

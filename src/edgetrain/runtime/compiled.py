@@ -3,9 +3,10 @@
 It holds the graphs (every stage, and the forward, gradient and train graphs that run), the
 memory report, the trained selection and its scheme, the quantization, the schedule and its
 page store, the initial state and how to export it; it holds no running state. Running it
-is a runner's job (runner.py: the reference runner; backends/c/host.py: the C runner), and
+is a runner's job (runtime/runner.py; the reference runner in backends/reference_runner.py,
+the C runner in backends/c/host.py), and
 `edgetrain.Program` is the facade holding one compiled program and one runner. A pass that
-changes a compiled program makes another (`dataclasses.replace`, schedule/apply.py).
+changes a compiled program makes another (`dataclasses.replace`, remat/apply.py).
 """
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ class CompiledProgram:
     quantize: Optional[str] = None
     scheme: Any = None  # the update scheme it trains (for update="auto": the one chosen)
     search: Any = None  # for update="auto": how the scheme was chosen (sparse.auto.SearchInfo)
-    schedule: Any = None  # the rematerialization / paging schedule it runs (schedule/apply.py)
+    schedule: Any = None  # the rematerialization / paging schedule it runs (remat/apply.py)
     page_store: Any = None  # where that schedule pages tensors to (schedule.apply.PageStore)
     #: captured op -> the model source lines it comes from (backends name them when they lack an op)
     op_sources: Mapping[str, tuple] = field(default_factory=dict)
