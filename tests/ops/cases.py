@@ -6,6 +6,7 @@ hypothesis draws only small integers. `torch_fn` is the torch function the op mu
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -384,6 +385,42 @@ def _mse(draw):
     return [real(*shape), real(*shape)], {}
 
 
+
+@st.composite
+def _batch_norm_backward_fused(draw):
+    """The fused batch-norm backward (ops/bnfused.py) with each optional part present or not."""
+    x = draw(shapes(min_dims=2, max_dims=4))
+    c = x[1]
+    mask = draw(st.sampled_from(["", "relu_grad", "clamp_grad"]))
+    attrs = {"mask": mask, "eps": draw(st.sampled_from([1e-5, 1e-3])), "affine": draw(st.booleans()),
+             "grad_weight": draw(st.booleans()), "grad_bias": draw(st.booleans())}
+    if mask == "clamp_grad":  # ReLU6, a lower bound only, an upper bound only (the absent one left out)
+        attrs.update(draw(st.sampled_from([{"min": 0.0, "max": 6.0}, {"min": 0.0}, {"max": 0.5}])))
+    args = [real(*x), positive(c)] + ([real(c)] if attrs["affine"] else []) + ([real(*x)] if mask else [])
+    return args + ([real(*x), real(c)] if attrs["grad_weight"] else []), attrs
+
+
+def _torch_batch_norm_backward_fused(t, a):
+    """torch autograd through eval-mode batch norm, from the gradient masked as relu / clamp's
+    backward masks it (w = 1 where the op has no weight operand: the same input gradient)."""
+    from edgetrain.ops.bnfused import operands
+
+    o = operands(t, a)
+    g = o.g
+    if a["mask"] == "relu_grad":
+        g = torch.where(o.saved > 0, g, torch.zeros_like(g))
+    elif a["mask"] == "clamp_grad":
+        keep = (o.saved > a.get("min", -math.inf)) & (o.saved < a.get("max", math.inf))
+        g = torch.where(keep, g, torch.zeros_like(g))
+    c = g.shape[1]
+    x = (o.x if o.x is not None else torch.zeros_like(g)).detach().requires_grad_()
+    w = (o.w if o.w is not None else torch.ones(c, dtype=g.dtype)).detach().requires_grad_()
+    b = torch.zeros(c, dtype=g.dtype, requires_grad=True)
+    mean = o.mean if o.mean is not None else torch.zeros(c, dtype=g.dtype)
+    y = F.batch_norm(x, mean.detach(), o.var.detach(), w, b, training=False, eps=a["eps"])
+    gx, gw, gb = torch.autograd.grad(y, (x, w, b), g.detach())
+    return (gx,) + ((gw,) if a["grad_weight"] else ()) + ((gb,) if a["grad_bias"] else ())
+
 # --- optimizer ------------------------------------------------------------------------------
 @st.composite
 def _sgd_update(draw):
@@ -442,6 +479,7 @@ CASES: dict[str, Case] = {
     "batch_norm": Case(_batch_norm(), _torch_batch_norm, diff=(0, 3, 4)),  # running stats are buffers
     "batch_norm_train": Case(_batch_norm_train(), _torch_batch_norm_train),
     "batch_norm_update_stats": Case(_batch_norm_update_stats(), _torch_update_stats, diff=()),  # in place
+    "batch_norm_backward_fused": Case(_batch_norm_backward_fused(), _torch_batch_norm_backward_fused, diff=()),
     "layer_norm": Case(_layer_norm(), _torch_layer_norm),
     "avg_pool2d": Case(_pool2d(avg=True), _torch_avg_pool2d),
     "max_pool2d": Case(_pool2d(avg=False), _torch_max_pool2d),

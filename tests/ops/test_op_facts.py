@@ -50,8 +50,8 @@ def test_int8_rules_agree_with_tags():
 
 
 def test_activation_backward_is_a_grad_mask():
-    """Each activation's VJP emits one op tagged grad_mask (what the C batch-norm backward
-    fusion reads as the gradient's mask)."""
+    """Each activation's VJP emits one op tagged grad_mask (what the fused batch-norm
+    backward, ops/bnfused.py, reads as the gradient's mask)."""
     for name in ops_tagged(ACTIVATION_TAG):
         x = _value((2, 3), "x")
         e = Emitter()
@@ -74,10 +74,10 @@ def test_schedule_and_c_fusion_tables_agree_with_the_op_table():
     table = getattr(apply, "GRADIENT_INPUT", None)
     if table is not None:
         assert table == {n: get_op(n).gradient_operand for n in ops_tagged(UPDATE_TAG)}
-    from edgetrain.backends.c import fusion
-    masks = getattr(fusion, "MASK_OPS", None)
-    if masks is not None:
-        assert set(masks) == set(ops_tagged(GRAD_MASK_TAG))
+    from edgetrain.backends.c.kernels.float32 import BN_MASK_KIND
+    from edgetrain.ops.bnfused import MASK_OPS
+    assert set(MASK_OPS) == set(ops_tagged(GRAD_MASK_TAG))  # the masks the fused batch-norm backward applies
+    assert set(BN_MASK_KIND) == {"", *MASK_OPS}  # and its C kernel
 
 
 def test_stream_operands_are_int8_activations():

@@ -7,6 +7,7 @@ import numpy as np
 from math import prod
 
 from ....ir import Node
+from ....ops.bnfused import operands as bn_operands
 from ..layout import CBackendError
 from . import EmitContext, register
 
@@ -476,7 +477,35 @@ def _sgd_update(node, ctx):
                   "  " + " ".join(body) + " }")
 
 
-# --- fused batch-norm backward (fusion.py) ----------------------------------------------------
+# --- fused batch-norm backward (ops/bnfused.py, passes/fuse_batchnorm_backward.py) ------------
+#: et_bn_backward_fused's mask argument: 0 none, 1 lo < saved < hi (clamp_grad), 2 saved > 0 (relu_grad)
+BN_MASK_KIND = {"": 0, "clamp_grad": 1, "relu_grad": 2}
+
+
+@register("batch_norm_backward_fused")
+def _batch_norm_backward_fused(node, ctx):
+    """One et_bn_backward_fused call: mask, weight, bias and input gradients in one pass per channel."""
+    _f32(node)
+    a = node.attrs
+    o = bn_operands(node.inputs, a)
+    null, cnull = "(float *)0", "(const float *)0"
+    kind, lo, hi = BN_MASK_KIND[a["mask"]], "0.0f", "0.0f"
+    if a["mask"] == "clamp_grad":
+        lo = ctx.c_float(a["min"] if a.get("min") is not None else float("-inf"))
+        hi = ctx.c_float(a["max"] if a.get("max") is not None else float("inf"))
+    xc = ctx.ptr(o.saved) if o.saved is not None else cnull
+    x, mean = (ctx.ptr(o.x), ctx.ptr(o.mean)) if o.x is not None else (cnull, cnull)
+    w = ctx.ptr(o.w) if o.w is not None else cnull
+    outs = list(node.outputs[1:])
+    gw = ctx.ptr(outs.pop(0)) if a["grad_weight"] else null
+    gb = ctx.ptr(outs.pop(0)) if a["grad_bias"] else null
+    n, c, hw = _nchw(o.g.shape)
+    return _block(f"et_bn_backward_fused({ctx.ptr(o.g)}, {xc}, {kind}, {lo}, {hi}, {x}, {mean}, "
+                  f"{ctx.ptr(o.var)}, {w}, {gw}, {gb}, {ctx.ptr(node.outputs[0])}, {n}, {c}, {hw}, "
+                  f"{ctx.c_float(a['eps'])});")
+
+
+# --- the emit-time batch-norm backward fusion (fusion.py) -----------------------------------
 def emit_bn_backward(grp, ctx: EmitContext) -> str:
     """One et_bn_backward_fused call for a fusion.BNBackward group."""
     bgi, bgw, gb, mask = grp.grad_input, grp.grad_weight, grp.grad_bias, grp.mask
