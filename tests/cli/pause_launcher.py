@@ -33,7 +33,7 @@ def pause_hook(spec: str):
 
 
 def main(argv: list[str]) -> int:
-    from edgetrain import cli, cli_program
+    from edgetrain.app import cli, cli_program
 
     hook = pause_hook(argv[0])
     cli_program.train_hook = lambda: hook

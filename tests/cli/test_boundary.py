@@ -93,8 +93,8 @@ def test_sigterm_during_train_saves_and_exits_130(model_file, image_folder, tmp_
 def test_ctrl_c_at_start_up_or_twice_is_quiet(cli, monkeypatch):
     """Ctrl-C before the command runs (while modules load) and a second Ctrl-C while the first
     error is being reported: exit 130 and one line, not a traceback."""
-    from edgetrain import cli as cli_module
-    from edgetrain import cli_program
+    from edgetrain.app import cli as cli_module
+    from edgetrain.app import cli_program
 
     def interrupted(*a, **kw):
         raise KeyboardInterrupt
@@ -114,7 +114,7 @@ def test_a_second_ctrl_c_stops_train_at_once_quietly(cli, model_file, image_fold
     one line, the checkpoints on disk untouched."""
     import os
 
-    from edgetrain import cli_program
+    from edgetrain.app import cli_program
 
     def hook(what, value):
         if what == "step" and value == 3:

@@ -133,7 +133,7 @@ def test_ctrl_c_mid_epoch_saves_and_resumes(cli, model_file, image_folder, tmp_p
     middle of epoch 2), exit 130; resuming from the folder continues mid-epoch."""
     import os
 
-    from edgetrain import cli_program
+    from edgetrain.app import cli_program
 
     def hook(what, value):
         if what == "step" and value == KILL_STEP:
