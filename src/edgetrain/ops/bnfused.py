@@ -30,8 +30,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-import numpy as np
-
 from ..ir import Node, TensorType
 from .base import Cost, OpDef, get_op, register
 
