@@ -6,8 +6,8 @@ machine. ``TARGETS`` (``targets``) is the registry of emit targets, each with it
 Sources and the choices made where POET's profiles disagree: see ``profiles``.
 """
 from .device import Device
-from .profiles import ACTIVE_W, DEVICES, get_device
-from .targets import TARGETS, Target, get_target
+from .profiles import ACTIVE_W, DEVICES
+from .targets import TARGETS, Target, get_device, get_target
 
 __all__ = ["ACTIVE_W", "DEVICES", "Device", "TARGETS", "Target", "calibrate_host", "get_device", "get_target"]
 

@@ -127,20 +127,3 @@ DEVICES = MappingProxyType({
                      HOST_FLOPS, HOST_W, HOST_MEM_BPS, HOST_SSD_IN_BPS, HOST_SSD_OUT_BPS, HOST_SSD_LATENCY_S,
                      HOST_SSD_W, False),
 })
-
-
-def get_device(name_or_device) -> Device:
-    """A profile by name ("a72", case-insensitive) or by emit target ("cortex-m7": its profile,
-    devices.targets), or a Device passed through."""
-    if isinstance(name_or_device, Device):
-        return name_or_device
-    if isinstance(name_or_device, str):
-        from .targets import TARGETS
-
-        key = name_or_device.strip().lower()
-        if key in DEVICES:
-            return DEVICES[key]
-        if key in TARGETS:
-            return TARGETS[key].device
-    raise ValueError(f"unknown device {name_or_device!r}: use one of {', '.join(DEVICES)} "
-                     f"(or a Device; edgetrain.devices.calibrate_host() measures this machine)")

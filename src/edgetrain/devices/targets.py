@@ -71,3 +71,19 @@ def get_target(name: str) -> Target:
         return TARGETS[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown target {name!r}; expected one of {sorted(TARGETS)}") from None
+
+
+def get_device(name_or_device) -> Device:
+    """A profile by name ("a72", case-insensitive) or by emit target ("cortex-m7": its profile),
+    or a Device passed through. It lives here, beside the targets, because it reads both
+    registries (profiles sit below targets)."""
+    if isinstance(name_or_device, Device):
+        return name_or_device
+    if isinstance(name_or_device, str):
+        key = name_or_device.strip().lower()
+        if key in DEVICES:
+            return DEVICES[key]
+        if key in TARGETS:
+            return TARGETS[key].device
+    raise ValueError(f"unknown device {name_or_device!r}: use one of {', '.join(DEVICES)} "
+                     f"(or a Device; edgetrain.devices.calibrate_host() measures this machine)")
