@@ -168,7 +168,7 @@ def test_integer_arithmetic_promotes_as_torch(fn):
 def test_converters_aot_autograd_leaves_whole_match_torch(op, args, fn):
     """Ops torch.export decomposes but AOTAutograd (torch.compile) leaves whole: one shared
     converter each, against torch on the reference runtime."""
-    from edgetrain.frontend.aten import CONVERTERS
+    from edgetrain.frontend.converters import CONVERTERS
     from edgetrain.ir import Graph, TensorType, new_value
     from edgetrain.ops import Emitter
 

@@ -1,4 +1,9 @@
-"""PyTorch 2 frontend: torch.export capture mapped onto the IR."""
-from .capture import CaptureError, Captured, UnsupportedOpError, capture
+"""PyTorch 2 frontend: torch.export capture mapped onto the IR.
+
+The converter modules are imported here, once, so that the converter table
+(converters.CONVERTERS) is full whenever any part of the frontend is imported."""
+from . import aten, aten_data, aten_layers  # noqa: F401  (register their converters)
+from .capture import Captured, capture
+from .errors import CaptureError, UnsupportedOpError
 
 __all__ = ["CaptureError", "Captured", "UnsupportedOpError", "capture"]

@@ -1,108 +1,20 @@
-"""Core-aten -> IR translation table: one small converter per aten op (plumbing, elementwise,
-reductions, shapes and indexing here; layers in aten_layers.py)."""
+"""Core-aten -> IR converters, one small function per aten op: plumbing, elementwise,
+reductions, shapes and indexing (layers in aten_layers.py, run-time data in aten_data.py; the
+table they register into is converters.py)."""
 from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass
-from typing import Any, Callable
 
 import torch
 
 from ..ir import Value
 from ..ops import Emitter
+from .aten_data import index_at_run_time, promoted
+from .converters import CONVERTERS, LAYOUT_AWARE, TORCH_DTYPES, Known, aten, const_aware, converts, unsupported
+from .errors import UnsupportedOpError
 
-aten = torch.ops.aten
-CONVERTERS: dict[Any, Callable] = {}
-#: converters that read their first input's strides in torch (keyword `layout`)
-LAYOUT_AWARE = (aten.as_strided.default, aten.as_strided_copy.default)
-#: converters that take inputs known at capture time as torch tensors (constant indices, masks)
-#: instead of graph Values; they also accept Values (torch.compile's graphs know none)
-CONST_AWARE: dict[Any, Callable] = {}
 IDENTITY_OPS = ("clone", "alias", "contiguous", "detach", "lift_fresh_copy")
-
-
-def registrar(table: dict) -> Callable:
-    """A decorator factory: `@reg(op, ...)` puts the function in `table` under each op."""
-    def register(*ops):
-        def deco(fn):
-            for op in ops:
-                table[op] = fn
-            return fn
-
-        return deco
-
-    return register
-
-
-converts = registrar(CONVERTERS)
-
-
-def const_aware(*ops):
-    """Register a converter in CONVERTERS that also takes capture-time constants raw."""
-    def deco(fn):
-        for op in ops:
-            CONVERTERS[op] = CONST_AWARE[op] = fn
-        return fn
-
-    return deco
-
-
-@dataclass(frozen=True, eq=False)
-class Known:
-    """A tensor known at capture time, as a CONST_AWARE converter receives it: `tensor` to
-    read, `value(t)` to put it (or a tensor derived from it) in the graph as a constant."""
-
-    tensor: torch.Tensor
-    make: Callable[[torch.Tensor], Value]
-
-    @property
-    def shape(self):
-        return tuple(self.tensor.shape)
-
-    def value(self, t: torch.Tensor = None) -> Value:
-        return self.make(self.tensor if t is None else t)
-
-
-def convert_node(e: Emitter, node, env: dict, known: dict = None, materialize: Callable = None):
-    """Translate one fx node. Inputs computed at capture time (`known`) reach a CONST_AWARE
-    converter as `Known` tensors, any other converter as Values (`materialize(name, tensor)`
-    makes them)."""
-    from .capture import UnsupportedOpError
-
-    known = known or {}
-    raw = node.target in CONST_AWARE
-
-    def arg(a):
-        if isinstance(a, torch.fx.Node):
-            k = known.get(a.name)
-            if a.name in known and not isinstance(k, torch.Tensor):
-                return k  # a Python number (a shape, a scalar) or None
-            if a.name in known and raw:
-                return Known(k, lambda t, name=a.name: materialize(name, t))
-            return env[a.name] if a.name in env else materialize(a.name, k)
-        if isinstance(a, (list, tuple)):
-            return type(a)(arg(x) for x in a)
-        return a
-
-    fn = CONVERTERS.get(node.target)
-    if fn is None:
-        raise UnsupportedOpError(f"unsupported op {node.target}")
-    kwargs = {k: arg(v) for k, v in node.kwargs.items()}
-    if node.target in LAYOUT_AWARE:  # the strides torch gave the input (export records them)
-        val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
-        if val is not None:
-            kwargs["layout"] = (tuple(int(d) for d in val.stride()), int(val.storage_offset()))
-    if raw and materialize is not None:  # a constant the converter derives (a causal mask)
-        kwargs["constant"] = lambda t: materialize(node.name, t)
-    return fn(e, *arg(tuple(node.args)), **kwargs)
-
-
-def unsupported(msg: str):
-    """Refuse an op the IR cannot express (capture adds the model line)."""
-    from .capture import UnsupportedOpError
-
-    raise UnsupportedOpError(msg)
 
 
 def _tensor(e: Emitter, x, like: Value) -> Value:
@@ -110,17 +22,11 @@ def _tensor(e: Emitter, x, like: Value) -> Value:
     return x if isinstance(x, Value) else e.const(x, like.dtype)
 
 
-def as_pair(v):
-    return tuple(v) * (2 // len(v)) if isinstance(v, (list, tuple)) else (int(v), int(v))
-
-
 # --- identity and plumbing ---------------------------------------------------------------
 @converts(operator.getitem)
 def _getitem(e, xs, i):
     out = xs[i]
     if out is None:
-        from .capture import UnsupportedOpError
-
         raise UnsupportedOpError(f"output {i} of a multi-output op is not supported")
     return out
 
@@ -138,8 +44,6 @@ def _assert_metadata(e, *args, **kw):
 
 @converts(aten._to_copy.default)
 def _to_copy(e, x, dtype=None, **kw):
-    from .capture import TORCH_DTYPES
-
     want = TORCH_DTYPES.get(dtype, x.dtype) if dtype is not None else x.dtype
     return x if want == x.dtype else e.emit("cast", x, dtype=want)
 
@@ -157,8 +61,6 @@ def _promoted(a: str, b: str, op: str) -> str:
             return f
     if op == "div":
         return "float32"
-    from .aten_data import promoted
-
     want = promoted(a, b)
     if want == "bool":
         raise ValueError(f"aten.{op} of two boolean tensors: only numeric results are supported")
@@ -463,8 +365,6 @@ def _index(e, x, indices, constant=None):
         x = x.value()
     idx = list(indices)
     if any(isinstance(i, Value) for i in idx):  # positions computed from the inputs (an argmax)
-        from .aten_data import index_at_run_time
-
         return index_at_run_time(e, x, idx)
     tensors = []  # (dim, long index tensor)
     dim = 0
@@ -491,5 +391,3 @@ def _index(e, x, indices, constant=None):
     picked = e.emit("index_select", merged, dim=first, index=tuple(int(v) for v in flat.reshape(-1)))
     return _reshape_to(e, picked, x.shape[:first] + tuple(bshape) + x.shape[first + n:])
 
-
-from . import aten_data, aten_layers  # noqa: E402,F401  (register their converters into CONVERTERS)

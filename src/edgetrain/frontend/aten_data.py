@@ -1,7 +1,7 @@
 """Core-aten -> IR converters of what a model computes from its data at run time: comparisons
 (a padding mask `ids != pad`), argmax (the last real token of each row) and indexing with
 such positions (`logits[torch.arange(B), last]`, as GPT2ForSequenceClassification pools).
-They register into `aten.CONVERTERS` when `aten` imports this module; aten.index.Tensor's
+They register into `converters.CONVERTERS` (the package's __init__ imports this module); aten.index.Tensor's
 converter (aten.py) calls `index_at_run_time` when an index is not known at capture time."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 from ..ir import Value
 from ..ops import Emitter
-from .aten import Known, aten, converts, unsupported
+from .converters import Known, aten, converts, unsupported
 
 #: torch's promotion categories: a bool and an integer compare as the integer, an integer and
 #: a float as the float; within a category the wider dtype wins

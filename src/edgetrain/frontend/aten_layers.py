@@ -1,6 +1,6 @@
 """Core-aten -> IR converters of layers: convolution, linear and matrix products, normalisation,
 embedding, softmax, pooling (ceil mode included), padding, constants, attention. They register
-into `aten.CONVERTERS` when `aten` imports this module."""
+into `converters.CONVERTERS` (the package's __init__ imports this module)."""
 from __future__ import annotations
 
 import math
@@ -9,14 +9,14 @@ import torch
 
 from ..ir import Value
 from ..ops.conv import conv_out_hw
-from .aten import Known, aten, as_pair, const_aware, convert_slice, converts, unsupported
+from .aten import convert_slice
+from .converters import TORCH_DTYPES, Known, aten, as_pair, const_aware, converts, unsupported
+from .errors import UnsupportedOpError
 
 
 # --- layers -----------------------------------------------------------------------------------
 @converts(aten.convolution.default)
 def _convolution(e, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    from .capture import UnsupportedOpError
-
     if transposed:
         raise UnsupportedOpError("unsupported op aten.convolution (transposed)")
     if len(x.shape) != 4:
@@ -78,8 +78,6 @@ def _safe_softmax(e, x, dim, dtype=None):
     """Attention's softmax when SDPA is decomposed (dropout in training mode): softmax; a row
     whose every entry is -inf (a query masked from every key) would be zeros in torch and is
     NaN here, which the step reports as a non-finite loss."""
-    from .capture import TORCH_DTYPES
-
     if dtype is not None and TORCH_DTYPES[dtype] != x.dtype:
         x = e.emit("cast", x, dtype=TORCH_DTYPES[dtype])
     return e.emit("softmax", x, dim=dim % len(x.shape))
@@ -169,8 +167,6 @@ def _constant_pad(e, x, pad, value=0):
 
 @converts(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
 def _adaptive_avg(e, x, output_size):
-    from .capture import UnsupportedOpError
-
     oh, ow = as_pair(output_size)
     h, w = x.shape[2:]
     if (oh, ow) == (1, 1):
@@ -183,16 +179,12 @@ def _adaptive_avg(e, x, output_size):
 
 @converts(aten.full.default)
 def _full(e, size, value, dtype=None, **kw):
-    from .capture import TORCH_DTYPES
-
     c = e.const(value, TORCH_DTYPES.get(dtype, "float32"))
     return c if not size else e.emit("expand", c, shape=tuple(size))
 
 
 @converts(aten.scalar_tensor.default)
 def _scalar_tensor(e, value, dtype=None, **kw):
-    from .capture import TORCH_DTYPES
-
     return e.const(value, TORCH_DTYPES.get(dtype, "float32"))
 
 

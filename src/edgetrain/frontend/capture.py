@@ -12,19 +12,11 @@ from torch.export.graph_signature import InputKind
 
 from ..ir import Graph, TensorType, Value, new_value
 from ..ops import Emitter, verify
+from .converters import TORCH_DTYPES, convert_node
+from .errors import CaptureError, UnsupportedOpError
 
 #: aten ops kept whole instead of decomposed, because our op table has them directly.
 KEEP_UNDECOMPOSED = ("linear", "scaled_dot_product_attention")
-TORCH_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64",
-                torch.int32: "int32", torch.int8: "int8", torch.bool: "bool"}
-
-
-class CaptureError(ValueError):
-    """The model could not be captured or translated."""
-
-
-class UnsupportedOpError(CaptureError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -163,8 +155,6 @@ def _array_input(t: torch.Tensor, name: str, inputs: list, buffers: dict) -> Val
 
 def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
     """Capture `model` (in eval mode: batch norm on running statistics, dropout off)."""
-    from .aten import convert_node
-
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"expected a torch.nn.Module, got {type(model).__name__}")
     args = tuple(torch.as_tensor(x) for x in example_inputs)

@@ -1,4 +1,4 @@
-"""AOTAutograd's aten forward graph -> IR, with frontend/aten.py's converters (the ones
+"""AOTAutograd's aten forward graph -> IR, with the frontend's converters (the ones
 et.compile uses). The backward is not translated: edgetrain builds it from this forward
 with its one autodiff (autodiff.build_backward), as et.compile does.
 
@@ -26,10 +26,10 @@ from typing import Any, Callable
 
 import torch
 
-from ..frontend.aten import CONST_AWARE, CONVERTERS, LAYOUT_AWARE, Known, registrar
 from ..frontend.aten_layers import convert_batch_norm, convert_layer_norm, convert_max_pool
 from ..frontend.capture import (TORCH_DTYPES, CaptureError, UnsupportedOpError, constant_value, evaluate, foldable,
                                 source_line)
+from ..frontend.converters import CONST_AWARE, CONVERTERS, LAYOUT_AWARE, Known, registrar
 from ..ir import TensorType, Value, new_value
 from ..ops import Emitter
 
