@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 import edgetrain as et
-from edgetrain.backends.c import cortexm, emit_c
+from edgetrain.backends.c import cortexm
+from edgetrain.backends.c.export import emit_c
 from edgetrain.data.assets import require_assets
 from edgetrain.models import from_tiny_training
 

@@ -135,7 +135,7 @@ class Program:
     def emit_c(self, out_dir, target: str = "host", samples=(), embed_weights=None):
         """Write this program as a C project (backends/c: host library or Cortex-M firmware)
         into `out_dir`; returns its path."""
-        from .backends.c import emit_c
+        from .backends.c.export import emit_c
 
         return emit_c(self, out_dir, target=target, samples=samples, embed_weights=embed_weights)
 

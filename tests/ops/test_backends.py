@@ -311,7 +311,8 @@ def test_nn_kernels_on_cortex_m_print_the_host_builds_losses(tmp_path):
     import subprocess
 
     import edgetrain as et
-    from edgetrain.backends.c import cortexm, emit_c
+    from edgetrain.backends.c import cortexm
+    from edgetrain.backends.c.export import emit_c
 
     if cortexm.missing_tools() or shutil.which("make") is None:
         pytest.skip(f"missing {', '.join(cortexm.missing_tools()) or 'make'}")

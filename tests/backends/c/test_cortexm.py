@@ -156,7 +156,7 @@ def _compiled(quantize):
 def _host_step_lines(prog, data, d):
     import subprocess
 
-    from edgetrain.backends.c import emit_c
+    from edgetrain.backends.c.export import emit_c
 
     emit_c(prog, d, "host", data)
     r = subprocess.run(["make", "-s", "main"], cwd=d, capture_output=True, text=True)

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 import edgetrain as et
-from edgetrain.backends.c import CBackendError, emit_c
+from edgetrain.backends.c import CBackendError
+from edgetrain.backends.c.export import emit_c
 from edgetrain.backends.c import host
 from edgetrain.backends.c.layout import build_layout
 from edgetrain.program import NonFiniteLossError

@@ -116,7 +116,7 @@ def write_project(prog, out_dir, target: str = "host", samples: Iterable = (), e
     samples are given) into out_dir, all at once (staging.write_files: a full disk or a crash
     leaves the old project whole); returns it."""
     if target != "host":
-        raise CBackendError(f"target={target!r}: this function writes host projects; see backends.c.emit_c")
+        raise CBackendError(f"target={target!r}: this function writes host projects; see backends.c.export.emit_c")
     return write_files(out_dir, project_files(prog, samples, embed_weights, cflags))
 
 

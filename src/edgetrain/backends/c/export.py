@@ -1,0 +1,33 @@
+"""emit_c: a compiled program written as a C project for one emit target, after the
+capability check (backends/capabilities.py). Apart from the package's __init__ because the
+capability table reads this backend's kernel registry: the check sits above the kernels, the
+package's __init__ below both."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Optional
+
+from ..capabilities import backend_of_target, check_program
+from . import CORTEX_M_TARGETS, TARGETS
+from .layout import CBackendError
+
+
+def emit_c(prog, out_dir, target: str = "host", samples: Iterable = (), embed_weights: Optional[bool] = None) -> Path:
+    """Write `prog` as a C project into `out_dir` and return its path. target="host": model.c,
+    model.h, runtime headers, Makefile (`make`: libmodel.so; with samples `make run` trains on
+    them); "cortex-m4"/"cortex-m7": a firmware project (cortexm.py). embed_weights (default
+    True) compiles the initial weights in as array initializers (frozen ones `const`).
+    A program with an op the target lacks is refused (UnsupportedOpError) before anything is
+    written (backends/capabilities.py)."""
+    if target not in TARGETS:
+        raise CBackendError(f"target={target!r}: use one of {TARGETS}")
+    check_program(prog, backend_of_target(target))
+    if target == "host":
+        from .project import write_project
+
+        return write_project(prog, out_dir, target, samples, embed_weights)
+    if target in CORTEX_M_TARGETS:
+        from .cortexm import emit_firmware
+
+        return emit_firmware(prog, out_dir, target, samples)
+    raise CBackendError(f"target={target!r}: use one of {TARGETS}")
