@@ -14,6 +14,7 @@ from .ops import verify
 from .passes import apply_updates_early, attach_loss, eliminate_dead_code, insert_updates
 from .passes.batchnorm import batchnorm_momenta, insert_stat_updates, use_batch_statistics
 from .passes.fuse import fuse_pointwise_depthwise, fuse_weight_grad_update
+from .passes.fuse_batchnorm_backward import fuse_batchnorm_backward
 from .passes.input_split import split_input_transform
 from .passes.loss import LABEL, LOSSES
 from .passes.reorder import reorder_for_memory
@@ -107,6 +108,7 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     with_loss = stage("with_loss", attach_loss(train_forward, loss))
     joint = stage("backward", build_backward(with_loss, "loss", trainable))
     grads = stage("pruned", eliminate_dead_code(joint))
+    grads = stage("fused_bn_backward", fuse_batchnorm_backward(grads))  # in the gradients and the step alike
     updated = stage("updates", insert_updates(grads, trainable, optimizer.lr, optimizer.momentum,
                                               optimizer.weight_decay, grad_scales, optimizer.seed))
     if batch_stats:

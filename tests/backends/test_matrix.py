@@ -65,7 +65,8 @@ FLOAT_COMPUTE = frozenset({"matmul", "linear", "linear_grad_weight", "conv2d", "
                            "conv2d_grad_weight", "layer_norm", "layer_norm_grad_input", "layer_norm_grad_weight",
                            "softmax", "softmax_grad", "log_softmax", "log_softmax_grad", "gelu", "gelu_grad",
                            "tanh", "tanh_grad", "sigmoid", "sigmoid_grad", "sum", "mean", "batch_norm",
-                           "batch_norm_grad_input", "batch_norm_grad_weight", "embedding_grad"})
+                           "batch_norm_grad_input", "batch_norm_grad_weight", "batch_norm_backward_fused",
+                           "embedding_grad"})
 #: a gradient is compared relative to its own largest magnitude, but not below this share of
 #: the program's largest gradient: a gradient that is zero in exact arithmetic (a key bias before
 #: softmax, which a per-row constant does not change) is rounding noise on both backends

@@ -28,6 +28,7 @@ from ..ir import FLOAT_DTYPES, Graph, Value, new_value
 from ..memory import plan_memory, trained_channel_bytes
 from ..ops import get_op, verify
 from ..passes import eliminate_dead_code
+from ..passes.fuse_batchnorm_backward import fuse_batchnorm_backward
 from .graphs import AotGraphs, FlatInput, entry_value, to_numpy
 from .options import BackendOptions
 from .translate import Transposed, Unused
@@ -95,7 +96,7 @@ class FloatProgram:
         joint = build_backward(g, None, self.wrt, {n: t.name for n, t in tangents})
         names = [grad_name(n) for n in self.wrt]
         step = joint.replace(outputs=tuple(joint.output(n) for n in names), output_names=tuple(names))
-        return verify(eliminate_dead_code(step)), tangents
+        return verify(fuse_batchnorm_backward(eliminate_dead_code(step))), tangents  # as compile()'s steps
 
     def ram_names(self) -> list[str]:
         """The step's inputs in RAM: the data and the cotangents."""

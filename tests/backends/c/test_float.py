@@ -124,7 +124,8 @@ def test_zoo_model_small_resolution():
     x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(3))
     y = np.array([5])
     ref, c = _pair(model, x, update=et.LastK(3), optimizer=et.SGD(lr=0.01, momentum=0.9))
-    assert "fused" in c.c_files["model.c"]
+    assert "batch_norm_backward_fused" in {n.op for n in c.train_graph.nodes}  # passes/fuse_batchnorm_backward.py
+    assert "et_bn_backward_fused(" in c.c_files["model.c"]
     _check_run(ref, c, x, y, steps=2)
 
 
@@ -133,7 +134,7 @@ def test_every_zoo_float_op_has_a_kernel():
     zoo_ops = {"conv2d", "batch_norm", "sgd_update", "clamp", "sum", "batch_norm_grad_weight",
                "batch_norm_grad_input", "conv2d_grad_input", "add", "clamp_grad", "conv2d_grad_weight", "relu",
                "relu_grad", "const", "mean", "linear", "reshape", "cross_entropy", "cross_entropy_grad", "matmul",
-               "expand", "mul", "linear_grad_weight", "index_select", "index_select_grad"}
+               "expand", "mul", "linear_grad_weight", "index_select", "index_select_grad", "batch_norm_backward_fused"}
     assert zoo_ops <= set(KERNELS)
 
 

@@ -8,9 +8,7 @@ from typing import Optional
 import numpy as np
 
 from .cvalues import fmt_values, split_parts
-from .fusion import fuse_bn_backward
 from .kernels import EmitContext, kernel_for
-from .kernels.float32 import emit_bn_backward
 from .layout import C_TYPES, GRAPHS, Layout, StateArray
 
 
@@ -140,17 +138,7 @@ def graph_function(layout: Layout, key: str, gather_bufs: list, abort_points: bo
     """static void et_run_<key>(void): the graph's nodes in order, each its kernel's code."""
     gl = layout.graphs[key]
     lines = [f"static void et_run_{key}(void) {{"]
-    fused = fuse_bn_backward(layout, key)
-    skip = {j for grp in fused.values() for j in grp.members}
     for i, n in enumerate(gl.graph.nodes):
-        if i in fused:
-            grp = fused[i]
-            ops = "+".join(gl.graph.nodes[j].op for j in grp.members)
-            code = emit_bn_backward(grp, EmitContext(layout, key))
-            lines += _node_block(key, i, f"fused {ops} (nodes {list(grp.members)})", [], code, abort_points)
-            continue
-        if i in skip:
-            continue
         k = kernel_for(n)
         pre, overrides = ([], {}) if k.split_aware else _gathered_inputs(layout, key, n, gather_bufs)
         code = k.fn(n, EmitContext(layout, key, overrides))

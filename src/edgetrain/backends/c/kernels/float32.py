@@ -503,27 +503,3 @@ def _batch_norm_backward_fused(node, ctx):
     return _block(f"et_bn_backward_fused({ctx.ptr(o.g)}, {xc}, {kind}, {lo}, {hi}, {x}, {mean}, "
                   f"{ctx.ptr(o.var)}, {w}, {gw}, {gb}, {ctx.ptr(node.outputs[0])}, {n}, {c}, {hw}, "
                   f"{ctx.c_float(a['eps'])});")
-
-
-# --- the emit-time batch-norm backward fusion (fusion.py) -----------------------------------
-def emit_bn_backward(grp, ctx: EmitContext) -> str:
-    """One et_bn_backward_fused call for a fusion.BNBackward group."""
-    bgi, bgw, gb, mask = grp.grad_input, grp.grad_weight, grp.grad_bias, grp.mask
-    src = mask.inputs[0] if mask is not None else bgi.inputs[0]
-    null = "(float *)0"
-    kind, lo, hi, xc = 0, "0.0f", "0.0f", "(const float *)0"
-    if mask is not None:
-        xc = ctx.ptr(mask.inputs[1])
-        if mask.op == "clamp_grad":
-            kind = 1
-            lo = ctx.c_float(mask.attrs["min"] if mask.attrs.get("min") is not None else float("-inf"))
-            hi = ctx.c_float(mask.attrs["max"] if mask.attrs.get("max") is not None else float("inf"))
-        else:
-            kind = 2
-    x, mean = (ctx.ptr(bgw.inputs[1]), ctx.ptr(bgw.inputs[2])) if bgw is not None else ("(const float *)0",) * 2
-    w = ctx.ptr(bgi.inputs[2]) if len(bgi.inputs) > 2 else "(const float *)0"
-    n, c, hw = _nchw(src.shape)
-    return _block(f"et_bn_backward_fused({ctx.ptr(src)}, {xc}, {kind}, {lo}, {hi}, {x}, {mean}, "
-                  f"{ctx.ptr(bgi.inputs[1])}, {w}, {ctx.ptr(bgw.out) if bgw is not None else null}, "
-                  f"{ctx.ptr(gb.out) if gb is not None else null}, {ctx.ptr(bgi.out)}, {n}, {c}, {hw}, "
-                  f"{ctx.c_float(bgi.attrs['eps'])});")
