@@ -7,8 +7,7 @@ import signal
 import sys
 import threading
 
-from .cli_program import _update_text
-from .options import byte_size, nonnegative_int, positive_float, positive_int
+from .options import byte_size, nonnegative_int, positive_float, positive_int, update_scheme_text
 
 #: --update of inspect, schedule and report (compile and train also take auto, with --contributions)
 UPDATE_HELP = "what to train: full, bias (biases only) or last:K (the last K conv/linear layers) (default full)"
@@ -19,10 +18,10 @@ CLASSES_HELP = ("number of output classes (default 10; for a model file, passed 
 
 
 def _scheme(text: str):
-    """The update scheme object of --update's text (read by cli_program._update_text)."""
+    """The update scheme object of --update's text (read by options.update_scheme_text)."""
     from ..sparse import BiasOnly, Full, LastK
 
-    t = _update_text(text)
+    t = update_scheme_text(text)
     if t == "auto":
         raise argparse.ArgumentTypeError("--update auto needs a contribution table and a budget: use `edgetrain "
                                          "compile MODEL --update auto --contributions JSON --sram BYTES`")
@@ -216,7 +215,7 @@ def _add_schedule_options(c) -> None:
                    help="MILP time limit in seconds (default 60)")
     c.add_argument("--group", action="store_true", help="decide cheap elementwise chains (conv -> bn -> relu) as one "
                    "unit: a smaller problem, coarser decisions")
-    c.add_argument("--update", type=_update_text, default="full", metavar="SCHEME", help=UPDATE_HELP)
+    c.add_argument("--update", type=update_scheme_text, default="full", metavar="SCHEME", help=UPDATE_HELP)
     c.add_argument("--batch", type=positive_int, default=1, help="batch size of a zoo model (default 1)")
     c.add_argument("--size", type=positive_int, help="image side for image models (default the zoo's)")
     c.add_argument("--classes", type=positive_int, help=CLASSES_HELP)
@@ -253,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "edgetrain inspect nets/mine.py:build --input 1x3x64x64 --update bias --plot mem.png"))
     i.add_argument("model", help=MODEL_ARG_HELP)
     _add_model_options(i)
-    i.add_argument("--update", type=_update_text, default="full", metavar="SCHEME", help=UPDATE_HELP)
+    i.add_argument("--update", type=update_scheme_text, default="full", metavar="SCHEME", help=UPDATE_HELP)
     i.add_argument("--classes", type=positive_int, help=CLASSES_HELP)
     i.add_argument("--batch", type=positive_int, default=1, help="batch size of a zoo model (default 1)")
     i.add_argument("--training-graph", action="store_true", help="also print the whole training graph")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .cli_program import COMPILED_FILE, _calibration_from, _config, _norm, _say
+from .cli_config import COMPILED_FILE, calibration_from, config_from_options, normalization, say
 
 #: relative difference allowed between the firmware's printed losses and the reference
 #: runtime's (float32 sums in another order; the C backend's tests hold 1e-5)
@@ -39,13 +39,13 @@ def _run_compile(args) -> int:
     from .train import TrainMeta
 
     t0 = time.perf_counter()
-    config = _config(args, args.model)
+    config = config_from_options(args, args.model)
     if args.target != "host":
         for name, v in (("--sram", config.sram), ("--flash", config.flash)):
             if v is not None and v > QEMU_REGION_BYTES:
                 raise ValueError(f"{name} {v:,} B: the Cortex-M firmware here runs on QEMU boards with "
                                  f"{QEMU_REGION_BYTES:,} B of each memory")
-    calib = _calibration_from(args, config)
+    calib = calibration_from(args, config)
     built = build_program(config, calibration=calib[0] if calib else None, contributions=args.contributions,
                           search=args.search)
     prog = built.prog
@@ -67,16 +67,16 @@ def _run_compile(args) -> int:
         from ..data.folder import check_image_shape
         from .usermodel import parse_input
 
-        meta.mean, meta.std = _norm(args, check_image_shape(parse_input(config.inputs[0]).shape)[0])
+        meta.mean, meta.std = normalization(args, check_image_shape(parse_input(config.inputs[0]).shape)[0])
     ckpt = to_bytes(Checkpoint.of(built, meta.as_dict()))
-    _say(f"compiled {config.model} ({', '.join(config.inputs)}; update {_scheme_text(built.config.update)}"
-         f"{', int8' if config.quantize else ''}) in {time.perf_counter() - t0:.1f} s")
-    _say(f"  {prog.memory.summary()}")
+    say(f"compiled {config.model} ({', '.join(config.inputs)}; update {_scheme_text(built.config.update)}"
+        f"{', int8' if config.quantize else ''}) in {time.perf_counter() - t0:.1f} s")
+    say(f"  {prog.memory.summary()}")
     if second_bank:
-        _say(f"  two weight banks: + {second_bank / 1024:.1f} KB for the second copy of the trained state = "
-             f"peak {(prog.memory.peak_bytes + second_bank) / 1024:.1f} KB")
+        say(f"  two weight banks: + {second_bank / 1024:.1f} KB for the second copy of the trained state = "
+            f"peak {(prog.memory.peak_bytes + second_bank) / 1024:.1f} KB")
     if prog.search is not None:
-        _say(f"  update=auto: {prog.search.summary()}")
+        say(f"  update=auto: {prog.search.summary()}")
     samples = _samples(prog, args, calib[1] if calib else None)
     if args.target == "host":
         from ..backends.c.project import project_files
@@ -91,7 +91,7 @@ def _run_compile(args) -> int:
     files[COMPILED_FILE] = ckpt
     files["memory.json"] = json.dumps(report, indent=1) + "\n"
     write_files(out, files)  # all at once: a full disk or a crash leaves the previous project whole
-    _say(f"  wrote the {args.target} project, program.ckpt ({len(ckpt):,} B) to {out}")
+    say(f"  wrote the {args.target} project, program.ckpt ({len(ckpt):,} B) to {out}")
     code = 0
     if args.verify:
         report["verify"] = _verify(prog, out, args.target, samples)
@@ -102,7 +102,7 @@ def _run_compile(args) -> int:
     atomic_write(out / "memory.json", (json.dumps(report, indent=1) + "\n").encode())
     if not args.no_plot:
         prog.memory.plot(out / "memory.png")
-    _say(f"  memory report: {out / 'memory.json'}" + ("" if args.no_plot else f", {out / 'memory.png'}"))
+    say(f"  memory report: {out / 'memory.json'}" + ("" if args.no_plot else f", {out / 'memory.png'}"))
     return code
 
 
@@ -142,7 +142,7 @@ def _samples(prog, args, data=None) -> list:
             from ..data.folder import check_image_shape
 
             shape = check_image_shape(specs[0].shape)
-            mean, std = _norm(args, shape[0])
+            mean, std = normalization(args, shape[0])
             x = data.batch(idx, shape, mean, std)
             y = data.labels[idx]
             if int(y.max()) >= classes:
@@ -220,16 +220,16 @@ def _verify(prog, out: Path, target: str, samples) -> dict:
         prog.record_firmware(cortexm.firmware_size(elf, run))
         losses, exit_code, lines = list(run.losses), run.exit_code, list(run.lines)
         where = f"QEMU {target}"
-        _say(f"  firmware: {prog.memory.firmware.describe()}")
+        say(f"  firmware: {prog.memory.firmware.describe()}")
     ref = [prog.step(x, y) for x, y in samples]
     diff = max((abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref)), default=float("inf"))
     ok = exit_code == 0 and len(losses) == len(ref) and diff <= VERIFY_RTOL
     for i, (a, b) in enumerate(zip(losses, ref), start=1):
-        _say(f"  {where}: step {i} loss {a:.9g}   (reference {b:.9g})")
+        say(f"  {where}: step {i} loss {a:.9g}   (reference {b:.9g})")
     verdict = (f"verified: {len(losses)} steps, largest relative difference {diff:.2g} (allowed {VERIFY_RTOL:g})" if ok
                else f"verification FAILED: exit {exit_code}, {len(losses)} of {len(ref)} steps, largest relative "
                     f"difference {diff:.2g}; last lines: {' | '.join(lines[-3:])}")
-    _say(f"  {verdict} ({time.perf_counter() - t0:.1f} s)")
+    say(f"  {verdict} ({time.perf_counter() - t0:.1f} s)")
     if not ok:
         print(f"edgetrain compile: error: {verdict}", file=sys.stderr)
     return {"ok": ok, "where": where, "losses": losses, "reference": ref, "max_rel_diff": diff,

@@ -3,38 +3,19 @@ firmware project (cli_compile.py), a fine-tuned checkpoint, and weights PyTorch 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from .cli_config import COMPILED_FILE, calibration_from, config_from_options, normalization, say
 from .options import (byte_size, floats, nonnegative_float, nonnegative_int, positive_float, positive_floats,
-                        positive_int)
+                      positive_int, update_scheme_text)
 from ..devices.targets import TARGETS as TARGET_REGISTRY
 
 #: firmware steps embedded by `compile` when no --samples is given
 DEFAULT_SAMPLES = 4
 TARGETS = tuple(TARGET_REGISTRY)  # the emit targets (devices/targets.py)
-#: the checkpoint `compile` writes next to the project (a program before any training)
-COMPILED_FILE = "program.ckpt"
-
-
-def _update_text(text: str) -> str:
-    """--update: full | bias | last:K | auto, normalised ('last' is last:1)."""
-    t = text.strip().lower()
-    if t == "auto":
-        return t
-    if t in ("full",):
-        return "full"
-    if t in ("bias", "bias-only", "biasonly"):
-        return "bias"
-    m = re.fullmatch(r"last(?::([0-9]{1,6}))?", t)
-    if m and int(m.group(1) or 1) >= 1:
-        return f"last:{int(m.group(1) or 1)}"
-    raise argparse.ArgumentTypeError(f"unknown update scheme {text!r}: use full, bias, last:K or auto")
-
-
 # --- parsers -------------------------------------------------------------------------------------
 #: what --data, --val and --calibrate accept (edgetrain.data.folder.load_images)
 DATA_HELP = ("an ImageFolder path (DIR/<class>/<image>), or a data set as NAME:PATH in its published form: "
@@ -63,7 +44,7 @@ def add_program_options(p: argparse.ArgumentParser, for_train: bool = False) -> 
                         "factory as num_classes=")
     g.add_argument("--loss", choices=("cross_entropy", "mse"), default=d("cross_entropy"),
                    help="training loss (default cross_entropy)")
-    g.add_argument("--update", dest="update_spec", type=_update_text, default=d("full"), metavar="SCHEME",
+    g.add_argument("--update", dest="update_spec", type=update_scheme_text, default=d("full"), metavar="SCHEME",
                    help="what to train: full, bias (biases only), last:K (the last K conv/linear layers), or auto "
                         "(the sparse scheme of largest measured gain that fits --sram; needs --contributions) "
                         "(default full)")
@@ -217,71 +198,6 @@ EXIT_CODES = """exit codes:
 130  interrupted (Ctrl-C or SIGTERM; train saves its last good state first)"""
 
 
-# --- building the program from the options --------------------------------------------------
-def _config(args, model_text: str):
-    from .checkpoint import ProgramConfig
-    from ..config import parse_bytes
-    from .usermodel import default_inputs, parse_input, parse_model_args, parse_model_spec
-
-    spec = parse_model_spec(model_text)
-    inputs = args.input or None
-    if inputs is None:
-        if spec.is_file:
-            raise ValueError(f"{spec}: give the model's input shape, e.g. --input 1x3x64x64 (batch first)")
-        inputs = default_inputs(spec.name)
-    specs = [str(parse_input(s)) for s in inputs]
-    if args.update_spec != "auto" and args.contributions:
-        raise ValueError("--contributions is used only with --update auto")
-    return ProgramConfig(model=str(spec), inputs=tuple(specs), model_args=parse_model_args(args.model_arg),
-                         classes=args.classes, loss=args.loss or "cross_entropy", update=args.update_spec or "full",
-                         quantize=None if args.quantize in (None, "none") else args.quantize,
-                         lr=_opt(args.lr, 0.01), momentum=_opt(args.momentum, 0.0),
-                         weight_decay=_opt(args.weight_decay, 0.0), qas=not args.no_qas,
-                         seed=_opt(args.rounding_seed, 0), sram=parse_bytes(args.sram, "--sram"),
-                         flash=parse_bytes(args.flash, "--flash"), backend=args.backend or "reference")
-
-
-def _opt(v, default):
-    return default if v is None else v
-
-
-def _norm(args, channels: int, stored=None, fixed: Optional[str] = None) -> tuple[tuple, tuple]:
-    """(mean, std): --mean/--std, else `stored`, else 0 and 1. With `fixed` (the reason, as
-    a message) a value given that differs from the stored one is refused."""
-    if fixed:
-        for name, new, old in (("--mean", args.mean, stored[0]), ("--std", args.std, stored[1])):
-            if new is not None and tuple(new) != tuple(old):
-                raise ValueError(f"{name}: {fixed} {list(old)}")
-    mean = args.mean if args.mean is not None else (stored[0] if stored else (0.0,))
-    std = args.std if args.std is not None else (stored[1] if stored else (1.0,))
-    for name, v in (("--mean", mean), ("--std", std)):
-        if len(v) not in (1, channels):
-            raise ValueError(f"{name} has {len(v)} values; the model's images have {channels} channel(s)")
-    if any(s == 0 for s in std):
-        raise ValueError("--std values must not be 0")
-    return tuple(float(v) for v in mean), tuple(float(v) for v in std)
-
-
-def _calibration_from(args, config, mean_std=None):
-    """--calibrate DATA as one float batch (int8 only)."""
-    if not args.calibrate:
-        return None
-    if config.quantize != "int8":
-        raise ValueError("--calibrate applies to --quantize int8")
-    from ..data.folder import check_image_shape, load_images
-    from .usermodel import parse_input
-
-    shape = check_image_shape(parse_input(config.inputs[0]).shape)
-    mean, std = mean_std or _norm(args, shape[0])
-    data = load_images(args.calibrate, shape, limit=args.calibrate_images or 32, skip_bad=True)
-    batch = data.batch(list(range(len(data))), shape, mean, std)
-    return [batch], data
-
-
-def _say(*a):
-    print(*a, flush=True)
-
-
 # --- train -------------------------------------------------------------------------------------------
 _PROGRAM_OPTS = ("input", "model_arg", "classes", "loss", "update_spec", "contributions", "search", "quantize",
                  "calibrate", "lr", "momentum", "weight_decay", "no_qas", "rounding_seed", "sram", "flash", "backend")
@@ -327,15 +243,15 @@ def _run_train(args) -> int:
         built = ck.restore(args.model_file, args.trust_model_file)
         prog = built.prog
         meta = TrainMeta.from_dict(ck.train) if resumed else TrainMeta()
-        _say(f"loaded {ck.path} ({ck.config.model}, {prog.steps} steps done"
-             + (f", epoch {meta.epoch} batch {meta.position})" if resumed else ")"))
+        say(f"loaded {ck.path} ({ck.config.model}, {prog.steps} steps done"
+            + (f", epoch {meta.epoch} batch {meta.position})" if resumed else ")"))
     else:
         if not args.model:
             raise ValueError("give a model (path/to/model.py:FACTORY or a zoo name), --resume or --init")
         if args.model_file or args.trust_model_file:
             raise ValueError("--model-file and --trust-model-file apply to --resume / --init (a new run names its "
                              "model file as MODEL)")
-        config = _config(args, args.model)
+        config = config_from_options(args, args.model)
         built, ck, resumed, meta = None, None, False, TrainMeta()
     # the image shape, from the program (or, before compiling, from the config)
     if built is not None:
@@ -350,13 +266,13 @@ def _run_train(args) -> int:
     if resumed:
         if args.seed is not None and args.seed != meta.seed:
             raise ValueError(f"--seed {args.seed}: the resumed run uses seed {meta.seed}")
-        mean, std = _norm(args, c, (meta.mean, meta.std), "the resumed run normalises with")
+        mean, std = normalization(args, c, (meta.mean, meta.std), "the resumed run normalises with")
     else:
         stored = None
         if ck is not None and ck.train.get("reason") == "compiled":  # compile's normalisation is the default
             stored = (tuple(ck.train.get("mean", (0.0,))), tuple(ck.train.get("std", (1.0,))))
         fixed = built is not None and built.config.quantize and stored is not None
-        mean, std = _norm(args, c, stored, "the int8 program was calibrated on images normalised with"
+        mean, std = normalization(args, c, stored, "the int8 program was calibrated on images normalised with"
                           if fixed else None)
         meta.seed = 0 if args.seed is None else args.seed
     meta.mean, meta.std = mean, std
@@ -364,7 +280,7 @@ def _run_train(args) -> int:
     if data.skipped:
         print(describe_skipped(data.skipped), file=sys.stderr)
     if data.conversion((c, h, w)):  # a named set's own size differs from the model's input: say so
-        _say(f"note: {data.conversion((c, h, w))}")
+        say(f"note: {data.conversion((c, h, w))}")
     fingerprint = data.fingerprint()
     if resumed and meta.data and meta.data != fingerprint:
         raise ValueError(f"--data {args.data} is not the data this run trained on ({len(data)} images now; its "
@@ -378,22 +294,22 @@ def _run_train(args) -> int:
         calib = None
         if config.quantize == "int8":
             if args.calibrate:
-                calib = _calibration_from(args, config, (mean, std))[0]
+                calib = calibration_from(args, config, (mean, std))[0]
             else:
                 calib = [calibration_batch(data, (c, h, w), mean, std, meta.seed)]
         t0 = time.perf_counter()
         built = build_program(config, calibration=calib, contributions=args.contributions,
                               search=args.search or "exact")
-        _say(f"compiled {config.model} in {time.perf_counter() - t0:.1f} s: {built.prog.memory.summary()}")
+        say(f"compiled {config.model} in {time.perf_counter() - t0:.1f} s: {built.prog.memory.summary()}")
     if meta.epoch >= args.epochs:
-        _say(f"nothing to do: {meta.epoch} epochs are done (--epochs {args.epochs})")
+        say(f"nothing to do: {meta.epoch} epochs are done (--epochs {args.epochs})")
         return 0
-    _say(f"training on {data.source}: {len(data)} images in {len(data.classes)} classes, epochs "
-         f"{meta.epoch + 1}..{args.epochs}, checkpoints in {out}")
+    say(f"training on {data.source}: {len(data)} images in {len(data.classes)} classes, epochs "
+        f"{meta.epoch + 1}..{args.epochs}, checkpoints in {out}")
     opts = TrainOptions(epochs=args.epochs, out_dir=out, mean=mean, std=std, progress=not args.no_progress,
                         hook=train_hook())
-    written = fit(built, data, opts, meta, val, log=_say)
-    _say(f"done: {built.prog.steps} steps; last checkpoint {written[-1]}")
+    written = fit(built, data, opts, meta, val, log=say)
+    say(f"done: {built.prog.steps} steps; last checkpoint {written[-1]}")
     return 0
 
 
@@ -430,8 +346,8 @@ def run_export(args) -> int:
         raise ValueError(f"the exported weights do not load into {ck.config.model}: {str(err).splitlines()[0]}")
     meta = {"format": "pt", "edgetrain_model": ck.config.model, "edgetrain_steps": str(built.prog.steps)}
     path = atomic_write(args.output, save(sd, metadata=meta))
-    _say(f"wrote {len(sd)} tensors ({sum(v.numel() for v in sd.values()):,} values) of {ck.config.model} after "
-         f"{built.prog.steps} steps to {path}")
+    say(f"wrote {len(sd)} tensors ({sum(v.numel() for v in sd.values()):,} values) of {ck.config.model} after "
+        f"{built.prog.steps} steps to {path}")
     return 0
 
 

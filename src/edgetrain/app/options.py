@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 #: the largest memory budget an option takes (1 TiB): more is a typo (or an overflow), not a device
 MAX_BUDGET_BYTES = 1 << 40
@@ -94,3 +95,19 @@ def positive_floats(text: str) -> tuple[float, ...]:
     if not all(v > 0 for v in vals):
         raise argparse.ArgumentTypeError(f"expected numbers > 0, got {text!r}")
     return vals
+
+
+def update_scheme_text(text: str) -> str:
+    """--update: full | bias | last:K | auto, normalised ('last' is last:1); the text, not the
+    scheme object, so that the parser imports nothing of the compiler."""
+    t = text.strip().lower()
+    if t == "auto":
+        return t
+    if t in ("full",):
+        return "full"
+    if t in ("bias", "bias-only", "biasonly"):
+        return "bias"
+    m = re.fullmatch(r"last(?::([0-9]{1,6}))?", t)
+    if m and int(m.group(1) or 1) >= 1:
+        return f"last:{int(m.group(1) or 1)}"
+    raise argparse.ArgumentTypeError(f"unknown update scheme {text!r}: use full, bias, last:K or auto")
