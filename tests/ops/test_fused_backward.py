@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgetrain.ops import get_op
-from edgetrain.ops.qconv import _dw_grad_input_ref, _grad_input_ref, _grad_weight_ref
+from edgetrain.ops.qconv import _dw_grad_input_ref, _grad_input_ref, qconv_grad_weight_ref
 from edgetrain.ops.qgradupdate import fuse_attrs, qconv2d_grad_weight_update_ref
-from edgetrain.ops.qoptim import _apply, _scale, _selection, qsgd_ref, uniform_hash
+from edgetrain.ops.qoptim import _apply, row_scales, _selection, qsgd_ref, uniform_hash
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, database=None)
 
@@ -25,7 +25,7 @@ def qsgd_rows(w: np.ndarray, g_rows: np.ndarray, step: int, m_rows, a, lo: int, 
     sel = _selection(w.shape, a)
     flat_index = np.arange(w.size, dtype=np.int64).reshape(w.shape)[sel][lo:hi]
     u = uniform_hash(a["seed"], a["param_id"], int(step), flat_index)
-    values, d = _apply(w[sel][lo:hi].astype(np.float32), g_rows, m_rows, u, _scale(a, slice(lo, hi)), a)
+    values, d = _apply(w[sel][lo:hi].astype(np.float32), g_rows, m_rows, u, row_scales(a, slice(lo, hi)), a)
     if a.get("index") is not None and a["dim"] == 0:
         w[np.asarray(a["index"][lo:hi], dtype=np.int64)] = values.astype(w.dtype)
     elif a.get("index") is not None:
@@ -48,7 +48,7 @@ def grad_update_by_rows(xs, a):
     for k in range(o):
         row = {**gw, "weight_shape": (1, cg, kh, kw), "scales": (gw["scales"][k],),
                **({"groups": 1} if depthwise else {})}
-        grad_row = _grad_weight_ref([x[:, k:k + 1] if depthwise else x, g[:, k:k + 1]], row)[0]
+        grad_row = qconv_grad_weight_ref([x[:, k:k + 1] if depthwise else x, g[:, k:k + 1]], row)[0]
         d = qsgd_rows(w_new, grad_row, int(step), None if m is None else m[k:k + 1], up, k, k + 1)
         if m_new is not None:
             m_new[k:k + 1] = d
@@ -130,7 +130,7 @@ def test_weight_gradient_fused_with_its_update_is_the_two_ops(c_in, c_out, hw, k
     up = _update_attrs(rng, c_out, index, dim, momentum=0.5 if momentum else 0.0)
     m = [(rng.integers(-4, 5, wshape) / 4).astype(np.float32)] if momentum else []
     step = np.array(7, dtype=np.int32)
-    grad = _grad_weight_ref([xs, gs], gw_attrs)[0]
+    grad = qconv_grad_weight_ref([xs, gs], gw_attrs)[0]
     want = qsgd_ref([w, grad, step, *m], up)
     got = qconv2d_grad_weight_update_ref([xs, gs, w, step, *m], fuse_attrs(gw_attrs, up))
     model = grad_update_by_rows([xs, gs, w, step, *m], fuse_attrs(gw_attrs, up))

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..ir import TensorType
 from .base import SAME_SCALE_TAG, Int8Rule, OpDef, register
-from .conv import _tap, conv_out_hw
+from .conv import conv_out_hw, window_tap
 
 _ONE = (1, 1)
 
@@ -45,7 +45,7 @@ def _avg_divisor(shape, a):
         return float(fixed_avg_divisor(a))
     ho, wo = conv_out_hw(shape[2:], k, s, p, d)
     ones = _pad(np.ones((1, 1) + tuple(shape[2:])), p, 0.0)
-    return sum(ones[_tap(i, j, s, d, ho, wo)] for i in range(k[0]) for j in range(k[1]))
+    return sum(ones[window_tap(i, j, s, d, ho, wo)] for i in range(k[0]) for j in range(k[1]))
 
 
 def _avg_ref(xs, a):
@@ -53,7 +53,7 @@ def _avg_ref(xs, a):
     k, s, p, d = _geo(a)
     ho, wo = conv_out_hw(x.shape[2:], k, s, p, d)
     xp = _pad(x, p, 0.0)
-    acc = sum(xp[_tap(i, j, s, d, ho, wo)] for i in range(k[0]) for j in range(k[1]))
+    acc = sum(xp[window_tap(i, j, s, d, ho, wo)] for i in range(k[0]) for j in range(k[1]))
     return [(acc / _avg_divisor(x.shape, a)).astype(x.dtype)]
 
 
@@ -65,7 +65,7 @@ def _avg_grad_ref(xs, a):
     gxp = np.zeros(shape[:2] + (shape[2] + 2 * p[0], shape[3] + 2 * p[1]), dtype=g.dtype)
     for i in range(k[0]):
         for j in range(k[1]):
-            gxp[_tap(i, j, s, d, *g.shape[2:])] += gs
+            gxp[window_tap(i, j, s, d, *g.shape[2:])] += gs
     return [gxp[:, :, p[0]:p[0] + shape[2], p[1]:p[1] + shape[3]].astype(g.dtype)]
 
 
@@ -77,7 +77,7 @@ def _max_ref(xs, a):
     out = np.full(x.shape[:2] + (ho, wo), -np.inf, dtype=x.dtype)
     for i in range(k[0]):
         for j in range(k[1]):
-            np.maximum(out, xp[_tap(i, j, s, d, ho, wo)], out=out)
+            np.maximum(out, xp[window_tap(i, j, s, d, ho, wo)], out=out)
     return [out]
 
 
@@ -92,8 +92,8 @@ def _max_grad_ref(xs, a):
     taken = np.zeros(y.shape, dtype=bool)
     for i in range(k[0]):
         for j in range(k[1]):
-            hit = (xp[_tap(i, j, s, d, ho, wo)] == y) & ~taken
-            gxp[_tap(i, j, s, d, ho, wo)] += np.where(hit, g, 0)
+            hit = (xp[window_tap(i, j, s, d, ho, wo)] == y) & ~taken
+            gxp[window_tap(i, j, s, d, ho, wo)] += np.where(hit, g, 0)
             taken |= hit
     return [gxp[:, :, p[0]:p[0] + x.shape[2], p[1]:p[1] + x.shape[3]]]
 

@@ -20,8 +20,8 @@ import numpy as np
 
 from ..ir import TensorType
 from .base import ChannelSelect, Cost, OpDef, register
-from .conv import (CONV_KEYS, _conv_cost, _geometry, _im2col, _is_depthwise, _pad, conv2d_grad_input_ref,
-                   conv2d_ref, conv_out_hw)
+from .conv import (CONV_KEYS, conv2d_grad_input_ref, conv2d_ref, conv_cost, conv_geometry, conv_out_hw, im2col,
+                   is_depthwise, pad_spatial)
 from .fixed_point import INT8_MAX, INT8_MIN, multiply_by_quantized_multiplier, saturate_int32
 from .qelementwise import emit_mask_grad
 
@@ -31,7 +31,8 @@ def _channel(v, ndim=4):
     return np.asarray(v).reshape((1, -1) + (1,) * (ndim - 2))
 
 
-def _qconv_infer(ts, a):
+def qconv_infer(ts, a):
+    """The shape rule of qconv2d (int8 input and weight, int32 bias), shared by the fused ops built on it."""
     x, w, b = ts
     if x.dtype != "int8" or w.dtype != "int8" or b.dtype != "int32":
         raise ValueError(f"qconv2d: expected int8 input, int8 weight and int32 bias, got {x}, {w}, {b}")
@@ -89,7 +90,7 @@ def _vjp_qconv(e, node, grads, needs):
     g = gy if a.get("float_out") else emit_mask_grad(e, gy, node.out, a["qmin"], a["qmax"])
     gx = None
     if needs[0]:
-        dw = _is_depthwise(x.shape[1], w.shape[0], geo["groups"])
+        dw = is_depthwise(x.shape[1], w.shape[0], geo["groups"])
         op = "qconv2d_dw_grad_input" if dw else "qconv2d_grad_input"
         gx = e.emit_multi(op, g, w, input_shape=x.shape, w_scales=a["w_scales"], **geo)[0]
     gw = _weight_grad(e, x, w, g, a, geo, needs[1]) if needs[1] else None
@@ -105,7 +106,7 @@ def _weight_grad(e, x, w, g, a, geo, select):
     idx = tuple(select.index)
     o, cg, kh, kw = w.shape
     xs = e.emit("index_select", x, dim=1, index=idx)
-    if select.dim == 0 and _is_depthwise(x.shape[1], o, geo["groups"]):
+    if select.dim == 0 and is_depthwise(x.shape[1], o, geo["groups"]):
         gs = e.emit("index_select", g, dim=1, index=idx)
         return e.emit("qconv2d_grad_weight", xs, gs, weight_shape=(len(idx), 1, kh, kw),
                       scales=tuple(scales[i] for i in idx), **common, **{**geo, "groups": len(idx)})
@@ -147,10 +148,10 @@ def _grad_input_ref(xs, a):
     """d loss / d x: each element sums w_real * g over (o, i, j) in that order."""
     g, w = xs
     wr = _real_weight(w, a)
-    s, p, d, groups = _geometry(a)
+    s, p, d, groups = conv_geometry(a)
     n, c, h, wd = a["input_shape"]
     o, cg, kh, kw = w.shape
-    if _is_depthwise(c, o, groups):  # one term per tap: the (i, j) loop below is the order
+    if is_depthwise(c, o, groups):  # one term per tap: the (i, j) loop below is the order
         return [conv2d_grad_input_ref(g, wr, a)]
     ho, wo = g.shape[2:]
     opg = o // groups
@@ -184,16 +185,16 @@ def _dw_grad_input_infer(ts, a):
     return [gx, TensorType((n, 1, h, wd), "float32")]
 
 
-def _grad_weight_ref(xs, a):
+def qconv_grad_weight_ref(xs, a):
     """d loss / d w_int: scales[o] * (sum over (n, ho, wo), in that order, of g * (x - x_zero))."""
     x, g = xs
-    s, p, d, groups = _geometry(a)
+    s, p, d, groups = conv_geometry(a)
     o, cg, kh, kw = a["weight_shape"]
     n, c = x.shape[:2]
     ho, wo = g.shape[2:]
     r = n * ho * wo
-    xc = _pad(x.astype(np.float32) - np.float32(a["x_zero"]), p)
-    cols = _im2col(xc, kh, kw, s, d, ho, wo).transpose(1, 2, 3, 0, 4, 5).reshape(c, kh * kw, r)  # terms last
+    xc = pad_spatial(x.astype(np.float32) - np.float32(a["x_zero"]), p)
+    cols = im2col(xc, kh, kw, s, d, ho, wo).transpose(1, 2, 3, 0, 4, 5).reshape(c, kh * kw, r)  # terms last
     gr = g.transpose(1, 0, 2, 3).reshape(o, r)
     opg = o // groups
     gw = np.empty((o, cg, kh * kw), np.float32)
@@ -238,12 +239,12 @@ def _qgrad_cost(node):
     return Cost(macs, sum(v.type.nbytes for v in node.inputs + node.outputs))
 
 
-register(OpDef("qconv2d", _qconv_infer, lambda xs, a: [qconv2d_ref(*xs, a)], _vjp_qconv, cost=_conv_cost,
+register(OpDef("qconv2d", qconv_infer, lambda xs, a: [qconv2d_ref(*xs, a)], _vjp_qconv, cost=conv_cost,
                num_inputs=(3, 3), stream_operands=(0,)))
 register(OpDef("qconv2d_grad_input", _grad_infer("input"), _grad_input_ref, cost=_qgrad_cost, num_inputs=(2, 2)))
 register(OpDef("qconv2d_dw_grad_input", _dw_grad_input_infer, _dw_grad_input_ref, cost=_qgrad_cost,
                num_inputs=(2, 2), inplace=((0, 0),)))
-register(OpDef("qconv2d_grad_weight", _grad_infer("weight"), _grad_weight_ref, cost=_qgrad_cost,
+register(OpDef("qconv2d_grad_weight", _grad_infer("weight"), qconv_grad_weight_ref, cost=_qgrad_cost,
                num_inputs=(2, 2)))
 register(OpDef("qconv2d_grad_bias", _grad_infer("bias"), _grad_bias_ref,
                cost=lambda n: Cost(n.inputs[0].type.numel, n.inputs[0].type.nbytes + n.outputs[0].type.nbytes),

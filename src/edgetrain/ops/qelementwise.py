@@ -13,7 +13,7 @@ import numpy as np
 from ..ir import TensorType
 from .base import OpDef, register, zero_mac_cost
 from .fixed_point import ADD_LEFT_SHIFT, div_round_half_away, multiply_by_quantized_multiplier, quantize_multiplier
-from .reduce import _dims, _reduce_infer
+from .reduce import reduced_dims, reduce_infer
 
 
 def _typed(dtype, src_dtypes, op):
@@ -121,7 +121,7 @@ register(OpDef("qadd", _qadd_infer, lambda xs, a: [qadd_ref(xs[0], xs[1], a)], _
 
 # --- qmean: average over dims on one scale (global average pooling) ---------------------
 def qmean_ref(x, a):
-    dims = _dims(x.ndim, a)
+    dims = reduced_dims(x.ndim, a)
     count = int(np.prod([x.shape[d] for d in dims]))
     total = (x.astype(np.int64) - a["zero"]).sum(axis=dims, keepdims=a.get("keepdim", False))
     return np.clip(div_round_half_away(total, count) + a["zero"], -128, 127).astype(np.int8)
@@ -129,7 +129,7 @@ def qmean_ref(x, a):
 
 def _vjp_qmean(e, node, grads, needs):
     x = node.inputs[0]
-    dims = _dims(x.type.rank, node.attrs)
+    dims = reduced_dims(x.type.rank, node.attrs)
     kept = tuple(1 if i in dims else d for i, d in enumerate(x.shape))
     g = grads[0] if grads[0].shape == kept else e.emit("reshape", grads[0], shape=kept)
     count = x.type.numel // max(node.out.type.numel, 1)
@@ -139,7 +139,7 @@ def _vjp_qmean(e, node, grads, needs):
 def _qmean_infer(ts, a):
     if ts[0].dtype != "int8":
         raise ValueError(f"qmean: expected an int8 input, got {ts[0]}")
-    return _reduce_infer(ts, a)
+    return reduce_infer(ts, a)
 
 
 register(OpDef("qmean", _qmean_infer, lambda xs, a: [qmean_ref(xs[0], a)], _vjp_qmean, num_inputs=(1, 1)))

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..ir import TensorType
 from .base import Cost, OpDef, prefix_attrs, register, unprefix_attrs
-from .qconv import _qconv_infer, qconv2d_ref
+from .qconv import qconv_infer, qconv2d_ref
 
 #: Channels of the expansion computed (and held in the scratch buffer) per step: one, as
 #: the Tiny Training Engine / TinyEngine fused inverted-residual kernels do; the scratch
@@ -71,12 +71,12 @@ def _infer(ts, a):
     if int(pw["groups"]) != 1 or pw.get("float_out"):
         raise ValueError(f"qconv2d_pw_dw: the first conv must be dense (groups 1) with an int8 output, "
                          f"got groups={pw['groups']}, float_out={pw.get('float_out')}")
-    (t,) = _qconv_infer([x, w1, b1], pw)
+    (t,) = qconv_infer([x, w1, b1], pw)
     c = t.shape[1]
     if int(dw["groups"]) != c or w2.shape[0] != c or dw.get("float_out"):
         raise ValueError(f"qconv2d_pw_dw: the second conv must be depthwise over the {c} channels with an "
                          f"int8 output, got weight {w2}, groups={dw['groups']}, float_out={dw.get('float_out')}")
-    (y,) = _qconv_infer([t, w2, b2], dw)
+    (y,) = qconv_infer([t, w2, b2], dw)
     n, _, h, w = t.shape
     return [y, TensorType((n, min(CHANNEL_BLOCK, c), h, w), "int8")]
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..ir import TensorType
 from .base import Cost, OpDef, get_op, prefix_attrs, register, unprefix_attrs
-from .qconv import _grad_weight_ref
+from .qconv import qconv_grad_weight_ref
 from .qoptim import qsgd_ref
 
 #: the op's name (passes/fuse.py builds it from a qconv2d_grad_weight and its qsgd_update)
@@ -67,7 +67,7 @@ def qconv2d_grad_weight_update_ref(xs, a):
     that kernel's loop and checks it against this)."""
     x, g, w, step = xs[:4]
     gw, up = split_attrs(a)
-    grad = _grad_weight_ref([x, g], gw)[0]
+    grad = qconv_grad_weight_ref([x, g], gw)[0]
     return qsgd_ref([w, grad, step, *xs[4:]], up) + [grad[-1:].copy()]
 
 

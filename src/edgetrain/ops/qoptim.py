@@ -60,7 +60,7 @@ def _infer(ts, a):
     return [w] + list(ts[3:])
 
 
-def _scale(a, rows=None) -> np.ndarray:
+def row_scales(a, rows=None) -> np.ndarray:
     """Per-row gradient factors: of the selected rows when the update selects dim 0."""
     scale = np.asarray(a["scale"], dtype=np.float32)
     if a.get("index") is not None and a["dim"] == 0:
@@ -84,7 +84,7 @@ def qsgd_ref(xs, a):
     sel = _selection(w.shape, a)
     flat_index = np.arange(w.size, dtype=np.int64).reshape(w.shape)[sel]
     u = uniform_hash(a["seed"], a["param_id"], int(step), flat_index)
-    values, d = _apply(w[sel].astype(np.float32), g, xs[3] if len(xs) > 3 else None, u, _scale(a), a)
+    values, d = _apply(w[sel].astype(np.float32), g, xs[3] if len(xs) > 3 else None, u, row_scales(a), a)
     w_new = w.copy()
     w_new[sel] = values.astype(w.dtype)
     return [w_new] + ([d] if len(xs) > 3 else [])

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..ir import TensorType
 from .base import Cost, OpDef, norm_dim, register, zero_mac_cost
-from .conv import _tap, conv_out_hw
+from .conv import conv_out_hw, window_tap
 from .fixed_point import INT8_MAX, INT8_MIN, multiply_by_quantized_multiplier, quantize_multiplier
 from .pool import fixed_avg_divisor
 from .qelementwise import emit_mask_grad
@@ -75,7 +75,7 @@ def _window_max(x, a):
     out = np.full(x.shape[:2] + (ho, wo), PAD_BELOW_INT8, np.int16)
     for i in range(k[0]):
         for j in range(k[1]):
-            np.maximum(out, xp[_tap(i, j, s, d, ho, wo)], out=out)
+            np.maximum(out, xp[window_tap(i, j, s, d, ho, wo)], out=out)
     return out, xp
 
 
@@ -93,7 +93,7 @@ def _qmax_grad_ref(xs, a):
     zero = np.float32(0.0)
     for i in range(k[0]):
         for j in range(k[1]):
-            tap = _tap(i, j, s, d, ho, wo)
+            tap = window_tap(i, j, s, d, ho, wo)
             hit = (xp[tap] == y) & ~taken
             gxp[tap] += np.where(hit, g, zero)
             taken |= hit
@@ -107,14 +107,14 @@ def avg_counts(shape, a) -> np.ndarray:
     if fixed_avg_divisor(a):
         return np.full((1, 1, ho, wo), fixed_avg_divisor(a), np.int64)
     ones = _padded(np.ones((1, 1) + tuple(shape[2:]), np.int64), p, 0)
-    return sum(ones[_tap(i, j, s, d, ho, wo)] for i in range(k[0]) for j in range(k[1]))
+    return sum(ones[window_tap(i, j, s, d, ho, wo)] for i in range(k[0]) for j in range(k[1]))
 
 
 def qavg_pool2d_ref(x, a):
     k, s, p, d = _geo(a)
     ho, wo = conv_out_hw(x.shape[2:], k, s, p, d)
     xp = _padded(x.astype(np.int64) - a["zero"], p, 0)
-    total = sum(xp[_tap(i, j, s, d, ho, wo)] for i in range(k[0]) for j in range(k[1]))
+    total = sum(xp[window_tap(i, j, s, d, ho, wo)] for i in range(k[0]) for j in range(k[1]))
     count = avg_counts(x.shape, a)
     mag = (np.abs(total) + count // 2) // count
     return np.clip(np.where(total < 0, -mag, mag) + a["zero"], INT8_MIN, INT8_MAX).astype(np.int8)
@@ -129,7 +129,7 @@ def _qavg_grad_ref(xs, a):
     gxp = np.zeros(shape[:2] + (shape[2] + 2 * p[0], shape[3] + 2 * p[1]), np.float32)
     for i in range(k[0]):
         for j in range(k[1]):
-            gxp[_tap(i, j, s, d, ho, wo)] += gs
+            gxp[window_tap(i, j, s, d, ho, wo)] += gs
     return [gxp[:, :, p[0]:p[0] + shape[2], p[1]:p[1] + shape[3]]]
 
 

@@ -6,14 +6,16 @@ import numpy as np
 from .base import SAME_SCALE_TAG, Emitter, Int8Rule, OpDef, norm_dim, register
 
 
-def _dims(rank, a):
+def reduced_dims(rank, a):
+    """The sorted dims a reduction's attributes name (`dims`; none or empty: every dim)."""
     dims = a.get("dims")
     return tuple(range(rank)) if dims is None or len(dims) == 0 else tuple(sorted(norm_dim(d, rank) for d in dims))
 
 
-def _reduce_infer(ts, a):
+def reduce_infer(ts, a):
+    """The shape rule of a reduction over `reduced_dims` (kept as 1 with `keepdim`)."""
     t = ts[0]
-    dims = _dims(t.rank, a)
+    dims = reduced_dims(t.rank, a)
     shape = [1 if i in dims else d for i, d in enumerate(t.shape)] if a.get("keepdim", False) else [
         d for i, d in enumerate(t.shape) if i not in dims]
     return [t.with_shape(shape)]
@@ -22,7 +24,7 @@ def _reduce_infer(ts, a):
 def _broadcast_back(e: Emitter, g, node):
     """Reshape a reduced gradient to keepdim form and expand it to the input shape."""
     x = node.inputs[0]
-    dims = _dims(x.type.rank, node.attrs)
+    dims = reduced_dims(x.type.rank, node.attrs)
     kept = tuple(1 if i in dims else d for i, d in enumerate(x.shape))
     if g.shape != kept:
         g = e.emit("reshape", g, shape=kept)
@@ -42,12 +44,12 @@ def _vjp_mean(e, node, grads, needs):
 def _reducer(fn):
     def ref(xs, a):
         x = xs[0]
-        return [np.asarray(fn(x, axis=_dims(x.ndim, a), keepdims=a.get("keepdim", False)), dtype=x.dtype)]
+        return [np.asarray(fn(x, axis=reduced_dims(x.ndim, a), keepdims=a.get("keepdim", False)), dtype=x.dtype)]
 
     return ref
 
 
-register(OpDef("sum", _reduce_infer, _reducer(np.sum), _vjp_sum, num_inputs=(1, 1)))
+register(OpDef("sum", reduce_infer, _reducer(np.sum), _vjp_sum, num_inputs=(1, 1)))
 def is_global_mean(n) -> bool:
     """A mean over the two spatial dims of an NCHW tensor (global average pooling): the
     only mean quantize/convert.py runs in int8 (qmean)."""
@@ -56,5 +58,5 @@ def is_global_mean(n) -> bool:
     return dims == (2, 3)
 
 
-register(OpDef("mean", _reduce_infer, _reducer(np.mean), _vjp_mean, num_inputs=(1, 1), tags={SAME_SCALE_TAG},
+register(OpDef("mean", reduce_infer, _reducer(np.mean), _vjp_mean, num_inputs=(1, 1), tags={SAME_SCALE_TAG},
                int8=Int8Rule("same", "qmean", applies=is_global_mean)))

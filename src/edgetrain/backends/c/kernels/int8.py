@@ -18,9 +18,9 @@ from ....ops.pool import fixed_avg_divisor
 from ....ops.qconv import out_scales
 from ....ops.qfused import split_attrs as split_pw_dw
 from ....ops.qgradupdate import split_attrs as split_grad_update
-from ....ops.qoptim import _scale
+from ....ops.qoptim import row_scales
 from ....ops.qstream import row_plan
-from ....ops.reduce import _dims
+from ....ops.reduce import reduced_dims
 from ..layout import CBackendError
 from . import register
 
@@ -205,7 +205,7 @@ def qstream(node: Node, ctx) -> str:
 @register("qmean")
 def qmean(node: Node, ctx) -> str:
     x = node.inputs[0]
-    dims = _dims(x.type.rank, node.attrs)
+    dims = reduced_dims(x.type.rank, node.attrs)
     if dims != tuple(range(x.type.rank - len(dims), x.type.rank)):
         raise CBackendError(f"qmean: only trailing dims are supported, got {dims} of {x.shape}")
     inner = _numel([x.shape[d] for d in dims])
@@ -358,7 +358,7 @@ def _update(ctx, w: Value, a, grad_row: str, m: Value | None, rows: int, row_len
     else:
         wq = ctx.ptr(w)
     inner = _numel(w.shape[2:]) if w.type.rank > 2 else 1
-    lines = [_floats(ctx, "SC", _scale(a)),
+    lines = [_floats(ctx, "SC", row_scales(a)),
              f"static const et_qsgd_p Q = {{{ctx.c_float(a['lr'])}, {ctx.c_float(a.get('momentum', 0.0))}, "
              f"{ctx.c_float(a.get('weight_decay', 0.0))}, {_i(a['qmin'])}, {_i(a['qmax'])}, "
              f"{int(a['seed']) & 0xFFFFFFFF}u, {int(a['param_id']) & 0xFFFFFFFF}u}};",
