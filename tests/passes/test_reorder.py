@@ -24,7 +24,7 @@ from edgetrain.backends.reference import run_graph
 from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.ops import Emitter, get_op, verify
 from edgetrain.passes.loss import LABEL
-from edgetrain.passes.reorder import build_problem, order_peak_bytes, reorder_for_memory, schedule, RULES
+from edgetrain.passes.reorder import RULES, build_problem, order_by_rule, order_peak_bytes, reorder_for_memory
 from edgetrain.passes.updates import STEP, apply_updates_early
 
 #: tensor lengths of the random graphs: spread wide, so that orders differ in their peaks
@@ -181,7 +181,7 @@ def test_every_rule_gives_a_valid_order(case):
     g, ram = case
     p = build_problem(g, ram)
     for rule in RULES:
-        order = schedule(p, rule)
+        order = order_by_rule(p, rule)
         assert sorted(order) == list(range(len(g.nodes)))
         r = verify(g.replace(nodes=tuple(g.nodes[i] for i in order)))
         assert overwrite_violations(r) == []

@@ -1,6 +1,6 @@
 """Operator reordering for memory: a node order with a lower peak of live bytes.
 
-The node list is the schedule, and `memory.liveness` measures it: a storage is live from
+The node list is the order the graph runs in, and `memory.liveness` measures it: a storage is live from
 the node that allocates it to the last node that reads it (through any alias). This pass
 searches the topological orders of the graph for one whose peak is lower, as the Tiny
 Training Engine's operator reordering does, but for any graph: a greedy list scheduler
@@ -191,7 +191,7 @@ def rule_under_peak(ready: _Ready, live: int, peak: int) -> int:
 RULES: tuple[Rule, ...] = (rule_under_peak, rule_least_net)
 
 
-def schedule(p: Problem, rule: Rule) -> list[int]:
+def order_by_rule(p: Problem, rule: Rule) -> list[int]:
     """A topological order of the nodes, built one node at a time by `rule`."""
     n = len(p.preds)
     alloc = p.allocs
@@ -254,7 +254,7 @@ def reorder_for_memory(g: Graph, ram_inputs: Iterable[str]) -> Graph:
     if all(k < i for i, ps in enumerate(p.preds) for k in ps):  # else a view is read after an overwrite
         best, best_peak = g, order_peak_bytes(g, ram_inputs)
     for rule in RULES:
-        order = schedule(p, rule)
+        order = order_by_rule(p, rule)
         candidate = g.replace(nodes=tuple(g.nodes[i] for i in order))
         peak = order_peak_bytes(candidate, ram_inputs)
         if best is None or peak < best_peak:
