@@ -6,7 +6,9 @@ forward node (pure, no label dependence, reading only graph inputs and other uni
 outputs), joined with the views of its storage. Every other node is *fixed*: it runs once,
 at its position. Positions from the first label-dependent node on are cut into *stages*
 (stage compression): a stage starts at each fixed node that reads a unit's storage, and
-the recomputations and page-ins a schedule chooses for it run at its start.
+the recomputations and page-ins a schedule chooses for it run at its start. (POET's word,
+kept in this package's API: `Stage`, `ScheduleProblem.stages`. A compiled program's
+`stages` are something else: the graph after each compiler pass, by pass name.)
 
 What the model counts (`plan.make_schedule` checks and prices a schedule with it) is an
 upper bound of what the runtime measures when `apply.apply_schedule` runs the schedule:
@@ -54,7 +56,8 @@ class Unit:
 
 @dataclass(frozen=True)
 class Stage:
-    """Consecutive fixed nodes run after the recomputations and page-ins of the stage."""
+    """A span of the backward (POET's stage): consecutive fixed nodes, run after the
+    recomputations and page-ins the schedule chooses for the stage."""
 
     index: int
     nodes: tuple[int, ...]
