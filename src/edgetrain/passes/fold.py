@@ -41,7 +41,7 @@ def fold_batchnorm(g: Graph, arrays: Mapping[str, np.ndarray]) -> tuple[Graph, d
     arrays = dict(arrays)
     taken = {v.name for v in g.inputs}
     folds: list[FoldedNorm] = []
-    replaced: dict[int, Optional[Node]] = {}  # id(node) -> replacement (None: drop)
+    replaced: dict[Node, Optional[Node]] = {}  # node -> replacement (None: drop)
     new_inputs = []
     for n in g.nodes:
         if n.op != "conv2d" or not is_const.get(n.inputs[1]):
@@ -69,12 +69,12 @@ def fold_batchnorm(g: Graph, arrays: Mapping[str, np.ndarray]) -> tuple[Graph, d
             new_inputs.append(b_val)
         else:
             b_val = n.inputs[2]
-        replaced[id(n)] = Node("conv2d", (n.inputs[0], n.inputs[1], b_val), bn.outputs, n.attrs)
-        replaced[id(bn)] = None
+        replaced[n] = Node("conv2d", (n.inputs[0], n.inputs[1], b_val), bn.outputs, n.attrs)
+        replaced[bn] = None
         folds.append(FoldedNorm(w_name, b_name, conv_bias, bn.inputs[1].name, bn.inputs[2].name,
                                 bn.inputs[3].name if len(bn.inputs) == 5 else None,
                                 bn.inputs[4].name if len(bn.inputs) == 5 else None, float(bn.attrs["eps"])))
-    nodes = tuple(replaced.get(id(n), n) for n in g.nodes if replaced.get(id(n), n) is not None)
+    nodes = tuple(replaced.get(n, n) for n in g.nodes if replaced.get(n, n) is not None)
     used = {v for n in nodes for v in n.inputs} | set(g.outputs)
     inputs = tuple(v for v in g.inputs + tuple(new_inputs) if v in used or v.name not in arrays)
     kept = {v.name for v in inputs}

@@ -65,13 +65,13 @@ def fuse_pointwise_depthwise(g: Graph) -> Graph:
     """`g` with every fusable pointwise -> depthwise qconv2d pair replaced by one
     `qconv2d_pw_dw` node at the depthwise node's position (see the module docstring)."""
     readers = g.consumers()
-    position = {id(n): i for i, n in enumerate(g.nodes)}
+    position = {n: i for i, n in enumerate(g.nodes)}
     outputs = set(g.outputs)
     root = storage_roots(g)
-    drop: set[int] = set()
-    fused: dict[int, Node] = {}
+    drop: set[Node] = set()
+    fused: dict[Node, Node] = {}
     for i, n in enumerate(g.nodes):
-        if id(n) in drop or id(n) in fused or not _is_dense(n):
+        if n in drop or n in fused or not _is_dense(n):
             continue
         t = n.out
         users = readers.get(t, [])
@@ -79,16 +79,16 @@ def fuse_pointwise_depthwise(g: Graph) -> Graph:
             continue
         d = users[0]
         x, w1, b1 = n.inputs
-        if id(d) in drop or _overwritten_between(g, i, position[id(d)], (x, w1, b1), root):
+        if d in drop or _overwritten_between(g, i, position[d], (x, w1, b1), root):
             continue
         scratch_type = get_op(PW_DW_OP).infer([v.type for v in (x, w1, b1, *d.inputs[1:])],
                                               fuse_attrs(n.attrs, d.attrs))[1]
-        fused[id(d)] = Node(PW_DW_OP, (x, w1, b1, *d.inputs[1:]), (d.out, new_value(scratch_type)),
-                            fuse_attrs(n.attrs, d.attrs))
-        drop.update((id(n), id(d)))
+        fused[d] = Node(PW_DW_OP, (x, w1, b1, *d.inputs[1:]), (d.out, new_value(scratch_type)),
+                        fuse_attrs(n.attrs, d.attrs))
+        drop.update((n, d))
     if not fused:
         return g
-    nodes = [fused.get(id(n), n) for n in g.nodes if id(n) in fused or id(n) not in drop]
+    nodes = [fused.get(n, n) for n in g.nodes if n in fused or n not in drop]
     return g.replace(nodes=tuple(nodes))
 
 
@@ -101,8 +101,8 @@ def fuse_weight_grad_update(g: Graph) -> Graph:
     updates write in place, and they write parameters)."""
     readers = g.consumers()
     outputs = set(g.outputs)
-    drop: set[int] = set()
-    fused: dict[int, Node] = {}
+    drop: set[Node] = set()
+    fused: dict[Node, Node] = {}
     for n in g.nodes:
         if n.op != GRAD_WEIGHT_OP:
             continue
@@ -116,9 +116,9 @@ def fuse_weight_grad_update(g: Graph) -> Graph:
         w, _, step, *m = u.inputs
         scratch = get_op(GRAD_UPDATE_OP).infer([v.type for v in (x, gy, w, step, *m)],
                                                fuse_grad_update_attrs(n.attrs, u.attrs))[-1]
-        fused[id(u)] = Node(GRAD_UPDATE_OP, (x, gy, w, step, *m), (*u.outputs, new_value(scratch)),
-                            fuse_grad_update_attrs(n.attrs, u.attrs))
-        drop.add(id(n))
+        fused[u] = Node(GRAD_UPDATE_OP, (x, gy, w, step, *m), (*u.outputs, new_value(scratch)),
+                        fuse_grad_update_attrs(n.attrs, u.attrs))
+        drop.add(n)
     if not fused:
         return g
-    return g.replace(nodes=tuple(fused.get(id(n), n) for n in g.nodes if id(n) not in drop))
+    return g.replace(nodes=tuple(fused.get(n, n) for n in g.nodes if n not in drop))

@@ -39,17 +39,17 @@ def split_input_transform(g: Graph, data_inputs: Iterable[str]) -> Optional[Inpu
     if not boundary:
         return None
     producer = {o: n for n in pure_nodes for o in n.outputs}
-    prefix: set[int] = set()
+    prefix: set[Node] = set()
     stack = [producer[v] for v in boundary]
     while stack:
         n = stack.pop()
-        if id(n) not in prefix:
-            prefix.add(id(n))
+        if n not in prefix:
+            prefix.add(n)
             stack += [producer[v] for v in n.inputs if v in producer]
-    inside = {o for n in pure_nodes if id(n) in prefix for o in n.outputs} | set(data)
+    inside = {o for n in pure_nodes if n in prefix for o in n.outputs} | set(data)
     keep = set(boundary)
     for n in g.nodes:
-        if id(n) not in prefix and any(v in inside and v not in keep for v in n.inputs):
+        if n not in prefix and any(v in inside and v not in keep for v in n.inputs):
             return None  # the float data (or a float step of its transform) is needed later
     if any(v in inside and v not in keep for v in g.outputs):
         return None
@@ -59,12 +59,12 @@ def split_input_transform(g: Graph, data_inputs: Iterable[str]) -> Optional[Inpu
         k = count[src.name] = count.get(src.name, -1) + 1
         names[v] = src.name + INT8_SUFFIX + (f":{k}" if k else "")
     new = {v: new_value(v.type, names[v]) for v in boundary}
-    transform = Graph(inputs=tuple(data), nodes=tuple(n for n in g.nodes if id(n) in prefix),
+    transform = Graph(inputs=tuple(data), nodes=tuple(n for n in g.nodes if n in prefix),
                       outputs=tuple(boundary), output_names=tuple(names[v] for v in boundary),
                       roles=tuple(g.role(v) for v in data))
     rest_nodes = tuple(n if not any(v in new for v in n.inputs) else
                        Node(n.op, tuple(new.get(v, v) for v in n.inputs), n.outputs, n.attrs)
-                       for n in g.nodes if id(n) not in prefix)
+                       for n in g.nodes if n not in prefix)
     others = tuple(v for v in g.inputs if v not in set(data))
     rest = g.replace(inputs=tuple(new[v] for v in boundary) + others,
                      roles=(Role.DATA,) * len(boundary) + tuple(g.role(v) for v in others),

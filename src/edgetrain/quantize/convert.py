@@ -62,9 +62,9 @@ class QuantLayer:
 
 @dataclass
 class Plan:
-    kinds: dict[int, str] = field(default_factory=dict)  # id(node) -> kind
-    act: dict[int, Node] = field(default_factory=dict)  # id(layer node) -> fused activation
-    absorbed: set = field(default_factory=set)  # ids of fused activation nodes
+    kinds: dict[Node, str] = field(default_factory=dict)  # node -> kind
+    act: dict[Node, Node] = field(default_factory=dict)  # layer node -> fused activation
+    absorbed: set = field(default_factory=set)  # fused activation nodes
     int8: set = field(default_factory=set)  # float-graph values held as int8
 
 
@@ -83,7 +83,7 @@ def plan_quantization(g: Graph, consts: set[str]) -> Plan:
     outputs = set(g.outputs)
     p = Plan()
     for n in g.nodes:
-        if id(n) in p.absorbed:
+        if n in p.absorbed:
             continue
         ins = n.inputs
         kind = _int8_kind(n)
@@ -92,30 +92,30 @@ def plan_quantization(g: Graph, consts: set[str]) -> Plan:
         # its input 4-D)
         if kind == "qconv" and all(v.name in consts for v in ins[1:]) and ins[0].name not in consts \
                 and all(users.get(v) == [n] for v in ins[1:]):
-            p.kinds[id(n)] = "qconv"
+            p.kinds[n] = "qconv"
             nxt = users.get(n.out, [])
             if len(nxt) == 1 and _is_activation(nxt[0]) and n.out not in outputs and nxt[0].out not in outputs:
-                p.act[id(n)] = nxt[0]
-                p.absorbed.add(id(nxt[0]))
-            y = p.act[id(n)].out if id(n) in p.act else n.out
+                p.act[n] = nxt[0]
+                p.absorbed.add(nxt[0])
+            y = p.act[n].out if n in p.act else n.out
             if y not in outputs:
                 p.int8.add(y)
         elif kind == "qadd" and len(ins) == 2 and all(v in p.int8 for v in ins) and ins[0].shape == ins[1].shape:
-            p.kinds[id(n)] = "qadd"
+            p.kinds[n] = "qadd"
             p.int8.add(n.out)
         elif kind == "qcat" and ins and all(v in p.int8 for v in ins):
-            p.kinds[id(n)] = "qcat"
+            p.kinds[n] = "qcat"
             p.int8.add(n.out)
         elif kind == "same" and ins[0] in p.int8:
-            p.kinds[id(n)] = "same"
+            p.kinds[n] = "same"
             p.int8.add(n.out)
         else:
-            p.kinds[id(n)] = "float"
+            p.kinds[n] = "float"
     return p
 
 
 def layer_output(p: Plan, n: Node) -> Value:
-    return p.act[id(n)].out if id(n) in p.act else n.out
+    return p.act[n].out if n in p.act else n.out
 
 
 def assign_qparams(g: Graph, p: Plan, specs: Mapping[str, LayerSpec],
@@ -123,7 +123,7 @@ def assign_qparams(g: Graph, p: Plan, specs: Mapping[str, LayerSpec],
     """QParams of every int8 value and every float value a qconv quantizes: published
     where the spec names them, calibrated otherwise; scale-keeping ops pass theirs on."""
     qp: dict[Value, QParams] = {}
-    layers = [n for n in g.nodes if p.kinds.get(id(n)) == "qconv"]
+    layers = [n for n in g.nodes if p.kinds.get(n) == "qconv"]
     for n in layers:
         spec = specs.get(n.inputs[1].name)
         if spec is None:
@@ -132,12 +132,12 @@ def assign_qparams(g: Graph, p: Plan, specs: Mapping[str, LayerSpec],
         if spec.y is not None and y in p.int8:
             qp[y] = spec.y
         qp.setdefault(n.inputs[0], spec.x)
-    same = [n for n in g.nodes if p.kinds.get(id(n)) == "same"]
+    same = [n for n in g.nodes if p.kinds.get(n) == "same"]
     for n in reversed(same):  # a consumer's published input scale reaches back through these
         if n.out in qp and n.inputs[0] not in qp:
             qp[n.inputs[0]] = qp[n.out]
     producers = g.producers()
-    derived = {v for v in p.int8 if v in producers and p.kinds.get(id(producers[v])) == "same"}
+    derived = {v for v in p.int8 if v in producers and p.kinds.get(producers[v]) == "same"}
     wanted = [v for v in [n.inputs[0] for n in layers] + sorted(p.int8, key=lambda v: v.id)
               if v not in qp and v not in derived]
     wanted = list(dict.fromkeys(wanted))
@@ -158,7 +158,7 @@ def _share_cat_scales(g: Graph, p: Plan, qp: dict[Value, QParams], calibrated: s
     users = g.consumers()
     outputs = set(g.outputs)
     for n in reversed(g.nodes):  # an outer cat's parameters reach an inner cat's inputs
-        if p.kinds.get(id(n)) != "qcat" or n.out not in qp:
+        if p.kinds.get(n) != "qcat" or n.out not in qp:
             continue
         for v in n.inputs:
             if v in calibrated and v not in outputs and all(u is n for u in users.get(v, [])):
@@ -175,11 +175,11 @@ def quantize_graph(g: Graph, arrays: Mapping[str, np.ndarray], p: Plan, qp: Mapp
     b = _Builder(g, arrays, qp, weight_scales or {})
     layers: dict[str, QuantLayer] = {}
     for n in g.nodes:
-        kind = p.kinds.get(id(n))
+        kind = p.kinds.get(n)
         if kind is None:
             continue
         if kind == "qconv":
-            layers[n.inputs[1].name] = b.qconv(n, p.act.get(id(n)), layer_output(p, n), specs.get(n.inputs[1].name))
+            layers[n.inputs[1].name] = b.qconv(n, p.act.get(n), layer_output(p, n), specs.get(n.inputs[1].name))
         elif kind == "qadd":
             a, c = (b.as_int(v) for v in n.inputs)
             qa, qc, qy = qp[n.inputs[0]], qp[n.inputs[1]], qp[n.out]

@@ -63,10 +63,10 @@ def find_layers(g: Graph, params: set[str]) -> list[Layer]:
                 if len(nxt) == 1 and nxt[0].op == FOLDED_NORM and len(nxt[0].inputs) == 5:
                     bn = nxt[0]
                     bias += [v.name for v in _affine(bn) if is_param.get(v)]
-                    claimed.add(id(bn))
+                    claimed.add(bn)
             depthwise = slots.kind == "conv" and n.attrs["groups"] > 1 and w.shape[1] == 1
             layers.append(Layer(slots.kind, i, w.name, tuple(bias), depthwise))
-        elif NORM_TAG in opdef.tags and id(n) not in claimed:
+        elif NORM_TAG in opdef.tags and n not in claimed:
             wi, bi = slots.weight, slots.bias
             w = n.inputs[wi] if len(n.inputs) > wi else None
             if w is not None and is_param.get(w):
