@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Optional
 
+from .printer import format_graph
 from .roles import Role
 from .types import TensorType, Value
 
@@ -151,8 +152,6 @@ class Graph:
         return dict(zip(self.output_names, self.outputs))
 
     def __str__(self) -> str:
-        from .printer import format_graph
-
         return format_graph(self)
 
 
