@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from edgetrain.backends.reference import run_graph
-from edgetrain.ir import Graph, TensorType, new_value
+from edgetrain.ir import Graph, Role, TensorType, new_value
 from edgetrain.ops import Emitter, verify
 from edgetrain.passes.fold import FoldedNorm, fold_batchnorm
 
@@ -74,7 +74,7 @@ def test_a_new_bias_name_does_not_clash():
     arrays = _arrays(rng, conv_bias=False)
     arrays["conv.bias"] = np.zeros(2)  # a tensor of that name exists, unrelated to the conv
     g = conv_bn_graph({k: v for k, v in arrays.items() if k != "conv.bias"})
-    g = g.replace(inputs=g.inputs + (new_value(TensorType((2,), "float64"), "conv.bias"),))
+    g = g.with_inputs({new_value(TensorType((2,), "float64"), "conv.bias"): Role.FROZEN})
     folded, _, (fold,) = fold_batchnorm(g, arrays)
     assert fold.bias == "conv.bias_folded" and fold.conv_bias is None
     verify(folded)

@@ -8,7 +8,7 @@ import numpy as np
 
 from edgetrain.autodiff import ChannelSelect
 from edgetrain.backends.reference import run_graph
-from edgetrain.ir import Graph, TensorType, new_value
+from edgetrain.ir import Graph, Role, TensorType, new_value
 from edgetrain.ops import Emitter, verify
 from edgetrain.ops.qoptim import uniform_hash
 from edgetrain.passes.updates import INT_RANGES, STEP, insert_updates, momentum_name
@@ -23,7 +23,7 @@ def grad_graph(w_type, grad_shape):
     e = Emitter()
     loss = e.emit("neg", x) if w_type.dtype in INT_RANGES or grad_shape != w_type.shape else e.emit("mul", w, w)
     gw = e.emit("neg", x)
-    return Graph((w, x), tuple(e.nodes), (loss, gw), ("loss", "grad:w"))
+    return Graph((w, x), tuple(e.nodes), (loss, gw), ("loss", "grad:w"), (Role.PARAMETER, Role.DATA))
 
 
 def _run(g, feeds):
@@ -38,6 +38,8 @@ def test_a_float_parameter_with_momentum():
     assert u.output_names == ("loss", "w", momentum_name("w"))
     assert [v.name for v in u.inputs] == ["w", "x", "momentum:w"]
     assert u.input("momentum:w").type == u.input("w").type
+    assert u.roles == (Role.PARAMETER, Role.DATA, Role.OPTIMIZER_STATE)
+    assert u.owner(u.input("momentum:w")) is u.input("w")
     feeds = {name: rng.standard_normal((3, 2)) for name in ("w", "x", "momentum:w")}
     before, after = _run(g, feeds), _run(u, feeds)
     np.testing.assert_array_equal(after["loss"], before["loss"])  # computed before the update overwrote w
@@ -75,6 +77,7 @@ def test_an_int8_parameter_gets_qsgd_and_a_step_input():
     u = verify(insert_updates(g, {"w": None}, LR, grad_scales={"w": scale}, seed=7))
     (upd,) = [n for n in u.nodes if n.op == "qsgd_update"]
     assert u.input(STEP).type == TensorType((), "int32") and upd.inputs[2] is u.input(STEP)
+    assert u.role(u.input(STEP)) is Role.STEP
     assert upd.attrs["scale"] == scale and upd.attrs["seed"] == 7 and upd.attrs["param_id"] == 0
     assert (upd.attrs["qmin"], upd.attrs["qmax"]) == INT_RANGES["int8"]
     w0 = rng.integers(-127, 128, (4, 3)).astype(np.int8)

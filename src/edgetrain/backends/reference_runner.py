@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import ram_inputs
 from ..runtime.runner import RunnerBase
 from .reference import run_graph
 
@@ -19,7 +20,7 @@ class ReferenceRunner(RunnerBase):
         gradients of int weights and biases are with respect to the integers themselves
         (d loss / d w_int = w_scale * d loss / d w_real), before QAS."""
         g = self.compiled.grad_graph
-        out, _ = run_graph(g, self.feeds(g, x, y), self.ram_inputs())
+        out, _ = run_graph(g, self.feeds(g, x, y), ram_inputs(g))
         return self.full_gradients(out)
 
     def step(self, x, y) -> float:
@@ -28,7 +29,7 @@ class ReferenceRunner(RunnerBase):
         g = self.compiled.train_graph
         feeds = self.feeds(g, x, y)
         saved = {k: self.state[k].copy() for k in self.written_state()}
-        out, trace = run_graph(g, feeds, self.ram_inputs())
+        out, trace = run_graph(g, feeds, ram_inputs(g))
         loss = float(out["loss"])
         bad = [k for k in saved if not np.all(np.isfinite(self.state[k]))]
         if not np.isfinite(loss) or bad:

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch.export.graph_signature import InputKind
 
-from ..ir import Graph, TensorType, Value, new_value
+from ..ir import Graph, Role, TensorType, Value, new_value
 from ..ops import Emitter, verify
 from .converters import TORCH_DTYPES, convert_node
 from .errors import CaptureError, UnsupportedOpError
@@ -169,6 +169,7 @@ def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
     known: dict[str, Any] = {}  # fx name -> its value computed at capture time (torch tensors, numbers)
     inputs: list[Value] = []
     params, buffers, frozen = {}, {}, []
+    data, learnable = set(), set()  # the inputs of role DATA and PARAMETER; every other one is FROZEN
     user_i = 0
     e = Emitter()
     source: dict[int, str] = {}
@@ -179,6 +180,7 @@ def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
             if spec.kind == InputKind.USER_INPUT:
                 t = args[user_i]
                 v = new_value(TensorType(tuple(t.shape), _dtype(t)), input_name(user_i))
+                data.add(v)
                 user_i += 1
             else:
                 t = state[spec.target]
@@ -194,6 +196,8 @@ def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
                     params[spec.target] = to_numpy(t)
                     if not named_params.get(spec.target, t).requires_grad:
                         frozen.append(spec.target)
+                    else:
+                        learnable.add(v)
                 else:
                     buffers[spec.target] = to_numpy(t)
                     known[node.name] = t  # read-only: what is computed from it alone is a constant
@@ -232,6 +236,7 @@ def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
     if not out_values or len(out_values) != 1 or not isinstance(out_values[0], Value):
         raise CaptureError("the model must return exactly one tensor (its output); "
                            f"it returned {len(out_values or [])} values")
-    g = Graph(tuple(inputs), tuple(e.nodes), (out_values[0],), ("output",))
+    roles = tuple(Role.DATA if v in data else Role.PARAMETER if v in learnable else Role.FROZEN for v in inputs)
+    g = Graph(tuple(inputs), tuple(e.nodes), (out_values[0],), ("output",), roles)
     verify(g)
     return Captured(g, params, tuple(frozen), buffers, tuple(input_name(i) for i in range(user_i)), source)

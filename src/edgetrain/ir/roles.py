@@ -9,7 +9,7 @@ the parameter it belongs to; the verifier (ops/verify.py) checks them.
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
     from .graph import Graph
@@ -56,3 +56,15 @@ def ram_inputs(g: "Graph") -> frozenset[str]:
     """Names of the inputs of `g` that live in RAM (data, label, step, tangents): what the memory
     planner, the reorderer and the runtimes count as arena-resident inputs."""
     return frozenset(v.name for v, r in zip(g.inputs, g.roles) if in_ram(r))
+
+
+#: roles of the state a training step writes in place whatever the update scheme trains
+STEP_STATE_ROLES = frozenset({Role.OPTIMIZER_STATE, Role.RUNNING_STAT})
+
+
+def written_state(g: "Graph", trained: Iterable[str]) -> list[str]:
+    """Names of the state `g`'s training step writes in place: the parameters in `trained`
+    (the update scheme's choice), then every optimizer-state and running-statistic input.
+    The memory report counts them in RAM (SRAM on a microcontroller), the rest in flash."""
+    names = [v.name for v in g.inputs if v.name in set(trained)]
+    return names + [v.name for v, r in zip(g.inputs, g.roles) if r in STEP_STATE_ROLES]

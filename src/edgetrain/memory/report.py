@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 
-from ..ir import Graph
+from ..ir import Graph, Role
 from .arena import ArenaPlan, plan_arena
 from .liveness import inplace_merges, lifetimes, live_bytes_timeline
 
@@ -72,7 +72,9 @@ def plan_memory(g: Graph, ram_inputs: Iterable[str], trainable: Iterable[str],
                 sram_bytes: Optional[Mapping[str, int]] = None) -> MemoryReport:
     """Account every byte of `g` for its node order. `ram_inputs` name the graph inputs
     that live in RAM (data, labels); `trainable` the inputs updated in place (weights and
-    optimizer state); all other inputs are read-only. `sram_bytes` gives, for a weight
+    optimizer state); all other inputs are read-only, but the page store (role PAGE_STORE),
+    which lives in secondary storage and counts nowhere. The optimizer state is the inputs of
+    role OPTIMIZER_STATE. `sram_bytes` gives, for a weight
     trained on some channels only, the bytes of those channels: they sit in SRAM and the
     rest of the tensor stays in flash (the weight is stored as its two parts)."""
     ram_inputs, trainable, sram_bytes = set(ram_inputs), set(trainable), dict(sram_bytes or {})
@@ -82,13 +84,13 @@ def plan_memory(g: Graph, ram_inputs: Iterable[str], trainable: Iterable[str],
     peak_step = max(range(len(timeline)), key=timeline.__getitem__) if timeline else 0
     activation = timeline[peak_step] if timeline else sum(lt.nbytes for lt in lts)
     t_bytes = frozen = weights = optimizer = 0
-    for v in g.inputs:
-        if v.name in ram_inputs:
+    for v, role in zip(g.inputs, g.roles):
+        if v.name in ram_inputs or role is Role.PAGE_STORE:
             continue
         in_sram = sram_bytes.get(v.name, v.type.nbytes) if v.name in trainable else 0
         t_bytes += in_sram
         frozen += v.type.nbytes - in_sram
-        if v.name.startswith("momentum:"):
+        if role is Role.OPTIMIZER_STATE:
             optimizer += in_sram
         else:
             weights += v.type.nbytes

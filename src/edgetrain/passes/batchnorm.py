@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from ..ir import Graph, Node, Value
+from ..ir import Graph, Node, Role, Value
 from ..ops import Emitter
 
 #: the buffer beside running_mean / running_var that counts the batches (torch's _BatchNorm)
@@ -31,7 +31,8 @@ def _module_path(buffer: str) -> str:
 
 def use_batch_statistics(g: Graph, momenta: Mapping[str, Optional[float]]) -> tuple[Graph, tuple[BatchStats, ...]]:
     """`g` with each batch_norm on running statistics (graph inputs) made batch_norm_train,
-    and what each one's running-statistics update needs. `momenta`: module path -> momentum."""
+    and what each one's running-statistics update needs. `momenta`: module path -> momentum.
+    The statistics (and the batch count) become inputs of role RUNNING_STAT: the step writes them."""
     inputs = set(g.inputs)
     names = {v.name for v in g.inputs}
     nodes, stats = [], []
@@ -50,7 +51,9 @@ def use_batch_statistics(g: Graph, momenta: Mapping[str, Optional[float]]) -> tu
         tracked = f"{path}.{TRACKED}" if path else TRACKED
         nodes.append(Node("batch_norm_train", (x,) + tuple(n.inputs[3:]), n.outputs, {"eps": n.attrs["eps"]}))
         stats.append(BatchStats(x, mean.name, var.name, tracked if tracked in names else None, momenta[path]))
-    return g.replace(nodes=tuple(nodes)), tuple(stats)
+    written = {n for s in stats for n in (s.running_mean, s.running_var, s.tracked) if n is not None}
+    roles = tuple(Role.RUNNING_STAT if v.name in written else r for v, r in zip(g.inputs, g.roles))
+    return g.replace(nodes=tuple(nodes), roles=roles), tuple(stats)
 
 
 def insert_stat_updates(g: Graph, stats: tuple[BatchStats, ...]) -> Graph:

@@ -42,7 +42,7 @@ def fold_batchnorm(g: Graph, arrays: Mapping[str, np.ndarray]) -> tuple[Graph, d
     taken = {v.name for v in g.inputs}
     folds: list[FoldedNorm] = []
     replaced: dict[Node, Optional[Node]] = {}  # node -> replacement (None: drop)
-    new_inputs = []
+    new_inputs = {}  # a new folded bias -> its role (its weight's: trained if the weight is)
     for n in g.nodes:
         if n.op != "conv2d" or not is_const.get(n.inputs[1]):
             continue
@@ -66,7 +66,7 @@ def fold_batchnorm(g: Graph, arrays: Mapping[str, np.ndarray]) -> tuple[Graph, d
         arrays[b_name] = ((b0 - mean) * s + beta).astype(w.dtype)
         if conv_bias is None:
             b_val = new_value(TensorType((w.shape[0],), n.inputs[1].dtype), b_name)
-            new_inputs.append(b_val)
+            new_inputs[b_val] = g.role(n.inputs[1])
         else:
             b_val = n.inputs[2]
         replaced[n] = Node("conv2d", (n.inputs[0], n.inputs[1], b_val), bn.outputs, n.attrs)
@@ -76,6 +76,8 @@ def fold_batchnorm(g: Graph, arrays: Mapping[str, np.ndarray]) -> tuple[Graph, d
                                 bn.inputs[4].name if len(bn.inputs) == 5 else None, float(bn.attrs["eps"])))
     nodes = tuple(replaced.get(n, n) for n in g.nodes if replaced.get(n, n) is not None)
     used = {v for n in nodes for v in n.inputs} | set(g.outputs)
+    role = {**g.roles_by_input(), **new_inputs}
     inputs = tuple(v for v in g.inputs + tuple(new_inputs) if v in used or v.name not in arrays)
     kept = {v.name for v in inputs}
-    return g.replace(inputs=inputs, nodes=nodes), {k: v for k, v in arrays.items() if k in kept}, folds
+    return (g.replace(inputs=inputs, roles=tuple(role[v] for v in inputs), nodes=nodes),
+            {k: v for k, v in arrays.items() if k in kept}, folds)

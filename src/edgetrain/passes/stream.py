@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from ..ir import Graph, Node, Value, new_value
+from ..ir import Graph, Node, Role, Value, new_value
 from ..memory.liveness import storage_roots
 from ..ops import get_op
 from ..ops.qfused import PW_DW_OP, split_attrs
@@ -152,7 +152,8 @@ def _body(a: Value, b: Value, nodes: list[Node]) -> Graph:
             y = new_value(n.out.type)
             body.append(Node(n.op, ins, (y,), n.attrs))
             env[n.out] = y
-    return Graph(tuple(inputs), tuple(body), (env[b],), ("y",))
+    # x is the streamed activation, fed row by row; the other operands are the chain's frozen weights
+    return Graph(tuple(inputs), tuple(body), (env[b],), ("y",), (Role.DATA,) + (Role.FROZEN,) * (len(inputs) - 1))
 
 
 def _solve(segments: dict[tuple[int, int], list[_Segment]], n_cuts: int, cap: Optional[int]) -> Optional[list]:

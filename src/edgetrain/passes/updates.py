@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 from ..autodiff import ChannelSelect, grad_name
-from ..ir import Graph, TensorType, new_value
+from ..ir import Graph, Role, TensorType, new_value
 from ..ops import Emitter, get_op
 
 
@@ -25,14 +25,18 @@ def insert_updates(g: Graph, trainable: Mapping[str, Optional[ChannelSelect]], l
     parameter becomes output `<p>` (and the momentum buffer `momentum:<p>`). An integer
     parameter gets `qsgd_update(p, grad, step[, momentum:<p>])` instead, with its
     per-output-channel gradient factor from `grad_scales` (QAS; all ones when absent),
-    stochastic rounding keyed by (`seed`, parameter number, step) and a graph input `step`."""
+    stochastic rounding keyed by (`seed`, parameter number, step) and a graph input `step`.
+    The momentum buffers are inputs of role OPTIMIZER_STATE owned by their parameter; `step`
+    has role STEP."""
     e = Emitter()
-    inputs = list(g.inputs)
+    added: dict = {}  # new input -> its role
+    owners = []
     names, outs = [], []
     step = None
     grads = g.named_outputs()
+    consumed = {grad_name(p) for p in trainable}
     for name, v in zip(g.output_names, g.outputs):
-        if not name.startswith("grad:"):
+        if name not in consumed:
             names.append(name)
             outs.append(v)
     for p, sel in trainable.items():
@@ -40,14 +44,15 @@ def insert_updates(g: Graph, trainable: Mapping[str, Optional[ChannelSelect]], l
         args = [w, gv]
         if momentum:
             m = new_value(TensorType(gv.shape, "float32" if w.dtype in INT_RANGES else gv.dtype), momentum_name(p))
-            inputs.append(m)
+            added[m] = Role.OPTIMIZER_STATE
+            owners.append((m, w))
             args.append(m)
         attrs = dict(lr=float(lr), momentum=float(momentum), weight_decay=float(weight_decay),
                      dim=sel.dim if sel else 0, index=sel.index if sel else None)
         if w.dtype in INT_RANGES:
             if step is None:
                 step = new_value(TensorType((), "int32"), STEP)
-                inputs.append(step)
+                added[step] = Role.STEP
             scale = (grad_scales or {}).get(p) or (1.0,) * w.shape[0]
             attrs.update(scale=tuple(float(s) for s in scale), seed=int(seed), param_id=list(trainable).index(p),
                          qmin=INT_RANGES[w.dtype][0], qmax=INT_RANGES[w.dtype][1])
@@ -57,7 +62,8 @@ def insert_updates(g: Graph, trainable: Mapping[str, Optional[ChannelSelect]], l
             res = e.emit_multi("sgd_update", *args, names=(p, momentum_name(p)), **attrs)
         names += [p] + ([momentum_name(p)] if momentum else [])
         outs += list(res)
-    return Graph(tuple(inputs), g.nodes + tuple(e.nodes), tuple(outs), tuple(names))
+    return g.with_inputs(added, owners).replace(nodes=g.nodes + tuple(e.nodes), outputs=tuple(outs),
+                                                output_names=tuple(names))
 
 
 def apply_updates_early(g: Graph) -> Graph:

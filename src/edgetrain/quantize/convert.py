@@ -198,7 +198,7 @@ def quantize_graph(g: Graph, arrays: Mapping[str, np.ndarray], p: Plan, qp: Mapp
     used = {v for nd in b.e.nodes for v in nd.inputs} | set(outs)
     inputs = tuple(b.inputs[v.name] for v in g.inputs if v.name in b.inputs and b.inputs[v.name] in used)
     inputs += tuple(v for v in b.new_inputs if v in used)
-    graph = Graph(inputs, tuple(b.e.nodes), outs, g.output_names)
+    graph = Graph(inputs, tuple(b.e.nodes), outs, g.output_names, tuple(b.roles[v.name] for v in inputs))
     return graph, {v.name: b.arrays[v.name] for v in inputs if v.name in b.arrays}, layers
 
 
@@ -214,6 +214,8 @@ class _Builder:
         self.floats: dict[Value, Value] = {}
         self.ints: dict[Value, Value] = {}
         self.new_inputs: list[Value] = []
+        #: input name -> role; a bias a layer lacked takes its weight's role (trained with it)
+        self.roles = {v.name: r for v, r in zip(g.inputs, g.roles)}
         for v in g.inputs:
             nv = new_value(v.type, v.name)
             self.inputs[v.name] = nv
@@ -261,6 +263,7 @@ class _Builder:
         b_name = n.inputs[2].name if len(n.inputs) > 2 else _bias_name(w.name)
         wv = self._param(w.name, w_int)
         bv = self._param(b_name, np.asarray(b_int, dtype=np.int32))
+        self.roles.setdefault(b_name, self.roles[w.name])
         float_out = y not in self.qp
         attrs = dict(x_zero=xq.zero, x_scale=xq.scale, w_scales=tuple(float(s) for s in w_scales),
                      float_out=float_out)

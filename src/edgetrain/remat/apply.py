@@ -30,14 +30,12 @@ from typing import Optional
 import numpy as np
 
 from ..autodiff import grad_name
-from ..ir import Graph, Node, TensorType, Value, new_value
+from ..ir import Graph, Node, Role, TensorType, Value, new_value, ram_inputs, written_state
 from ..memory import ALIGNMENT, plan_memory, storage_roots, trained_channel_bytes
 from ..memory.arena import align_up
 from ..ops import get_op, verify
 from ..ops.page import STORE_DTYPE
 from ..passes.dce import eliminate_dead_code
-from ..passes.loss import LABEL
-from ..passes.updates import STEP, momentum_name
 from .plan import Schedule, ScheduleError
 
 #: the graph input name of the page store
@@ -181,8 +179,8 @@ def rewrite_graph(problem, sched: Schedule, offsets: dict, store: Optional[Value
     bad = [v for v in g.outputs if v in unit_of]
     if bad:
         raise ScheduleError(f"graph output {bad[0]} belongs to a unit")
-    inputs = g.inputs + ((store,) if store is not None else ())
-    return g.replace(inputs=inputs, nodes=tuple(out))
+    g = g.replace(nodes=tuple(out))
+    return g.with_inputs({store: Role.PAGE_STORE}) if store is not None else g
 
 
 def gradient_graph(prog, train: Graph) -> Optional[Graph]:
@@ -201,12 +199,12 @@ def gradient_graph(prog, train: Graph) -> Optional[Graph]:
     names = [k for k in prog.grad_graph.output_names if k in grads]
     if sorted(names) != sorted(grads):
         return None
-    g = Graph(train.inputs, tuple(n for n in train.nodes if n not in updates), tuple(grads[k] for k in names),
-              tuple(names))
+    g = train.replace(nodes=tuple(n for n in train.nodes if n not in updates), outputs=tuple(grads[k] for k in names),
+                      output_names=tuple(names))
     g = eliminate_dead_code(g)
     used = {v for n in g.nodes for v in n.inputs} | set(g.outputs)
-    keep = set(prog.graph_inputs) | {LABEL}
-    return verify(g.replace(inputs=tuple(v for v in g.inputs if v in used or v.name in keep)))
+    keep = set(g.inputs_with(Role.DATA, Role.LABEL))  # fed even when unread, as the unscheduled graph takes them
+    return verify(g.replace(inputs=tuple(v for v in g.inputs if v in used or v in keep)))
 
 
 def apply_schedule(compiled, sched: Schedule, page_file=None):
@@ -226,14 +224,8 @@ def apply_schedule(compiled, sched: Schedule, page_file=None):
     store_v = new_value(TensorType((nbytes,), STORE_DTYPE), STORE_NAME) if store is not None else None
     train = verify(rewrite_graph(problem, sched, offsets, store_v))
     grad = gradient_graph(compiled, train)
-    ram_inputs = set(compiled.graph_inputs) | {LABEL, STEP}
-    state_names = list(compiled.trainable) + ([momentum_name(p) for p in compiled.trainable]
-                                              if compiled.optimizer.momentum else [])
-    memory = plan_memory(train, ram_inputs, state_names,
+    memory = plan_memory(train, ram_inputs(train), written_state(train, compiled.trainable),
                          trained_channel_bytes(compiled.trainable, compiled.initial_state))
-    if store is not None:  # the store is neither RAM nor a weight: plan_memory counted it as flash
-        memory = replace(memory, frozen_bytes=memory.frozen_bytes - nbytes,
-                         weight_bytes=memory.weight_bytes - nbytes)
     return replace(compiled, train_graph=train, grad_graph=grad if grad is not None else compiled.grad_graph,
                    stages={**compiled.stages, "scheduled": train}, memory=memory, schedule=sched,
                    page_store=store)

@@ -15,11 +15,9 @@ from __future__ import annotations
 from itertools import accumulate
 from typing import Optional
 
-from ..ir import Graph, Value
+from ..ir import Graph, Role, Value, ram_inputs as ram_inputs_of
 from ..memory.liveness import lifetimes, storage_roots
 from ..ops import get_op
-from ..passes.loss import LABEL
-from ..passes.updates import STEP
 from .problem import ScheduleProblem, Stage, Unit
 
 
@@ -30,8 +28,9 @@ def build_problem(prog, device, ram_inputs: Optional[set] = None, group: bool = 
     unit): fewer units, solved faster, decided together (kept, recomputed or paged as one)."""
     g: Graph = prog.train_graph
     if ram_inputs is None:
-        ram_inputs = set(prog.graph_inputs) | {LABEL, STEP}
-    trainable = tuple(v.name for v in g.inputs if v.name in prog.trainable or v.name.startswith("momentum:"))
+        ram_inputs = ram_inputs_of(g)
+    trainable = tuple(v.name for v, r in zip(g.inputs, g.roles) if v.name in prog.trainable
+                      or r is Role.OPTIMIZER_STATE)
     fixed_ram = prog.memory.trainable_bytes + (0 if device.weights_in_flash else prog.memory.frozen_bytes)
     return _build(g, device, frozenset(n for n in ram_inputs if _has_input(g, n)), trainable, fixed_ram, group)
 
@@ -48,7 +47,7 @@ def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram:
     out_roots = {root[v] for v in g.outputs}
 
     # --- the forward phase ends at the first node that depends on the label -------------------
-    labelled = {v for v in g.inputs if v.name == LABEL}
+    labelled = set(g.inputs_with(Role.LABEL))
     b0 = N
     for p, n in enumerate(nodes):
         if any(v in labelled for v in n.inputs):

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..ir import Role, ram_inputs
 from ..memory.liveness import lifetimes
-from ..passes.loss import LABEL
-from ..passes.updates import STEP
 from .figures import pyplot, save
 
 KINDS = ("input data", "forward activations", "backward: gradients and temporaries")
@@ -26,9 +25,10 @@ def memory_by_kind(prog) -> tuple[np.ndarray, int]:
     values made in the forward phase, values made in the backward) and the position where
     the backward starts (the first node reading the label)."""
     g = prog.train_graph
-    ram = set(prog.graph_inputs) | {LABEL, STEP}
+    ram = set(ram_inputs(g))
     n = len(g.nodes)
-    b0 = next((i for i, nd in enumerate(g.nodes) if any(v.name == LABEL for v in nd.inputs)), n)
+    label = set(g.inputs_with(Role.LABEL))
+    b0 = next((i for i, nd in enumerate(g.nodes) if any(v in label for v in nd.inputs)), n)
     out = np.zeros((3, n + 1), dtype=np.int64)
     produced = {o: i for i, nd in enumerate(g.nodes) for o in nd.outputs}
     for lt in lifetimes(g, ram):

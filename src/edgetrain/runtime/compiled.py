@@ -16,9 +16,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from ..ir import Graph
+from ..ir import Graph, Role
 from ..memory import MemoryReport
-from ..passes.updates import momentum_name
 
 
 def _frozen_map(m: Optional[Mapping]) -> Mapping:
@@ -84,10 +83,10 @@ class CompiledProgram:
         """The compiled program of compile()'s results; `state` the weights and buffers (the
         optimizer's momenta are added, at zero)."""
         init = dict(state)
-        if optimizer.momentum:
-            for p in trainable:
-                m = train_graph.input(momentum_name(p))
-                init[momentum_name(p)] = np.zeros(m.shape, dtype=m.dtype)
+        g = train_graph
+        of_param = {g.owner(m).name: m for m in g.inputs_with(Role.OPTIMIZER_STATE)}
+        for m in (of_param[p] for p in trainable if p in of_param):  # in the order of the trained parameters
+            init[m.name] = np.zeros(m.shape, dtype=m.dtype)
         return cls(inputs=tuple(inputs), graph_inputs=tuple(graph_inputs) if graph_inputs is not None else
                    tuple(inputs), input_transform=input_transform, stages=stages, forward_graph=forward,
                    grad_graph=grad_graph, train_graph=train_graph, trainable=trainable, layers=tuple(layers),

@@ -17,9 +17,7 @@ import numpy as np
 from ..autodiff import grad_name
 from ..backends.reference import run_graph
 from .compiled import COMPILED_FIELDS, CompiledProgram
-from ..ir import FLOAT_DTYPES, Graph, TensorType
-from ..passes.loss import LABEL
-from ..passes.updates import STEP
+from ..ir import FLOAT_DTYPES, Graph, Role, TensorType
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -142,7 +140,7 @@ class RunnerBase:
 
     def label_feed(self, g: Graph, y) -> np.ndarray:
         """The labels (cross entropy: class indices, checked to lie in range) or targets (mse)."""
-        want = g.input(LABEL).type
+        want = g.the_input(Role.LABEL).type
         if self.compiled.loss == "cross_entropy":
             y = as_array(y, want, "labels")
             classes = self.compiled.forward_graph.output("output").shape[-1]
@@ -157,17 +155,13 @@ class RunnerBase:
         """Every input of `g`: state, data, labels, the page store and the step count."""
         feeds = {v.name: self.state[v.name] for v in g.inputs if v.name in self.state}
         feeds.update(self.data_feeds(g, x, training=True))
-        feeds[LABEL] = self.label_feed(g, y)
-        store = self.compiled.page_store
-        if store is not None and any(v.name == store.name for v in g.inputs):
-            feeds[store.name] = store.array
-        if any(v.name == STEP for v in g.inputs):
-            feeds[STEP] = np.array(self.steps, dtype=np.int32)
+        feeds[g.the_input(Role.LABEL).name] = self.label_feed(g, y)
+        store, step = g.the_input(Role.PAGE_STORE), g.the_input(Role.STEP)
+        if store is not None:
+            feeds[store.name] = self.compiled.page_store.array
+        if step is not None:
+            feeds[step.name] = np.array(self.steps, dtype=np.int32)
         return feeds
-
-    def ram_inputs(self) -> set:
-        """The graph inputs that live in RAM (data, labels, step)."""
-        return set(self.compiled.graph_inputs) | {LABEL, STEP}
 
     # --- outputs ---------------------------------------------------------------------------
     def full_gradients(self, out: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -190,8 +184,9 @@ class RunnerBase:
             inputs = set(g.inputs)
             written = {v.name for n in g.nodes if get_op(n.op).mutates
                        for _, j in get_op(n.op).shares for v in n.inputs[j:j + 1] if v in inputs}
+            optimizer = {v.name for v in g.inputs_with(Role.OPTIMIZER_STATE)}
             trainable = self.compiled.trainable
-            cached = self._written = (g, [k for k in self.state if k in trainable or k.startswith("momentum:")
+            cached = self._written = (g, [k for k in self.state if k in trainable or k in optimizer
                                           or k in written])
         return cached[1]
 

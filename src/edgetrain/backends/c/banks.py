@@ -3,6 +3,7 @@ twice, a step updating a copy of the committed bank and committing it by one hea
 after its CRC-32, so that a reset mid-step resumes from the last complete update."""
 from __future__ import annotations
 
+from ...ir import Role
 from .cvalues import fmt_values, split_parts
 from .layout import Layout
 
@@ -12,7 +13,7 @@ def bank_arrays(layout: Layout, state: dict, embed: bool) -> list:
     out = []
     for st in layout.states.values():
         if st.kind == "sram":
-            init = state[st.name] if embed and not st.name.startswith("momentum:") else None
+            init = state[st.name] if embed and st.role is not Role.OPTIMIZER_STATE else None
             out.append((st.c_name, st.ctype, st.numel, init))
         elif st.kind == "split":
             sel, _ = split_parts(st, state[st.name])

@@ -9,7 +9,7 @@ from typing import Optional
 
 import numpy as np
 
-from ...passes.loss import LABEL
+from ...ir import Role
 from .banks import BANK_API, BANK_FUNCS, bank_arrays, bank_decls, bank_fresh_start
 from .emit_graphs import PROFILE, SPLIT_HELPERS, gather_call, graph_function, scatter_call, state_decls, value_ptr
 from .layout import GRAPHS, CBackendError, Layout, build_layout
@@ -76,7 +76,7 @@ def _unit(prog, layout: Layout, embed: bool, weight_banks: int) -> _Unit:
     if layout.page_bytes > 0:
         headers.append(PAGE_HEADER)
     return _Unit(prog=prog, layout=layout, embed=embed, keys=keys,
-                 data=[train.input(n) for n in layout.data_inputs], label=train.input(LABEL),
+                 data=[train.input(n) for n in layout.data_inputs], label=train.the_input(Role.LABEL),
                  out_v=prog.forward_graph.output("output"),
                  grad=layout.graphs["grad"].graph if "grad" in keys else None, banked=banked, headers=headers)
 
@@ -171,7 +171,7 @@ def _init(u: _Unit) -> list[str]:
     if u.banks:
         c += ["  if (et_bank_boot() >= 0) return; /* resume from the committed bank */"] + bank_fresh_start(u.banked)
     for st in u.states:
-        if st.name.startswith("momentum:"):
+        if st.role is Role.OPTIMIZER_STATE:
             c.append(f"  memset({st.c_name}, 0, sizeof {st.c_name});")
     if u.banks:
         c += ["  et_step = 0;", "  et_bank_commit(0, 0);", "}", ""]
@@ -314,8 +314,9 @@ def _gradients(u: _Unit) -> list[str]:
          "long et_grad_bytes(int i) { return i >= 0 && i < ET_NUM_GRADS ? et_grad_nbytes[i] : -1; }",
          "void et_gradients(const void *input, const void *label, void *const *out) {"]
     c += u.copy_in("grad", [grad.input(v.name) for v in u.data], "input")
-    if any(v.name == LABEL for v in grad.inputs):
-        c += u.copy_in("grad", [grad.input(LABEL)], "label")
+    label = grad.the_input(Role.LABEL)
+    if label is not None:
+        c += u.copy_in("grad", [label], "label")
     c.append("  et_run_grad();")
     for i, v in enumerate(grad.outputs):
         c.append(f"  memcpy(out[{i}], {value_ptr(u.layout, 'grad', v)}, {v.type.nbytes});")

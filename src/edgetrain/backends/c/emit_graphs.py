@@ -7,6 +7,7 @@ from typing import Optional
 
 import numpy as np
 
+from ...ir import Role
 from .cvalues import fmt_values, split_parts
 from .kernels import EmitContext, kernel_for
 from .layout import C_TYPES, GRAPHS, Layout, StateArray
@@ -24,8 +25,7 @@ def state_decls(layout: Layout, state: dict, embed: bool, banked: frozenset = fr
     out = []
     for st in layout.states.values():
         t, full = st.ctype, state[st.name]
-        is_momentum = st.name.startswith("momentum:")
-        init = full if embed and not is_momentum else None
+        init = full if embed and st.role is not Role.OPTIMIZER_STATE else None  # momentum starts at zero
         if st.kind == "split":
             sel, rest = split_parts(st, full)
             if st.sram not in banked:

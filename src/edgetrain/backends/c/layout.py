@@ -14,11 +14,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ...autodiff import ChannelSelect
-from ...ir import Graph, Value
+from ...ir import Graph, Role, ram_inputs
 from ...memory.arena import ALIGNMENT, ArenaPlan, align_up, plan_arena
 from ...memory.liveness import inplace_merges, lifetimes, storage_roots
-from ...passes.loss import LABEL
-from ...passes.updates import STEP
 
 #: C element type of each IR dtype
 C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "int8": "int8_t",
@@ -39,7 +37,8 @@ def c_ident(text: str, limit: int = 40) -> str:
 class StateArray:
     """A state tensor of the program as C arrays. kind: "sram" (trainable, momentum),
     "flash" (frozen) or "split" (trained on `sel` only: `sram` holds the selected channels in
-    index order, `flash` the others in order; `sel_index` / `rest_index` their positions)."""
+    index order, `flash` the others in order; `sel_index` / `rest_index` their positions).
+    `role`: the role of the graph input it binds (momentum starts at zero, never embedded)."""
 
     index: int
     name: str
@@ -49,6 +48,7 @@ class StateArray:
     c_name: str
     sel: Optional[ChannelSelect] = None
     rest: tuple = ()
+    role: Role = Role.PARAMETER
 
     @property
     def ctype(self) -> str:
@@ -132,18 +132,20 @@ def build_layout(prog, graphs: tuple = GRAPHS) -> Layout:
     bad = [k for k in graphs if k not in GRAPHS] or ([] if "train" in graphs else ["(train is required)"])
     if bad:
         raise CBackendError(f"graphs={graphs!r}: choose among {GRAPHS}, train included; not {bad}")
-    ram = frozenset(prog.graph_inputs) | {LABEL, STEP}
     every = {"train": prog.train_graph, "forward": prog.forward_graph, "grad": prog.grad_graph}
     graphs = {k: every[k] for k in GRAPHS if k in graphs}
     # the train graph at the offsets prog.memory reports (its arena is the one planned there)
-    layouts = {k: plan_graph(g, set(ram), prog.memory.arena if k == "train" else None) for k, g in graphs.items()}
+    layouts = {k: plan_graph(g, set(ram_inputs(g)), prog.memory.arena if k == "train" else None)
+               for k, g in graphs.items()}
+    ram = frozenset().union(*(ram_inputs(g) for g in graphs.values()))
     store = getattr(prog, "page_store", None)
-    store_name = store.name if store is not None else None
-    used = {v.name: v for g in graphs.values() for v in g.inputs if v.name not in ram and v.name != store_name}
+    role = {v.name: r for g in graphs.values() for v, r in zip(g.inputs, g.roles)}
+    used = {v.name: v for g in graphs.values() for v in g.inputs
+            if v.name not in ram and role[v.name] is not Role.PAGE_STORE}
     missing = [n for n in used if n not in prog.state]
     if missing:
         raise CBackendError(f"graph inputs {missing[:3]} are neither data, label, step nor state tensors")
-    trainable = set(prog.trainable) | {k for k in prog.state if k.startswith("momentum:")}
+    trainable = set(prog.trainable) | {k for k in used if role[k] is Role.OPTIMIZER_STATE}
     trainable |= _written_in_place(graphs.values())  # e.g. batch norm's running statistics
     states = {}
     for name in prog.state:
@@ -157,6 +159,7 @@ def build_layout(prog, graphs: tuple = GRAPHS) -> Layout:
             chosen = set(sel.index)
             rest = tuple(i for i in range(v.shape[sel.dim]) if i not in chosen)
         i = len(states)
-        states[name] = StateArray(i, name, tuple(v.shape), v.dtype, kind, f"et_s{i}_{c_ident(name)}", sel, rest)
+        states[name] = StateArray(i, name, tuple(v.shape), v.dtype, kind, f"et_s{i}_{c_ident(name)}", sel, rest,
+                                  role[name])
     size = align_up(max([gl.size for gl in layouts.values()] + [ALIGNMENT]))
     return Layout(layouts, states, ram, tuple(prog.graph_inputs), size, store.nbytes if store is not None else 0)
