@@ -62,7 +62,7 @@ def test_vector_jacobian_product_from_cotangents():
     from edgetrain.autodiff import build_backward
     from edgetrain.backends.reference import run_graph
     from edgetrain.frontend import capture
-    from edgetrain.ir import TensorType, new_value
+    from edgetrain.ir import Role, TensorType, new_value
 
     torch.manual_seed(0)
     model = SEMobile().double().eval()
@@ -72,7 +72,7 @@ def test_vector_jacobian_product_from_cotangents():
     out = g.outputs[0]
     t = new_value(TensorType(out.shape, out.dtype), "cotangent")
     params = dict(model.named_parameters())
-    joint = build_backward(g.replace(inputs=g.inputs + (t,)), None, {n: None for n in params},
+    joint = build_backward(g.with_inputs({t: Role.TANGENT}), None, {n: None for n in params},
                            {g.output_names[0]: "cotangent"})
     ct = torch.randn(out.shape, dtype=torch.float64)
     feeds = {n: p.detach().numpy() for n, p in params.items()}
@@ -83,5 +83,5 @@ def test_vector_jacobian_product_from_cotangents():
     for n, p in params.items():
         assert rel_err(got[f"grad:{n}"], p.grad) < 1e-7, n
     with pytest.raises(ValueError, match="the cotangent c of output output is f64\\[1\\], not \\(2, 7\\)"):
-        build_backward(g.replace(inputs=g.inputs + (new_value(TensorType((1,), "float64"), "c"),)), None,
+        build_backward(g.with_inputs({new_value(TensorType((1,), "float64"), "c"): Role.TANGENT}), None,
                        {n: None for n in params}, {g.output_names[0]: "c"})

@@ -24,7 +24,7 @@ import torch
 
 from ..autodiff import build_backward, grad_name
 from ..backends.reference import run_graph
-from ..ir import FLOAT_DTYPES, Graph, Value, new_value
+from ..ir import FLOAT_DTYPES, Graph, Role, Value, new_value
 from ..memory import plan_memory, trained_channel_bytes
 from ..ops import get_op, verify
 from ..passes import eliminate_dead_code
@@ -91,8 +91,8 @@ class FloatProgram:
         if not tangents:
             return None, []
         pure = tuple(n for n in fwd.nodes if not get_op(n.op).mutates)  # the statistics move in the forward only
-        g = Graph(fwd.inputs + tuple(t for _, t in tangents), pure, tuple(v for _, v in user),
-                  tuple(n for n, _ in user))
+        g = fwd.with_inputs({t: Role.TANGENT for _, t in tangents}).replace(
+            nodes=pure, outputs=tuple(v for _, v in user), output_names=tuple(n for n, _ in user))
         joint = build_backward(g, None, self.wrt, {n: t.name for n, t in tangents})
         names = [grad_name(n) for n in self.wrt]
         step = joint.replace(outputs=tuple(joint.output(n) for n in names), output_names=tuple(names))

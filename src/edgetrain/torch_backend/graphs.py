@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..frontend.capture import CaptureError
-from ..ir import Graph, Node, TensorType, Value, new_value
+from ..ir import Graph, Node, Role, TensorType, Value, new_value
 from ..ops import verify
 from ..passes import eliminate_dead_code
 from ..sparse import find_layers, resolve_scheme
@@ -125,9 +125,12 @@ class AotGraphs:
         self.constants = {v.name: a for v, a in t.constants.items()}  # tensors converters made (a causal mask)
         self.draws = t.draws  # random tensors torch draws at each call, in graph order (dropout's masks)
         self.inputs = tuple(self.fw_inputs) + tuple(t.constants) + tuple(d.value for d in t.draws)
+        # the random draws are fed on every call, as data is
+        self.roles = (tuple(self._role(i, set(mutated)) for i, _ in self.fw_bind) + (Role.FROZEN,) * len(t.constants)
+                      + (Role.DATA,) * len(t.draws))
         self.labels = {v: c for v, c in t.labels.items() if v in self.fw_inputs}  # checked at each run
         nodes = self._fold_batch_counts(tuple(t.e.nodes))
-        self.trainable = self._resolve(update, Graph(self.inputs, nodes, (), ()))
+        self.trainable = self._resolve(update, Graph(self.inputs, nodes, (), (), self.roles))
         self.forward = self._forward_graph(nodes)
 
     def _fold_batch_counts(self, nodes: tuple) -> tuple:
@@ -152,6 +155,16 @@ class AotGraphs:
             dropped.add(add)
             self.mutations[k] = (i, count)
         return tuple(replaced.get(n, n) for n in nodes if n not in dropped)
+
+    def _role(self, i: int, mutated: set) -> Role:
+        """The role of flat input `i`: a parameter (frozen without requires_grad), a buffer
+        (a running statistic when the graph writes it), else data."""
+        f = self.flat[i]
+        if f.kind == "param":
+            return Role.PARAMETER if f.value.requires_grad else Role.FROZEN
+        if f.kind == "buffer":
+            return Role.RUNNING_STAT if i in mutated else Role.FROZEN
+        return Role.DATA
 
     # -- which parameters train --------------------------------------------------------------
     def _resolve(self, update, g: Graph) -> dict:
@@ -195,5 +208,5 @@ class AotGraphs:
         for i, v in self.mutations:
             outs.append(v)
             names.append(f"mutated:{self.flat[i].name}")
-        g = Graph(self.inputs, nodes, tuple(outs), tuple(names))
+        g = Graph(self.inputs, nodes, tuple(outs), tuple(names), self.roles)
         return verify(eliminate_dead_code(g))

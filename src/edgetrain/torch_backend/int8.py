@@ -36,7 +36,7 @@ import torch
 from ..autodiff import build_backward, grad_name
 from ..backends.reference import run_graph
 from ..frontend.capture import CaptureError
-from ..ir import FLOAT_DTYPES, Graph, TensorType, Value, new_value
+from ..ir import FLOAT_DTYPES, Graph, Role, TensorType, Value, new_value
 from ..memory import plan_memory, trained_channel_bytes
 from ..ops import verify
 from ..ops.fixed_point import INT32_MAX, INT32_MIN
@@ -203,7 +203,7 @@ class Int8Program:
         g = self.q.graph
         tangents = [(i, new_value(TensorType(v.shape, v.dtype), f"tangent:{i}"))
                     for i, v in enumerate(g.outputs) if v.dtype in FLOAT_DTYPES]
-        joint = build_backward(g.replace(inputs=g.inputs + tuple(t for _, t in tangents)), None, self.trainable,
+        joint = build_backward(g.with_inputs({t: Role.TANGENT for _, t in tangents}), None, self.trainable,
                                {g.output_names[i]: t.name for i, t in tangents})
         names = [grad_name(n) for n in self.trainable]
         step = joint.replace(outputs=tuple(joint.output(n) for n in names), output_names=tuple(names))
