@@ -96,7 +96,7 @@ def _quant_plan(op, x_shape, **attrs):
     z = e.emit("add", y, e.const(1.0, "float32"))
     g = verify(Graph((x, w, b), tuple(e.nodes), (z,), ("out",)))
     plan = plan_quantization(g, {"w", "b"})
-    return [plan.kinds.get(id(n)) for n in g.nodes]
+    return [plan.kinds.get(n) for n in g.nodes]
 
 
 @pytest.mark.parametrize("op,attrs,x_shape", [
