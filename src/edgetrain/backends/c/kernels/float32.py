@@ -9,7 +9,9 @@ from math import prod
 from ....ir import Node
 from ....ops.bnfused import operands as bn_operands
 from ..layout import CBackendError
-from . import EmitContext, register
+from .cloops import broadcast_strides, c_block, contiguous_strides, loop_nest, merge_dims
+from .context import EmitContext
+from .registry import register
 
 
 def _f32(node: Node, what=None):
@@ -17,57 +19,6 @@ def _f32(node: Node, what=None):
     for v in vals:
         if v.dtype != "float32":
             raise CBackendError(f"C kernel for {node.op}: {v} is {v.dtype}, only float32 is supported")
-
-
-def _strides(shape):
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return tuple(reversed(out))
-
-
-def _bcast_strides(in_shape, out_shape):
-    """Element strides of an input broadcast to out_shape (0 on broadcast dims)."""
-    lead = len(out_shape) - len(in_shape)
-    st = _strides(in_shape)
-    return tuple(0 if i < lead or in_shape[i - lead] == 1 and out_shape[i] != 1 else st[i - lead]
-                 for i in range(len(out_shape)))
-
-
-def _merge_dims(shape, stride_sets):
-    """Collapse adjacent dims that every operand walks contiguously; drop size-1 dims."""
-    dims = [(d, [s[i] for s in stride_sets]) for i, d in enumerate(shape) if d != 1]
-    out = []
-    for d, st in dims:
-        if out:
-            pd, pst = out[-1]
-            if all(a == b * d for a, b in zip(pst, st)):
-                out[-1] = (pd * d, st)
-                continue
-        out.append((d, st))
-    return [d for d, _ in out], [[st[k] for _, st in out] for k in range(len(stride_sets))]
-
-
-def loop_nest(shape, ptr_strides, body) -> str:
-    """Nested loops over `shape`; `ptr_strides` is a list of element-stride tuples, one per
-    operand; `body(offsets)` gets each operand's offset expression and returns C statements."""
-    dims, strides = _merge_dims(tuple(shape), [tuple(s) for s in ptr_strides])
-    if not dims:
-        return body(["0"] * len(ptr_strides))
-    lines, offs = [], []
-    for k, s in enumerate(strides):
-        offs.append(" + ".join(f"i{j} * {st}" for j, st in enumerate(s) if st) or "0")
-    for j, d in enumerate(dims):
-        if j == len(dims) - 1:
-            lines.append("ET_SIMD")
-        lines.append("  " * j + f"for (int i{j} = 0; i{j} < {d}; ++i{j})")
-    lines.append("  " * len(dims) + "{ " + body(offs) + " }")
-    return "\n".join(lines)
-
-
-def _block(*lines) -> str:
-    return "{\n" + "\n".join(lines) + "\n}"
 
 
 # --- elementwise --------------------------------------------------------------------------
@@ -93,7 +44,7 @@ def _binary(op):
         a, b = node.inputs
         y = node.out
         pa, pb, py = ctx.ptr(a), ctx.ptr(b), ctx.ptr(y)
-        sts = [_bcast_strides(a.shape, y.shape), _bcast_strides(b.shape, y.shape), _strides(y.shape)]
+        sts = [broadcast_strides(a.shape, y.shape), broadcast_strides(b.shape, y.shape), contiguous_strides(y.shape)]
         sym = _BINARY[op]
 
         def body(o):
@@ -101,7 +52,7 @@ def _binary(op):
                 return f"Y[{o[2]}] = A[{o[0]}] {sym} B[{o[1]}];"
             return f"Y[{o[2]}] = ({t})(({arith})A[{o[0]}] {sym} ({arith})B[{o[1]}]);"
 
-        return _block(f"const {t} *A = {pa}; const {t} *B = {pb}; {t} *Y = {py};", loop_nest(y.shape, sts, body))
+        return c_block(f"const {t} *A = {pa}; const {t} *B = {pb}; {t} *Y = {py};", loop_nest(y.shape, sts, body))
     return emit
 
 
@@ -115,8 +66,8 @@ def _unary(expr_fn):
         ins = [ctx.ptr(v) for v in node.inputs]
         n = node.out.type.numel
         decl = " ".join(f"const float *X{k} = {p};" for k, p in enumerate(ins))
-        return _block(decl + f" float *Y = {ctx.ptr(node.out)};",
-                      "ET_SIMD", f"for (int i = 0; i < {n}; ++i) {{ {expr_fn(node, ctx)} }}")
+        return c_block(decl + f" float *Y = {ctx.ptr(node.out)};",
+                       "ET_SIMD", f"for (int i = 0; i < {n}; ++i) {{ {expr_fn(node, ctx)} }}")
     return emit
 
 
@@ -170,13 +121,13 @@ def _reshape(node, ctx):
 def _reduce(x_shape, y_ptr, x_ptr, dims, scale_div=None) -> str:
     """y[kept] = sum over dims of x; kept dims outer, reduced dims inner (float accumulator)."""
     dims = set(dims)
-    st = _strides(x_shape)
+    st = contiguous_strides(x_shape)
     kept = [i for i in range(len(x_shape)) if i not in dims]
     red = [i for i in range(len(x_shape)) if i in dims]
     kshape = [x_shape[i] for i in kept]
-    kst = _strides(kshape)
-    rdims, (rst,) = _merge_dims([x_shape[i] for i in red], [[st[i] for i in red]])
-    kdims, (kx, ky) = _merge_dims(kshape, [[st[i] for i in kept], list(kst)])
+    kst = contiguous_strides(kshape)
+    rdims, (rst,) = merge_dims([x_shape[i] for i in red], [[st[i] for i in red]])
+    kdims, (kx, ky) = merge_dims(kshape, [[st[i] for i in kept], list(kst)])
     lines = [f"const float *X = {x_ptr}; float *Y = {y_ptr};"]
     for j, d in enumerate(kdims):
         lines.append(f"for (int k{j} = 0; k{j} < {d}; ++k{j})")
@@ -192,7 +143,7 @@ def _reduce(x_shape, y_ptr, x_ptr, dims, scale_div=None) -> str:
     div = f" / {scale_div}.0f" if scale_div else ""
     inner.append(f"Y[{yo}] = s{div};")
     lines.append("{ " + "\n".join(inner) + " }")
-    return _block(*lines)
+    return c_block(*lines)
 
 
 def _red_dims(rank, a):
@@ -229,19 +180,19 @@ def _sum_to(node, ctx):
 def _expand(node, ctx):
     x, y = node.inputs[0], node.out
     t = ctx.ctype(y)
-    sts = [_bcast_strides(x.shape, y.shape), _strides(y.shape)]
-    return _block(f"const {t} *X = {ctx.ptr(x)}; {t} *Y = {ctx.ptr(y)};",
-                  loop_nest(y.shape, sts, lambda o: f"Y[{o[1]}] = X[{o[0]}];"))
+    sts = [broadcast_strides(x.shape, y.shape), contiguous_strides(y.shape)]
+    return c_block(f"const {t} *X = {ctx.ptr(x)}; {t} *Y = {ctx.ptr(y)};",
+                   loop_nest(y.shape, sts, lambda o: f"Y[{o[1]}] = X[{o[0]}];"))
 
 
 @register("permute")
 def _permute(node, ctx):
     x, y = node.inputs[0], node.out
     t = ctx.ctype(y)
-    xs = _strides(x.shape)
-    sts = [tuple(xs[p] for p in node.attrs["perm"]), _strides(y.shape)]
-    return _block(f"const {t} *X = {ctx.ptr(x)}; {t} *Y = {ctx.ptr(y)};",
-                  loop_nest(y.shape, sts, lambda o: f"Y[{o[1]}] = X[{o[0]}];"))
+    xs = contiguous_strides(x.shape)
+    sts = [tuple(xs[p] for p in node.attrs["perm"]), contiguous_strides(y.shape)]
+    return c_block(f"const {t} *X = {ctx.ptr(x)}; {t} *Y = {ctx.ptr(y)};",
+                   loop_nest(y.shape, sts, lambda o: f"Y[{o[1]}] = X[{o[0]}];"))
 
 
 def _outer_inner(shape, dim):
@@ -282,11 +233,11 @@ def _conv2d(node, ctx):
     if _is_pointwise(w.shape, s, p, g):
         n, c, h, wd = x.shape
         o, P = w.shape[0], h * wd
-        return _block(f"for (int n = 0; n < {n}; ++n)",
-                      f"  et_gemm_wx({ctx.ptr(w)}, {ctx.ptr(x)} + n * {c * P}, {b}, {ctx.ptr(y)} + n * {o * P}, "
-                      f"{o}, {c}, {P}, {c}, 1);")
-    return _block(f"et_conv_fwd({ctx.ptr(x)}, {ctx.ptr(w)}, {b}, {ctx.ptr(y)}, "
-                  f"{_conv_args(x.shape, w.shape, y.shape, s, p, d, g)});")
+        return c_block(f"for (int n = 0; n < {n}; ++n)",
+                       f"  et_gemm_wx({ctx.ptr(w)}, {ctx.ptr(x)} + n * {c * P}, {b}, {ctx.ptr(y)} + n * {o * P}, "
+                       f"{o}, {c}, {P}, {c}, 1);")
+    return c_block(f"et_conv_fwd({ctx.ptr(x)}, {ctx.ptr(w)}, {b}, {ctx.ptr(y)}, "
+                   f"{_conv_args(x.shape, w.shape, y.shape, s, p, d, g)});")
 
 
 @register("conv2d_grad_input")
@@ -298,16 +249,16 @@ def _conv2d_grad_input(node, ctx):
     if _is_pointwise(w.shape, s, p, g):
         n, c, h, wd = gx.shape
         o, P = w.shape[0], h * wd
-        return _block(f"for (int n = 0; n < {n}; ++n)",
-                      f"  et_gemm_wx({ctx.ptr(w)}, {ctx.ptr(gy)} + n * {o * P}, (const float *)0, "
-                      f"{ctx.ptr(gx)} + n * {c * P}, {c}, {o}, {P}, 1, {c});")
+        return c_block(f"for (int n = 0; n < {n}; ++n)",
+                       f"  et_gemm_wx({ctx.ptr(w)}, {ctx.ptr(gy)} + n * {o * P}, (const float *)0, "
+                       f"{ctx.ptr(gx)} + n * {c * P}, {c}, {o}, {P}, 1, {c});")
     if s == (1, 1):
         n, c, h, wd = gx.shape
         o, _, kh, kw = w.shape
-        return _block(f"et_conv_grad_input_s1({ctx.ptr(gy)}, {ctx.ptr(w)}, {ctx.ptr(gx)}, {n}, {c}, {h}, {wd}, {o}, "
-                      f"{gy.shape[2]}, {gy.shape[3]}, {kh}, {kw}, {p[0]}, {p[1]}, {d[0]}, {d[1]}, {g});")
-    return _block(f"et_conv_grad_input({ctx.ptr(gy)}, {ctx.ptr(w)}, {ctx.ptr(gx)}, "
-                  f"{_conv_args(gx.shape, w.shape, gy.shape, s, p, d, g)});")
+        return c_block(f"et_conv_grad_input_s1({ctx.ptr(gy)}, {ctx.ptr(w)}, {ctx.ptr(gx)}, {n}, {c}, {h}, {wd}, {o}, "
+                       f"{gy.shape[2]}, {gy.shape[3]}, {kh}, {kw}, {p[0]}, {p[1]}, {d[0]}, {d[1]}, {g});")
+    return c_block(f"et_conv_grad_input({ctx.ptr(gy)}, {ctx.ptr(w)}, {ctx.ptr(gx)}, "
+                   f"{_conv_args(gx.shape, w.shape, gy.shape, s, p, d, g)});")
 
 
 @register("conv2d_grad_weight")
@@ -319,11 +270,11 @@ def _conv2d_grad_weight(node, ctx):
     if _is_pointwise(gw.shape, s, p, g):
         n, c, h, wd = x.shape
         o, P = gw.shape[0], h * wd
-        return _block(f"for (int n = 0; n < {n}; ++n)",
-                      f"  et_gemm_abt({ctx.ptr(gy)} + n * {o * P}, {ctx.ptr(x)} + n * {c * P}, {ctx.ptr(gw)}, "
-                      f"{o}, {c}, {P}, n > 0);")
-    return _block(f"et_conv_grad_weight({ctx.ptr(x)}, {ctx.ptr(gy)}, {ctx.ptr(gw)}, "
-                  f"{_conv_args(x.shape, gw.shape, gy.shape, s, p, d, g)});")
+        return c_block(f"for (int n = 0; n < {n}; ++n)",
+                       f"  et_gemm_abt({ctx.ptr(gy)} + n * {o * P}, {ctx.ptr(x)} + n * {c * P}, {ctx.ptr(gw)}, "
+                       f"{o}, {c}, {P}, n > 0);")
+    return c_block(f"et_conv_grad_weight({ctx.ptr(x)}, {ctx.ptr(gy)}, {ctx.ptr(gw)}, "
+                   f"{_conv_args(x.shape, gw.shape, gy.shape, s, p, d, g)});")
 
 
 # --- batch norm -----------------------------------------------------------------------------
@@ -338,8 +289,8 @@ def _batch_norm(node, ctx):
     w = ctx.ptr(node.inputs[3]) if len(node.inputs) > 3 else "(const float *)0"
     b = ctx.ptr(node.inputs[4]) if len(node.inputs) > 4 else "(const float *)0"
     n, c, hw = _nchw(x.shape)
-    return _block(f"et_bn_fwd({ctx.ptr(x)}, {ctx.ptr(mean)}, {ctx.ptr(var)}, {w}, {b}, {ctx.ptr(node.out)}, "
-                  f"{n}, {c}, {hw}, {ctx.c_float(node.attrs['eps'])});")
+    return c_block(f"et_bn_fwd({ctx.ptr(x)}, {ctx.ptr(mean)}, {ctx.ptr(var)}, {w}, {b}, {ctx.ptr(node.out)}, "
+                   f"{n}, {c}, {hw}, {ctx.c_float(node.attrs['eps'])});")
 
 
 @register("batch_norm_grad_input")
@@ -348,8 +299,8 @@ def _batch_norm_grad_input(node, ctx):
     g, var = node.inputs[:2]
     w = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "(const float *)0"
     n, c, hw = _nchw(g.shape)
-    return _block(f"et_bn_grad_input({ctx.ptr(g)}, {ctx.ptr(var)}, {w}, {ctx.ptr(node.out)}, {n}, {c}, {hw}, "
-                  f"{ctx.c_float(node.attrs['eps'])});")
+    return c_block(f"et_bn_grad_input({ctx.ptr(g)}, {ctx.ptr(var)}, {w}, {ctx.ptr(node.out)}, {n}, {c}, {hw}, "
+                   f"{ctx.c_float(node.attrs['eps'])});")
 
 
 @register("batch_norm_grad_weight")
@@ -357,8 +308,8 @@ def _batch_norm_grad_weight(node, ctx):
     _f32(node)
     g, x, mean, var = node.inputs
     n, c, hw = _nchw(g.shape)
-    return _block(f"et_bn_grad_weight({ctx.ptr(g)}, {ctx.ptr(x)}, {ctx.ptr(mean)}, {ctx.ptr(var)}, "
-                  f"{ctx.ptr(node.out)}, {n}, {c}, {hw}, {ctx.c_float(node.attrs['eps'])});")
+    return c_block(f"et_bn_grad_weight({ctx.ptr(g)}, {ctx.ptr(x)}, {ctx.ptr(mean)}, {ctx.ptr(var)}, "
+                   f"{ctx.ptr(node.out)}, {n}, {c}, {hw}, {ctx.c_float(node.attrs['eps'])});")
 
 
 # --- dense ----------------------------------------------------------------------------------
@@ -369,7 +320,7 @@ def _linear(node, ctx):
     b = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "(const float *)0"
     o, k = w.shape
     n = x.type.numel // k
-    return _block(f"et_linear({ctx.ptr(x)}, {ctx.ptr(w)}, {b}, {ctx.ptr(node.out)}, {n}, {k}, {o});")
+    return c_block(f"et_linear({ctx.ptr(x)}, {ctx.ptr(w)}, {b}, {ctx.ptr(node.out)}, {n}, {k}, {o});")
 
 
 @register("linear_grad_weight")
@@ -378,7 +329,7 @@ def _linear_grad_weight(node, ctx):
     x, gy = node.inputs
     k, o = x.shape[-1], gy.shape[-1]
     n = x.type.numel // k
-    return _block(f"et_linear_grad_weight({ctx.ptr(x)}, {ctx.ptr(gy)}, {ctx.ptr(node.out)}, {n}, {k}, {o});")
+    return c_block(f"et_linear_grad_weight({ctx.ptr(x)}, {ctx.ptr(gy)}, {ctx.ptr(node.out)}, {n}, {k}, {o});")
 
 
 @register("matmul")
@@ -392,16 +343,16 @@ def _matmul(node, ctx):
     nb = prod(by)
     if (ba == by or not ba) and (bb == by or not bb):  # each operand batched alike or shared
         sa, sb = (m * k if ba else 0), (k * n if bb else 0)
-        return _block(f"for (int i = 0; i < {nb}; ++i)",
-                      f"  et_matmul({ctx.ptr(a)} + i * {sa}, {ctx.ptr(b)} + i * {sb}, {ctx.ptr(y)} + i * {m * n}, "
-                      f"{m}, {k}, {n});")
+        return c_block(f"for (int i = 0; i < {nb}; ++i)",
+                       f"  et_matmul({ctx.ptr(a)} + i * {sa}, {ctx.ptr(b)} + i * {sb}, {ctx.ptr(y)} + i * {m * n}, "
+                       f"{m}, {k}, {n});")
     # broadcast batch dims: each output matrix's operand offsets, from numpy's broadcasting rule
     offs = [np.broadcast_to(np.arange(prod(bx)).reshape((1,) * (len(by) - len(bx)) + tuple(bx)), by).ravel() * size
             for bx, size in ((ba, m * k), (bb, k * n))]
     tables = [f"static const int32_t {nm}[{nb}] = {{{', '.join(map(str, o))}}};" for nm, o in zip(("AO", "BO"), offs)]
-    return _block(*tables, f"for (int i = 0; i < {nb}; ++i)",
-                  f"  et_matmul({ctx.ptr(a)} + AO[i], {ctx.ptr(b)} + BO[i], {ctx.ptr(y)} + i * {m * n}, "
-                  f"{m}, {k}, {n});")
+    return c_block(*tables, f"for (int i = 0; i < {nb}; ++i)",
+                   f"  et_matmul({ctx.ptr(a)} + AO[i], {ctx.ptr(b)} + BO[i], {ctx.ptr(y)} + i * {m * n}, "
+                   f"{m}, {k}, {n});")
 
 
 # --- losses ---------------------------------------------------------------------------------
@@ -441,9 +392,9 @@ def _mse_grad(node, ctx):
     _f32(node)
     g, a, b = node.inputs
     n = a.type.numel
-    return _block(f"const float *A = {ctx.ptr(a)}, *B = {ctx.ptr(b)}; float *Y = {ctx.ptr(node.out)};",
-                  f"const float k = 2.0f * *{ctx.ptr(g)} / {n}.0f;",
-                  f"for (int i = 0; i < {n}; ++i) Y[i] = (A[i] - B[i]) * k;")
+    return c_block(f"const float *A = {ctx.ptr(a)}, *B = {ctx.ptr(b)}; float *Y = {ctx.ptr(node.out)};",
+                   f"const float k = 2.0f * *{ctx.ptr(g)} / {n}.0f;",
+                   f"for (int i = 0; i < {n}; ++i) Y[i] = (A[i] - B[i]) * k;")
 
 
 # --- optimizer ------------------------------------------------------------------------------
@@ -465,16 +416,16 @@ def _sgd_update(node, ctx):
     decl = f"const float *G = {ctx.ptr(g)};" + (f" float *M = {ctx.ptr(mom)};" if mom is not None else "")
     if a.get("index") is None or (st is not None and st.kind == "split"):
         wp = st.sram if st is not None else ctx.ptr(w)
-        return _block(decl + f" float *W = (float *){wp};",
-                      f"for (int i = 0; i < {n}; ++i) {{ const int j = i; {' '.join(body)} }}")
+        return c_block(decl + f" float *W = (float *){wp};",
+                       f"for (int i = 0; i < {n}; ++i) {{ const int j = i; {' '.join(body)} }}")
     # a channel subset of a weight kept whole (not split): indexed update
     outer, d, inner = _outer_inner(w.shape, a["dim"])
     idx = tuple(a["index"])
-    return _block(_index_array("IDX", idx), decl + f" float *W = {ctx.ptr(w)};",
-                  f"for (int o = 0; o < {outer}; ++o) for (int k = 0; k < {len(idx)}; ++k)"
-                  f" for (int t = 0; t < {inner}; ++t) {{",
-                  f"  const int i = (o * {len(idx)} + k) * {inner} + t, j = (o * {d} + IDX[k]) * {inner} + t;",
-                  "  " + " ".join(body) + " }")
+    return c_block(_index_array("IDX", idx), decl + f" float *W = {ctx.ptr(w)};",
+                   f"for (int o = 0; o < {outer}; ++o) for (int k = 0; k < {len(idx)}; ++k)"
+                   f" for (int t = 0; t < {inner}; ++t) {{",
+                   f"  const int i = (o * {len(idx)} + k) * {inner} + t, j = (o * {d} + IDX[k]) * {inner} + t;",
+                   "  " + " ".join(body) + " }")
 
 
 # --- fused batch-norm backward (ops/bnfused.py, passes/fuse_batchnorm_backward.py) ------------
@@ -500,6 +451,6 @@ def _batch_norm_backward_fused(node, ctx):
     gw = ctx.ptr(outs.pop(0)) if a["grad_weight"] else null
     gb = ctx.ptr(outs.pop(0)) if a["grad_bias"] else null
     n, c, hw = _nchw(o.g.shape)
-    return _block(f"et_bn_backward_fused({ctx.ptr(o.g)}, {xc}, {kind}, {lo}, {hi}, {x}, {mean}, "
-                  f"{ctx.ptr(o.var)}, {w}, {gw}, {gb}, {ctx.ptr(node.outputs[0])}, {n}, {c}, {hw}, "
-                  f"{ctx.c_float(a['eps'])});")
+    return c_block(f"et_bn_backward_fused({ctx.ptr(o.g)}, {xc}, {kind}, {lo}, {hi}, {x}, {mean}, "
+                   f"{ctx.ptr(o.var)}, {w}, {gw}, {gb}, {ctx.ptr(node.outputs[0])}, {n}, {c}, {hw}, "
+                   f"{ctx.c_float(a['eps'])});")

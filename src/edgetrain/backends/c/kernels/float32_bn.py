@@ -6,7 +6,8 @@ from math import prod
 
 from ....ir import Node
 from ..layout import CBackendError
-from . import EmitContext, register
+from .context import EmitContext
+from .registry import register
 
 _NULL = "(const float *)0"
 

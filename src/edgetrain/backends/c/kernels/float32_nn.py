@@ -12,7 +12,8 @@ import numpy as np
 from ....ir import Node
 from ..layout import C_TYPES, CBackendError
 from ....ops.pool import fixed_avg_divisor
-from . import EmitContext, register
+from .context import EmitContext
+from .registry import register
 
 FLOATS = ("float32", "float64")
 INDEX = ("int32", "int64")

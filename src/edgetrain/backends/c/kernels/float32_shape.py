@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ....ir import Node
 from ..layout import CBackendError
-from . import EmitContext, register
+from .context import EmitContext
+from .registry import register
 
 FLOATS = ("float32", "float64")
 INDEX = ("int32", "int64")

@@ -22,7 +22,7 @@ from ....ops.qoptim import row_scales
 from ....ops.qstream import row_plan
 from ....ops.reduce import reduced_dims
 from ..layout import CBackendError
-from . import register
+from .registry import register
 
 #: C element type names used in casts
 I8, I32, F32, U8 = "int8_t", "int32_t", "float", "uint8_t"

@@ -10,8 +10,9 @@ from math import prod
 from ....ir import Node
 from ....ops.base import norm_dim
 from ..layout import C_TYPES, CBackendError
-from . import EmitContext, register
-from .float32 import _bcast_strides, _block, _strides, loop_nest
+from .cloops import broadcast_strides, c_block, contiguous_strides, loop_nest
+from .context import EmitContext
+from .registry import register
 
 #: C operators of compare's attr `cmp` (IEEE semantics: NaN compares unequal to everything, as numpy)
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -31,9 +32,9 @@ def _compare(node: Node, ctx: EmitContext) -> str:
     if a.dtype != b.dtype or y.dtype != "bool":
         raise CBackendError(f"C kernel for compare: operands {a}, {b} must have one dtype and give bool, got {y}")
     t, sym = _ctype(node, a), _COMPARE[node.attrs["cmp"]]
-    sts = [_bcast_strides(a.shape, y.shape), _bcast_strides(b.shape, y.shape), _strides(y.shape)]
-    return _block(f"const {t} *A = {ctx.ptr(a)}; const {t} *B = {ctx.ptr(b)}; uint8_t *Y = {ctx.ptr(y)};",
-                  loop_nest(y.shape, sts, lambda o: f"Y[{o[2]}] = (uint8_t)(A[{o[0]}] {sym} B[{o[1]}]);"))
+    sts = [broadcast_strides(a.shape, y.shape), broadcast_strides(b.shape, y.shape), contiguous_strides(y.shape)]
+    return c_block(f"const {t} *A = {ctx.ptr(a)}; const {t} *B = {ctx.ptr(b)}; uint8_t *Y = {ctx.ptr(y)};",
+                   loop_nest(y.shape, sts, lambda o: f"Y[{o[2]}] = (uint8_t)(A[{o[0]}] {sym} B[{o[1]}]);"))
 
 
 @register("argmax")
@@ -50,12 +51,13 @@ def _argmax(node: Node, ctx: EmitContext) -> str:
     else:
         dim = norm_dim(dim, len(x.shape))
         outer, d, inner = prod(x.shape[:dim]), x.shape[dim], prod(x.shape[dim + 1:])
-    return _block(f"const {t} *X = {ctx.ptr(x)}; int64_t *Y = {ctx.ptr(y)};",
-                  f"for (long o = 0; o < {outer}; ++o) for (long j = 0; j < {inner}; ++j) {{",
-                  f"  const {t} *x = X + o * {d * inner} + j; {t} m = x[0]; int64_t best = 0;",
-                  f"  for (long k = 1; k < {d}; ++k) {{",
-                  f"    const {t} v = x[k * {inner}];",
-                  f"    if ({'v > m || (v != v && m == m)' if x.dtype in _FLOATS else 'v > m'}) {{ m = v; best = k; }}",
-                  "  }",
-                  f"  Y[o * {inner} + j] = best;",
-                  "}")
+    return c_block(f"const {t} *X = {ctx.ptr(x)}; int64_t *Y = {ctx.ptr(y)};",
+                   f"for (long o = 0; o < {outer}; ++o) for (long j = 0; j < {inner}; ++j) {{",
+                   f"  const {t} *x = X + o * {d * inner} + j; {t} m = x[0]; int64_t best = 0;",
+                   f"  for (long k = 1; k < {d}; ++k) {{",
+                   f"    const {t} v = x[k * {inner}];",
+                   f"    if ({'v > m || (v != v && m == m)' if x.dtype in _FLOATS else 'v > m'}) "
+                   "{ m = v; best = k; }",
+                   "  }",
+                   f"  Y[o * {inner} + j] = best;",
+                   "}")

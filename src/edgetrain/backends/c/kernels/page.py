@@ -4,7 +4,7 @@ the storage API of runtime/et_page.h (`et_page_write(offset, src, n)`,
 storage behind that API (a file on the host)."""
 from __future__ import annotations
 
-from . import register
+from .registry import register
 
 
 @register("page_out")
