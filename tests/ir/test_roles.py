@@ -134,3 +134,11 @@ def test_verifier_rejects_inconsistent_optimizer_state():
     outsider = new_value(F, "w")
     with pytest.raises(VerificationError, match="which is not a parameter input"):
         verify(_with_roles(g, g.roles, owners=[(m, outsider)]))
+
+
+def test_verifier_rejects_an_input_without_a_role():
+    """Graph's constructor refuses it; a graph altered behind its back is caught by the verifier."""
+    g = update_graph(momentum=False)
+    object.__setattr__(g, "roles", g.roles[:-1])
+    with pytest.raises(VerificationError, match="4 graph inputs need one ir.Role each"):
+        verify(g)
