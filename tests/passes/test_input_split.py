@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgetrain.backends.reference import run_graph
-from edgetrain.ir import Graph, TensorType, new_value
+from edgetrain.ir import Graph, Role, TensorType, new_value
 from edgetrain.ops import Emitter, verify
 from edgetrain.passes.input_split import INT8_SUFFIX, split_input_transform
 
@@ -31,7 +31,7 @@ def graph(quantizations=1, float_read_later=False, quantize=True):
         y = e.emit("add", y, o)
     if float_read_later:
         y = e.emit("add", y, x)
-    return Graph((x, w), tuple(e.nodes), (y,), ("output",))
+    return Graph((x, w), tuple(e.nodes), (y,), ("output",), (Role.DATA, Role.PARAMETER))
 
 
 def _feeds(rng):
@@ -47,6 +47,7 @@ def test_the_quantizing_prefix_is_split_off():
     assert [v.name for v in t.inputs] == ["x"] and t.output_names == ("x" + INT8_SUFFIX,)
     assert [v.name for v in rest.inputs] == ["x:int8", "w"]
     assert rest.input("x:int8").type == TensorType(F32.shape, "int8")
+    assert t.roles == (Role.DATA,) and rest.roles == (Role.DATA, Role.PARAMETER), "the int8 samples are data"
     assert [n.op for n in rest.nodes] == ["dequantize", "add"]
     feeds = _feeds(rng)
     q = run_graph(t, {"x": feeds["x"]})[0]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from edgetrain.backends.reference import run_graph
-from edgetrain.ir import Graph, TensorType, new_value
+from edgetrain.ir import Graph, Role, TensorType, new_value
 from edgetrain.ops import Emitter, verify
 from edgetrain.passes.loss import LABEL, attach_loss
 
@@ -33,6 +33,7 @@ def test_cross_entropy():
     assert lg.inputs[:3] == g.inputs and lg.nodes[:len(g.nodes)] == g.nodes  # the model itself is unchanged
     label = lg.input(LABEL)
     assert label.type == TensorType((2,), "int64")
+    assert lg.the_input(Role.LABEL) is label and lg.roles[:3] == g.roles
     assert lg.output_names == ("loss",) and lg.outputs[0].shape == ()
     y = np.array([1, 3])
     loss = run_graph(lg, {**feeds, LABEL: y})[0]["loss"]
