@@ -1,28 +1,17 @@
-"""compile(): the pass list, from an nn.Module to a training Program."""
+"""compile(): check the arguments, run the pipeline (pipeline.py), build the Program."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable, Optional, Union
 
 import torch
 
-from .autodiff import build_backward
+from . import pipeline
 from .config import SGD, Budget
-from .frontend import capture
-from .ir import Graph
-from .memory import plan_memory, trained_channel_bytes
-from .ops import verify
-from .passes import apply_updates_early, attach_loss, eliminate_dead_code, insert_updates
-from .passes.batchnorm import batchnorm_momenta, insert_stat_updates, use_batch_statistics
-from .passes.fuse import fuse_pointwise_depthwise, fuse_weight_grad_update
-from .passes.fuse_batchnorm_backward import fuse_batchnorm_backward
-from .passes.input_split import split_input_transform
-from .passes.loss import LABEL, LOSSES
-from .passes.reorder import reorder_for_memory
-from .passes.stream import stream_frozen_chains
-from .passes.updates import STEP, momentum_name
+from .passes.loss import LOSSES
+from .pipeline import BudgetError, Options
 from .program import Program
-from .quantize import SPEC_ATTR, dequantized_state, qas_scales, quantize_int8
-from .sparse import Full, UpdateScheme, find_layers, resolve_scheme
+from .sparse import Full, UpdateScheme
 from .sparse.auto import SEARCHES, CostCache, search_scheme
 from .sparse.contribution import ContributionError, as_table
 from .sparse.search import InfeasibleBudget
@@ -32,10 +21,6 @@ QUANTIZE = (None, "int8")
 #: batch norm in the training step: "eval" on running statistics (the on-device default, as
 #: fine-tuning at batch 1 needs), "train" on batch statistics with torch's running updates
 BATCHNORM = ("eval", "train")
-
-
-class BudgetError(ValueError):
-    """The program does not fit the memory budget."""
 
 
 def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_entropy",
@@ -65,79 +50,25 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     does."""
     _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend, contributions, search,
                 batchnorm)
+    options = Options(loss=loss, update=update, quantize=quantize, optimizer=optimizer, batchnorm=batchnorm,
+                      budget=budget, calibration=calibration)
     if isinstance(update, str):
-        return _compile_auto(model, tuple(example_inputs), loss, quantize, optimizer, budget, backend, calibration,
-                             contributions, search, batchnorm)
-    stages: dict[str, Graph] = {}
+        return _compile_auto(model, tuple(example_inputs), options, backend, contributions, search)
+    return _on_backend(_program(model, pipeline.front(model, tuple(example_inputs), options), options), backend)
 
-    def stage(name: str, g: Graph) -> Graph:
-        stages[name] = verify(g)
-        return g
 
-    cap = capture(model, tuple(example_inputs))
-    forward = stage("captured", cap.graph)
-    params, state = dict(cap.params), {**cap.params, **cap.buffers}
-    grad_scales, export, transform = None, None, None
-    data_inputs = tuple(cap.inputs)
-    if quantize == "int8":
-        q = quantize_int8(forward, state, getattr(model, SPEC_ATTR, {}),
-                          calibration if calibration is not None else [tuple(example_inputs)])
-        stage("folded", q.folded)
-        layer_graph, layer_arrays = q.folded, q.folded_arrays
-        forward = q.graph
-        split = split_input_transform(forward, cap.inputs)
-        if split is not None:  # the device reads int8 samples: the float image never sits in RAM
-            transform, forward = split.transform, split.rest
-            data_inputs = tuple(split.transform.output_names)
-        forward = stage("quantized", forward)
-        params = {k: v for k, v in q.folded_arrays.items() if k in q.arrays and k not in cap.buffers}
-        state = dict(q.arrays)
-        grad_scales = qas_scales(q.layers, optimizer.qas)
-        base = {**cap.params, **cap.buffers}
-
-        def export(st, q=q, base=base):
-            return dequantized_state(base, st, q.layers, q.folds)
-    else:
-        layer_graph, layer_arrays = forward, params
-    layers = find_layers(layer_graph, set(params))
-    trainable = resolve_scheme(update, layers, {k: layer_arrays[k] for k in params}, set(cap.frozen_params))
-    train_forward, batch_stats = forward, ()
-    if batchnorm == "train":
-        train_forward, batch_stats = use_batch_statistics(forward, batchnorm_momenta(model))
-        train_forward = stage("batch_statistics", train_forward)
-    with_loss = stage("with_loss", attach_loss(train_forward, loss))
-    joint = stage("backward", build_backward(with_loss, "loss", trainable))
-    grads = stage("pruned", eliminate_dead_code(joint))
-    grads = stage("fused_bn_backward", fuse_batchnorm_backward(grads))  # in the gradients and the step alike
-    updated = stage("updates", insert_updates(grads, trainable, optimizer.lr, optimizer.momentum,
-                                              optimizer.weight_decay, grad_scales, optimizer.seed))
-    if batch_stats:
-        updated = stage("batch_stat_updates", insert_stat_updates(updated, batch_stats))
-    ram_inputs = set(data_inputs) | {LABEL, STEP}
-    early = apply_updates_early(updated)
-    if quantize == "int8":  # frozen expansion convs stream into their depthwise conv, channel by channel;
-        early = fuse_pointwise_depthwise(early)  # frozen chains at the forward peak run row by row
-        early = stream_frozen_chains(early, data_inputs)
-        early = fuse_weight_grad_update(early)  # weight gradients applied one channel at a time
-    train = stage("reordered", reorder_for_memory(early, ram_inputs))
-
-    state_names = list(trainable) + ([momentum_name(p) for p in trainable] if optimizer.momentum else [])
-    state_names += [n for s in batch_stats for n in (s.running_mean, s.running_var, s.tracked) if n is not None]
-    memory = plan_memory(train, ram_inputs, state_names, trained_channel_bytes(trainable, state))
-    if budget is not None and budget.sram is not None and memory.peak_bytes > budget.sram:
-        raise BudgetError(f"the program needs {memory.peak_bytes:,} B of SRAM at its peak "
-                          f"({memory.summary()}), over the budget of {budget.sram:,} B; "
-                          f"the smallest budget that fits this update scheme is {memory.peak_bytes:,} B")
-    if budget is not None and budget.flash is not None and memory.frozen_bytes > budget.flash:
-        raise BudgetError(f"read-only weights need {memory.frozen_bytes:,} B of flash, over the budget "
-                          f"of {budget.flash:,} B")
-    prog = Program(inputs=cap.inputs, graph_inputs=data_inputs, input_transform=transform, state=state,
-                   stages=stages, forward=forward, grad_graph=grads, train_graph=train, trainable=trainable,
-                   layers=tuple(layers), memory=memory, loss=loss,
-                   optimizer=optimizer, state_aliases=_state_aliases(model, set(cap.params) | set(cap.buffers)),
-                   export=export, quantize=quantize, scheme=update, op_sources=_op_sources(cap),
-                   source_lines=cap.source)
-    return _on_backend(prog, backend)
+def _program(model: torch.nn.Module, front: pipeline.Build, options: Options) -> Program:
+    """The Program of `options.update` from the pipeline's front: the train phase, the plan."""
+    b = pipeline.train(front, options)
+    memory = pipeline.plan(b, options)
+    cap = b.cap
+    return Program(inputs=cap.inputs, graph_inputs=b.data_inputs, input_transform=b.transform, state=b.state,
+                   stages=b.stages, forward=b.forward, grad_graph=b.grads, train_graph=b.graph,
+                   trainable=b.trainable, layers=b.layers, memory=memory, loss=options.loss,
+                   optimizer=options.optimizer,
+                   state_aliases=_state_aliases(model, set(cap.params) | set(cap.buffers)),
+                   export=pipeline.export_of(b), quantize=options.quantize, scheme=options.update,
+                   op_sources=_op_sources(cap), source_lines=cap.source)
 
 
 def _op_sources(cap) -> dict[str, tuple[str, ...]]:
@@ -161,24 +92,25 @@ def _on_backend(prog: Program, backend: str) -> Program:
     return prog
 
 
-def _compile_auto(model, example_inputs, loss, quantize, optimizer, budget, backend, calibration, contributions,
-                  search, batchnorm="eval") -> Program:
+def _compile_auto(model, example_inputs: tuple, options: Options, backend, contributions, search) -> Program:
+    """update="auto": the search (sparse/auto.py) compiles each candidate scheme from one front."""
     table = as_table(contributions)
-    if table.meta.get("quantize", quantize) != quantize:
+    if table.meta.get("quantize", options.quantize) != options.quantize:
         raise ContributionError(f"the contribution table was measured for quantize={table.meta['quantize']!r} "
-                                f"(its channel choice), not {quantize!r}")
+                                f"(its channel choice), not {options.quantize!r}")
+    front = pipeline.front(model, example_inputs, options)
 
     def compile_scheme(scheme):
-        return compile(model, example_inputs, loss, scheme, quantize, optimizer, None, "reference", calibration,
-                       batchnorm=batchnorm)
+        return _program(model, front, replace(options, update=scheme, budget=None))
 
+    budget = options.budget
     try:
-        prog, info = search_scheme(table, budget.sram, CostCache(compile_scheme), search, seed=optimizer.seed)
+        prog, info = search_scheme(table, budget.sram, CostCache(compile_scheme), search,
+                                   seed=options.optimizer.seed)
     except InfeasibleBudget as err:
         raise BudgetError(f"update='auto': {err}") from err
-    if budget.flash is not None and prog.memory.frozen_bytes > budget.flash:
-        raise BudgetError(f"read-only weights need {prog.memory.frozen_bytes:,} B of flash, over the budget "
-                          f"of {budget.flash:,} B")
+    if budget.flash is not None:
+        pipeline.check_flash(prog.memory, budget)
     return _on_backend(prog.replace(search=info), backend)
 
 

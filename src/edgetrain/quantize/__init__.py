@@ -41,6 +41,15 @@ def quantize_int8(g: Graph, arrays: Mapping[str, np.ndarray], specs: Mapping[str
     calibration ranges over `calibration` batches, or the ranges `ranges` gives), and build
     the int8 graph (weights on the scales `weight_scales` names, else on their own range)."""
     folded, farrays, folds = fold_batchnorm(g, arrays)
+    return quantize_folded(folded, farrays, folds, specs, calibration, ranges, weight_scales)
+
+
+def quantize_folded(folded: Graph, farrays: Mapping[str, np.ndarray], folds: Sequence[FoldedNorm],
+                    specs: Mapping[str, LayerSpec], calibration: Iterable[Sequence[np.ndarray]],
+                    ranges: Optional[Ranges] = None,
+                    weight_scales: Optional[Mapping[str, np.ndarray]] = None) -> Quantized:
+    """`quantize_int8` of a graph whose batch norms `fold_batchnorm` folded already (`folds`):
+    the pipeline stages the folded graph before it quantizes it."""
     plan = plan_quantization(folded, set(farrays))
     batches = list(calibration) if ranges is None else []
     seen: dict[Value, tuple[float, float]] = {}
@@ -70,4 +79,4 @@ def qas_scales(layers: Mapping[str, QuantLayer], enabled: bool) -> dict[str, tup
 
 
 __all__ = ["CalibrationError", "LayerSpec", "QParams", "QuantLayer", "QuantizeError", "Quantized", "SPEC_ATTR",
-           "dequantized_state", "qas_scales", "quantize_bias", "quantize_int8", "quantize_weight"]
+           "dequantized_state", "qas_scales", "quantize_bias", "quantize_folded", "quantize_int8", "quantize_weight"]

@@ -16,8 +16,6 @@ import numpy as np
 import torch
 
 from ..autodiff import ChannelSelect
-from ..frontend import capture
-from ..passes.fold import fold_batchnorm
 from .layers import Layer, find_layers
 from .schemes import SchemeError, UpdateScheme, resolve_scheme
 
@@ -48,15 +46,16 @@ class SchemeLayers:
 
 def scheme_layers(model: torch.nn.Module, example_inputs: tuple, quantize: Optional[str] = "int8") -> SchemeLayers:
     """Capture `model` and return what compile(model, example_inputs, quantize=...) resolves
-    update schemes on."""
+    update schemes on: the pipeline's front steps up to that graph (pipeline.LAYER_STEPS),
+    without calibrating or quantizing."""
     if quantize not in QUANTIZE:
         raise SchemeError(f"quantize={quantize!r}: use None (float32) or 'int8'")
-    cap = capture(model, tuple(example_inputs))
-    params = dict(cap.params)
+    from .. import pipeline  # the pipeline sits above sparse/ (it resolves schemes): imported when called
+
+    b = pipeline.layer_front(model, tuple(example_inputs), pipeline.Options(quantize=quantize))
+    params = dict(b.params)
     if quantize == "int8":
-        graph, arrays, folds = fold_batchnorm(cap.graph, {**cap.params, **cap.buffers})
-        used = {v.name for v in graph.inputs}
-        params = {k: v for k, v in arrays.items() if k in used and k not in cap.buffers}
-    else:
-        graph, folds = cap.graph, []
-    return SchemeLayers(tuple(find_layers(graph, set(params))), params, frozenset(cap.frozen_params), bool(folds))
+        used = {v.name for v in b.layer_graph.inputs}
+        params = {k: v for k, v in b.layer_arrays.items() if k in used and k not in b.cap.buffers}
+    return SchemeLayers(tuple(find_layers(b.layer_graph, set(params))), params, frozenset(b.cap.frozen_params),
+                        bool(b.folds))

@@ -1,0 +1,271 @@
+"""The compiler as one declared list of named steps (`STEPS`), run phase by phase.
+
+A step is one pass. It takes the compilation so far (`Build`, frozen) and the compile
+options (`Options`, frozen: a step reads nothing else) and returns the next Build; the
+runner verifies the Build's `graph` (ops.verify) and keeps it under the step's name, so
+`prog.stages` lists every step that ran, in order, and each prints as text. A step runs
+when its condition on the options holds (`when`: int8 only, batchnorm="train" only); it is
+absent from `prog.stages` otherwise.
+
+Phases, in order:
+- "front": capture and quantization, and the layers an update scheme names (`front`). It
+  does not read the update scheme, so update="auto"'s search compiles every candidate
+  scheme from one front (api.py), and sparse/scheme_layers.py runs its first steps.
+- "train": the loss, the backward over the scheme's trained selection, the updates, the
+  fusions and the memory-minimising node order (`train`).
+- then `plan`: the memory plan of the train graph and the budget check (no graph changes).
+
+To add a pass: write it in passes/ (Graph -> Graph), add a `Step` at its place in `STEPS`
+with a past-participle name and its condition; `tests/core/test_pipeline.py` checks that
+compile stages exactly the declared steps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+from .autodiff import build_backward
+from .config import SGD, Budget
+from .frontend import capture
+from .frontend.capture import Captured
+from .ir import Graph, ram_inputs, written_state
+from .memory import MemoryReport, plan_memory, trained_channel_bytes
+from .ops import verify
+from .passes import apply_updates_early, attach_loss, eliminate_dead_code, insert_updates
+from .passes.batchnorm import batchnorm_momenta, insert_stat_updates, use_batch_statistics
+from .passes.fold import fold_batchnorm
+from .passes.fuse import fuse_pointwise_depthwise, fuse_weight_grad_update
+from .passes.fuse_batchnorm_backward import fuse_batchnorm_backward
+from .passes.input_split import split_input_transform
+from .passes.reorder import reorder_for_memory
+from .passes.stream import stream_frozen_chains
+from .quantize import SPEC_ATTR, Quantized, dequantized_state, qas_scales, quantize_folded
+from .sparse import Full, find_layers, resolve_scheme
+
+
+class BudgetError(ValueError):
+    """The program does not fit the memory budget."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """compile()'s options as the steps read them (api.compile checks them first)."""
+
+    loss: str = "cross_entropy"
+    update: Any = Full()  # a resolved UpdateScheme (update="auto" compiles each candidate)
+    quantize: Optional[str] = None  # None (float32) or "int8"
+    optimizer: SGD = SGD(lr=0.01)
+    batchnorm: str = "eval"  # "eval" (running statistics) or "train" (batch statistics)
+    budget: Optional[Budget] = None  # checked by `plan`
+    calibration: Optional[Iterable] = None  # int8 calibration batches; None: the example inputs
+
+
+@dataclass(frozen=True)
+class Build:
+    """The compilation so far: the graph the last step made and what the steps found."""
+
+    model: Any  # the nn.Module
+    example_inputs: tuple
+    graph: Optional[Graph] = None  # the last step's graph
+    stages: Mapping[str, Graph] = field(default_factory=dict)  # every step's graph, in order
+    cap: Optional[Captured] = None
+    params: Mapping = field(default_factory=dict)  # the parameters an update scheme may train
+    state: Mapping = field(default_factory=dict)  # the program's weights and buffers
+    layer_graph: Optional[Graph] = None  # the graph update schemes are resolved on (int8: folded)
+    layer_arrays: Mapping = field(default_factory=dict)  # its arrays (int8: folded weights)
+    folds: tuple = ()  # the batch norms folded into convolutions (int8)
+    quantized: Optional[Quantized] = None
+    data_inputs: tuple = ()  # the graphs' data inputs (int8: the samples the input transform makes)
+    transform: Optional[Graph] = None  # int8: float samples -> int8 samples, run as each is read in
+    forward: Optional[Graph] = None  # the forward graph `predict` runs (the front's last graph)
+    layers: tuple = ()  # sparse.Layer of layer_graph, in forward order
+    trainable: Mapping = field(default_factory=dict)  # parameter -> None (all of it) or ChannelSelect
+    batch_stats: tuple = ()  # batchnorm="train": each batch norm's statistics
+    grads: Optional[Graph] = None  # the pruned backward: the program's gradient graph
+
+    @property
+    def ram_inputs(self) -> frozenset[str]:
+        """The graph's inputs held in RAM (data, label, step), read from their roles."""
+        return ram_inputs(self.graph)
+
+    def state_names(self) -> list[str]:
+        """The state the training step writes (trained parameters, momenta, running statistics),
+        read from the graph's roles."""
+        return written_state(self.graph, self.trainable)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pass: `run(build, options) -> build`, staged under `name` when `when(options)`."""
+
+    name: str
+    phase: str
+    run: Callable[[Build, Options], Build]
+    when: Callable[[Options], bool] = lambda o: True
+
+
+def _int8(o: Options) -> bool:
+    return o.quantize == "int8"
+
+
+def _batch_train(o: Options) -> bool:
+    return o.batchnorm == "train"
+
+
+# --- front --------------------------------------------------------------------------------
+def _capture(b: Build, o: Options) -> Build:
+    cap = capture(b.model, tuple(b.example_inputs))
+    params = dict(cap.params)
+    return replace(b, graph=cap.graph, cap=cap, params=params, state={**cap.params, **cap.buffers},
+                   layer_graph=cap.graph, layer_arrays=params, data_inputs=tuple(cap.inputs))
+
+
+def _fold(b: Build, o: Options) -> Build:
+    folded, arrays, folds = fold_batchnorm(b.graph, b.state)
+    return replace(b, graph=folded, layer_graph=folded, layer_arrays=arrays, folds=tuple(folds))
+
+
+def _convert(b: Build, o: Options) -> Build:
+    calibration = o.calibration if o.calibration is not None else [tuple(b.example_inputs)]
+    q = quantize_folded(b.graph, b.layer_arrays, b.folds, getattr(b.model, SPEC_ATTR, {}), calibration)
+    params = {k: v for k, v in q.folded_arrays.items() if k in q.arrays and k not in b.cap.buffers}
+    return replace(b, graph=q.graph, quantized=q, params=params, state=dict(q.arrays))
+
+
+def _split_input(b: Build, o: Options) -> Build:
+    split = split_input_transform(b.graph, b.cap.inputs)
+    if split is None:
+        return b
+    # the device reads int8 samples: the float image never sits in RAM
+    return replace(b, graph=split.rest, transform=split.transform, data_inputs=tuple(split.transform.output_names))
+
+
+# --- train --------------------------------------------------------------------------------
+def _batch_statistics(b: Build, o: Options) -> Build:
+    g, stats = use_batch_statistics(b.graph, batchnorm_momenta(b.model))
+    return replace(b, graph=g, batch_stats=tuple(stats))
+
+
+def _backward(b: Build, o: Options) -> Build:
+    return replace(b, graph=build_backward(b.graph, "loss", b.trainable))
+
+
+def _prune(b: Build, o: Options) -> Build:
+    g = eliminate_dead_code(b.graph)
+    return replace(b, graph=g, grads=g)
+
+
+def _fuse_bn_backward(b: Build, o: Options) -> Build:
+    g = fuse_batchnorm_backward(b.graph)  # in the gradient graph and the training step alike
+    return replace(b, graph=g, grads=g)
+
+
+def _updates(b: Build, o: Options) -> Build:
+    opt = o.optimizer
+    scales = qas_scales(b.quantized.layers, opt.qas) if b.quantized is not None else None
+    return replace(b, graph=insert_updates(b.graph, b.trainable, opt.lr, opt.momentum, opt.weight_decay, scales,
+                                           opt.seed))
+
+
+def _graph_pass(f: Callable[[Graph], Graph]) -> Callable[[Build, Options], Build]:
+    return lambda b, o: replace(b, graph=f(b.graph))
+
+
+STEPS: tuple[Step, ...] = (
+    Step("captured", "front", _capture),
+    Step("folded", "front", _fold, _int8),  # batch norm folded into the convolution before it
+    Step("converted", "front", _convert, _int8),  # the int8 graph, its scales calibrated
+    Step("quantized", "front", _split_input, _int8),  # the float -> int8 input transform split off
+    Step("batch_statistics", "train", _batch_statistics, _batch_train),
+    Step("with_loss", "train", lambda b, o: replace(b, graph=attach_loss(b.graph, o.loss))),
+    Step("backward", "train", _backward),
+    Step("pruned", "train", _prune),
+    Step("fused_bn_backward", "train", _fuse_bn_backward),
+    Step("updates", "train", _updates),
+    Step("batch_stat_updates", "train", lambda b, o: replace(b, graph=insert_stat_updates(b.graph, b.batch_stats)),
+         _batch_train),
+    Step("updates_early", "train", _graph_pass(apply_updates_early)),  # each update right after its gradient
+    # int8: frozen expansion convs stream into their depthwise conv, channel by channel
+    Step("fused_pointwise_depthwise", "train", _graph_pass(fuse_pointwise_depthwise), _int8),
+    # int8: frozen chains at the forward peak run row by row
+    Step("streamed", "train", lambda b, o: replace(b, graph=stream_frozen_chains(b.graph, b.data_inputs)), _int8),
+    # int8: weight gradients applied one channel at a time, never whole
+    Step("fused_grad_updates", "train", _graph_pass(fuse_weight_grad_update), _int8),
+    Step("reordered", "train", lambda b, o: replace(b, graph=reorder_for_memory(b.graph, b.ram_inputs))),
+)
+PHASES = ("front", "train")
+
+
+def steps(phase: str, options: Options) -> tuple[Step, ...]:
+    """The steps of `phase` that run under `options`, in order."""
+    if phase not in PHASES:
+        raise ValueError(f"phase {phase!r}: the phases are {PHASES}")
+    return tuple(s for s in STEPS if s.phase == phase and s.when(options))
+
+
+def run_steps(b: Build, options: Options, todo: Iterable[Step]) -> Build:
+    """`b` after each step of `todo`, each one's graph verified and staged under its name."""
+    for s in todo:
+        b = s.run(b, options)
+        b = replace(b, stages={**b.stages, s.name: verify(b.graph)})
+    return b
+
+
+#: the front steps that make the graph update schemes are resolved on (int8: batch norm folded)
+LAYER_STEPS = ("captured", "folded")
+
+
+def layer_front(model, example_inputs: tuple, options: Options) -> Build:
+    """The front up to the graph update schemes are resolved on (`layer_graph`), without
+    calibrating or quantizing: what contribution analysis needs (sparse/scheme_layers.py)."""
+    todo = [s for s in steps("front", options) if s.name in LAYER_STEPS]
+    return run_steps(Build(model, tuple(example_inputs)), options, todo)
+
+
+def front(model, example_inputs: tuple, options: Options) -> Build:
+    """The "front" phase: the forward graph the device runs, its state, and the layers an
+    update scheme names. Independent of `options.update` (and of the optimizer)."""
+    b = run_steps(Build(model, tuple(example_inputs)), options, steps("front", options))
+    return replace(b, forward=b.graph, layers=tuple(find_layers(b.layer_graph, set(b.params))))
+
+
+def trainable(b: Build, update) -> dict:
+    """What `update` trains on the front `b`: {parameter: None (all of it) | ChannelSelect}."""
+    frozen = set(b.cap.frozen_params)
+    return resolve_scheme(update, list(b.layers), {k: b.layer_arrays[k] for k in b.params}, frozen)
+
+
+def train(b: Build, options: Options) -> Build:
+    """The "train" phase on a front: the training step's graph (`graph`), its gradient graph
+    (`grads`) and the trained selection of `options.update`."""
+    b = replace(b, trainable=trainable(b, options.update))
+    return run_steps(b, options, steps("train", options))
+
+
+def plan(b: Build, options: Options) -> MemoryReport:
+    """The memory plan of the trained Build's graph; BudgetError when over `options.budget`."""
+    memory = plan_memory(b.graph, b.ram_inputs, b.state_names(),
+                         trained_channel_bytes(b.trainable, b.state))
+    budget = options.budget
+    if budget is not None and budget.sram is not None and memory.peak_bytes > budget.sram:
+        raise BudgetError(f"the program needs {memory.peak_bytes:,} B of SRAM at its peak "
+                          f"({memory.summary()}), over the budget of {budget.sram:,} B; "
+                          f"the smallest budget that fits this update scheme is {memory.peak_bytes:,} B")
+    if budget is not None and budget.flash is not None:
+        check_flash(memory, budget)
+    return memory
+
+
+def check_flash(memory: MemoryReport, budget: Budget) -> None:
+    if memory.frozen_bytes > budget.flash:
+        raise BudgetError(f"read-only weights need {memory.frozen_bytes:,} B of flash, over the budget "
+                          f"of {budget.flash:,} B")
+
+
+def export_of(b: Build) -> Optional[Callable]:
+    """state -> the float state the original model loads (int8: dequantized); None: as is."""
+    q = b.quantized
+    if q is None:
+        return None
+    base = {**b.cap.params, **b.cap.buffers}
+    return lambda st: dequantized_state(base, st, q.layers, q.folds)
