@@ -2,7 +2,7 @@
 instructions per training step under QEMU, beside the paper's figures.
 
     PYTHONPATH=src python bench/mcu_size.py [--models mbv2-w0.35 ...] [--scheme 49kb]
-        [--target cortex-m7] [--steps 2] [--no-run] [--no-icount] [--check-host] [--out DIR]
+        [--target cortex-m7] [--steps 2] [--no-run] [--no-icount] [--breakdown [N]] [--check-host] [--out DIR]
 
 For each model: `from_tiny_training(..., num_classes=10)` at 128x128, compiled with
 quantize="int8", the paper's sparse update scheme (default "49kb" of
@@ -11,9 +11,12 @@ firmware project that trains on `--steps` embedded samples (seeded random images
 `make` links it into the 1 MiB flash / 256 KiB SRAM regions (a program that does not fit fails
 to link: reported as such), and QEMU (mps2-an500 for the Cortex-M7) runs it: the losses, the
 stack high-water mark (stack painting) and, with a TCG plugin, the guest instructions of each
-step. QEMU has no timing model: instructions are not cycles; at 216 MHz and an assumed 1
-instruction per cycle, the time per step is instructions / 216e6 s (a lower bound on the real
-time: loads, multi-cycle multiplies and flash wait states add cycles).
+step by class (loads, stores, multiplies, DSP SIMD, divides, taken and not-taken branches,
+floating point, ...) and per function. QEMU has no timing model: the cycles are estimated from
+the classes with the target's cost table (edgetrain.backends.c.cycles: the Arm TRM's cycles
+per class, zero-wait-state memory, no dual issue; its docstring says what else it leaves out),
+and the time per step is cycles / 216e6 s. --breakdown N prints the N functions (kernels)
+with the most estimated cycles in the first step, with their counts by class.
 
 --check-host also builds the host C program (`emit_c(target="host")`) and checks that its loss
 lines equal the firmware's, as text.
@@ -35,7 +38,7 @@ import numpy as np
 import torch
 
 import edgetrain as et
-from edgetrain.backends.c import cortexm
+from edgetrain.backends.c import cortexm, cycles
 from edgetrain.backends.c.export import emit_c
 from edgetrain.data.assets import require_assets
 from edgetrain.models import from_tiny_training
@@ -43,6 +46,10 @@ from edgetrain.models import from_tiny_training
 RES, KB = 128, 1024
 MODELS = ("mbv2-w0.35", "proxyless-w0.3", "mcunet-5fps")
 PAPER_MHZ = 216  # the paper's STM32F746 (Cortex-M7)
+# the paper's engine measured on the board (ms per image at 216 MHz), in millions of cycles
+PAPER_MCYCLES = {"mbv2-w0.35": 80.6, "proxyless-w0.3": 95.7, "mcunet-5fps": 117.9}
+# classes shown in the breakdown table (the others are summed into "rest")
+SHOWN = ("other", "load", "store", "mul", "mac", "simd", "div", "branch_taken", "fp")
 
 
 def scheme_of(table: dict, model: str, label: str):
@@ -89,7 +96,15 @@ def measure(model: str, args, table: dict) -> dict:
         row.update(qemu_s=time.time() - t0, exit_code=run.exit_code, steps=list(run.step_lines))
         if run.instructions_per_step:
             row["instructions_per_step"] = list(run.instructions_per_step)
-            row["ms_at_216mhz_1ipc"] = 1e3 * float(np.mean(run.instructions_per_step)) / (PAPER_MHZ * 1e6)
+            row["cycles_per_step"] = [round(c) for c in run.cycles_per_step]
+            row["ms_at_216mhz"] = 1e3 * float(np.mean(run.cycles_per_step)) / (PAPER_MHZ * 1e6)
+            first = run.counts_per_step[0]
+            row["classes_first_step"] = first.total.as_dict()
+            row["words_first_step"] = first.total.words
+            row["functions_first_step"] = [
+                {"function": name, "instructions": c.instructions, "cycles": round(cy), "classes": c.as_dict(),
+                 "words": c.words}
+                for name, c, cy in cycles.breakdown(first, args.target, top=None)]
     size = cortexm.firmware_size(elf, run)
     row.update(flash_kb=size.flash / KB, sram_kb=size.sram / KB, sram_used_kb=size.sram_used / KB,
                text_kb=size.text / KB, rodata_kb=size.rodata / KB, data_kb=size.data / KB, bss_kb=size.bss / KB,
@@ -117,10 +132,33 @@ def show(r: dict) -> None:
         for l in r["steps"]:
             print("   ", l)
     if "instructions_per_step" in r:
-        print(f"  instructions per step: {r['instructions_per_step']} -> {r['ms_at_216mhz_1ipc']:.0f} ms at "
-              f"{PAPER_MHZ} MHz and 1 instruction/cycle (paper: {r['paper_ms_per_image']} ms)")
+        ins, cyc = r["instructions_per_step"], r["cycles_per_step"]
+        paper = PAPER_MCYCLES.get(r["model"])
+        print(f"  per step: {', '.join(f'{i / 1e6:.1f} M' for i in ins)} instructions, "
+              f"{', '.join(f'{c / 1e6:.1f} M' for c in cyc)} estimated {r['target']} cycles "
+              f"({np.mean(cyc) / np.mean(ins):.2f} cycles/instruction) -> {r['ms_at_216mhz']:.0f} ms at {PAPER_MHZ} MHz "
+              f"(paper: {r['paper_ms_per_image']} ms" + (f", {paper} M cycles: {np.mean(cyc) / 1e6 / paper:.2f}x)" if paper else ")"))
+        total = r["classes_first_step"]
+        print("  by class (first step): " + ", ".join(f"{k} {v / 1e6:.1f} M" for k, v in total.items() if v)
+              + f"; words moved by multiple loads/stores {r['words_first_step'] / 1e6:.1f} M")
+    if "functions_first_step" in r and r.get("breakdown"):
+        show_breakdown(r["functions_first_step"][:r["breakdown"]], sum(r["cycles_per_step"][:1]))
     if "host_lines_equal" in r:
         print(f"  host C losses equal to the firmware's as text: {r['host_lines_equal']}")
+
+
+def show_breakdown(rows: list[dict], step_cycles: float) -> None:
+    """The functions with the most estimated cycles: share of the step, counts by class (M)."""
+    head = ["function", "cycles M", "%", "instr M"] + [f"{k} M" for k in SHOWN] + ["rest M"]
+    table = []
+    for r in rows:
+        cls = r["classes"]
+        rest = sum(v for k, v in cls.items() if k not in SHOWN)
+        table.append([r["function"][:40], f"{r['cycles'] / 1e6:.2f}", f"{100 * r['cycles'] / step_cycles:.1f}",
+                      f"{r['instructions'] / 1e6:.2f}"] + [f"{cls[k] / 1e6:.2f}" for k in SHOWN] + [f"{rest / 1e6:.2f}"])
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
+    for line in [head] + table:
+        print("    " + "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(line, widths))))
 
 
 def main(argv=None) -> int:
@@ -131,6 +169,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--no-run", action="store_true")
     ap.add_argument("--no-icount", action="store_true")
+    ap.add_argument("--breakdown", type=int, nargs="?", const=10, default=0, metavar="N",
+                    help="print the N functions with the most estimated cycles (default 10)")
     ap.add_argument("--check-host", action="store_true")
     ap.add_argument("--out", default="/tmp/edgetrain-mcu")
     ap.add_argument("--json", help="also write the rows here")
@@ -142,6 +182,7 @@ def main(argv=None) -> int:
     rows = []
     for m in args.models:
         r = measure(m, args, table)
+        r["breakdown"] = args.breakdown
         show(r)
         sys.stdout.flush()
         rows.append(r)

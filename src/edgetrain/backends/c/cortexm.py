@@ -7,8 +7,9 @@ a linker script with a 1 MiB flash and a 256 KiB SRAM region (a program that doe
 fails to link), output on the board's UART and exit through its watchdog (board.c), a main.c
 that trains on the samples embedded in flash and prints `step <i> loss <value>` per step, and a
 Makefile (`make`, `make run`, `make size`). `build` runs make, `run_qemu` runs the firmware on
-QEMU's MPS2 board of the target (optionally counting instructions per step with a small TCG
-plugin), `firmware_size` reports flash and SRAM from the ELF's sections.
+QEMU's MPS2 board of the target (optionally counting instructions per step, by class and per
+function, with a small TCG plugin, and estimating cycles from them: cycles.py),
+`firmware_size` reports flash and SRAM from the ELF's sections.
 
 The firmware runs confined: without semihosting (which would let it open host files and run
 host commands: SYS_OPEN, SYS_SYSTEM), so all it can do is compute, print on the UART and end
@@ -33,6 +34,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ...devices.targets import MCU_FLASH_BYTES, MCU_SRAM_BYTES, TARGETS as ALL_TARGETS, Target
+from . import cycles
 from .cache import cache_path
 from .layout import CBackendError
 from .staging import write_files
@@ -211,6 +213,8 @@ class QemuRun:
     instructions_total: Optional[int]  # from reset to the end of the last step (icount=True)
     # (counts are per translation block entered: a block left early by an exception still
     # counts whole; training code raises none)
+    counts_per_step: Optional[tuple[cycles.StepCounts, ...]] = None  # by class and per function (icount=True)
+    cycles_per_step: Optional[tuple[float, ...]] = None  # estimated with the target's table (cycles.TIMINGS)
 
     @property
     def step_lines(self) -> tuple[str, ...]:
@@ -224,6 +228,8 @@ _STACK_RE = re.compile(r"^stack high water (\d+) of (\d+) bytes$")
 
 
 def _plugin_path() -> Path:
+    """The instruction-count plugin, built with the host cc into the cache (keyed by its
+    source's hash). It also exports its decoder, et_decode, for tests (ctypes)."""
     src = RUNTIME_DIR / "icount_plugin.c"
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
     cache = cache_path("qemu")
@@ -280,8 +286,10 @@ def run_qemu(out_dir, target: str = "cortex-m4", *, icount: bool = False,
     its UART output becomes the run's lines and its last line `edgetrain: exit <status>` the
     exit code; a firmware that ends without that line, or runs past `timeout` seconds, raises
     CortexMError. QEMU's working directory is a fresh empty one. With `icount`, a TCG plugin
-    (built here with the host cc) counts the guest instructions of each training step (QEMU
-    executes instructions, not cycles: no timing model)."""
+    (built here with the host cc) counts the guest instructions of each training step, by
+    class and per function (counts_per_step), and the cycles are estimated from them with the
+    target's cost table (cycles_per_step; QEMU executes instructions, not cycles: cycles.py
+    says what the estimate leaves out)."""
     elf = Path(out_dir) / "firmware.elf"
     cmd = qemu_command(target, elf)
     with tempfile.TemporaryDirectory(prefix="et-qemu-") as tmp:
@@ -290,14 +298,16 @@ def run_qemu(out_dir, target: str = "cortex-m4", *, icount: bool = False,
         workdir.mkdir()
         if icount:
             marker = _symbol_address(elf, ICOUNT_MARKER)
-            cmd[1:1] = ["-plugin", f"{_plugin_path()},marker=0x{marker:x},out={marks_file}"]
+            names = cycles.write_symbols(Path(tmp) / "symbols.txt", cycles.function_symbols(elf))
+            cmd[1:1] = ["-plugin", f"{_plugin_path()},marker=0x{marker:x},out={marks_file},"
+                                   f"symbols={Path(tmp) / 'symbols.txt'}"]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir,
                                stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
             out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
             raise CortexMError(f"QEMU did not finish in {timeout:.0f} s: {out[-2000:]}") from None
-        marks = [int(s) for s in marks_file.read_text().split()] if icount and marks_file.exists() else None
+        marks = cycles.parse_marks(marks_file.read_text(), names) if icount and marks_file.exists() else None
     lines = [l.rstrip("\r") for l in r.stdout.splitlines()]
     exits = [i for i, l in enumerate(lines) if _EXIT_RE.match(l)]
     if not exits:
@@ -315,12 +325,14 @@ def run_qemu(out_dir, target: str = "cortex-m4", *, icount: bool = False,
         m = _STACK_RE.match(l)
         if m:
             hw, reserve = int(m.group(1)), int(m.group(2))
-    per_step = total = None
+    per_step = total = counts = estimates = None
     if marks:
-        # marks: the running count before and after each step (main.c's et_icount_mark)
-        per_step = tuple(b - a for a, b in zip(marks[0::2], marks[1::2]))
-        total = marks[-1]
-    return QemuRun(exit_code, lines, tuple(losses), hw, reserve, per_step, total)
+        # marks: the running counts before and after each step (main.c's et_icount_mark)
+        counts = cycles.step_counts(marks)
+        per_step = tuple(s.instructions for s in counts)
+        total = marks[-1].instructions
+        estimates = tuple(cycles.timing(target).cycles(s.total) for s in counts)
+    return QemuRun(exit_code, lines, tuple(losses), hw, reserve, per_step, total, counts, estimates)
 
 
 # --- size report -----------------------------------------------------------------------------
@@ -342,6 +354,7 @@ class FirmwareSize:
     sram_limit: int = SRAM_BYTES
     stack_high_water: Optional[int] = None  # measured on a run (stack painting)
     instructions_per_step: Optional[int] = None  # measured under QEMU (mean over the steps)
+    cycles_per_step: Optional[int] = None  # estimated from the counts by class (cycles.py; mean over the steps)
 
     @property
     def sram_used(self) -> int:
@@ -359,6 +372,8 @@ class FirmwareSize:
             s += f"; stack high water {self.stack_high_water} B"
         if self.instructions_per_step is not None:
             s += f"; {self.instructions_per_step} instructions/step"
+        if self.cycles_per_step is not None:
+            s += f" (about {self.cycles_per_step} cycles)"
         return s
 
 
@@ -399,12 +414,14 @@ def firmware_size(elf, run: Optional[QemuRun] = None) -> FirmwareSize:
         if not in_ram or typ != "NOBITS":
             flash += size  # code and constants, or the initial image of .data
     sram = sum(size for addr, size, _ in secs.values() if RAM_ORIGIN <= addr)
-    ips = None
+    ips = cps = None
     if run is not None and run.instructions_per_step:
         ips = round(sum(run.instructions_per_step) / len(run.instructions_per_step))
+    if run is not None and run.cycles_per_step:
+        cps = round(sum(run.cycles_per_step) / len(run.cycles_per_step))
     return FirmwareSize(flash=flash, sram=sram, text=text, rodata=rodata, data=data, bss=bss, heap_reserve=heap,
                         stack_reserve=stack, stack_high_water=run.stack_high_water if run else None,
-                        instructions_per_step=ips)
+                        instructions_per_step=ips, cycles_per_step=cps)
 
 
 @dataclass(frozen=True)
@@ -419,7 +436,7 @@ def run_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = (
                  icount: bool = True) -> FirmwareRun:
     """Emit `prog` as a `target` firmware training on `samples`, link it (CortexMError if it
     does not fit 256 KB SRAM / 1 MB flash), run it under QEMU, and attach the size report
-    (flash, SRAM, measured stack high-water mark, instructions per step) to the program:
+    (flash, SRAM, measured stack high-water mark, instructions and estimated cycles per step) to the program:
     `prog.memory.firmware` (Program.record_firmware)."""
     d = emit_firmware(prog, out_dir, target, samples)
     elf = build(d)
