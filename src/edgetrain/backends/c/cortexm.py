@@ -331,7 +331,8 @@ def run_qemu(out_dir, target: str = "cortex-m4", *, icount: bool = False,
         counts = cycles.step_counts(marks)
         per_step = tuple(s.instructions for s in counts)
         total = marks[-1].instructions
-        estimates = tuple(cycles.timing(target).cycles(s.total) for s in counts)
+        if target in cycles.TIMINGS:
+            estimates = tuple(cycles.timing(target).cycles(s.total) for s in counts)
     return QemuRun(exit_code, lines, tuple(losses), hw, reserve, per_step, total, counts, estimates)
 
 
