@@ -133,7 +133,7 @@ def show(r: dict) -> None:
             print("   ", l)
     if "instructions_per_step" in r:
         ins, cyc = r["instructions_per_step"], r["cycles_per_step"]
-        paper = PAPER_MCYCLES.get(r["model"])
+        paper = PAPER_MCYCLES.get(r["model"]) if r["target"] == "cortex-m7" else None  # measured on an M7
         print(f"  per step: {', '.join(f'{i / 1e6:.1f} M' for i in ins)} instructions, "
               f"{', '.join(f'{c / 1e6:.1f} M' for c in cyc)} estimated {r['target']} cycles "
               f"({np.mean(cyc) / np.mean(ins):.2f} cycles/instruction) -> {r['ms_at_216mhz']:.0f} ms at {PAPER_MHZ} MHz "

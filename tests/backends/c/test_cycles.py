@@ -17,10 +17,6 @@ import pytest
 from edgetrain.backends.c import cortexm, cycles
 from edgetrain.devices.targets import FIRMWARE_TARGETS
 
-needs_toolchain = pytest.mark.skipif(bool(cortexm.missing_tools()) or shutil.which("cc") is None,
-                                     reason=f"missing {', '.join(cortexm.missing_tools()) or 'cc'}")
-
-
 def test_one_cost_table_per_firmware_target_with_a_source_for_each_number():
     assert set(cycles.TIMINGS) == set(FIRMWARE_TARGETS)
     for t in cycles.TIMINGS.values():
@@ -271,6 +267,7 @@ def kernel_run(tmp_path_factory):
         run = cortexm.run_qemu(d, target, icount=True)
         assert run.exit_code == 0, run.lines
         runs[target] = run
+        runs[target, "elf"] = d / "firmware.elf"
     return runs
 
 
@@ -288,6 +285,9 @@ def test_kernel_counts_equal_the_hand_count(kernel_run, target):
         assert s.total.instructions == s.instructions
     assert run.instructions_per_step == tuple(s.instructions for s in run.counts_per_step)
     assert run.cycles_per_step == tuple(cycles.timing(target).cycles(s.total) for s in run.counts_per_step)
+    size = cortexm.firmware_size(kernel_run[target, "elf"], run)
+    assert size.cycles_per_step == round(sum(run.cycles_per_step) / len(run.cycles_per_step))
+    assert "cycles" in size.describe()
 
 
 def test_kernel_cycles_equal_the_table_applied_by_hand(kernel_run):
