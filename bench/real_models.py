@@ -182,7 +182,7 @@ def row(name: str, emit=None, cells=None) -> dict:
         return {"max_rel_err": err, "worst": worst}
 
     def do_int8():
-        from edgetrain.sparse.schemes import SchemeError
+        from edgetrain.trainable import SchemeError
 
         k = 2
         try:

@@ -40,7 +40,7 @@ from .passes.input_split import split_input_transform
 from .passes.reorder import reorder_for_memory
 from .passes.stream import stream_frozen_chains
 from .quantize import SPEC_ATTR, Quantized, dequantized_state, qas_scales, quantize_folded
-from .sparse import Full, find_layers, resolve_scheme
+from .trainable import Full, find_layers, resolve_scheme
 
 
 class BudgetError(ValueError):

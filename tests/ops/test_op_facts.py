@@ -9,7 +9,7 @@ from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.ops import (ACTIVATION_TAG, GRAD_MASK_TAG, LAYER_TAG, NORM_TAG, OPS, SAME_SCALE_TAG, TAGS, UPDATE_TAG,
                            Emitter, Int8Rule, OpDef, get_op, ops_tagged, verify)
 from edgetrain.quantize.convert import plan_quantization
-from edgetrain.sparse.layers import find_layers
+from edgetrain.trainable import find_layers
 
 
 def _value(shape, name="", dtype="float32"):

@@ -13,7 +13,7 @@ import edgetrain as et
 from edgetrain.sparse import ContributionError, ContributionTable, scheme_layers
 from edgetrain.sparse.auto import (MAX_ROUNDS, SIGNIFICANCE, AutoFallbackWarning, CostCache, Measured, Piece, offered,
                                    predicted_peak, search_scheme, solve_evolutionary, solve_levels)
-from edgetrain.sparse.layers import Layer
+from edgetrain.trainable import Layer
 from edgetrain.sparse.search import InfeasibleBudget
 
 from .nets import task, tiny_net

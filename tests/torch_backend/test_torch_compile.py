@@ -113,7 +113,7 @@ def test_new_batch_size_and_inference():
 @pytest.mark.parametrize("update", ["bias", et.BiasOnly()])
 def test_bias_only_trains_only_biases(update):
     model, ref = _pair(ResidualNet)
-    # a conv's bias is its batch norm's scale and shift (sparse/schemes.py)
+    # a conv's bias is its batch norm's scale and shift (trainable/schemes.py)
     biases = {"stem.bias", "bn.weight", "bn.bias", "bn2.weight", "bn2.bias", "head.bias"}
     for n, p in ref.named_parameters():  # eager PyTorch training the biases
         p.requires_grad_(n in biases)

@@ -19,7 +19,7 @@ An op's rules:
 
 Facts that passes look up instead of keeping their own tables of op names:
 - ``tags``: the classes an op belongs to (the ``*_TAG`` constants below, as Thunder's OpTags);
-- ``params``: where a layer's trained weight and bias sit among its operands (sparse/layers.py);
+- ``params``: where a layer's trained weight and bias sit among its operands (trainable/layers.py);
 - ``int8``: how quantize/convert.py lowers the float op to int8 (``Int8Rule``);
 - ``stream_operands``: the activation operands a row-streamed chain passes row by row
   (passes/stream.py); empty: the op is never streamed;

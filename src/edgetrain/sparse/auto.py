@@ -39,8 +39,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Hashable
 
+from ..trainable import Sparse
 from .contribution import ContributionTable
-from .schemes import Sparse
 from .search import GAIN_TIE_RTOL, InfeasibleBudget, Option, evolutionary_search, solve_exact
 
 SEARCHES = ("exact", "evolutionary")

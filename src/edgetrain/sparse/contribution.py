@@ -31,9 +31,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from ..trainable import BiasOnly, Full, LastK, SchemeError, Sparse, UpdateScheme
 from .finetune import FineTune, FineTuner
 from .scheme_layers import scheme_layers
-from .schemes import BiasOnly, Full, LastK, SchemeError, Sparse, UpdateScheme
 
 #: channel ratios of the paper's analysis and released schemes
 DEFAULT_RATIOS = (0.125, 0.25, 0.5, 1.0)

@@ -15,9 +15,9 @@ from typing import Mapping, Optional
 import numpy as np
 import torch
 
+from .. import pipeline
 from ..autodiff import ChannelSelect
-from .layers import Layer, find_layers
-from .schemes import SchemeError, UpdateScheme, resolve_scheme
+from ..trainable import Layer, SchemeError, UpdateScheme, find_layers, resolve_scheme
 
 QUANTIZE = (None, "int8")
 
@@ -50,8 +50,6 @@ def scheme_layers(model: torch.nn.Module, example_inputs: tuple, quantize: Optio
     without calibrating or quantizing."""
     if quantize not in QUANTIZE:
         raise SchemeError(f"quantize={quantize!r}: use None (float32) or 'int8'")
-    from .. import pipeline  # the pipeline sits above sparse/ (it resolves schemes): imported when called
-
     b = pipeline.layer_front(model, tuple(example_inputs), pipeline.Options(quantize=quantize))
     params = dict(b.params)
     if quantize == "int8":

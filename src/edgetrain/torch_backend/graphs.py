@@ -13,8 +13,7 @@ from ..frontend.capture import CaptureError
 from ..ir import Graph, Node, Role, TensorType, Value, new_value
 from ..ops import verify
 from ..passes import eliminate_dead_code
-from ..sparse import find_layers, resolve_scheme
-from ..sparse.schemes import SchemeError
+from ..trainable import SchemeError, find_layers, resolve_scheme
 from .options import Named
 from .translate import Transposed, Translator, torch_dtype_name
 

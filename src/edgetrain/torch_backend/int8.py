@@ -43,8 +43,7 @@ from ..ops.fixed_point import INT32_MAX, INT32_MIN
 from ..passes import eliminate_dead_code
 from ..quantize import Quantized, quantize_int8
 from ..quantize.qparams import WEIGHT_QMAX
-from ..sparse import find_layers, resolve_scheme
-from ..sparse.schemes import SchemeError
+from ..trainable import SchemeError, find_layers, resolve_scheme
 from .graphs import AotGraphs, FlatInput, entry_value, to_numpy
 from .options import BackendOptions, Named
 from .translate import Transposed
