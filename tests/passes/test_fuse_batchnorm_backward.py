@@ -4,7 +4,8 @@ every batch norm is fused, the graph verifies and computes the same gradients bi
 reference runtime, and the step compile() stages runs it. On hand-built graphs: a group is found
 with or without its mask, per batch norm when two read one gradient; it is left alone when it
 has no weight or bias gradient, when an operand only exists after its first node, or when an
-update overwrites an operand between its nodes."""
+update overwrites an operand between its nodes. The planner writes the input gradient over the
+incoming one (the op's in-place effect)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,6 +16,7 @@ from torch import nn
 import edgetrain as et
 from edgetrain.backends.reference import run_graph
 from edgetrain.ir import Graph, TensorType, new_value
+from edgetrain.memory.liveness import inplace_merges, lifetimes
 from edgetrain.ops import Emitter, verify
 from edgetrain.ops.bnfused import BN_BACKWARD_OP
 from edgetrain.passes.fuse_batchnorm_backward import fuse_batchnorm_backward
@@ -187,3 +189,18 @@ def test_weight_gradient_of_another_eps_is_not_taken():
     assert not node.attrs["grad_weight"] and node.attrs["grad_bias"] and node.attrs["mask"] == ""
     assert [n.op for n in f.nodes].count("batch_norm_grad_weight") == 1
     _same_outputs(g, f, _values(g, {}))
+
+
+def test_input_gradient_is_planned_over_the_incoming_gradient():
+    """The fused op's memory effect (OpDef.inplace): the arena planner writes gx over g when
+    nothing reads g afterwards, as it wrote the unfused relu_grad's output over g."""
+    g0, saved, x = _v((N, C, H, H), "g0"), _v((N, C, H, H), "saved"), _v((N, C, H, H), "x")
+    mean, var, w = _v((C,), "mean"), _v((C,), "var"), _v((C,), "w")
+    e = Emitter()
+    g = e.emit("neg", g0)  # an arena value (a graph input is never written over)
+    gm = e.emit("relu_grad", g, saved)
+    outs = (e.emit("batch_norm_grad_input", gm, var, w, eps=EPS), e.emit("sum", gm, dims=(0, 2, 3)))
+    f = verify(fuse_batchnorm_backward(Graph((g0, saved, x, mean, var, w), tuple(e.nodes), outs, ("gx", "gb"))))
+    (node,) = _fused(f)
+    merges = inplace_merges(f, lifetimes(f, {"g0", "saved"}))
+    assert (g, node.outputs[0]) in merges
