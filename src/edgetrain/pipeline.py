@@ -14,6 +14,8 @@ Phases, in order:
 - "train": the loss, the backward over the scheme's trained selection, the updates, the
   fusions and the memory-minimising node order (`train`).
 - then `plan`: the memory plan of the train graph and the budget check (no graph changes).
+- "vjp", for torch.compile's backward (torch_backend/): the train phase's backward, pruning
+  and fusion, started from the outputs' cotangents instead of a loss (`vjp`).
 
 To add a pass: write it in passes/ (Graph -> Graph), add a `Step` at its place in `STEPS`
 with a past-participle name and its condition; `tests/core/test_pipeline.py` checks that
@@ -24,11 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from .autodiff import build_backward
+from .autodiff import build_backward, grad_name
 from .config import SGD, Budget
 from .frontend import capture
 from .frontend.capture import Captured
-from .ir import Graph, ram_inputs, written_state
+from .ir import Graph, Role, Value, ram_inputs, written_state
 from .memory import MemoryReport, plan_memory, trained_channel_bytes
 from .ops import verify
 from .passes import apply_updates_early, attach_loss, eliminate_dead_code, insert_updates
@@ -82,6 +84,7 @@ class Build:
     trainable: Mapping = field(default_factory=dict)  # parameter -> None (all of it) or ChannelSelect
     batch_stats: tuple = ()  # batchnorm="train": each batch norm's statistics
     grads: Optional[Graph] = None  # the pruned backward: the program's gradient graph
+    cotangents: Mapping[str, str] = field(default_factory=dict)  # "vjp": output -> its gradient's input
 
     @property
     def ram_inputs(self) -> frozenset[str]:
@@ -96,10 +99,11 @@ class Build:
 
 @dataclass(frozen=True)
 class Step:
-    """One pass: `run(build, options) -> build`, staged under `name` when `when(options)`."""
+    """One pass: `run(build, options) -> build`, staged under `name` when `when(options)`,
+    in each phase of `phases`."""
 
     name: str
-    phase: str
+    phases: tuple[str, ...]
     run: Callable[[Build, Options], Build]
     when: Callable[[Options], bool] = lambda o: True
 
@@ -147,7 +151,14 @@ def _batch_statistics(b: Build, o: Options) -> Build:
 
 
 def _backward(b: Build, o: Options) -> Build:
-    return replace(b, graph=build_backward(b.graph, "loss", b.trainable))
+    loss = None if b.cotangents else "loss"  # "vjp": from the cotangents
+    return replace(b, graph=build_backward(b.graph, loss, b.trainable, b.cotangents or None))
+
+
+def _gradient_outputs(b: Build, o: Options) -> Build:
+    names = [grad_name(n) for n in b.trainable]
+    return replace(b, graph=b.graph.replace(outputs=tuple(b.graph.output(n) for n in names),
+                                            output_names=tuple(names)))
 
 
 def _prune(b: Build, o: Options) -> Build:
@@ -171,36 +182,38 @@ def _graph_pass(f: Callable[[Graph], Graph]) -> Callable[[Build, Options], Build
     return lambda b, o: replace(b, graph=f(b.graph))
 
 
+FRONT, TRAIN, VJP = ("front",), ("train",), ("vjp",)
 STEPS: tuple[Step, ...] = (
-    Step("captured", "front", _capture),
-    Step("folded", "front", _fold, _int8),  # batch norm folded into the convolution before it
-    Step("converted", "front", _convert, _int8),  # the int8 graph, its scales calibrated
-    Step("quantized", "front", _split_input, _int8),  # the float -> int8 input transform split off
-    Step("batch_statistics", "train", _batch_statistics, _batch_train),
-    Step("with_loss", "train", lambda b, o: replace(b, graph=attach_loss(b.graph, o.loss))),
-    Step("backward", "train", _backward),
-    Step("pruned", "train", _prune),
-    Step("fused_bn_backward", "train", _fuse_bn_backward),
-    Step("updates", "train", _updates),
-    Step("batch_stat_updates", "train", lambda b, o: replace(b, graph=insert_stat_updates(b.graph, b.batch_stats)),
+    Step("captured", FRONT, _capture),
+    Step("folded", FRONT, _fold, _int8),  # batch norm folded into the convolution before it
+    Step("converted", FRONT, _convert, _int8),  # the int8 graph, its scales calibrated
+    Step("quantized", FRONT, _split_input, _int8),  # the float -> int8 input transform split off
+    Step("batch_statistics", TRAIN, _batch_statistics, _batch_train),
+    Step("with_loss", TRAIN, lambda b, o: replace(b, graph=attach_loss(b.graph, o.loss))),
+    Step("backward", TRAIN + VJP, _backward),
+    Step("gradient_outputs", VJP, _gradient_outputs),  # the gradients alone, not the forward's outputs
+    Step("pruned", TRAIN + VJP, _prune),
+    Step("fused_bn_backward", TRAIN + VJP, _fuse_bn_backward),
+    Step("updates", TRAIN, _updates),
+    Step("batch_stat_updates", TRAIN, lambda b, o: replace(b, graph=insert_stat_updates(b.graph, b.batch_stats)),
          _batch_train),
-    Step("updates_early", "train", _graph_pass(apply_updates_early)),  # each update right after its gradient
+    Step("updates_early", TRAIN, _graph_pass(apply_updates_early)),  # each update right after its gradient
     # int8: frozen expansion convs stream into their depthwise conv, channel by channel
-    Step("fused_pointwise_depthwise", "train", _graph_pass(fuse_pointwise_depthwise), _int8),
+    Step("fused_pointwise_depthwise", TRAIN, _graph_pass(fuse_pointwise_depthwise), _int8),
     # int8: frozen chains at the forward peak run row by row
-    Step("streamed", "train", lambda b, o: replace(b, graph=stream_frozen_chains(b.graph, b.data_inputs)), _int8),
+    Step("streamed", TRAIN, lambda b, o: replace(b, graph=stream_frozen_chains(b.graph, b.data_inputs)), _int8),
     # int8: weight gradients applied one channel at a time, never whole
-    Step("fused_grad_updates", "train", _graph_pass(fuse_weight_grad_update), _int8),
-    Step("reordered", "train", lambda b, o: replace(b, graph=reorder_for_memory(b.graph, b.ram_inputs))),
+    Step("fused_grad_updates", TRAIN, _graph_pass(fuse_weight_grad_update), _int8),
+    Step("reordered", TRAIN, lambda b, o: replace(b, graph=reorder_for_memory(b.graph, b.ram_inputs))),
 )
-PHASES = ("front", "train")
+PHASES = ("front", "train", "vjp")
 
 
 def steps(phase: str, options: Options) -> tuple[Step, ...]:
     """The steps of `phase` that run under `options`, in order."""
     if phase not in PHASES:
         raise ValueError(f"phase {phase!r}: the phases are {PHASES}")
-    return tuple(s for s in STEPS if s.phase == phase and s.when(options))
+    return tuple(s for s in STEPS if phase in s.phases and s.when(options))
 
 
 def run_steps(b: Build, options: Options, todo: Iterable[Step]) -> Build:
@@ -213,6 +226,15 @@ def run_steps(b: Build, options: Options, todo: Iterable[Step]) -> Build:
 
 #: the front steps that make the graph update schemes are resolved on (int8: batch norm folded)
 LAYER_STEPS = ("captured", "folded")
+
+
+def vjp(graph: Graph, wrt: Mapping, cotangents: Mapping[str, Value]) -> Build:
+    """The "vjp" phase (torch.compile's backward): `graph`'s reverse sweep from `cotangents`
+    (output name -> the input holding its gradient, added with role TANGENT) to `wrt`
+    ({input: None | ChannelSelect}); its `graph` outputs the gradients `grad:<name>`."""
+    g = graph.with_inputs({t: Role.TANGENT for t in cotangents.values()})
+    b = Build(None, (), graph=g, trainable=dict(wrt), cotangents={n: t.name for n, t in cotangents.items()})
+    return run_steps(b, Options(), steps("vjp", Options()))
 
 
 def layer_front(model, example_inputs: tuple, options: Options) -> Build:

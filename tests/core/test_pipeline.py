@@ -4,13 +4,15 @@ one front and gets the program compile(scheme) gives."""
 import warnings
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 import edgetrain as et
 from edgetrain import pipeline
-from edgetrain.ir import Node
+from edgetrain.backends.reference import run_graph
+from edgetrain.ir import Node, Role, TensorType, new_value
 from edgetrain.ops import VerificationError, verify
 from edgetrain.passes import apply_updates_early
 from edgetrain.passes.fuse import fuse_pointwise_depthwise, fuse_weight_grad_update
@@ -40,12 +42,16 @@ def compiled(request):
 
 def _declared(**kw) -> list[str]:
     o = Options(**kw)
-    return [s.name for s in STEPS if s.when(o)]
+    return [s.name for s in STEPS if s.when(o) and {"front", "train"} & set(s.phases)]  # compile's phases
 
 
 def test_the_list_is_ordered_by_phase_and_names_each_step_once():
     assert len({s.name for s in STEPS}) == len(STEPS)
-    assert [s.phase for s in STEPS] == sorted((s.phase for s in STEPS), key=PHASES.index)
+    assert all(s.phases and set(s.phases) <= set(PHASES) for s in STEPS)
+    front = [i for i, s in enumerate(STEPS) if "front" in s.phases]
+    assert front == list(range(len(front)))  # the front comes first
+    assert [s.name for s in pipeline.steps("vjp", Options())] == ["backward", "gradient_outputs", "pruned",
+                                                                  "fused_bn_backward"]
     names = [s.name for s in STEPS]
     # the stage names tests and users read keep their order
     old = ["captured", "folded", "quantized", "batch_statistics", "with_loss", "backward", "pruned", "updates",
@@ -57,7 +63,7 @@ def test_compile_stages_exactly_the_declared_steps_in_order(compiled):
     kw, prog = compiled
     assert list(prog.stages) == _declared(**kw)
     o = Options(**kw)
-    assert list(prog.stages) == [s.name for p in PHASES for s in pipeline.steps(p, o)]
+    assert list(prog.stages) == [s.name for p in ("front", "train") for s in pipeline.steps(p, o)]
     assert prog.stages["reordered"] is prog.train_graph  # the last step's graph is the one that runs
 
 
@@ -111,6 +117,26 @@ def test_the_runner_verifies_and_stages_every_step():
     assert list(out.stages) == ["captured", "noted"] and out.stages["noted"] is b.graph and len(seen) == 1
     with pytest.raises(ValueError, match="phases"):
         pipeline.steps("plan", Options())
+
+
+def test_vjp_phase_is_the_backward_from_cotangents():
+    """torch.compile's backward (torch_backend/) runs the "vjp" phase: torch autograd's VJP."""
+    model = _model().double()
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    b = pipeline.front(model, (x,), Options())
+    out = b.forward.outputs[0]
+    t = new_value(TensorType(out.shape, out.dtype), "tangent:0")
+    wrt = {n: None for n in b.params}
+    v = pipeline.vjp(b.forward, wrt, {b.forward.output_names[0]: t})
+    assert list(v.stages) == ["backward", "gradient_outputs", "pruned", "fused_bn_backward"]
+    assert v.graph.output_names == tuple(f"grad:{n}" for n in wrt)
+    assert v.graph.roles[v.graph.inputs.index(v.graph.input("tangent:0"))] == Role.TANGENT
+    ct = torch.randn(out.shape, dtype=torch.float64)
+    got = run_graph(v.graph, {**b.state, "input:0": x.numpy(), "tangent:0": ct.numpy()})[0]
+    y = model(x)
+    want = torch.autograd.grad(y, list(model.parameters()), ct)
+    for (n, _), w in zip(model.named_parameters(), want):
+        np.testing.assert_allclose(got[f"grad:{n}"], w.numpy(), rtol=1e-9, atol=1e-12)
 
 
 def test_front_does_not_read_the_update_scheme():

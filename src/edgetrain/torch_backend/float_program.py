@@ -22,13 +22,12 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..autodiff import build_backward, grad_name
+from .. import pipeline
+from ..autodiff import grad_name
 from ..backends.reference import run_graph
-from ..ir import FLOAT_DTYPES, Graph, Role, Value, new_value
+from ..ir import FLOAT_DTYPES, Graph, Value, new_value
 from ..memory import plan_memory, trained_channel_bytes
-from ..ops import get_op, verify
-from ..passes import eliminate_dead_code
-from ..passes.fuse_batchnorm_backward import fuse_batchnorm_backward
+from ..ops import get_op
 from .graphs import AotGraphs, FlatInput, entry_value, to_numpy
 from .options import BackendOptions
 from .translate import Transposed, Unused
@@ -91,12 +90,8 @@ class FloatProgram:
         if not tangents:
             return None, []
         pure = tuple(n for n in fwd.nodes if not get_op(n.op).mutates)  # the statistics move in the forward only
-        g = fwd.with_inputs({t: Role.TANGENT for _, t in tangents}).replace(
-            nodes=pure, outputs=tuple(v for _, v in user), output_names=tuple(n for n, _ in user))
-        joint = build_backward(g, None, self.wrt, {n: t.name for n, t in tangents})
-        names = [grad_name(n) for n in self.wrt]
-        step = joint.replace(outputs=tuple(joint.output(n) for n in names), output_names=tuple(names))
-        return verify(fuse_batchnorm_backward(eliminate_dead_code(step))), tangents  # as compile()'s steps
+        g = fwd.replace(nodes=pure, outputs=tuple(v for _, v in user), output_names=tuple(n for n, _ in user))
+        return pipeline.vjp(g, self.wrt, dict(tangents)).graph, tangents  # compile()'s backward steps
 
     def ram_names(self) -> list[str]:
         """The step's inputs in RAM: the data and the cotangents."""

@@ -33,14 +33,13 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..autodiff import build_backward, grad_name
+from .. import pipeline
+from ..autodiff import grad_name
 from ..backends.reference import run_graph
 from ..frontend.capture import CaptureError
-from ..ir import FLOAT_DTYPES, Graph, Role, TensorType, Value, new_value
+from ..ir import FLOAT_DTYPES, Graph, TensorType, Value, new_value
 from ..memory import plan_memory, trained_channel_bytes
-from ..ops import verify
 from ..ops.fixed_point import INT32_MAX, INT32_MIN
-from ..passes import eliminate_dead_code
 from ..quantize import Quantized, quantize_int8
 from ..quantize.qparams import WEIGHT_QMAX
 from ..trainable import SchemeError, find_layers, resolve_scheme
@@ -202,11 +201,8 @@ class Int8Program:
         g = self.q.graph
         tangents = [(i, new_value(TensorType(v.shape, v.dtype), f"tangent:{i}"))
                     for i, v in enumerate(g.outputs) if v.dtype in FLOAT_DTYPES]
-        joint = build_backward(g.with_inputs({t: Role.TANGENT for _, t in tangents}), None, self.trainable,
-                               {g.output_names[i]: t.name for i, t in tangents})
-        names = [grad_name(n) for n in self.trainable]
-        step = joint.replace(outputs=tuple(joint.output(n) for n in names), output_names=tuple(names))
-        return verify(eliminate_dead_code(step)), tangents
+        step = pipeline.vjp(g, self.trainable, {g.output_names[i]: t for i, t in tangents}).graph
+        return step, tangents  # compile()'s backward steps
 
     # -- running -----------------------------------------------------------------------------
     def state(self, by_name: dict) -> tuple[dict, list]:
