@@ -91,11 +91,6 @@ class Build:
         """The graph's inputs held in RAM (data, label, step), read from their roles."""
         return ram_inputs(self.graph)
 
-    def state_names(self) -> list[str]:
-        """The state the training step writes (trained parameters, momenta, running statistics),
-        read from the graph's roles."""
-        return written_state(self.graph, self.trainable)
-
 
 @dataclass(frozen=True)
 class Step:
@@ -266,8 +261,7 @@ def train(b: Build, options: Options) -> Build:
 
 def plan(b: Build, options: Options) -> MemoryReport:
     """The memory plan of the trained Build's graph; BudgetError when over `options.budget`."""
-    memory = plan_memory(b.graph, b.ram_inputs, b.state_names(),
-                         trained_channel_bytes(b.trainable, b.state))
+    memory = plan_graph(b.graph, b.trainable, b.state)
     budget = options.budget
     if budget is not None and budget.sram is not None and memory.peak_bytes > budget.sram:
         raise BudgetError(f"the program needs {memory.peak_bytes:,} B of SRAM at its peak "
@@ -276,6 +270,13 @@ def plan(b: Build, options: Options) -> MemoryReport:
     if budget is not None and budget.flash is not None:
         check_flash(memory, budget)
     return memory
+
+
+def plan_graph(g: Graph, trainable: Mapping, state: Mapping) -> MemoryReport:
+    """The memory plan of a training step `g` (also a scheduled one, remat/apply.py): its RAM
+    inputs and the state it writes read from the inputs' roles, a trained channel selection
+    held in SRAM as its channels only."""
+    return plan_memory(g, ram_inputs(g), written_state(g, trainable), trained_channel_bytes(trainable, state))
 
 
 def check_flash(memory: MemoryReport, budget: Budget) -> None:

@@ -30,12 +30,13 @@ from typing import Optional
 import numpy as np
 
 from ..autodiff import grad_name
-from ..ir import Graph, Node, Role, TensorType, Value, new_value, ram_inputs, written_state
-from ..memory import ALIGNMENT, plan_memory, storage_roots, trained_channel_bytes
+from ..ir import Graph, Node, Role, TensorType, Value, new_value
+from ..memory import ALIGNMENT, storage_roots
 from ..memory.arena import align_up
 from ..ops import get_op, verify
 from ..ops.page import STORE_DTYPE
 from ..passes.dce import eliminate_dead_code
+from ..pipeline import plan_graph
 from .plan import Schedule, ScheduleError
 
 #: the graph input name of the page store
@@ -224,8 +225,7 @@ def apply_schedule(compiled, sched: Schedule, page_file=None):
     store_v = new_value(TensorType((nbytes,), STORE_DTYPE), STORE_NAME) if store is not None else None
     train = verify(rewrite_graph(problem, sched, offsets, store_v))
     grad = gradient_graph(compiled, train)
-    memory = plan_memory(train, ram_inputs(train), written_state(train, compiled.trainable),
-                         trained_channel_bytes(compiled.trainable, compiled.initial_state))
+    memory = plan_graph(train, compiled.trainable, compiled.initial_state)  # as compile's plan phase
     return replace(compiled, train_graph=train, grad_graph=grad if grad is not None else compiled.grad_graph,
                    stages={**compiled.stages, "scheduled": train}, memory=memory, schedule=sched,
                    page_store=store)
