@@ -38,9 +38,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("frontend", "autodiff", "backends.reference"),
     ("memory",),
     ("passes",),
-    ("quantize", "trainable", "remat"),
+    ("quantize", "trainable"),
     ("pipeline",),
-    ("sparse",),  # the search for a sparse scheme and contribution analysis run the pipeline
+    # above the pipeline's phases: the search for a sparse scheme and contribution analysis
+    # run them; a POET schedule is applied, and its program planned, through them
+    ("sparse", "remat"),
     # programs: the frozen compiled program, its runners, the C backend
     ("runtime",),
     ("backends.capabilities", "backends.c", "backends.reference_runner"),
