@@ -246,7 +246,7 @@ def front(model, example_inputs: tuple, options: Options) -> Build:
     return replace(b, forward=b.graph, layers=tuple(find_layers(b.layer_graph, set(b.params))))
 
 
-def trainable(b: Build, update) -> dict:
+def select_trainable(b: Build, update) -> dict:
     """What `update` trains on the front `b`: {parameter: None (all of it) | ChannelSelect}."""
     frozen = set(b.cap.frozen_params)
     return resolve_scheme(update, list(b.layers), {k: b.layer_arrays[k] for k in b.params}, frozen)
@@ -255,7 +255,7 @@ def trainable(b: Build, update) -> dict:
 def train(b: Build, options: Options) -> Build:
     """The "train" phase on a front: the training step's graph (`graph`), its gradient graph
     (`grads`) and the trained selection of `options.update`."""
-    b = replace(b, trainable=trainable(b, options.update))
+    b = replace(b, trainable=select_trainable(b, options.update))
     return run_steps(b, options, steps("train", options))
 
 
@@ -280,6 +280,7 @@ def plan_graph(g: Graph, trainable: Mapping, state: Mapping) -> MemoryReport:
 
 
 def check_flash(memory: MemoryReport, budget: Budget) -> None:
+    """BudgetError when the read-only weights (and buffers) exceed `budget.flash`."""
     if memory.frozen_bytes > budget.flash:
         raise BudgetError(f"read-only weights need {memory.frozen_bytes:,} B of flash, over the budget "
                           f"of {budget.flash:,} B")
