@@ -1,0 +1,130 @@
+"""Compile time of the C backend: `et.compile` itself and the host library build, cold cache.
+
+    PYTHONPATH=src python bench/compile_time.py [--cases mbv2-full,mbv2-last8,mcunet,resnet18,bert]
+        [--real tv.squeezenet1_1,timm.resnet10t] [--repeats 3] [--json-only]
+
+For each case, `repeats` times with a fresh cache directory ($EDGETRAIN_CACHE set to a new
+temporary folder, so no library is reused), the median wall time of
+- `compile_s`: `et.compile(model, (x,), update=..., backend="reference")` (capture, autodiff,
+  passes, memory plan);
+- `emit_s`: the C sources of the host library (backends/c/emit.py, all three graphs);
+- `build_s`: `to_c_program(prog)` less its emit: the C compiler on model.c (and whatever the
+  host build compiles besides it), loading the library, et_init;
+- `c_total_s`: `et.compile` + `to_c_program`, what `et.compile(..., backend="c")` costs cold;
+and the size of model.c in KB. The zoo cases: mbv2-w0.35 Full / LastK(8) at 128x128,
+mcunet-5fps at 128x128, resnet18-cifar at 32x32 (all Full, float32, batch 1) and bert-tiny
+(16 tokens). `--real`: models of tests/realmodels/conftest.py BUILDERS (torchvision / timm /
+transformers, float64 turned float32 here), Full. Prints one JSON line per case, then a
+markdown table. Wall times: on a shared machine they include other processes' load.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import edgetrain as et
+from edgetrain.backends.c.emit import emit_sources
+from edgetrain.backends.c.host import to_c_program
+from edgetrain.backends.c.layout import build_layout
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def zoo_case(name: str, scheme, size: int):
+    def make():
+        model = et.models.get(name, num_classes=10).eval()
+        x = et.models.example_input(name, batch=1, seed=0)
+        if x.is_floating_point():
+            x = torch.nn.functional.interpolate(x, size=(size, size)) if x.shape[-1] != size else x
+        else:
+            x = x[:, :size].contiguous()
+        return model, x, scheme
+    return make
+
+
+CASES = {
+    "mbv2-full": zoo_case("mbv2-w0.35", et.Full(), 128),
+    "mbv2-last8": zoo_case("mbv2-w0.35", et.LastK(8), 128),
+    "mcunet": zoo_case("mcunet-5fps", et.Full(), 128),
+    "resnet18": zoo_case("resnet18-cifar", et.Full(), 32),
+    "bert": zoo_case("bert-tiny", et.Full(), 16),
+}
+
+
+def real_case(name: str):
+    def make():
+        sys.path.insert(0, str(ROOT))
+        from tests.realmodels.conftest import build  # noqa: E402  (the tests' builders)
+
+        model, x, _ = build(name)
+        model = model.float()
+        return model, (x.float() if x.is_floating_point() else x), et.Full()
+    return make
+
+
+def measure(make) -> dict:
+    """One cold run: times of compile, emit, build; model.c's size."""
+    model, x, scheme = make()
+    with tempfile.TemporaryDirectory(prefix="et-ctime-") as cache:
+        old = os.environ.get("EDGETRAIN_CACHE")
+        os.environ["EDGETRAIN_CACHE"] = cache
+        try:
+            t0 = time.perf_counter()
+            prog = et.compile(model, (x,), update=scheme, optimizer=et.SGD(lr=0.01, momentum=0.9))
+            t1 = time.perf_counter()
+            files = emit_sources(prog.runner, layout=build_layout(prog.runner))
+            t2 = time.perf_counter()
+            to_c_program(prog)
+            t3 = time.perf_counter()
+        finally:
+            if old is None:
+                os.environ.pop("EDGETRAIN_CACHE", None)
+            else:
+                os.environ["EDGETRAIN_CACHE"] = old
+    emit = t2 - t1
+    return {"compile_s": t1 - t0, "emit_s": emit, "build_s": max(t3 - t2 - emit, 0.0),
+            "c_total_s": (t1 - t0) + (t3 - t2), "model_c_kb": len(files["model.c"].encode()) / 1024}
+
+
+def run_case(name: str, make, repeats: int) -> dict:
+    runs = [measure(make) for _ in range(repeats)]
+    row = {"case": name, "repeats": repeats}
+    for k in runs[0]:
+        row[k] = round(statistics.median(r[k] for r in runs), 3)
+    return row
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--real", default="", help="comma-separated names of tests/realmodels/conftest.py BUILDERS")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json-only", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    todo = [(c, CASES[c]) for c in args.cases.split(",") if c]
+    todo += [(r, real_case(r)) for r in args.real.split(",") if r]
+    rows = []
+    for name, make in todo:
+        row = run_case(name, make, args.repeats)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.json_only:
+        return
+    print("\n| case | et.compile (s) | emit (s) | C build (s) | compile + C (s) | model.c (KB) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['case']} | {r['compile_s']:.2f} | {r['emit_s']:.2f} | {r['build_s']:.2f} | "
+              f"{r['c_total_s']:.2f} | {r['model_c_kb']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
