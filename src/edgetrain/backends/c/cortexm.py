@@ -38,6 +38,7 @@ from . import cycles
 from .cache import cache_path
 from .layout import CBackendError
 from .staging import write_files
+from .toolchain import ToolTimeout, run_tool
 
 RUNTIME_DIR = Path(__file__).parent / "runtime" / "cortexm"
 # Copied verbatim into the project (main.c includes model.h and the generated samples.h).
@@ -58,6 +59,8 @@ DEFAULT_STACK_BYTES = 8 * 1024
 DEFAULT_HEAP_BYTES = 4 * 1024
 DEFAULT_OPT = "-O2"
 QEMU_TIMEOUT_S = 600.0
+#: seconds `make firmware.elf` may take; past it its process group (make and the compilers) is killed
+BUILD_TIMEOUT = 900
 ICOUNT_MARKER = "et_icount_mark"
 # QEMU's seccomp filter: no obsolete system calls, no setuid/setgid, no fork/exec, no
 # scheduler or resource-limit changes (the guest has no way to the host without semihosting;
@@ -195,7 +198,10 @@ def build(out_dir, jobs: int = 1, extra_cflags: Sequence[str] = ()) -> Path:
     cmd = ["make", "-C", str(out), f"-j{jobs}", "firmware.elf"]
     if extra_cflags:
         cmd.append("EXTRA_CFLAGS=" + " ".join(extra_cflags))
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        r = run_tool(cmd, timeout=BUILD_TIMEOUT)
+    except ToolTimeout as err:
+        raise CortexMError(f"firmware build in {out}: {err}") from None
     if r.returncode != 0:
         raise CortexMError(f"firmware build failed in {out}:\n{r.stdout[-4000:]}{r.stderr[-8000:]}")
     return out / "firmware.elf"

@@ -9,7 +9,6 @@ import ctypes
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 import weakref
 from pathlib import Path
@@ -21,6 +20,7 @@ from ...runtime.compiled import CompiledProgram
 from ...runtime.runner import RunnerBase, as_array
 from .cache import cache_path
 from .layout import CBackendError, Layout, build_layout
+from .toolchain import run_tool
 
 #: the ctypes library: optimised for this machine, no implicit FMA contraction (int8 kernels'
 #: float sums must be exactly the reference's), sqrt as an instruction; ET_FLOAT_FMA: the float32 GEMM / convolution kernels use explicit fused multiply-adds where
@@ -63,10 +63,9 @@ def content_key(files: Mapping[str, str], flags: Sequence[str], cc: str) -> str:
 
 
 def compile_c(cc: str, args: Sequence[str], cwd: Path) -> None:
-    try:
-        r = subprocess.run([cc, *args], cwd=cwd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT)
-    except subprocess.TimeoutExpired as err:
-        raise CBackendError(f"C compile timed out after {COMPILE_TIMEOUT} s in {cwd}") from err
+    """Run the compiler; past COMPILE_TIMEOUT seconds its whole process group is killed
+    (toolchain.run_tool: cc1 with it) and ToolTimeout raised."""
+    r = run_tool([cc, *args], cwd, COMPILE_TIMEOUT)
     if r.returncode != 0:
         raise CBackendError(f"C compile failed in {cwd} ({cc} {' '.join(args)}):\n{r.stderr[-4000:]}")
 

@@ -1,0 +1,70 @@
+"""A compile past its time limit is killed with every process it started (gcc's cc1 used to
+outlive the timeout as an orphan), and the error says so."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from edgetrain.backends.c import host
+from edgetrain.backends.c.toolchain import ToolTimeout, run_tool
+
+
+def _stuck_compiler(tmp_path):
+    """A fake `cc` that starts a child (like cc1), writes both pids, and sleeps."""
+    cc = tmp_path / "cc"
+    cc.write_text("#!/bin/sh\nsleep 300 &\necho $$ $! > \"$PIDS\"\nwait\n")
+    cc.chmod(0o755)
+    return cc
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (killed, not yet reaped by its parent) is gone for our purpose
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _pids(path) -> list[int]:
+    for _ in range(200):  # the script writes the file right after starting its child
+        if path.exists() and path.read_text().strip():
+            return [int(p) for p in path.read_text().split()]
+        time.sleep(0.01)
+    raise AssertionError("the fake compiler did not start")
+
+
+def _assert_gone(pids):
+    for _ in range(200):  # SIGKILL is asynchronous: the child's exit may trail the call a moment
+        if not any(_alive(p) for p in pids):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"still running: {[p for p in pids if _alive(p)]}")
+
+
+def test_run_tool_kills_the_process_group(tmp_path, monkeypatch):
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("PIDS", str(pids))
+    with pytest.raises(ToolTimeout, match="killed its process group"):
+        run_tool([str(_stuck_compiler(tmp_path))], tmp_path, timeout=0.5)
+    _assert_gone(_pids(pids))
+
+
+def test_compile_c_timeout_kills_the_compiler_and_its_children(tmp_path, monkeypatch):
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("PIDS", str(pids))
+    monkeypatch.setattr(host, "COMPILE_TIMEOUT", 0.5)
+    with pytest.raises(host.CBackendError, match="timed out after 0.5 s .*killed its process group"):
+        host.compile_c(str(_stuck_compiler(tmp_path)), ["-c", "model.c"], tmp_path)
+    _assert_gone(_pids(pids))
+
+
+def test_run_tool_returns_output_and_status(tmp_path):
+    r = run_tool(["sh", "-c", "echo out; echo err >&2; exit 3"], tmp_path, timeout=30)
+    assert (r.returncode, r.stdout, r.stderr) == (3, "out\n", "err\n")
