@@ -1,7 +1,8 @@
-"""Training-step time of the C backend against PyTorch eager, one thread, batch 1.
+"""Training-step time of the C backend against PyTorch eager, one thread.
 
-    PYTHONPATH=src python bench/step_speed.py [--model mbv2-w0.35] [--size 128]
-        [--schemes full,last8] [--repeats 30] [--no-int8] [--torch-compile] [--no-fma] [--json-only]
+    PYTHONPATH=src python bench/step_speed.py [--model mbv2-w0.35] [--size 128] [--batch 1,8]
+        [--schemes full,last8] [--repeats 30] [--no-int8] [--torch-compile] [--no-fma]
+        [--kernels blas|portable|both] [--threads 1] [--json-only]
 
 For each scheme (Full, LastK(8)) on `et.models.get(model, num_classes=10)` (float32, SGD
 lr 0.01 momentum 0.9): the median wall time of one training step of
@@ -15,12 +16,20 @@ The runs alternate (C, torch, C, torch, ...) so that a shared machine's load hit
 With the paper's model file (../shared/assets/tiny-training/mbv2-w0.35.pkl), also the int8 step (quantize="int8", SGD
 without momentum) in C against the reference runtime. The C library is built with the
 backend's default flags (explicit FMA in the float GEMM / convolution kernels), or without
-FMA (--no-fma). Prints JSON lines and a markdown table.
+FMA (--no-fma). Convolutions and dense layers run on the host's BLAS (backends/c/blas.py,
+scipy-openblas32) where installed: --kernels portable builds the dependency-free kernels instead,
+--kernels both builds the two libraries and times them side by side (`c` and `c_portable`).
+--threads N runs the BLAS on N threads (EDGETRAIN_BLAS_THREADS=N, read by the library at its
+first GEMM) and PyTorch on N threads; the default is one. Each row gives the convolution and
+dense-layer FLOPs of the step (2 x MACs of conv2d*, linear*, matmul nodes), their GFLOP/s in the
+raw C step and in PyTorch, and this core's single-thread sgemm peak (bench/sgemm_peak.py, same
+BLAS). Prints JSON lines and a markdown table.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -30,7 +39,15 @@ import numpy as np
 import torch
 
 import edgetrain as et
+from edgetrain.backends.c.blas import compile_flags as blas_flags, describe as blas_describe
 from edgetrain.backends.c.host import DEFAULT_CFLAGS, to_c_program
+from edgetrain.ops import get_op
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sgemm_peak import sgemm_peak_gflops  # noqa: E402
+
+#: the ops whose MACs count as the step's GEMM work
+GEMM_OPS = ("conv2d", "conv2d_grad_input", "conv2d_grad_weight", "linear", "linear_grad_weight", "matmul")
 
 SCHEMES = {"full": et.Full(), "last8": et.LastK(8), "bias": et.BiasOnly()}
 ASSETS = Path(__file__).resolve().parents[1] / ".." / "shared" / "assets" / "tiny-training"
@@ -64,25 +81,36 @@ def torch_step_fn(model, prog, x, y, lr, momentum, compiled=False):
     return step
 
 
-def cflags(args) -> tuple:
-    """The C library's compiler flags: the backend's default, or without ET_FLOAT_FMA."""
-    return tuple(f for f in DEFAULT_CFLAGS if not (args.no_fma and f == "-DET_FLOAT_FMA"))
+def cflags(args, portable: bool = False) -> tuple:
+    """The C library's compiler flags: the backend's default, without ET_FLOAT_FMA (--no-fma),
+    without the BLAS (`portable`)."""
+    drop = set(blas_flags()) if portable else set()
+    return tuple(f for f in DEFAULT_CFLAGS if not (args.no_fma and f == "-DET_FLOAT_FMA") and f not in drop)
 
 
-def bench_float(args, name, scheme_key, out):
+def gemm_flops(prog) -> int:
+    """2 x the MACs of the training step's convolutions and dense layers."""
+    return 2 * sum(get_op(n.op).cost(n).macs for n in prog.train_graph.nodes if n.op in GEMM_OPS)
+
+
+def bench_float(args, name, scheme_key, batch, out):
     lr, mom = 0.01, 0.9
     model = et.models.get(args.model, num_classes=10).eval()
-    x = torch.randn(1, 3, args.size, args.size, generator=torch.Generator().manual_seed(0))
-    y = np.array([3])
+    x = torch.randn(batch, 3, args.size, args.size, generator=torch.Generator().manual_seed(0))
+    y = np.arange(batch) % 10
+    compiled = et.compile(model, (x,), update=SCHEMES[scheme_key], optimizer=et.SGD(lr=lr, momentum=mom))
     t0 = time.perf_counter()
-    prog = to_c_program(et.compile(model, (x,), update=SCHEMES[scheme_key], optimizer=et.SGD(lr=lr, momentum=mom)),
-                        cflags(args))
+    prog = to_c_program(compiled, cflags(args, portable=args.kernels == "portable"))
     build_s = time.perf_counter() - t0
     xin = np.ascontiguousarray(x.numpy())
     yin = np.ascontiguousarray(y.astype(np.int64))
     tmodel = et.models.get(args.model, num_classes=10).eval()
     tstep = torch_step_fn(tmodel, prog, x, y, lr, mom)
     runs = {"c": lambda: prog.step(x, y), "c_raw": lambda: prog.raw_step(xin, yin), "torch": tstep}
+    if args.kernels == "both":
+        old = to_c_program(et.compile(model, (x,), update=SCHEMES[scheme_key], optimizer=et.SGD(lr=lr, momentum=mom)),
+                           cflags(args, portable=True))
+        runs["c_portable_raw"] = lambda: old.raw_step(xin, yin)
     if args.torch_compile:
         cmodel = et.models.get(args.model, num_classes=10).eval()
         try:
@@ -102,10 +130,15 @@ def bench_float(args, name, scheme_key, out):
             t = time.perf_counter()
             f()
             times[k].append(time.perf_counter() - t)
-    row = {"model": args.model, "size": args.size, "scheme": scheme_key, "dtype": "float32",
-           "build_s": round(build_s, 1), "trained_weights": int(sum(prog.state[p].size for p in prog.trainable))}
+    flops = gemm_flops(prog)
+    row = {"model": args.model, "size": args.size, "batch": batch, "scheme": scheme_key, "dtype": "float32",
+           "kernels": prog.runner.kernels, "build_s": round(build_s, 1),
+           "trained_weights": int(sum(prog.state[p].size for p in prog.trainable)), "gemm_gflop": round(flops / 1e9, 3)}
     for k, ts in times.items():
         row[f"{k}_ms"] = round(_median_ms(ts), 3)
+    for k in ("c_raw", "c_portable_raw", "torch"):
+        if f"{k}_ms" in row:
+            row[f"{k}_gflops"] = round(flops / row[f"{k}_ms"] / 1e6, 1)
     row["speedup_vs_torch"] = round(row["torch_ms"] / row["c_ms"], 2)
     if "torch_compile_ms" in row:
         row["speedup_vs_torch_compile"] = round(row["torch_compile_ms"] / row["c_ms"], 2)
@@ -148,14 +181,18 @@ def bench_int8(args, scheme_key, out):
     print(json.dumps(row), flush=True)
 
 
-def table(rows) -> str:
-    lines = ["| model | scheme | dtype | C step (ms) | C raw (ms) | PyTorch eager (ms) | torch.compile (ms) | "
-             "reference (ms) | speedup |", "|---|---|---|---|---|---|---|---|---|"]
+def table(rows, peak) -> str:
+    lines = [f"single-thread sgemm peak: {peak} GFLOP/s" if peak else "single-thread sgemm peak: no BLAS", "",
+             "| model | batch | scheme | dtype | C step (ms) | C raw (ms) | C portable raw (ms) | PyTorch eager (ms) | "
+             "torch.compile (ms) | reference (ms) | speedup | GFLOP/s C raw / portable / eager |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         sp = r.get("speedup_vs_torch", r.get("speedup_vs_reference"))
-        lines.append(f"| {r['model']} {r['size']}x{r['size']} | {r['scheme']} | {r['dtype']} | {r['c_ms']} | "
-                     f"{r.get('c_raw_ms', '')} | {r.get('torch_ms', '')} | {r.get('torch_compile_ms', '')} | "
-                     f"{r.get('reference_ms', '')} | {sp}x |")
+        gf = " / ".join(str(r.get(f"{k}_gflops", "")) for k in ("c_raw", "c_portable_raw", "torch"))
+        lines.append(f"| {r['model']} {r['size']}x{r['size']} | {r.get('batch', 1)} | {r['scheme']} | {r['dtype']} | "
+                     f"{r['c_ms']} | {r.get('c_raw_ms', '')} | {r.get('c_portable_raw_ms', '')} | "
+                     f"{r.get('torch_ms', '')} | {r.get('torch_compile_ms', '')} | {r.get('reference_ms', '')} | "
+                     f"{sp}x | {gf} |")
     return "\n".join(lines)
 
 
@@ -170,19 +207,30 @@ def main(argv=None):
     ap.add_argument("--torch-compile", action="store_true")
     ap.add_argument("--no-fma", action="store_true",
                     help="build the C library without explicit fused multiply-adds (the emitted projects' numerics)")
+    ap.add_argument("--batch", default="1", help="comma-separated batch sizes of the float steps")
+    ap.add_argument("--kernels", choices=("blas", "portable", "both"), default="blas",
+                    help="the host library's convolutions and dense layers: the BLAS (where installed), the "
+                         "dependency-free kernels, or both side by side")
+    ap.add_argument("--threads", type=int, default=1, help="threads of the BLAS and of PyTorch")
     ap.add_argument("--json-only", action="store_true")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    os.environ["EDGETRAIN_BLAS_THREADS"] = str(args.threads)
+    torch.set_num_threads(args.threads)
+    peak = sgemm_peak_gflops(threads=args.threads)
+    peak = round(peak, 1) if peak else None
+    print(json.dumps({"sgemm_peak_gflops": peak, "threads": args.threads,
+                      "kernels": blas_describe(cflags(args, portable=args.kernels == "portable"))}), flush=True)
     rows = []
     keys = [k for k in args.schemes.split(",") if k]
-    for k in keys:
-        bench_float(args, args.model, k, rows)
+    for b in (int(v) for v in args.batch.split(",") if v):
+        for k in keys:
+            bench_float(args, args.model, k, b, rows)
     if not args.no_int8:
         for k in keys:
             bench_int8(args, k, rows)
     if not args.json_only:
         print()
-        print(table(rows))
+        print(table(rows, peak))
 
 
 if __name__ == "__main__":

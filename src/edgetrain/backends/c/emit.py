@@ -16,8 +16,10 @@ from .layout import GRAPHS, CBackendError, Layout, build_layout
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 #: runtime headers every program includes (et_int8.h when present: B's int8 kernels; et_float_nn.h:
-#: activations, softmax, layer norm, pooling, embedding)
-RUNTIME_HEADERS = ("et_common.h", "et_float.h", "et_float_nn.h", "et_float_bn.h", "et_int8.h", "et_float_shape.h")
+#: activations, softmax, layer norm, pooling, embedding; et_float_gemm.h: convolutions and dense
+#: layers through the host's BLAS or the portable kernels)
+RUNTIME_HEADERS = ("et_common.h", "et_float.h", "et_float_gemm.h", "et_float_nn.h", "et_float_bn.h", "et_int8.h",
+                   "et_float_shape.h")
 #: the storage API of page_in / page_out, included by programs that page
 PAGE_HEADER = "et_page.h"
 

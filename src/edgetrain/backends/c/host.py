@@ -18,7 +18,9 @@ import numpy as np
 
 from ...runtime.compiled import CompiledProgram
 from ...runtime.runner import RunnerBase, as_array
+from .blas import compile_flags as blas_compile_flags, describe as blas_describe, link_flags as blas_link_flags
 from .cache import cache_path
+from .kernel_lib import front_source, kernels_object
 from .layout import CBackendError, Layout, build_layout
 from .toolchain import run_tool
 
@@ -32,6 +34,9 @@ DEFAULT_CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno"
 #: an emitted project's Makefile: every float sum in the source's order, no FMA, so its host
 #: build prints the very losses its Cortex-M build prints
 PROJECT_CFLAGS = tuple(f for f in DEFAULT_CFLAGS if f not in ("-DET_OMP_SIMD", "-DET_FLOAT_FMA"))
+#: the ctypes library on a machine with a BLAS (blas.py): et_float_gemm.h's convolutions and
+#: dense layers as GEMMs (emitted projects keep the portable kernels: PROJECT_CFLAGS)
+DEFAULT_CFLAGS = DEFAULT_CFLAGS + blas_compile_flags()
 #: the sanitizer build of the tests
 SANITIZE_CFLAGS = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                    "-fno-omit-frame-pointer", "-ffp-contract=off", "-fno-math-errno", "-fopenmp-simd", "-DET_OMP_SIMD",
@@ -71,7 +76,9 @@ def compile_c(cc: str, args: Sequence[str], cwd: Path) -> None:
 
 
 def build_library(files: Mapping[str, str], flags: Sequence[str] = DEFAULT_CFLAGS) -> Path:
-    """Compile model.c of `files` into a shared library (cached); returns its path."""
+    """Compile model.c of `files` into a shared library (cached); returns its path. The kernels
+    come compiled from kernel_lib.py's cache (once per machine, headers and flags); model.c is
+    compiled behind its front file, which points its kernel calls at them."""
     cc = find_cc()
     key = content_key(files, flags, cc)
     d = cache_dir() / key
@@ -83,7 +90,9 @@ def build_library(files: Mapping[str, str], flags: Sequence[str] = DEFAULT_CFLAG
     try:
         for name, text in files.items():
             (work / name).write_text(text)
-        compile_c(cc, [*flags, "-fPIC", "-shared", "-o", "libmodel.so", "model.c"], work)
+        (work / "model_host.c").write_text(front_source(files))  # model.c calling the cached kernels
+        kernels = str(kernels_object(cc, flags, files))
+        compile_c(cc, [*flags, "-fPIC", "-shared", "-o", "libmodel.so", "model_host.c", kernels, *blas_link_flags(flags)], work)
         try:
             work.rename(d)
         except OSError:  # another process built it meanwhile
@@ -139,6 +148,7 @@ class CRunner(RunnerBase):
 
         super().__init__(compiled, state, steps)
         self.flags = tuple(flags or DEFAULT_CFLAGS)
+        self.kernels = blas_describe(self.flags)  # the BLAS or the portable kernels, in words
         self.c_layout: Layout = build_layout(self)
         self.c_files = emit_sources(self, embed_weights=False, layout=self.c_layout)
         self.c_library = build_library(self.c_files, self.flags)

@@ -1,5 +1,6 @@
-"""float32 kernels: each emitter returns a C block calling runtime/et_float.h with constant
-shapes, or (elementwise, reductions, shape ops) nested loops with constant bounds."""
+"""float32 kernels: each emitter returns a C block calling runtime/et_float.h (convolutions and
+dense layers: et_float_gemm.h, which picks the host's BLAS or the portable kernels at build time)
+with constant shapes, or (elementwise, reductions, shape ops) nested loops with constant bounds."""
 from __future__ import annotations
 
 import numpy as np
@@ -212,15 +213,18 @@ def _geo(a):
     return s, p, d, int(a["groups"])
 
 
-def _is_pointwise(wshape, s, p, g):
-    return wshape[2:] == (1, 1) and s == (1, 1) and p == (0, 0) and g == 1
-
-
 def _conv_args(xs, ws, ys, s, p, d, g):
     n, c, h, w = xs
     o, _, kh, kw = ws
     return (f"{n}, {c}, {h}, {w}, {o}, {ys[2]}, {ys[3]}, {kh}, {kw}, {s[0]}, {s[1]}, {p[0]}, {p[1]}, "
             f"{d[0]}, {d[1]}, {g}")
+
+
+def _conv_call(fn, a, b, c, shapes, attrs) -> str:
+    """A call of et_float_gemm.h's `fn` (et_conv2d, et_conv2d_grad_input, et_conv2d_grad_weight):
+    the host build's BLAS or the portable kernels, chosen there at build time."""
+    s, p, d, g = _geo(attrs)
+    return c_block(f"{fn}({a}, {b}, {c}, {_conv_args(*shapes, s, p, d, g)});")
 
 
 @register("conv2d")
@@ -229,15 +233,8 @@ def _conv2d(node, ctx):
     x, w = node.inputs[:2]
     b = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "(const float *)0"
     y = node.out
-    s, p, d, g = _geo(node.attrs)
-    if _is_pointwise(w.shape, s, p, g):
-        n, c, h, wd = x.shape
-        o, P = w.shape[0], h * wd
-        return c_block(f"for (int n = 0; n < {n}; ++n)",
-                       f"  et_gemm_wx({ctx.ptr(w)}, {ctx.ptr(x)} + n * {c * P}, {b}, {ctx.ptr(y)} + n * {o * P}, "
-                       f"{o}, {c}, {P}, {c}, 1);")
-    return c_block(f"et_conv_fwd({ctx.ptr(x)}, {ctx.ptr(w)}, {b}, {ctx.ptr(y)}, "
-                   f"{_conv_args(x.shape, w.shape, y.shape, s, p, d, g)});")
+    return _conv_call("et_conv2d", ctx.ptr(x), ctx.ptr(w), f"{b}, {ctx.ptr(y)}", (x.shape, w.shape, y.shape),
+                      node.attrs)
 
 
 @register("conv2d_grad_input")
@@ -245,20 +242,8 @@ def _conv2d_grad_input(node, ctx):
     _f32(node)
     gy, w = node.inputs
     gx = node.out
-    s, p, d, g = _geo(node.attrs)
-    if _is_pointwise(w.shape, s, p, g):
-        n, c, h, wd = gx.shape
-        o, P = w.shape[0], h * wd
-        return c_block(f"for (int n = 0; n < {n}; ++n)",
-                       f"  et_gemm_wx({ctx.ptr(w)}, {ctx.ptr(gy)} + n * {o * P}, (const float *)0, "
-                       f"{ctx.ptr(gx)} + n * {c * P}, {c}, {o}, {P}, 1, {c});")
-    if s == (1, 1):
-        n, c, h, wd = gx.shape
-        o, _, kh, kw = w.shape
-        return c_block(f"et_conv_grad_input_s1({ctx.ptr(gy)}, {ctx.ptr(w)}, {ctx.ptr(gx)}, {n}, {c}, {h}, {wd}, {o}, "
-                       f"{gy.shape[2]}, {gy.shape[3]}, {kh}, {kw}, {p[0]}, {p[1]}, {d[0]}, {d[1]}, {g});")
-    return c_block(f"et_conv_grad_input({ctx.ptr(gy)}, {ctx.ptr(w)}, {ctx.ptr(gx)}, "
-                   f"{_conv_args(gx.shape, w.shape, gy.shape, s, p, d, g)});")
+    return _conv_call("et_conv2d_grad_input", ctx.ptr(gy), ctx.ptr(w), ctx.ptr(gx), (gx.shape, w.shape, gy.shape),
+                      node.attrs)
 
 
 @register("conv2d_grad_weight")
@@ -266,15 +251,8 @@ def _conv2d_grad_weight(node, ctx):
     _f32(node)
     x, gy = node.inputs
     gw = node.out
-    s, p, d, g = _geo(node.attrs)
-    if _is_pointwise(gw.shape, s, p, g):
-        n, c, h, wd = x.shape
-        o, P = gw.shape[0], h * wd
-        return c_block(f"for (int n = 0; n < {n}; ++n)",
-                       f"  et_gemm_abt({ctx.ptr(gy)} + n * {o * P}, {ctx.ptr(x)} + n * {c * P}, {ctx.ptr(gw)}, "
-                       f"{o}, {c}, {P}, n > 0);")
-    return c_block(f"et_conv_grad_weight({ctx.ptr(x)}, {ctx.ptr(gy)}, {ctx.ptr(gw)}, "
-                   f"{_conv_args(x.shape, gw.shape, gy.shape, s, p, d, g)});")
+    return _conv_call("et_conv2d_grad_weight", ctx.ptr(x), ctx.ptr(gy), ctx.ptr(gw), (x.shape, gw.shape, gy.shape),
+                      node.attrs)
 
 
 # --- batch norm -----------------------------------------------------------------------------
@@ -320,7 +298,7 @@ def _linear(node, ctx):
     b = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "(const float *)0"
     o, k = w.shape
     n = x.type.numel // k
-    return c_block(f"et_linear({ctx.ptr(x)}, {ctx.ptr(w)}, {b}, {ctx.ptr(node.out)}, {n}, {k}, {o});")
+    return c_block(f"et_dense({ctx.ptr(x)}, {ctx.ptr(w)}, {b}, {ctx.ptr(node.out)}, {n}, {k}, {o});")
 
 
 @register("linear_grad_weight")
@@ -329,7 +307,7 @@ def _linear_grad_weight(node, ctx):
     x, gy = node.inputs
     k, o = x.shape[-1], gy.shape[-1]
     n = x.type.numel // k
-    return c_block(f"et_linear_grad_weight({ctx.ptr(x)}, {ctx.ptr(gy)}, {ctx.ptr(node.out)}, {n}, {k}, {o});")
+    return c_block(f"et_dense_grad_weight({ctx.ptr(x)}, {ctx.ptr(gy)}, {ctx.ptr(node.out)}, {n}, {k}, {o});")
 
 
 @register("matmul")
@@ -344,14 +322,14 @@ def _matmul(node, ctx):
     if (ba == by or not ba) and (bb == by or not bb):  # each operand batched alike or shared
         sa, sb = (m * k if ba else 0), (k * n if bb else 0)
         return c_block(f"for (int i = 0; i < {nb}; ++i)",
-                       f"  et_matmul({ctx.ptr(a)} + i * {sa}, {ctx.ptr(b)} + i * {sb}, {ctx.ptr(y)} + i * {m * n}, "
+                       f"  et_dense_matmul({ctx.ptr(a)} + i * {sa}, {ctx.ptr(b)} + i * {sb}, {ctx.ptr(y)} + i * {m * n}, "
                        f"{m}, {k}, {n});")
     # broadcast batch dims: each output matrix's operand offsets, from numpy's broadcasting rule
     offs = [np.broadcast_to(np.arange(prod(bx)).reshape((1,) * (len(by) - len(bx)) + tuple(bx)), by).ravel() * size
             for bx, size in ((ba, m * k), (bb, k * n))]
     tables = [f"static const int32_t {nm}[{nb}] = {{{', '.join(map(str, o))}}};" for nm, o in zip(("AO", "BO"), offs)]
     return c_block(*tables, f"for (int i = 0; i < {nb}; ++i)",
-                   f"  et_matmul({ctx.ptr(a)} + AO[i], {ctx.ptr(b)} + BO[i], {ctx.ptr(y)} + i * {m * n}, "
+                   f"  et_dense_matmul({ctx.ptr(a)} + AO[i], {ctx.ptr(b)} + BO[i], {ctx.ptr(y)} + i * {m * n}, "
                    f"{m}, {k}, {n});")
 
 

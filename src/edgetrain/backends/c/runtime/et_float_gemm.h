@@ -1,0 +1,323 @@
+/* edgetrain C runtime: the float32 convolutions (forward, input and weight gradients) and dense
+ * layers (linear, its weight gradient, matmul) the emitted code calls, in one of two builds:
+ *
+ * - ET_BLAS defined (the host library when a BLAS is installed: backends/c/blas.py): every
+ *   convolution with one group as one single-precision GEMM over the whole batch (the weights
+ *   read once per step, not per image): im2col of the batch into a [C*KH*KW][N*P] matrix
+ *   (P = output pixels), the GEMM, then the result scattered back to NCHW (forward), gathered
+ *   into [O][N*P] first (weight gradient: one GEMM whose inner dimension is N*P), or summed
+ *   back by col2im (input gradient). 1x1 stride-1 convolutions skip im2col; a batch of one
+ *   writes its result in place. Grouped and depthwise convolutions keep the direct kernels of
+ *   et_float.h. The functions are not inlined: their arguments are run-time values, so gcc
+ *   compiles each once per program instead of once per call site. The scratch matrices live
+ *   in two per-thread buffers that grow to the largest layer and are kept (host only: malloc).
+ *   The BLAS runs on EDGETRAIN_BLAS_THREADS threads (environment, read at the first call;
+ *   default 1). ET_BLAS_SGEMM / ET_BLAS_SET_THREADS name the library's functions (cblas_sgemm
+ *   and openblas_set_num_threads unless the build names prefixed ones).
+ * - otherwise (Cortex-M, emitted projects, the sanitizer build): the dependency-free kernels of
+ *   et_float.h, called exactly as before (pointwise as a per-image register-blocked GEMM, the
+ *   rest as direct convolutions), always inlined with the call site's constant shapes.
+ *
+ * Layout: NCHW activations, weights [O][C/G][KH][KW], dense weights [O][K]. Header-only. */
+#ifndef ET_FLOAT_GEMM_H
+#define ET_FLOAT_GEMM_H
+#include "et_float.h"
+
+ET_INLINE int et_conv_pointwise(int KH, int KW, int SH, int SW, int PH, int PW, int G) {
+    return KH == 1 && KW == 1 && SH == 1 && SW == 1 && PH == 0 && PW == 0 && G == 1;
+}
+
+#ifdef ET_BLAS
+#include <stdlib.h>
+#include <cblas.h>
+#ifndef ET_BLAS_SGEMM
+#define ET_BLAS_SGEMM cblas_sgemm
+#endif
+#ifndef ET_BLAS_SET_THREADS
+#define ET_BLAS_SET_THREADS openblas_set_num_threads
+#endif
+#define ET_BLAS_FN static __attribute__((noinline, unused))
+
+/* C = A B (transposes as asked), row-major; the thread count set once per library */
+static void et_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                     float beta, float *Cm, int ldc) {
+    static int threads_set = 0;
+    if (!threads_set) {
+        const char *e = getenv("EDGETRAIN_BLAS_THREADS");
+        const int t = e ? atoi(e) : 1;
+        ET_BLAS_SET_THREADS(t > 0 ? t : 1);
+        threads_set = 1;
+    }
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) { /* an empty sum: beta C */
+        for (int i = 0; i < M; ++i)
+            for (int j = 0; j < N; ++j) Cm[(size_t)i * ldc + j] = beta == 0.f ? 0.f : beta * Cm[(size_t)i * ldc + j];
+        return;
+    }
+    ET_BLAS_SGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A,
+                  lda, B, ldb, beta, Cm, ldc);
+}
+
+/* one of two per-thread scratch buffers of at least n floats (grown, never shrunk) */
+static float *et_scratch(int slot, size_t n) {
+    static __thread float *buf[2];
+    static __thread size_t cap[2];
+    if (n > cap[slot]) {
+        free(buf[slot]);
+        buf[slot] = (float *)malloc(n * sizeof(float));
+        if (!buf[slot]) {
+            cap[slot] = 0;
+            ET_ERROR_HOOK("et_scratch: out of memory");
+            return 0;
+        }
+        cap[slot] = n;
+    }
+    return buf[slot];
+}
+
+/* dst[r][n*P + p] = src[n][r][p] for R rows of P per image: the batch side by side */
+static void et_batch_cols(const float *ET_RESTRICT src, float *ET_RESTRICT dst, int N, int R, int P) {
+    for (int n = 0; n < N; ++n)
+        for (int r = 0; r < R; ++r)
+            memcpy(dst + (size_t)r * N * P + (size_t)n * P, src + ((size_t)n * R + r) * P, (size_t)P * sizeof(float));
+}
+
+/* dst[n][r][p] = src[r][n*P + p] (+ bias[r]): the inverse of et_batch_cols */
+static void et_batch_uncols(const float *ET_RESTRICT src, const float *ET_RESTRICT bias, float *ET_RESTRICT dst,
+                            int N, int R, int P) {
+    for (int n = 0; n < N; ++n)
+        for (int r = 0; r < R; ++r) {
+            const float *s = src + (size_t)r * N * P + (size_t)n * P;
+            float *d = dst + ((size_t)n * R + r) * P;
+            if (bias) {
+                const float b = bias[r];
+                for (int p = 0; p < P; ++p) d[p] = s[p] + b;
+            } else {
+                memcpy(d, s, (size_t)P * sizeof(float));
+            }
+        }
+}
+
+/* col[(c*KH + ki)*KW + kj][n*P + oh*WO + ow] = X[n][c][oh*SH - PH + ki*DH][ow*SW - PW + kj*DW] (0 outside) */
+static void et_im2col(const float *ET_RESTRICT X, float *ET_RESTRICT col, int N, int C, int H, int Wd, int HO, int WO,
+                      int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+    const size_t P = (size_t)HO * WO, ld = (size_t)N * P;
+    for (int n = 0; n < N; ++n)
+        for (int c = 0; c < C; ++c) {
+            const float *x = X + ((size_t)n * C + c) * H * Wd;
+            for (int ki = 0; ki < KH; ++ki)
+                for (int kj = 0; kj < KW; ++kj) {
+                    float *d = col + ((size_t)(c * KH + ki) * KW + kj) * ld + n * P;
+                    const int ow0 = et_lo(PW, kj, DW, SW), ow1 = et_hi(Wd, PW, kj, DW, SW, WO);
+                    const int a = ow0 < WO ? ow0 : WO, b = ow1 > a ? ow1 : a;
+                    for (int oh = 0; oh < HO; ++oh, d += WO) {
+                        const int ih = oh * SH - PH + ki * DH;
+                        if (ih < 0 || ih >= H) {
+                            memset(d, 0, (size_t)WO * sizeof(float));
+                            continue;
+                        }
+                        const float *xr = x + (size_t)ih * Wd - PW + kj * DW;
+                        for (int ow = 0; ow < a; ++ow) d[ow] = 0.f;
+                        if (SW == 1) {
+                            if (b > a) memcpy(d + a, xr + a, (size_t)(b - a) * sizeof(float));
+                        } else {
+                            for (int ow = a; ow < b; ++ow) d[ow] = xr[(size_t)ow * SW];
+                        }
+                        for (int ow = b; ow < WO; ++ow) d[ow] = 0.f;
+                    }
+                }
+        }
+}
+
+/* GX[n][c][ih][iw] = sum of the col entries et_im2col would read from there (GX zeroed first) */
+static void et_col2im(const float *ET_RESTRICT col, float *ET_RESTRICT GX, int N, int C, int H, int Wd, int HO, int WO,
+                      int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+    const size_t P = (size_t)HO * WO, ld = (size_t)N * P;
+    memset(GX, 0, (size_t)N * C * H * Wd * sizeof(float));
+    for (int n = 0; n < N; ++n)
+        for (int c = 0; c < C; ++c) {
+            float *gx = GX + ((size_t)n * C + c) * H * Wd;
+            for (int ki = 0; ki < KH; ++ki) {
+                const int oh0 = et_lo(PH, ki, DH, SH), oh1 = et_hi(H, PH, ki, DH, SH, HO);
+                for (int kj = 0; kj < KW; ++kj) {
+                    const float *s = col + ((size_t)(c * KH + ki) * KW + kj) * ld + n * P;
+                    const int ow0 = et_lo(PW, kj, DW, SW), ow1 = et_hi(Wd, PW, kj, DW, SW, WO);
+                    for (int oh = oh0; oh < oh1; ++oh) {
+                        const float *sr = s + (size_t)oh * WO;
+                        float *xr = gx + (size_t)(oh * SH - PH + ki * DH) * Wd - PW + kj * DW;
+                        if (SW == 1) {
+                            for (int ow = ow0; ow < ow1; ++ow) xr[ow] += sr[ow];
+                        } else {
+                            for (int ow = ow0; ow < ow1; ++ow) xr[(size_t)ow * SW] += sr[ow];
+                        }
+                    }
+                }
+            }
+        }
+}
+
+/* the batch as a [R][N*P] matrix: X itself for one image, else gathered into scratch `slot` */
+static const float *et_batch_matrix(const float *X, int N, int R, int P, int slot) {
+    if (N == 1) return X;
+    float *m = et_scratch(slot, (size_t)R * N * P);
+    if (m) et_batch_cols(X, m, N, R, P);
+    return m;
+}
+
+ET_BLAS_FN void et_conv_fwd_blas(const float *X, const float *W, const float *B, float *Y, int N, int C, int H, int Wd,
+                                 int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+    const int P = HO * WO, CK = C * KH * KW, NP = N * P;
+    const float *col;
+    if (et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1)) {
+        col = et_batch_matrix(X, N, C, P, 0);
+    } else {
+        float *m = et_scratch(0, (size_t)CK * NP);
+        if (m) et_im2col(X, m, N, C, H, Wd, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
+        col = m;
+    }
+    float *out = N == 1 ? Y : et_scratch(1, (size_t)O * NP);
+    if (!col || !out) return;
+    if (N == 1 && B) {
+        for (int o = 0; o < O; ++o)
+            for (int p = 0; p < P; ++p) Y[(size_t)o * P + p] = B[o];
+    }
+    et_sgemm(0, 0, O, NP, CK, W, CK, col, NP, N == 1 && B ? 1.f : 0.f, out, NP);
+    if (N > 1) et_batch_uncols(out, B, Y, N, O, P);
+}
+
+ET_BLAS_FN void et_conv_grad_weight_blas(const float *X, const float *GY, float *GW, int N, int C, int H, int Wd, int O,
+                                         int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH,
+                                         int DW) {
+    const int P = HO * WO, CK = C * KH * KW, NP = N * P;
+    const float *col;
+    if (et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1)) {
+        col = et_batch_matrix(X, N, C, P, 0);
+    } else {
+        float *m = et_scratch(0, (size_t)CK * NP);
+        if (m) et_im2col(X, m, N, C, H, Wd, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
+        col = m;
+    }
+    const float *gy = et_batch_matrix(GY, N, O, P, 1);
+    if (!col || !gy) return;
+    et_sgemm(0, 1, O, CK, NP, gy, NP, col, NP, 0.f, GW, CK); /* GW = GY col^T */
+}
+
+ET_BLAS_FN void et_conv_grad_input_blas(const float *GY, const float *W, float *GX, int N, int C, int H, int Wd, int O,
+                                        int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+    const int P = HO * WO, CK = C * KH * KW, NP = N * P;
+    const float *gy = et_batch_matrix(GY, N, O, P, 1);
+    if (!gy) return;
+    const int pointwise = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
+    float *col = pointwise && N == 1 ? GX : et_scratch(0, (size_t)CK * NP);
+    if (!col) return;
+    et_sgemm(1, 0, CK, NP, O, W, CK, gy, NP, 0.f, col, NP); /* col = W^T GY */
+    if (pointwise) {
+        if (N > 1) et_batch_uncols(col, (const float *)0, GX, N, C, P);
+    } else {
+        et_col2im(col, GX, N, C, H, Wd, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
+    }
+}
+
+/* Y[n][o] = B[o] + sum_k X[n][k] W[o][k] */
+ET_BLAS_FN void et_linear_blas(const float *X, const float *W, const float *B, float *Y, int N, int K, int O) {
+    if (B)
+        for (int n = 0; n < N; ++n) memcpy(Y + (size_t)n * O, B, (size_t)O * sizeof(float));
+    et_sgemm(0, 1, N, O, K, X, K, W, K, B ? 1.f : 0.f, Y, O);
+}
+
+/* GW[o][k] = sum_n GY[n][o] X[n][k] */
+ET_BLAS_FN void et_linear_grad_weight_blas(const float *X, const float *GY, float *GW, int N, int K, int O) {
+    et_sgemm(1, 0, O, K, N, GY, O, X, K, 0.f, GW, K);
+}
+
+/* C[i][j] = sum_k A[i][k] B[k][j] */
+ET_BLAS_FN void et_matmul_blas(const float *A, const float *B, float *Cm, int M, int K, int N) {
+    et_sgemm(0, 0, M, N, K, A, K, B, N, 0.f, Cm, N);
+}
+#endif /* ET_BLAS */
+
+/* ---- what the emitted code calls ------------------------------------------------------- */
+ET_INLINE void et_conv2d(const float *ET_RESTRICT X, const float *ET_RESTRICT W, const float *ET_RESTRICT B,
+                         float *ET_RESTRICT Y, int N, int C, int H, int Wd, int O, int HO, int WO, int KH, int KW,
+                         int SH, int SW, int PH, int PW, int DH, int DW, int G) {
+#ifdef ET_BLAS
+    if (G == 1) {
+        et_conv_fwd_blas(X, W, B, Y, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
+        return;
+    }
+#endif
+    if (et_conv_pointwise(KH, KW, SH, SW, PH, PW, G)) {
+        for (int n = 0; n < N; ++n)
+            et_gemm_wx(W, X + (size_t)n * C * H * Wd, B, Y + (size_t)n * O * H * Wd, O, C, H * Wd, C, 1);
+        return;
+    }
+    et_conv_fwd(X, W, B, Y, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW, G);
+}
+
+ET_INLINE void et_conv2d_grad_input(const float *ET_RESTRICT GY, const float *ET_RESTRICT W, float *ET_RESTRICT GX,
+                                    int N, int C, int H, int Wd, int O, int HO, int WO, int KH, int KW, int SH, int SW,
+                                    int PH, int PW, int DH, int DW, int G) {
+#ifdef ET_BLAS
+    if (G == 1) {
+        et_conv_grad_input_blas(GY, W, GX, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
+        return;
+    }
+#endif
+    if (et_conv_pointwise(KH, KW, SH, SW, PH, PW, G)) {
+        for (int n = 0; n < N; ++n)
+            et_gemm_wx(W, GY + (size_t)n * O * H * Wd, (const float *)0, GX + (size_t)n * C * H * Wd, C, O, H * Wd, 1,
+                       C);
+        return;
+    }
+    if (SH == 1 && SW == 1) {
+        et_conv_grad_input_s1(GY, W, GX, N, C, H, Wd, O, HO, WO, KH, KW, PH, PW, DH, DW, G);
+        return;
+    }
+    et_conv_grad_input(GY, W, GX, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW, G);
+}
+
+ET_INLINE void et_conv2d_grad_weight(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *ET_RESTRICT GW,
+                                     int N, int C, int H, int Wd, int O, int HO, int WO, int KH, int KW, int SH, int SW,
+                                     int PH, int PW, int DH, int DW, int G) {
+#ifdef ET_BLAS
+    if (G == 1) {
+        et_conv_grad_weight_blas(X, GY, GW, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
+        return;
+    }
+#endif
+    if (et_conv_pointwise(KH, KW, SH, SW, PH, PW, G)) {
+        for (int n = 0; n < N; ++n)
+            et_gemm_abt(GY + (size_t)n * O * H * Wd, X + (size_t)n * C * H * Wd, GW, O, C, H * Wd, n > 0);
+        return;
+    }
+    et_conv_grad_weight(X, GY, GW, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW, G);
+}
+
+ET_INLINE void et_dense(const float *ET_RESTRICT X, const float *ET_RESTRICT W, const float *ET_RESTRICT B,
+                        float *ET_RESTRICT Y, int N, int K, int O) {
+#ifdef ET_BLAS
+    et_linear_blas(X, W, B, Y, N, K, O);
+#else
+    et_linear(X, W, B, Y, N, K, O);
+#endif
+}
+
+ET_INLINE void et_dense_grad_weight(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *ET_RESTRICT GW,
+                                    int N, int K, int O) {
+#ifdef ET_BLAS
+    et_linear_grad_weight_blas(X, GY, GW, N, K, O);
+#else
+    et_linear_grad_weight(X, GY, GW, N, K, O);
+#endif
+}
+
+ET_INLINE void et_dense_matmul(const float *ET_RESTRICT A, const float *ET_RESTRICT B, float *ET_RESTRICT Cm, int M, int K,
+                          int N) {
+#ifdef ET_BLAS
+    et_matmul_blas(A, B, Cm, M, K, N);
+#else
+    et_matmul(A, B, Cm, M, K, N);
+#endif
+}
+
+#endif /* ET_FLOAT_GEMM_H */
