@@ -1,0 +1,89 @@
+"""The host library's BLAS path (backends/c/blas.py, runtime/et_float_gemm.h) and its portable
+fallback: both builds of convolutions of every geometry the GEMM path handles (padding, stride,
+dilation, 1x1 with and without stride, no bias), the grouped and depthwise ones it leaves to the
+direct kernels, and dense layers, agree with the reference runtime on gradients and on a few
+training steps, at batch 1 (results written in place) and at batch 3 (one GEMM over the batch)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import edgetrain as et
+from edgetrain.backends.c import blas
+from edgetrain.backends.c.host import DEFAULT_CFLAGS, PROJECT_CFLAGS, SANITIZE_CFLAGS, to_c_program
+
+RTOL = 1e-5
+#: quicker builds (the numerics do not depend on -O3)
+FAST = tuple(f for f in DEFAULT_CFLAGS if f != "-O3") + ("-O1",)
+PORTABLE = tuple(f for f in FAST if f not in blas.compile_flags())
+needs_blas = pytest.mark.skipif(blas.host_blas() is None, reason="no BLAS installed (pip install scipy-openblas32)")
+
+
+def close(ours, ref, rtol=RTOL):
+    ours, ref = np.asarray(ours, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    err = float(np.abs(ours - ref).max() / max(np.abs(ref).max(), 1e-30))
+    assert err <= rtol, f"relative error {err:.3g}"
+
+
+class Convs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 8, 3, 2, 1), nn.ReLU(),  # strided, padded, bias
+            nn.Conv2d(8, 16, 1),  # pointwise
+            nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False),  # depthwise: direct kernel
+            nn.Conv2d(16, 12, 3, 1, 2, dilation=2, bias=False), nn.ReLU(),  # dilated
+            nn.Conv2d(12, 8, 3, 1, 1, groups=2),  # grouped: direct kernel
+            nn.Conv2d(8, 10, 1, 2, bias=False),  # 1x1 stride 2 (a ResNet shortcut)
+            nn.Conv2d(10, 6, (3, 2), (2, 1), (0, 1)),  # rectangular, uneven stride and padding
+            nn.Flatten(), nn.Linear(6 * 1 * 4, 7))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def _programs(batch: int, flags):
+    torch.manual_seed(0)
+    model = Convs().eval()
+    x = torch.randn(batch, 3, 11, 11)
+    y = np.arange(batch) % 7
+    make = (lambda: et.compile(model, (x,), update=et.Full(), optimizer=et.SGD(lr=0.05, momentum=0.9)))
+    return make(), to_c_program(make(), flags), x, y
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("kernels", ["blas", "portable"])
+def test_convolutions_and_dense_layers_match_the_reference(batch, kernels):
+    if kernels == "blas" and blas.host_blas() is None:
+        pytest.skip("no BLAS installed")
+    ref, c, x, y = _programs(batch, FAST if kernels == "blas" else PORTABLE)
+    assert c.runner.kernels.startswith("BLAS" if kernels == "blas" else "portable")
+    gr, gc = ref.gradients(x, y), c.gradients(x, y)
+    assert set(gr) == set(gc)
+    for k in gr:
+        close(gc[k], gr[k])
+    for _ in range(3):
+        close(c.step(x, y), ref.step(x, y))
+    for k in ref.state:
+        close(c.state[k], ref.state[k])
+
+
+@needs_blas
+def test_host_build_links_the_blas_and_other_builds_do_not():
+    assert blas.BLAS_FLAG in DEFAULT_CFLAGS
+    assert blas.link_flags(DEFAULT_CFLAGS)
+    for flags in (PROJECT_CFLAGS, SANITIZE_CFLAGS, PORTABLE):  # emitted projects, sanitizer build, fallback
+        assert blas.BLAS_FLAG not in flags and blas.link_flags(flags) == ()
+    assert "BLAS" in blas.describe(DEFAULT_CFLAGS) and "portable" in blas.describe(PORTABLE)
+
+
+def test_disabled_by_environment(monkeypatch):
+    blas.host_blas.cache_clear()
+    try:
+        monkeypatch.setenv(blas.DISABLE_ENV, "0")
+        assert blas.host_blas() is None and blas.compile_flags() == () and blas.link_flags(DEFAULT_CFLAGS) == ()
+    finally:
+        monkeypatch.delenv(blas.DISABLE_ENV)
+        blas.host_blas.cache_clear()
