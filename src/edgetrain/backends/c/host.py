@@ -92,7 +92,8 @@ def build_library(files: Mapping[str, str], flags: Sequence[str] = DEFAULT_CFLAG
             (work / name).write_text(text)
         (work / "model_host.c").write_text(front_source(files))  # model.c calling the cached kernels
         kernels = str(kernels_object(cc, flags, files))
-        compile_c(cc, [*flags, "-fPIC", "-shared", "-o", "libmodel.so", "model_host.c", kernels, *blas_link_flags(flags)], work)
+        compile_c(cc, [*flags, "-fPIC", "-shared", "-o", "libmodel.so", "model_host.c", kernels,
+                       *blas_link_flags(flags)], work)
         try:
             work.rename(d)
         except OSError:  # another process built it meanwhile
