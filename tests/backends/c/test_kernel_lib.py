@@ -1,0 +1,61 @@
+"""The host library's kernels compiled once per machine (backends/c/kernel_lib.py): found in the
+runtime headers, wrapped out of line, model.c's calls renamed to the wrappers, the object
+cached and shared by programs of the same headers and flags."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import edgetrain as et
+from edgetrain.backends.c import kernel_lib
+from edgetrain.backends.c.host import to_c_program
+
+HEADER = """#define ET_INLINE static inline
+ET_INLINE void et_big(const float *ET_RESTRICT x, float y[], int n) {
+    for (int i = 0; i < n; ++i)
+        y[i] = x[i];
+    for (int i = 0; i < n; ++i)
+        y[i] += x[i];
+    y[0] = 0;
+    y[1] = 1;
+}
+ET_INLINE void et_small(float *p) { p[0] = 1; }
+"""
+
+
+def test_kernels_are_the_long_void_functions_with_their_argument_names():
+    files = {"model.h": "", "et_k.h": HEADER, "model.c": "void f(float *a) { et_big(a, a, 2); et_small(a); }"}
+    assert kernel_lib.kernel_signatures(files) == {"et_big": "const float *ET_RESTRICT x, float y[], int n"}
+    assert "void etk_et_big(const float *ET_RESTRICT x, float y[], int n) { et_big(x, y, n); }" in \
+        kernel_lib.kernels_source(files)
+    front = kernel_lib.front_source(files)
+    assert "#define et_big etk_et_big" in front and "et_small" not in front
+    assert front.index('#include "et_k.h"') < front.index("#define et_big") < front.index('#include "model.c"')
+
+
+def test_program_headers_stay_out_of_the_shared_object():
+    files = {"model.h": "", "et_common.h": "", "et_bank.h": HEADER, "et_page.h": HEADER, "model.c": ""}
+    assert kernel_lib.kernel_headers(files) == ["et_common.h"]
+    assert kernel_lib.kernel_signatures(files) == {}
+
+
+def _tiny():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                               torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 3)).eval()
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no host C compiler")
+def test_two_programs_share_one_kernel_object_and_match_the_reference(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGETRAIN_CACHE", str(tmp_path))
+    x, y = torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1)), np.array([2])
+    for scheme in (et.Full(), et.BiasOnly()):
+        prog = et.compile(_tiny(), (x,), update=scheme, optimizer=et.SGD(lr=0.1, momentum=0.9))
+        c = to_c_program(prog)
+        for _ in range(2):
+            assert c.step(x, y) == pytest.approx(prog.step(x, y), rel=1e-5, abs=1e-6)
+        assert "#define et_conv2d etk_et_conv2d" in (c.runner.c_library.parent / "model_host.c").read_text()
+    assert len(list((tmp_path / "c").glob("kernels-*"))) == 1
