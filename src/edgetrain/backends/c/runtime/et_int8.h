@@ -25,24 +25,31 @@
 /* int32 accumulators held on the stack per output-row segment (1 KB at 256) */
 #define ET_ACC_BLOCK 64
 
-/* ---- fixed point (ops/fixed_point.py) -------------------------------------------------- */
+/* ---- fixed point (ops/fixed_point.py) --------------------------------------------------
+ * 32-bit integer arithmetic with one 32x32->64 multiply (SMULL/SMLAL on a Cortex-M), equal to
+ * the reference for every input: gemmlowp's nudged, truncating high multiply
+ * trunc((ab + (ab >= 0 ? 2^30 : 1 - 2^30)) / 2^31) is floor((ab + 2^30) / 2^31) for every
+ * ab (for ab < 0, trunc(s / 2^31) = floor((s + 2^31 - 1) / 2^31)); the multiplier is >= 0
+ * (quantize_multiplier), so the result fits int32. */
 static inline int32_t et_mbqm(int32_t x, int32_t mult, int32_t shift) {
-    int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
-    int64_t xl = (int64_t)x * ((int64_t)1 << left);
-    if (xl > INT32_MAX) xl = INT32_MAX;
-    if (xl < INT32_MIN) xl = INT32_MIN;
-    int64_t ab = xl * (int64_t)mult;
-    int64_t nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
-    int64_t s = ab + nudge;
-    int64_t hi = s >= 0 ? (s >> 31) : -((-s) >> 31); /* toward zero */
-    int64_t mask = ((int64_t)1 << right) - 1;
-    int64_t rem = hi & mask;
-    int64_t thr = (mask >> 1) + (hi < 0);
-    return (int32_t)((hi >> right) + (rem > thr));
+    if (shift > 0) { /* saturating x * 2^shift */
+        if (x > (INT32_MAX >> shift)) x = INT32_MAX;
+        else if (x < (INT32_MIN >> shift)) x = INT32_MIN;
+        else x = (int32_t)((uint32_t)x << shift);
+    }
+    const int32_t hi = (int32_t)(((int64_t)x * mult + ((int64_t)1 << 30)) >> 31);
+    if (shift >= 0) return hi;
+    const int32_t right = -shift;
+    const int32_t mask = (int32_t)((1u << right) - 1u);
+    const int32_t thr = (mask >> 1) + (hi < 0);
+    return (hi >> right) + ((hi & mask) > thr);
 }
 
-static inline int32_t et_sat32(int64_t v) {
-    return v > INT32_MAX ? INT32_MAX : (v < INT32_MIN ? INT32_MIN : (int32_t)v);
+/* saturating int32 addition (the reference's int64 sum clipped to int32) */
+static inline int32_t et_addsat32(int32_t a, int32_t b) {
+    int32_t s;
+    if (__builtin_add_overflow(a, b, &s)) return a < 0 ? INT32_MIN : INT32_MAX;
+    return s;
 }
 
 static inline int32_t et_clampi(int32_t v, int32_t lo, int32_t hi) {
@@ -123,16 +130,276 @@ static inline void et_col_range(const et_qconv_p *P, int32_t j, int32_t *lo, int
     *lo = a; *hi = b < a ? a : b;
 }
 
+/* One output row (n, o, ho) of a qconv2d: where it goes and how it is quantized, looked up
+ * once per row; et_qrow_put stores the accumulator of column q plus the bias, saturated, to
+ * y (requantized int8) or yf (float). */
+typedef struct {
+    int8_t *y;
+    float *yf;
+    int32_t bias, mult, shift, y_zero, qmin, qmax;
+    float scale;
+} et_qrow;
+
+static inline et_qrow et_qconv_row(const et_qconv_p *P, et_rows8 y, float *yf, int32_t yo_off, int32_t n, int32_t o,
+                                   int32_t ho, const int32_t *bias) {
+    const int32_t at = n * y.nstride + (o - yo_off) * y.cstride + (ho % y.cap) * P->wo;
+    et_qrow r = {0, 0, bias[o], 0, 0, P->y_zero, P->qmin, P->qmax, 0.0f};
+    if (yf) {
+        r.yf = yf + at;
+        r.scale = P->out_scale[o];
+    } else {
+        r.y = y.p + at;
+        r.mult = P->mult[o];
+        r.shift = P->shift[o];
+    }
+    return r;
+}
+
+static inline void et_qrow_put(const et_qrow *r, int32_t q, int32_t acc) {
+    acc = et_addsat32(acc, r->bias);
+    if (r->yf) r->yf[q] = (float)acc * r->scale;
+    else r->y[q] = (int8_t)et_clampi(et_mbqm(acc, r->mult, r->shift) + r->y_zero, r->qmin, r->qmax);
+}
+
+#if defined(__ARM_FEATURE_DSP)
+#include <arm_acle.h>
+/* ---- Cortex-M DSP pointwise qconv2d ------------------------------------------------------
+ * Two int8 operands per 32-bit register as int16 pairs (__sxtb16 takes bytes 0 and 2, of the
+ * word rotated by 8 bytes 1 and 3), one __smlad per two products. Per four input channels
+ * c..c+3: a weight row's word gives the pairs (w[c], w[c+2]) and (w[c+1], w[c+3]); the two
+ * pixels' halfwords of channels c and c+2 (c+1 and c+3) joined give, for each pixel, the
+ * matching input pairs. The input zero point is taken out afterwards as x_zero * sum(w[o])
+ * (exact integers, so the sums equal the host kernel's). */
+static inline uint32_t et_ld16u(const int8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+static inline int32_t et_ld32s(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline int32_t et_sxtb16_ror8(uint32_t v) { return __sxtb16((int32_t)((v >> 8) | (v << 24))); }
+
+/* acc[k][t] = sum_c wk[c] * x[c][t] for the output channels of rows wa, wb (wb may be 0: one
+ * channel) and the pixels x and x + 1 (two) or x alone (npx = 1); channel c's pixel at x + c*cs */
+static inline void et_pw_dsp(const int8_t *x, int32_t cs, const int8_t *wa, const int8_t *wb, int32_t cg,
+                             int32_t npx, int32_t acc[2][2]) {
+    int32_t a00 = 0, a01 = 0, a10 = 0, a11 = 0;
+    int32_t c = 0;
+    if (npx == 2) {
+        for (; c + 4 <= cg; c += 4) {
+            const int8_t *p = x + c * cs;
+            const uint32_t x02 = et_ld16u(p) | (et_ld16u(p + 2 * cs) << 16);
+            const uint32_t x13 = et_ld16u(p + cs) | (et_ld16u(p + 3 * cs) << 16);
+            const int32_t x02a = __sxtb16((int32_t)x02), x02b = et_sxtb16_ror8(x02);
+            const int32_t x13a = __sxtb16((int32_t)x13), x13b = et_sxtb16_ror8(x13);
+            const int32_t va = et_ld32s(wa + c);
+            const int32_t wa02 = __sxtb16(va), wa13 = et_sxtb16_ror8((uint32_t)va);
+            a00 = __smlad(wa02, x02a, a00);
+            a00 = __smlad(wa13, x13a, a00);
+            a01 = __smlad(wa02, x02b, a01);
+            a01 = __smlad(wa13, x13b, a01);
+            if (wb) {
+                const int32_t vb = et_ld32s(wb + c);
+                const int32_t wb02 = __sxtb16(vb), wb13 = et_sxtb16_ror8((uint32_t)vb);
+                a10 = __smlad(wb02, x02a, a10);
+                a10 = __smlad(wb13, x13a, a10);
+                a11 = __smlad(wb02, x02b, a11);
+                a11 = __smlad(wb13, x13b, a11);
+            }
+        }
+    }
+    for (; c < cg; c++) {
+        const int32_t x0 = x[c * cs], x1 = npx == 2 ? x[c * cs + 1] : 0;
+        a00 += wa[c] * x0;
+        a01 += wa[c] * x1;
+        if (wb) {
+            a10 += wb[c] * x0;
+            a11 += wb[c] * x1;
+        }
+    }
+    acc[0][0] = a00;
+    acc[0][1] = a01;
+    acc[1][0] = a10;
+    acc[1][1] = a11;
+}
+
+/* et_qconv_rows for a 1x1, unpadded, column-stride-1, ungrouped layer whose weight rows are
+ * contiguous (whole, or split by output channel) */
+static inline int et_qconv_pw_ok(const et_qconv_p *P, const et_w8 *w) {
+    return P->kh == 1 && P->kw == 1 && P->ph == 0 && P->pw == 0 && P->sw == 1 && P->groups == 1 &&
+           (!w->map || w->dim == 0);
+}
+
+static inline void et_qconv_pw_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
+                                    const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0,
+                                    int32_t r1, int32_t o0, int32_t o1) {
+    const int32_t cg = P->cg;
+    for (int32_t n = 0; n < P->n; n++)
+        for (int32_t o = o0; o < o1; o += 2) {
+            const int32_t two = o + 1 < o1;
+            const int8_t *wa = et_w8_taps(w, o, 0, cg, 1), *wb = two ? et_w8_taps(w, o + 1, 0, cg, 1) : 0;
+            int32_t za = 0, zb = 0; /* x_zero * sum(w): the zero point's share */
+            for (int32_t c = 0; c < cg; c++) {
+                za += wa[c];
+                zb += two ? wb[c] : 0;
+            }
+            za = -P->x_zero * za;
+            zb = -P->x_zero * zb;
+            for (int32_t ho = r0; ho < r1; ho++) {
+                const int8_t *xr = x.p + n * x.nstride - xc_off * x.cstride + ((ho * P->sh) % x.cap) * P->w;
+                const et_qrow ra = et_qconv_row(P, y, yf, yo_off, n, o, ho, bias);
+                const et_qrow rb = et_qconv_row(P, y, yf, yo_off, n, two ? o + 1 : o, ho, bias);
+                for (int32_t q = 0; q < P->wo; q += 2) {
+                    const int32_t npx = q + 1 < P->wo ? 2 : 1;
+                    int32_t acc[2][2];
+                    et_pw_dsp(xr + q, x.cstride, wa, wb, cg, npx, acc);
+                    for (int32_t t = 0; t < npx; t++) {
+                        et_qrow_put(&ra, q + t, acc[0][t] + za);
+                        if (two) et_qrow_put(&rb, q + t, acc[1][t] + zb);
+                    }
+                }
+            }
+        }
+}
+
+/* ---- Cortex-M DSP depthwise qconv2d -------------------------------------------------------
+ * One output pixel at a time; each tap row's KW (<= 8) inputs are read as words whose
+ * __sxtb16 pairs (x[4k], x[4k+2]) and (x[4k+1], x[4k+3]) meet the weight pairs packed once per
+ * channel (taps past KW are zero weights, so the bytes read past the window count nothing).
+ * Pixels whose window, or whose last word, leaves the row take the scalar path, which skips
+ * padded taps; the input zero point comes out as x_zero * (sum of the valid rows' weights)
+ * on the word path (padded columns never reach it). Same integers as the host kernel. */
+#define ET_DW_TAPS 8
+static inline int et_qconv_dw_ok(const et_qconv_p *P) {
+    return P->groups == P->c && P->o == P->c && P->cg == 1 && P->kh <= ET_DW_TAPS && P->kw <= ET_DW_TAPS &&
+           P->dh == 1 && P->dw == 1;
+}
+
+/* output pixel q of a depthwise row, on the scalar path (padded taps skipped) */
+static inline void et_dw_edge(const et_qconv_p *P, const int8_t *const *rows, const int32_t *rowi, int32_t nr,
+                              const int8_t *taps, const int32_t *col_lo, const int32_t *col_hi, int32_t q,
+                              const et_qrow *out) {
+    int32_t acc = 0;
+    for (int32_t r = 0; r < nr; r++) {
+        const int8_t *xp = rows[r] + q * P->sw, *tr = taps + rowi[r] * P->kw;
+        for (int32_t j = 0; j < P->kw; j++)
+            if (q >= col_lo[j] && q < col_hi[j]) acc += tr[j] * ((int32_t)xp[j] - P->x_zero);
+    }
+    et_qrow_put(out, q, acc);
+}
+
+static inline void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
+                                    const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0,
+                                    int32_t r1, int32_t o0, int32_t o1) {
+    const int32_t kh = P->kh, kw = P->kw, words = (kw + 3) / 4;
+    int32_t col_lo[ET_DW_TAPS], col_hi[ET_DW_TAPS];
+    int32_t qa = 0, qb = P->wo; /* pixels on the word path: every tap and every word byte in the row */
+    for (int32_t j = 0; j < kw; j++) {
+        et_col_range(P, j, &col_lo[j], &col_hi[j]);
+        if (col_lo[j] > qa) qa = col_lo[j];
+    }
+    /* last byte read: q*sw - pw + 4*words - 1 <= w - 1 */
+    const int32_t room = P->w - 4 * words + P->pw;
+    if (room < 0) qb = 0;
+    else if (room / P->sw + 1 < qb) qb = room / P->sw + 1;
+    if (qa > P->wo) qa = P->wo;
+    if (qb < qa) qb = qa;
+    int32_t wpk[ET_DW_TAPS][2][2]; /* [row][word][even, odd] int16 pairs */
+    int32_t wrow[ET_DW_TAPS];      /* sum of each row's weights */
+    for (int32_t n = 0; n < P->n; n++)
+        for (int32_t o = o0; o < o1; o++) {
+            const int8_t *taps = et_w8_taps(w, o, 0, 1, kh * kw);
+            for (int32_t i = 0; i < kh; i++) {
+                int32_t sum = 0;
+                for (int32_t k = 0; k < words; k++) {
+                    int32_t t[4];
+                    for (int32_t e = 0; e < 4; e++) t[e] = 4 * k + e < kw ? taps[i * kw + 4 * k + e] : 0;
+                    wpk[i][k][0] = (int32_t)(((uint32_t)t[0] & 0xFFFFu) | ((uint32_t)t[2] << 16));
+                    wpk[i][k][1] = (int32_t)(((uint32_t)t[1] & 0xFFFFu) | ((uint32_t)t[3] << 16));
+                    sum += t[0] + t[1] + t[2] + t[3];
+                }
+                wrow[i] = sum;
+            }
+            const int8_t *xc = x.p + n * x.nstride + (o - xc_off) * x.cstride;
+            for (int32_t ho = r0; ho < r1; ho++) {
+                const int8_t *rows[ET_DW_TAPS];
+                int32_t rowi[ET_DW_TAPS], nr = 0, wsum = 0;
+                for (int32_t i = 0; i < kh; i++) {
+                    const int32_t hi = ho * P->sh - P->ph + i;
+                    if (hi < 0 || hi >= P->h) continue;
+                    rows[nr] = xc + (hi % x.cap) * P->w - P->pw;
+                    rowi[nr++] = i;
+                    wsum += wrow[i];
+                }
+                const int32_t zc = -P->x_zero * wsum;
+                const et_qrow out = et_qconv_row(P, y, yf, yo_off, n, o, ho, bias);
+                for (int32_t q = 0; q < qa; q++) et_dw_edge(P, rows, rowi, nr, taps, col_lo, col_hi, q, &out);
+                for (int32_t q = qb; q < P->wo; q++) et_dw_edge(P, rows, rowi, nr, taps, col_lo, col_hi, q, &out);
+                if (words == 1 && nr == 3) { /* 3 tap rows of at most 4 taps: all in registers */
+                    const int32_t e0 = wpk[rowi[0]][0][0], d0 = wpk[rowi[0]][0][1];
+                    const int32_t e1 = wpk[rowi[1]][0][0], d1 = wpk[rowi[1]][0][1];
+                    const int32_t e2 = wpk[rowi[2]][0][0], d2 = wpk[rowi[2]][0][1];
+                    const int8_t *p0 = rows[0] + qa * P->sw, *p1 = rows[1] + qa * P->sw, *p2 = rows[2] + qa * P->sw;
+                    for (int32_t q = qa; q < qb; q++, p0 += P->sw, p1 += P->sw, p2 += P->sw) {
+                        const uint32_t v0 = (uint32_t)et_ld32s(p0), v1 = (uint32_t)et_ld32s(p1),
+                                       v2 = (uint32_t)et_ld32s(p2);
+                        int32_t acc = __smlad(e0, __sxtb16((int32_t)v0), zc);
+                        acc = __smlad(d0, et_sxtb16_ror8(v0), acc);
+                        acc = __smlad(e1, __sxtb16((int32_t)v1), acc);
+                        acc = __smlad(d1, et_sxtb16_ror8(v1), acc);
+                        acc = __smlad(e2, __sxtb16((int32_t)v2), acc);
+                        acc = __smlad(d2, et_sxtb16_ror8(v2), acc);
+                        et_qrow_put(&out, q, acc);
+                    }
+                } else {
+                    for (int32_t q = qa; q < qb; q++) {
+                        int32_t acc = zc;
+                        for (int32_t r = 0; r < nr; r++) {
+                            const int8_t *xp = rows[r] + q * P->sw;
+                            const int32_t i = rowi[r];
+                            for (int32_t k = 0; k < words; k++) {
+                                const uint32_t v = (uint32_t)et_ld32s(xp + 4 * k);
+                                acc = __smlad(wpk[i][k][0], __sxtb16((int32_t)v), acc);
+                                acc = __smlad(wpk[i][k][1], et_sxtb16_ror8(v), acc);
+                            }
+                        }
+                        et_qrow_put(&out, q, acc);
+                    }
+                }
+            }
+        }
+}
+#endif /* __ARM_FEATURE_DSP */
+
 /* Output rows [r0, r1) of output channels [o0, o1) of a qconv2d. y (int8) or yf (float32,
  * float_out) is addressed like x: row ho of channel o of image n at
  * base + n*nstride + (o - yo_off)*cstride + (ho % cap)*wo; input channel k is channel
  * k - xc_off of x (a buffer holding some channels only); the weight, bias, mult, shift and
- * out_scale are indexed by the absolute output channel o. */
+ * out_scale are indexed by the absolute output channel o. The output column range of each
+ * tap column is computed once per call (ET_COL_TAPS columns at most, else per tap). */
+#define ET_COL_TAPS 16
 static inline void et_qconv_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
                                  const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0, int32_t r1,
                                  int32_t o0, int32_t o1) {
+#if defined(__ARM_FEATURE_DSP)
+    if (et_qconv_pw_ok(P, w)) {
+        et_qconv_pw_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
+        return;
+    }
+    if (et_qconv_dw_ok(P)) {
+        et_qconv_dw_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
+        return;
+    }
+#endif
     const int32_t opg = P->o / P->groups, khkw = P->kh * P->kw;
     int32_t acc[ET_ACC_BLOCK];
+    int32_t col_lo[ET_COL_TAPS], col_hi[ET_COL_TAPS];
+    for (int32_t j = 0; j < P->kw && j < ET_COL_TAPS; j++) et_col_range(P, j, &col_lo[j], &col_hi[j]);
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t o = o0; o < o1; o++) {
             const int32_t c0 = (o / opg) * P->cg - xc_off;
@@ -150,7 +417,12 @@ static inline void et_qconv_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off
                                 const int32_t wv = taps[i * P->kw + j];
                                 if (wv == 0) continue;
                                 int32_t lo, hi2;
-                                et_col_range(P, j, &lo, &hi2);
+                                if (j < ET_COL_TAPS) {
+                                    lo = col_lo[j];
+                                    hi2 = col_hi[j];
+                                } else {
+                                    et_col_range(P, j, &lo, &hi2);
+                                }
                                 if (lo < b0) lo = b0;
                                 if (hi2 > b1) hi2 = b1;
                                 const int8_t *xp = xr + j * P->dw - P->pw;
@@ -162,19 +434,8 @@ static inline void et_qconv_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off
                             }
                         }
                     }
-                    const int32_t bo = bias[o];
-                    if (yf) {
-                        float *yr = yf + n * y.nstride + (o - yo_off) * y.cstride + (ho % y.cap) * P->wo;
-                        const float s = P->out_scale[o];
-                        for (int32_t t = 0; t < b1 - b0; t++) yr[b0 + t] = (float)et_sat32((int64_t)acc[t] + bo) * s;
-                    } else {
-                        int8_t *yr = y.p + n * y.nstride + (o - yo_off) * y.cstride + (ho % y.cap) * P->wo;
-                        const int32_t m = P->mult[o], s = P->shift[o];
-                        for (int32_t t = 0; t < b1 - b0; t++) {
-                            int32_t v = et_mbqm(et_sat32((int64_t)acc[t] + bo), m, s) + P->y_zero;
-                            yr[b0 + t] = (int8_t)et_clampi(v, P->qmin, P->qmax);
-                        }
-                    }
+                    const et_qrow out = et_qconv_row(P, y, yf, yo_off, n, o, ho, bias);
+                    for (int32_t t = 0; t < b1 - b0; t++) et_qrow_put(&out, b0 + t, acc[t]);
                 }
         }
 }
@@ -193,7 +454,7 @@ static inline void et_qadd(const et_qadd_p *P, const int8_t *a, const int8_t *b,
     for (int32_t k = 0; k < count; k++) {
         int32_t xa = et_mbqm(((int32_t)a[k] - P->a_zero) * (1 << 20), P->a_mult, P->a_shift);
         int32_t xb = et_mbqm(((int32_t)b[k] - P->b_zero) * (1 << 20), P->b_mult, P->b_shift);
-        int32_t v = et_mbqm(et_sat32((int64_t)xa + xb), P->y_mult, P->y_shift) + P->y_zero;
+        int32_t v = et_mbqm(et_addsat32(xa, xb), P->y_mult, P->y_shift) + P->y_zero;
         y[k] = (int8_t)et_clampi(v, P->qmin, P->qmax);
     }
 }

@@ -1,0 +1,215 @@
+"""The Cortex-M DSP paths of et_qconv_rows (runtime/et_int8.h: __smlad pointwise and depthwise,
+built where __ARM_FEATURE_DSP is defined) against the reference qconv2d, bit for bit, under QEMU
+on the Cortex-M4 and M7.
+
+A firmware whose model.c runs et_qconv_rows on embedded cases and prints each output's bytes
+as hex lines; the cases have odd channel and pixel counts (the 2-channel x 2-pixel block's and
+the 4-channel step's remainders), padded edges (the depthwise scalar path), 5x5 and 7x7 taps
+(two words per tap row), strides, channel and row sub-ranges (the fused and streamed callers),
+split weights, a float output and accumulators that saturate with the bias."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgetrain.backends.c import cortexm
+from edgetrain.ops.fixed_point import quantize_multiplier
+from edgetrain.ops.qconv import qconv2d_ref
+
+RUNTIME = Path(__file__).resolve().parents[3] / "src" / "edgetrain" / "backends" / "c" / "runtime"
+FIXTURE = Path(__file__).parent / "cortexm_fixture"
+
+pytestmark = pytest.mark.skipif(bool(cortexm.missing_tools()),
+                                reason=f"missing {', '.join(cortexm.missing_tools())}")
+
+# (name, n, c, h, w, o, k, stride, pad, groups, float_out, how the kernel is called)
+# "whole": one call; "per_channel": one output channel per call (qconv2d_pw_dw);
+# "per_row": one output row per call (qstream); "split0"/"split1": the weight split in two
+# arrays by output / input channel
+CASES = [
+    ("pw_odd", 1, 7, 5, 7, 5, 1, 1, 0, 1, False, "whole"),
+    ("pw_rem", 1, 9, 3, 9, 3, 1, 1, 0, 1, False, "whole"),
+    ("pw_one_px", 1, 13, 1, 1, 3, 1, 1, 0, 1, False, "whole"),
+    ("pw_wide", 2, 16, 4, 6, 6, 1, 1, 0, 1, False, "whole"),
+    ("pw_per_channel", 1, 11, 3, 5, 5, 1, 1, 0, 1, False, "per_channel"),
+    ("pw_per_row", 1, 6, 5, 3, 4, 1, 1, 0, 1, False, "per_row"),
+    ("pw_row_stride", 1, 5, 7, 5, 3, 1, 2, 0, 1, False, "whole"),
+    ("pw_split_out", 1, 10, 3, 3, 7, 1, 1, 0, 1, False, "split0"),
+    ("pw_split_in", 1, 10, 3, 3, 7, 1, 1, 0, 1, False, "split1"),
+    ("pw_float_out", 1, 9, 3, 3, 5, 1, 1, 0, 1, True, "whole"),
+    ("pw_saturating", 1, 8, 2, 3, 3, 1, 1, 0, 1, False, "saturate"),
+    ("dw3_odd", 1, 5, 7, 9, 5, 3, 1, 1, 5, False, "whole"),
+    ("dw3_s2", 2, 3, 9, 7, 3, 3, 2, 1, 3, False, "whole"),
+    ("dw3_nopad", 1, 3, 6, 5, 3, 3, 1, 0, 3, False, "whole"),
+    ("dw3_tiny", 1, 4, 1, 2, 4, 3, 1, 1, 4, False, "whole"),
+    ("dw5", 1, 3, 9, 11, 3, 5, 1, 2, 3, False, "whole"),
+    ("dw5_s2", 1, 3, 9, 9, 3, 5, 2, 2, 3, False, "whole"),
+    ("dw7", 1, 2, 9, 13, 2, 7, 1, 3, 2, False, "whole"),
+    ("dw7_s2", 1, 3, 11, 10, 3, 7, 2, 3, 3, False, "whole"),
+    ("dw3_per_channel", 1, 5, 5, 7, 5, 3, 1, 1, 5, False, "per_channel"),
+    ("dw3_per_row", 1, 3, 5, 5, 3, 3, 2, 1, 3, False, "per_row"),
+    ("dw3_split", 1, 6, 5, 5, 6, 3, 1, 1, 6, False, "split0"),
+    ("dw3_float_out", 1, 3, 5, 5, 3, 3, 1, 1, 3, True, "whole"),
+    ("conv3_generic", 1, 3, 7, 7, 4, 3, 2, 1, 1, False, "whole"),
+]
+
+
+def _case_arrays(rng, case):
+    name, n, c, h, w, o, k, s, p, groups, float_out, how = case
+    x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
+    wt = rng.integers(-128, 128, (o, c // groups, k, k)).astype(np.int8)
+    b = rng.integers(-3000, 3000, o).astype(np.int32)
+    if how == "saturate":  # the bias at the ends of int32: acc + bias saturates
+        b = np.array([2 ** 31 - 5, -2 ** 31 + 5, 7][:o], dtype=np.int32)
+    ws = rng.uniform(0.002, 0.02, o)
+    a = dict(stride=(s, s), padding=(p, p), dilation=(1, 1), groups=groups, x_zero=int(rng.integers(-20, 20)),
+             x_scale=0.05, w_scales=tuple(float(v) for v in ws), y_zero=int(rng.integers(-10, 10)),
+             qmin=-128, qmax=127)
+    ms = [quantize_multiplier(float(0.05 * v / 0.08)) for v in ws]
+    a["mult"], a["shift"] = tuple(m for m, _ in ms), tuple(sh for _, sh in ms)
+    if how == "saturate":
+        a["shift"] = (3, -2, 0)[:o]  # a saturating left shift, too
+    if float_out:
+        a["float_out"] = True
+    return x, wt, b, a
+
+
+def _c_array(ctype, name, values):
+    return f"static const {ctype} {name}[{max(len(values), 1)}] = {{{', '.join(values) or '0'}}};"
+
+
+def _c_int(v):
+    return "(-2147483647-1)" if int(v) == -2 ** 31 else str(int(v))
+
+
+def _weight_decl(i, wt, how):
+    """`et_w8 W{i}`: whole, or split in two arrays along dim 0 or 1 (even indices selected)."""
+    flat = lambda arr: [str(int(v)) for v in arr.reshape(-1)]  # noqa: E731
+    if how not in ("split0", "split1"):
+        return [_c_array("int8_t", f"w{i}", flat(wt)), f"static const et_w8 W{i} = {{w{i}, 0, 0, 0, 0, 0, 0}};"]
+    dim = 0 if how == "split0" else 1
+    size = wt.shape[dim]
+    sel = [c for c in range(size) if c % 2 == 0]
+    rest = [c for c in range(size) if c % 2 == 1]
+    cmap = [sel.index(c) if c in sel else -rest.index(c) - 1 for c in range(size)]
+    return [_c_array("int8_t", f"ws{i}", flat(np.take(wt, sel, axis=dim))),
+            _c_array("int8_t", f"wr{i}", flat(np.take(wt, rest, axis=dim))),
+            _c_array("int16_t", f"wm{i}", [str(v) for v in cmap]),
+            f"static const et_w8 W{i} = {{0, ws{i}, wr{i}, wm{i}, {dim}, {len(sel)}, {len(rest)}}};"]
+
+
+def _case_c(i, case, x, wt, b, a, ho, wo):
+    name, n, c, h, w, o, k, s, p, groups, float_out, how = case
+    size = n * o * ho * wo
+    lines = [_c_array("int8_t", f"x{i}", [str(int(v)) for v in x.reshape(-1)]),
+             _c_array("int32_t", f"b{i}", [_c_int(v) for v in b]),
+             _c_array("int32_t", f"m{i}", [_c_int(v) for v in a["mult"]]),
+             _c_array("int32_t", f"s{i}", [_c_int(v) for v in a["shift"]])]
+    scales = (np.float64(a["x_scale"]) * np.asarray(a["w_scales"])).astype(np.float32)
+    lines.append(_c_array("float", f"os{i}", [f"{float(v).hex()}f".replace("0x", "0x") for v in scales]))
+    lines += _weight_decl(i, wt, how)
+    q = f"0, 0, os{i}" if float_out else f"m{i}, s{i}, 0"
+    lines.append(f"static const et_qconv_p P{i} = {{{n}, {c}, {h}, {w}, {o}, {c // groups}, {k}, {k}, {ho}, {wo}, "
+                 f"{s}, {s}, {p}, {p}, 1, 1, {groups}, {a['x_zero']}, {a['y_zero']}, {a['qmin']}, {a['qmax']}, {q}}};")
+    elem = "float" if float_out else "int8_t"
+    lines.append(f"static {elem} y{i}[{size}];")
+    y_rows = f"et_whole8({'0' if float_out else f'y{i}'}, {o}, {ho}, {wo})"
+    yf = f"y{i}" if float_out else "0"
+    call = lambda r0, r1, o0, o1: (f"et_qconv_rows(&P{i}, et_whole8(x{i}, {c}, {h}, {w}), 0, &W{i}, b{i}, "  # noqa: E731
+                                   f"{y_rows}, {yf}, 0, {r0}, {r1}, {o0}, {o1});")
+    if how == "per_channel":
+        body = f"for (int32_t o = 0; o < {o}; o++) {call(0, ho, 'o', 'o + 1')}"
+    elif how == "per_row":
+        body = f"for (int32_t r = 0; r < {ho}; r++) {call('r', 'r + 1', 0, o)}"
+    else:
+        body = call(0, ho, 0, o)
+    lines.append(f"static void run{i}(void) {{ {body} dump({i}, (const uint8_t *)y{i}, sizeof y{i}); }}")
+    return lines
+
+
+MODEL_HEAD = r"""#include <stdio.h>
+#include "model.h"
+#include "board.h"
+#include "et_int8.h"
+
+static int32_t step;
+/* `case <i> <offset> <hex bytes>` lines, 32 bytes each */
+static void dump(int i, const uint8_t *p, unsigned len) {
+    char line[96];
+    for (unsigned at = 0; at < len; at += 32) {
+        int k = snprintf(line, sizeof line, "case %d %u ", i, at);
+        for (unsigned e = at; e < len && e < at + 32; e++) k += snprintf(line + k, sizeof line - k, "%02x", p[e]);
+        snprintf(line + k, sizeof line - k, "\n");
+        et_console_puts(line);
+    }
+}
+"""
+
+MODEL_TAIL = r"""
+void et_init(void) {}
+float et_train_step(const void *input, const void *label) {
+    (void)input; (void)label;
+    if (step == 0) run_all();
+    ++step;
+    return 0.0f;
+}
+void et_predict(const void *input, float *out) { (void)input; out[0] = 0.0f; }
+int32_t et_get_step(void) { return step; }
+int et_check_guards(void) { return 0; }
+"""
+
+
+def _firmware_cases(d: Path):
+    rng = np.random.default_rng(20)
+    parts, want = [MODEL_HEAD], {}
+    for i, case in enumerate(CASES):
+        x, wt, b, a = _case_arrays(rng, case)
+        ref = qconv2d_ref(x, wt, b, a)
+        want[i] = np.ascontiguousarray(ref).tobytes()
+        parts += _case_c(i, case, x, wt, b, a, ref.shape[2], ref.shape[3])
+    parts.append("static void run_all(void) {\n" + "\n".join(f"    run{i}();" for i in range(len(CASES))) + "\n}")
+    parts.append(MODEL_TAIL)
+    shutil.copy(FIXTURE / "model.h", d / "model.h")
+    shutil.copy(RUNTIME / "et_int8.h", d / "et_int8.h")
+    (d / "model.c").write_text("\n".join(parts))
+    return want
+
+
+def _got(lines):
+    out = {}
+    for line in lines:
+        if line.startswith("case "):
+            _, i, at, hexes = line.split()
+            buf = out.setdefault(int(i), bytearray())
+            assert len(buf) == int(at)
+            buf += bytes.fromhex(hexes)
+    return out
+
+
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])
+def test_dsp_qconv_kernels_equal_the_reference(tmp_path, target):
+    d = tmp_path / target
+    d.mkdir()
+    want = _firmware_cases(d)
+    x = np.zeros((1, 1, 2), np.float32)
+    cortexm.write_project(d, target, (x, np.zeros((1, 1), np.float32)))
+    elf = cortexm.build(d)
+    # the DSP paths are the ones built: the firmware calls __smlad (SIMD multiply-accumulate)
+    assert b"smlad" in cortexm_disassembly(elf)
+    run = cortexm.run_qemu(d, target)
+    assert run.exit_code == 0, run.lines
+    got = _got(run.lines)
+    for i, case in enumerate(CASES):
+        assert bytes(got.get(i, b"")) == want[i], f"case {case[0]}"
+
+
+def cortexm_disassembly(elf: Path) -> bytes:
+    import subprocess
+
+    objdump = shutil.which("arm-none-eabi-objdump")
+    if objdump is None:
+        pytest.skip("no arm-none-eabi-objdump")
+    return subprocess.run([objdump, "-d", str(elf)], capture_output=True, check=True).stdout
