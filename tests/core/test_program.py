@@ -8,8 +8,7 @@ import edgetrain as et
 from edgetrain.backends.reference import run_graph
 from edgetrain.memory.liveness import inplace_merges, lifetimes, storage_roots
 from edgetrain.ops import verify
-from edgetrain.passes.loss import LABEL
-from edgetrain.passes.updates import STEP
+from edgetrain.ir import Role, ram_inputs
 from tests.core.models import SEMobile
 
 X = torch.randn(2, 3, 20, 20)
@@ -36,7 +35,7 @@ def test_peak_equals_runtime_recount(model, update):
     # recount at the peak step: storages produced at or before it and read at or after it
     i = prog.memory.peak_step
     roots = storage_roots(g)
-    ram = {v for v in g.inputs if v.name in set(prog.inputs) | {LABEL}}
+    ram = {v for v in g.inputs if g.role(v) in (Role.DATA, Role.LABEL)}  # the step counter is not an activation
     made = {r for r in set(roots.values()) if r in ram}
     made |= {o for n in g.nodes[:i + 1] for o in n.outputs if roots[o] is o}
     used_later = {roots[v] for n in g.nodes[i:] for v in n.inputs} | {roots[v] for v in g.outputs}
@@ -46,7 +45,7 @@ def test_peak_equals_runtime_recount(model, update):
             for p, sel in prog.trainable.items() if sel is not None}  # trained channels only in SRAM
     trained = sum(part.get(p, prog.state[p].nbytes) + prog.state[f"momentum:{p}"].nbytes for p in prog.trainable)
     assert prog.memory.peak_bytes == prog.memory.arena_bytes + trained
-    lts = lifetimes(g, set(prog.inputs) | {LABEL, STEP})
+    lts = lifetimes(g, ram_inputs(g))
     merges = inplace_merges(g, lts)
     prog.memory.arena.check(lts, merges)  # every tensor at its own offset while live, or reused in place
     assert prog.memory.arena.peak_live <= prog.memory.arena_bytes <= 1.15 * prog.memory.activation_bytes + 16 * len(lts)
