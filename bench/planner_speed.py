@@ -37,11 +37,10 @@ def main(argv=None) -> int:
 
     import edgetrain as et
     from edgetrain.devices.calibrate import calibrate_host
+    from edgetrain.ir import ram_inputs
     from edgetrain.memory.arena import plan_arena, plan_arena_first_fit_in_order
     from edgetrain.passes import apply_updates_early
-    from edgetrain.passes.loss import LABEL
     from edgetrain.passes.reorder import reorder_for_memory
-    from edgetrain.passes.updates import STEP
     from edgetrain.sparse.search import solve_exact
     from tests.memory.test_arena import many_lifetimes
     from tests.sparse.test_search import realistic
@@ -50,7 +49,7 @@ def main(argv=None) -> int:
     model = et.models.get("mbv2-w0.35", num_classes=10)
     prog = et.compile(model, (torch.randn(1, 3, 64, 64),), update=et.Full())
     g = apply_updates_early(prog.stages["updates"])
-    ram = set(prog.graph_inputs) | {LABEL, STEP}
+    ram = ram_inputs(g)
     groups = realistic()
     with tempfile.TemporaryDirectory() as d:
         out = {

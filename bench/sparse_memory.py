@@ -49,10 +49,9 @@ import torch
 
 import edgetrain as et
 from edgetrain.data.assets import default_assets_dir
+from edgetrain.ir import ram_inputs
 from edgetrain.memory import plan_memory, trained_channel_bytes
 from edgetrain.models import from_tiny_training
-from edgetrain.passes.loss import LABEL
-from edgetrain.passes.updates import STEP
 from edgetrain.sparse import ContributionTable, CostCache, FineTune, scheme_accuracies, search_scheme
 from edgetrain.sparse.search import InfeasibleBudget
 
@@ -78,7 +77,7 @@ def compile_int8(path, scheme):
 
 def measure(model: str, label: str, scheme, path, prog=None) -> dict:
     prog = prog if prog is not None else compile_int8(path, scheme)
-    ram = set(prog.graph_inputs) | {LABEL, STEP}
+    ram = ram_inputs(prog.stages["updates"])
     plain = plan_memory(prog.stages["updates"], ram, list(prog.trainable),
                         trained_channel_bytes(prog.trainable, prog.state))
     mem = prog.memory

@@ -9,12 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import edgetrain as et
-from edgetrain.ir import TensorType, Value
+from edgetrain.ir import TensorType, Value, ram_inputs
 from edgetrain.memory.arena import (ALIGNMENT, ArenaPlan, align_up, plan_arena,
                                     plan_arena_first_fit_in_order)
 from edgetrain.memory.liveness import Lifetime, lifetimes, live_bytes_timeline
-from edgetrain.passes.loss import LABEL
-from edgetrain.passes.updates import STEP
 
 PLANNERS = [plan_arena, plan_arena_first_fit_in_order]
 #: arena / peak_live allowed on real training graphs
@@ -181,7 +179,7 @@ def mbv2_program(request):
 def test_real_graph_arena(mbv2_program):
     prog = mbv2_program
     g = prog.train_graph
-    lts = lifetimes(g, set(prog.inputs) | {LABEL, STEP})
+    lts = lifetimes(g, ram_inputs(g))
     plan = plan_arena(lts).check(lts)
     plan_arena_first_fit_in_order(lts).check(lts)
     aligned = [Lifetime(lt.root, lt.start, lt.end, align_up(lt.nbytes)) for lt in lts]
@@ -203,7 +201,7 @@ def test_inplace_merges_share_one_offset_and_shrink_the_arena():
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
     prog = et.compile(model, (torch.randn(8, 64),), update=et.Full())
     g = prog.train_graph
-    lts = lifetimes(g, set(prog.graph_inputs) | {LABEL, STEP})
+    lts = lifetimes(g, ram_inputs(g))
     merges = inplace_merges(g, lts)
     assert merges, "the relu / relu_grad / add chain offers in-place reuse"
     plan = plan_arena(lts, merges=merges).check(lts, merges)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import edgetrain as et
 from edgetrain.backends.reference import run_graph
-from edgetrain.ir import Graph, TensorType, new_value
+from edgetrain.ir import Graph, TensorType, new_value, ram_inputs
 from edgetrain.memory import plan_memory
 from edgetrain.ops import Emitter, verify
 from edgetrain.ops.conv import conv_out_hw
@@ -23,7 +23,6 @@ from edgetrain.ops.qconv import qconv2d_ref
 from edgetrain.ops.qfused import CHANNEL_BLOCK, PW_DW_OP, fuse_attrs, qconv2d_pw_dw_ref
 from edgetrain.passes import apply_updates_early
 from edgetrain.passes.fuse import fuse_pointwise_depthwise
-from edgetrain.passes.loss import LABEL
 from edgetrain.passes.reorder import reorder_for_memory
 from edgetrain.passes.updates import STEP
 
@@ -234,7 +233,7 @@ def mbv2():
 
 
 def ram_of(p):
-    return set(p.graph_inputs) | {LABEL, STEP}
+    return ram_inputs(p.train_graph)
 
 
 def one_step(p, g, seed=0):

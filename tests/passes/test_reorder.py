@@ -21,11 +21,10 @@ from hypothesis import strategies as st
 
 import edgetrain as et
 from edgetrain.backends.reference import run_graph
-from edgetrain.ir import Graph, TensorType, new_value
+from edgetrain.ir import Graph, TensorType, new_value, ram_inputs
 from edgetrain.ops import Emitter, get_op, verify
-from edgetrain.passes.loss import LABEL
 from edgetrain.passes.reorder import RULES, build_problem, order_by_rule, order_peak_bytes, reorder_for_memory
-from edgetrain.passes.updates import STEP, apply_updates_early
+from edgetrain.passes.updates import apply_updates_early
 
 #: tensor lengths of the random graphs: spread wide, so that orders differ in their peaks
 SIZES = (1, 8, 64, 512)
@@ -291,7 +290,7 @@ def _compiled(case: str):
 def test_training_programs_compute_the_same_step_in_less_or_equal_memory(case):
     prog, x, y = _compiled(case)
     g = apply_updates_early(prog.stages["updates"])  # the plain order: each update right after its gradient
-    ram = set(prog.graph_inputs) | {LABEL, STEP}
+    ram = ram_inputs(g)
     r = reorder_for_memory(g, ram)
     verify(r)
     assert overwrite_violations(r) == []
