@@ -137,13 +137,14 @@ typedef struct {
     int8_t *y;
     float *yf;
     int32_t bias, mult, shift, y_zero, qmin, qmax;
+    int32_t right, mask, half; /* shift <= 0: et_mbqm's rounding right shift, set up once */
     float scale;
 } et_qrow;
 
 static inline et_qrow et_qconv_row(const et_qconv_p *P, et_rows8 y, float *yf, int32_t yo_off, int32_t n, int32_t o,
                                    int32_t ho, const int32_t *bias) {
     const int32_t at = n * y.nstride + (o - yo_off) * y.cstride + (ho % y.cap) * P->wo;
-    et_qrow r = {0, 0, bias[o], 0, 0, P->y_zero, P->qmin, P->qmax, 0.0f};
+    et_qrow r = {0, 0, bias[o], 0, 0, P->y_zero, P->qmin, P->qmax, 0, 0, 0, 0.0f};
     if (yf) {
         r.yf = yf + at;
         r.scale = P->out_scale[o];
@@ -151,14 +152,24 @@ static inline et_qrow et_qconv_row(const et_qconv_p *P, et_rows8 y, float *yf, i
         r.y = y.p + at;
         r.mult = P->mult[o];
         r.shift = P->shift[o];
+        r.right = r.shift > 0 ? 0 : -r.shift;
+        r.mask = (int32_t)((1u << r.right) - 1u);
+        r.half = r.mask >> 1;
     }
     return r;
+}
+
+/* et_mbqm(acc, mult, shift) with the row's shift set up (equal for every input) */
+static inline int32_t et_qrow_mbqm(const et_qrow *r, int32_t acc) {
+    if (r->shift > 0) return et_mbqm(acc, r->mult, r->shift);
+    const int32_t hi = (int32_t)(((int64_t)acc * r->mult + ((int64_t)1 << 30)) >> 31);
+    return (hi >> r->right) + ((hi & r->mask) > r->half + (hi < 0));
 }
 
 static inline void et_qrow_put(const et_qrow *r, int32_t q, int32_t acc) {
     acc = et_addsat32(acc, r->bias);
     if (r->yf) r->yf[q] = (float)acc * r->scale;
-    else r->y[q] = (int8_t)et_clampi(et_mbqm(acc, r->mult, r->shift) + r->y_zero, r->qmin, r->qmax);
+    else r->y[q] = (int8_t)et_clampi(et_qrow_mbqm(r, acc) + r->y_zero, r->qmin, r->qmax);
 }
 
 #if defined(__ARM_FEATURE_DSP)
@@ -230,19 +241,28 @@ static inline void et_pw_dsp(const int8_t *x, int32_t cs, const int8_t *wa, cons
 
 /* et_qconv_rows for a 1x1, unpadded, column-stride-1, ungrouped layer whose weight rows are
  * contiguous (whole, or split by output channel) */
+#define ET_PW_GATHER 256 /* a weight split by input channel: rows of up to this many gathered */
 static inline int et_qconv_pw_ok(const et_qconv_p *P, const et_w8 *w) {
     return P->kh == 1 && P->kw == 1 && P->ph == 0 && P->pw == 0 && P->sw == 1 && P->groups == 1 &&
-           (!w->map || w->dim == 0);
+           (!w->map || w->dim == 0 || P->cg <= ET_PW_GATHER);
+}
+
+/* row o of a 1x1 weight: in place, or (split by input channel) gathered into buf */
+static inline const int8_t *et_pw_row(const et_w8 *w, int32_t o, int32_t cg, int8_t *buf) {
+    if (!w->map || w->dim == 0) return et_w8_taps(w, o, 0, cg, 1);
+    for (int32_t c = 0; c < cg; c++) buf[c] = *et_w8_taps(w, o, c, cg, 1);
+    return buf;
 }
 
 static inline void et_qconv_pw_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
                                     const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0,
                                     int32_t r1, int32_t o0, int32_t o1) {
     const int32_t cg = P->cg;
+    int8_t ga[ET_PW_GATHER], gb[ET_PW_GATHER];
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t o = o0; o < o1; o += 2) {
             const int32_t two = o + 1 < o1;
-            const int8_t *wa = et_w8_taps(w, o, 0, cg, 1), *wb = two ? et_w8_taps(w, o + 1, 0, cg, 1) : 0;
+            const int8_t *wa = et_pw_row(w, o, cg, ga), *wb = two ? et_pw_row(w, o + 1, cg, gb) : 0;
             int32_t za = 0, zb = 0; /* x_zero * sum(w): the zero point's share */
             for (int32_t c = 0; c < cg; c++) {
                 za += wa[c];
@@ -267,36 +287,59 @@ static inline void et_qconv_pw_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_
         }
 }
 
-/* ---- Cortex-M DSP depthwise qconv2d -------------------------------------------------------
+/* ---- Cortex-M DSP KxK qconv2d (depthwise, grouped or dense) ----------------------------------
  * One output pixel at a time; each tap row's KW (<= 8) inputs are read as words whose
- * __sxtb16 pairs (x[4k], x[4k+2]) and (x[4k+1], x[4k+3]) meet the weight pairs packed once per
- * channel (taps past KW are zero weights, so the bytes read past the window count nothing).
- * Pixels whose window, or whose last word, leaves the row take the scalar path, which skips
- * padded taps; the input zero point comes out as x_zero * (sum of the valid rows' weights)
- * on the word path (padded columns never reach it). Same integers as the host kernel. */
+ * __sxtb16 pairs (x[4k], x[4k+2]) and (x[4k+1], x[4k+3]) meet the weight pairs packed per
+ * (output, input channel) (taps past KW are zero weights, so the bytes read past the window
+ * count nothing). Pixels whose window, or whose last word, leaves the row take the scalar
+ * path, which skips padded taps; the input zero point comes out as x_zero * (sum of the valid
+ * rows' weights) on the word path. Several input channels (CG > 1) add up in ET_ACC_BLOCK
+ * accumulators per row segment. Same integers as the host kernel. */
 #define ET_DW_TAPS 8
-static inline int et_qconv_dw_ok(const et_qconv_p *P) {
-    return P->groups == P->c && P->o == P->c && P->cg == 1 && P->kh <= ET_DW_TAPS && P->kw <= ET_DW_TAPS &&
-           P->dh == 1 && P->dw == 1;
+static inline int et_qconv_taps_ok(const et_qconv_p *P) {
+    return P->kh <= ET_DW_TAPS && P->kw <= ET_DW_TAPS && P->dh == 1 && P->dw == 1;
 }
 
-/* output pixel q of a depthwise row, on the scalar path (padded taps skipped) */
-static inline void et_dw_edge(const et_qconv_p *P, const int8_t *const *rows, const int32_t *rowi, int32_t nr,
-                              const int8_t *taps, const int32_t *col_lo, const int32_t *col_hi, int32_t q,
-                              const et_qrow *out) {
+/* the int16 weight pairs of each tap row of one (output, input channel) and each row's sum */
+static inline void et_taps_pack(const int8_t *taps, int32_t kh, int32_t kw, int32_t words,
+                                int32_t wpk[ET_DW_TAPS][2][2], int32_t *wrow) {
+    for (int32_t i = 0; i < kh; i++) {
+        int32_t sum = 0;
+        for (int32_t k = 0; k < words; k++) {
+            int32_t t[4];
+            for (int32_t e = 0; e < 4; e++) t[e] = 4 * k + e < kw ? taps[i * kw + 4 * k + e] : 0;
+            wpk[i][k][0] = (int32_t)(((uint32_t)t[0] & 0xFFFFu) | ((uint32_t)t[2] << 16));
+            wpk[i][k][1] = (int32_t)(((uint32_t)t[1] & 0xFFFFu) | ((uint32_t)t[3] << 16));
+            sum += t[0] + t[1] + t[2] + t[3];
+        }
+        wrow[i] = sum;
+    }
+}
+
+/* pixel q's sum over one input channel on the scalar path (padded taps skipped) */
+static inline int32_t et_taps_edge(const et_qconv_p *P, const int8_t *const *rows, const int32_t *rowi, int32_t nr,
+                                   const int8_t *taps, const int32_t *col_lo, const int32_t *col_hi, int32_t q) {
     int32_t acc = 0;
     for (int32_t r = 0; r < nr; r++) {
         const int8_t *xp = rows[r] + q * P->sw, *tr = taps + rowi[r] * P->kw;
         for (int32_t j = 0; j < P->kw; j++)
             if (q >= col_lo[j] && q < col_hi[j]) acc += tr[j] * ((int32_t)xp[j] - P->x_zero);
     }
-    et_qrow_put(out, q, acc);
+    return acc;
 }
 
-static inline void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
-                                    const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0,
-                                    int32_t r1, int32_t o0, int32_t o1) {
-    const int32_t kh = P->kh, kw = P->kw, words = (kw + 3) / 4;
+/* v into pixel q's sum: the first input channel starts it, the last one stores it */
+static inline void et_taps_add(int32_t *acc, int32_t t, int32_t v, int32_t first, int32_t last, const et_qrow *out,
+                               int32_t q) {
+    if (!first) v += acc[t];
+    if (last) et_qrow_put(out, q, v);
+    else acc[t] = v;
+}
+
+static inline void et_qconv_taps_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
+                                      const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0,
+                                      int32_t r1, int32_t o0, int32_t o1) {
+    const int32_t kh = P->kh, kw = P->kw, words = (kw + 3) / 4, cg = P->cg, opg = P->o / P->groups;
     int32_t col_lo[ET_DW_TAPS], col_hi[ET_DW_TAPS];
     int32_t qa = 0, qb = P->wo; /* pixels on the word path: every tap and every word byte in the row */
     for (int32_t j = 0; j < kw; j++) {
@@ -311,64 +354,72 @@ static inline void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_
     if (qb < qa) qb = qa;
     int32_t wpk[ET_DW_TAPS][2][2]; /* [row][word][even, odd] int16 pairs */
     int32_t wrow[ET_DW_TAPS];      /* sum of each row's weights */
+    int32_t acc[ET_ACC_BLOCK];
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t o = o0; o < o1; o++) {
-            const int8_t *taps = et_w8_taps(w, o, 0, 1, kh * kw);
-            for (int32_t i = 0; i < kh; i++) {
-                int32_t sum = 0;
-                for (int32_t k = 0; k < words; k++) {
-                    int32_t t[4];
-                    for (int32_t e = 0; e < 4; e++) t[e] = 4 * k + e < kw ? taps[i * kw + 4 * k + e] : 0;
-                    wpk[i][k][0] = (int32_t)(((uint32_t)t[0] & 0xFFFFu) | ((uint32_t)t[2] << 16));
-                    wpk[i][k][1] = (int32_t)(((uint32_t)t[1] & 0xFFFFu) | ((uint32_t)t[3] << 16));
-                    sum += t[0] + t[1] + t[2] + t[3];
-                }
-                wrow[i] = sum;
-            }
-            const int8_t *xc = x.p + n * x.nstride + (o - xc_off) * x.cstride;
+            const int32_t c0 = (o / opg) * cg - xc_off;
+            if (cg == 1) et_taps_pack(et_w8_taps(w, o, 0, 1, kh * kw), kh, kw, words, wpk, wrow);
             for (int32_t ho = r0; ho < r1; ho++) {
-                const int8_t *rows[ET_DW_TAPS];
-                int32_t rowi[ET_DW_TAPS], nr = 0, wsum = 0;
+                int32_t rowoff[ET_DW_TAPS], rowi[ET_DW_TAPS], nr = 0;
                 for (int32_t i = 0; i < kh; i++) {
                     const int32_t hi = ho * P->sh - P->ph + i;
                     if (hi < 0 || hi >= P->h) continue;
-                    rows[nr] = xc + (hi % x.cap) * P->w - P->pw;
+                    rowoff[nr] = (hi % x.cap) * P->w - P->pw;
                     rowi[nr++] = i;
-                    wsum += wrow[i];
                 }
-                const int32_t zc = -P->x_zero * wsum;
                 const et_qrow out = et_qconv_row(P, y, yf, yo_off, n, o, ho, bias);
-                for (int32_t q = 0; q < qa; q++) et_dw_edge(P, rows, rowi, nr, taps, col_lo, col_hi, q, &out);
-                for (int32_t q = qb; q < P->wo; q++) et_dw_edge(P, rows, rowi, nr, taps, col_lo, col_hi, q, &out);
-                if (words == 1 && nr == 3) { /* 3 tap rows of at most 4 taps: all in registers */
-                    const int32_t e0 = wpk[rowi[0]][0][0], d0 = wpk[rowi[0]][0][1];
-                    const int32_t e1 = wpk[rowi[1]][0][0], d1 = wpk[rowi[1]][0][1];
-                    const int32_t e2 = wpk[rowi[2]][0][0], d2 = wpk[rowi[2]][0][1];
-                    const int8_t *p0 = rows[0] + qa * P->sw, *p1 = rows[1] + qa * P->sw, *p2 = rows[2] + qa * P->sw;
-                    for (int32_t q = qa; q < qb; q++, p0 += P->sw, p1 += P->sw, p2 += P->sw) {
-                        const uint32_t v0 = (uint32_t)et_ld32s(p0), v1 = (uint32_t)et_ld32s(p1),
-                                       v2 = (uint32_t)et_ld32s(p2);
-                        int32_t acc = __smlad(e0, __sxtb16((int32_t)v0), zc);
-                        acc = __smlad(d0, et_sxtb16_ror8(v0), acc);
-                        acc = __smlad(e1, __sxtb16((int32_t)v1), acc);
-                        acc = __smlad(d1, et_sxtb16_ror8(v1), acc);
-                        acc = __smlad(e2, __sxtb16((int32_t)v2), acc);
-                        acc = __smlad(d2, et_sxtb16_ror8(v2), acc);
-                        et_qrow_put(&out, q, acc);
-                    }
-                } else {
-                    for (int32_t q = qa; q < qb; q++) {
-                        int32_t acc = zc;
+                for (int32_t b0 = 0; b0 < P->wo; b0 += ET_ACC_BLOCK) {
+                    const int32_t b1 = b0 + ET_ACC_BLOCK < P->wo ? b0 + ET_ACC_BLOCK : P->wo;
+                    const int32_t wa = qa > b0 ? (qa < b1 ? qa : b1) : b0, wb = qb < b1 ? (qb > wa ? qb : wa) : b1;
+                    for (int32_t c = 0; c < cg; c++) {
+                        const int8_t *taps = et_w8_taps(w, o, c, cg, kh * kw);
+                        if (cg > 1) et_taps_pack(taps, kh, kw, words, wpk, wrow);
+                        const int8_t *xc = x.p + n * x.nstride + (c0 + c) * x.cstride;
+                        const int8_t *rows[ET_DW_TAPS];
+                        int32_t wsum = 0;
                         for (int32_t r = 0; r < nr; r++) {
-                            const int8_t *xp = rows[r] + q * P->sw;
-                            const int32_t i = rowi[r];
-                            for (int32_t k = 0; k < words; k++) {
-                                const uint32_t v = (uint32_t)et_ld32s(xp + 4 * k);
-                                acc = __smlad(wpk[i][k][0], __sxtb16((int32_t)v), acc);
-                                acc = __smlad(wpk[i][k][1], et_sxtb16_ror8(v), acc);
+                            rows[r] = xc + rowoff[r];
+                            wsum += wrow[rowi[r]];
+                        }
+                        const int32_t zc = -P->x_zero * wsum, first = c == 0, last = c == cg - 1;
+                        for (int32_t q = b0; q < wa; q++)
+                            et_taps_add(acc, q - b0, et_taps_edge(P, rows, rowi, nr, taps, col_lo, col_hi, q), first,
+                                        last, &out, q);
+                        for (int32_t q = wb; q < b1; q++)
+                            et_taps_add(acc, q - b0, et_taps_edge(P, rows, rowi, nr, taps, col_lo, col_hi, q), first,
+                                        last, &out, q);
+                        if (words == 1 && nr == 3) { /* 3 tap rows of at most 4 taps: all in registers */
+                            const int32_t e0 = wpk[rowi[0]][0][0], d0 = wpk[rowi[0]][0][1];
+                            const int32_t e1 = wpk[rowi[1]][0][0], d1 = wpk[rowi[1]][0][1];
+                            const int32_t e2 = wpk[rowi[2]][0][0], d2 = wpk[rowi[2]][0][1];
+                            const int8_t *p0 = rows[0] + wa * P->sw, *p1 = rows[1] + wa * P->sw,
+                                         *p2 = rows[2] + wa * P->sw;
+                            for (int32_t q = wa; q < wb; q++, p0 += P->sw, p1 += P->sw, p2 += P->sw) {
+                                const uint32_t v0 = (uint32_t)et_ld32s(p0), v1 = (uint32_t)et_ld32s(p1),
+                                               v2 = (uint32_t)et_ld32s(p2);
+                                int32_t v = __smlad(e0, __sxtb16((int32_t)v0), zc);
+                                v = __smlad(d0, et_sxtb16_ror8(v0), v);
+                                v = __smlad(e1, __sxtb16((int32_t)v1), v);
+                                v = __smlad(d1, et_sxtb16_ror8(v1), v);
+                                v = __smlad(e2, __sxtb16((int32_t)v2), v);
+                                v = __smlad(d2, et_sxtb16_ror8(v2), v);
+                                et_taps_add(acc, q - b0, v, first, last, &out, q);
+                            }
+                        } else {
+                            for (int32_t q = wa; q < wb; q++) {
+                                int32_t v = zc;
+                                for (int32_t r = 0; r < nr; r++) {
+                                    const int8_t *xp = rows[r] + q * P->sw;
+                                    const int32_t i = rowi[r];
+                                    for (int32_t k = 0; k < words; k++) {
+                                        const uint32_t u = (uint32_t)et_ld32s(xp + 4 * k);
+                                        v = __smlad(wpk[i][k][0], __sxtb16((int32_t)u), v);
+                                        v = __smlad(wpk[i][k][1], et_sxtb16_ror8(u), v);
+                                    }
+                                }
+                                et_taps_add(acc, q - b0, v, first, last, &out, q);
                             }
                         }
-                        et_qrow_put(&out, q, acc);
                     }
                 }
             }
@@ -391,8 +442,8 @@ static inline void et_qconv_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off
         et_qconv_pw_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
         return;
     }
-    if (et_qconv_dw_ok(P)) {
-        et_qconv_dw_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
+    if (et_qconv_taps_ok(P)) {
+        et_qconv_taps_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
         return;
     }
 #endif
