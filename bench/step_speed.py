@@ -12,7 +12,9 @@ lr 0.01 momentum 0.9): the median wall time of one training step of
   running statistics, as compiled) with only the trained tensors requiring grad, forward +
   cross-entropy + backward + torch.optim.SGD step;
 - `torch_compile` (with --torch-compile): the same step under torch.compile.
-The runs alternate (C, torch, C, torch, ...) so that a shared machine's load hits both alike.
+The runs alternate (C, torch, C, torch, ...) so that a shared machine's load hits both alike;
+with one thread each row also gives the medians of the calling thread's CPU time (`*_cpu_ms`,
+the GFLOP/s are computed from them), which a loaded machine disturbs less than wall time.
 With the paper's model file (../shared/assets/tiny-training/mbv2-w0.35.pkl), also the int8 step (quantize="int8", SGD
 without momentum) in C against the reference runtime. The C library is built with the
 backend's default flags (explicit FMA in the float GEMM / convolution kernels), or without
@@ -122,24 +124,29 @@ def bench_float(args, name, scheme_key, batch, out):
         except Exception as err:  # noqa: BLE001 - report and go on
             print(f"# torch.compile failed: {type(err).__name__}: {err}", file=sys.stderr)
     times = {k: [] for k in runs}
+    cpu = {k: [] for k in runs}
     for _ in range(args.warmup):
         for f in runs.values():
             f()
     for _ in range(args.repeats):
         for k, f in runs.items():
-            t = time.perf_counter()
+            t, tc = time.perf_counter(), time.thread_time()
             f()
             times[k].append(time.perf_counter() - t)
+            cpu[k].append(time.thread_time() - tc)
     flops = gemm_flops(prog)
     row = {"model": args.model, "size": args.size, "batch": batch, "scheme": scheme_key, "dtype": "float32",
            "kernels": prog.runner.kernels, "build_s": round(build_s, 1),
            "trained_weights": int(sum(prog.state[p].size for p in prog.trainable)), "gemm_gflop": round(flops / 1e9, 3)}
     for k, ts in times.items():
         row[f"{k}_ms"] = round(_median_ms(ts), 3)
+    if args.threads == 1:  # this thread's CPU time: the other agents' load on a shared machine left out
+        for k, ts in cpu.items():
+            row[f"{k}_cpu_ms"] = round(_median_ms(ts), 3)
     for k in ("c_raw", "c_portable_raw", "torch"):
         if f"{k}_ms" in row:
-            row[f"{k}_gflops"] = round(flops / row[f"{k}_ms"] / 1e6, 1)
-    row["speedup_vs_torch"] = round(row["torch_ms"] / row["c_ms"], 2)
+            row[f"{k}_gflops"] = round(flops / row.get(f"{k}_cpu_ms", row[f"{k}_ms"]) / 1e6, 1)
+    row["speedup_vs_torch"] = round(row.get("torch_cpu_ms", row["torch_ms"]) / row.get("c_cpu_ms", row["c_ms"]), 2)
     if "torch_compile_ms" in row:
         row["speedup_vs_torch_compile"] = round(row["torch_compile_ms"] / row["c_ms"], 2)
     out.append(row)
@@ -182,6 +189,10 @@ def bench_int8(args, scheme_key, out):
 
 
 def table(rows, peak) -> str:
+    """Markdown: the CPU-time medians where measured (one thread), else wall time."""
+    def ms(r, k):
+        return r.get(f"{k}_cpu_ms", r.get(f"{k}_ms", ""))
+
     lines = [f"single-thread sgemm peak: {peak} GFLOP/s" if peak else "single-thread sgemm peak: no BLAS", "",
              "| model | batch | scheme | dtype | C step (ms) | C raw (ms) | C portable raw (ms) | PyTorch eager (ms) | "
              "torch.compile (ms) | reference (ms) | speedup | GFLOP/s C raw / portable / eager |",
@@ -190,9 +201,8 @@ def table(rows, peak) -> str:
         sp = r.get("speedup_vs_torch", r.get("speedup_vs_reference"))
         gf = " / ".join(str(r.get(f"{k}_gflops", "")) for k in ("c_raw", "c_portable_raw", "torch"))
         lines.append(f"| {r['model']} {r['size']}x{r['size']} | {r.get('batch', 1)} | {r['scheme']} | {r['dtype']} | "
-                     f"{r['c_ms']} | {r.get('c_raw_ms', '')} | {r.get('c_portable_raw_ms', '')} | "
-                     f"{r.get('torch_ms', '')} | {r.get('torch_compile_ms', '')} | {r.get('reference_ms', '')} | "
-                     f"{sp}x | {gf} |")
+                     f"{ms(r, 'c')} | {ms(r, 'c_raw')} | {ms(r, 'c_portable_raw')} | {ms(r, 'torch')} | "
+                     f"{ms(r, 'torch_compile')} | {ms(r, 'reference')} | {sp}x | {gf} |")
     return "\n".join(lines)
 
 

@@ -1,8 +1,9 @@
 """The host library's BLAS path (backends/c/blas.py, runtime/et_float_gemm.h) and its portable
 fallback: both builds of convolutions of every geometry the GEMM path handles (padding, stride,
-dilation, 1x1 with and without stride, no bias), the grouped and depthwise ones it leaves to the
-direct kernels, and dense layers, agree with the reference runtime on gradients and on a few
-training steps, at batch 1 (results written in place) and at batch 3 (one GEMM over the batch)."""
+dilation, 1x1 with and without stride, no bias), depthwise ones (the host's padded-plane kernels:
+strided, dilated, of a size not specialised), a grouped one (the direct kernel in both builds)
+and dense layers agree with the reference runtime on gradients and on a few training steps, at
+batch 1 (results written in place) and at batch 3 (one GEMM over the batch)."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,7 +34,10 @@ class Convs(nn.Module):
         self.body = nn.Sequential(
             nn.Conv2d(3, 8, 3, 2, 1), nn.ReLU(),  # strided, padded, bias
             nn.Conv2d(8, 16, 1),  # pointwise
-            nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False),  # depthwise: direct kernel
+            nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False),  # depthwise
+            nn.Conv2d(16, 16, 5, 2, 2, groups=16), nn.ReLU(),  # depthwise, strided (two column phases)
+            nn.Conv2d(16, 16, 3, 1, 2, dilation=2, groups=16, bias=False),  # depthwise, dilated
+            nn.Conv2d(16, 16, (1, 3), 1, (0, 1), groups=16),  # depthwise, a size not specialised
             nn.Conv2d(16, 12, 3, 1, 2, dilation=2, bias=False), nn.ReLU(),  # dilated
             nn.Conv2d(12, 8, 3, 1, 1, groups=2),  # grouped: direct kernel
             nn.Conv2d(8, 10, 1, 2, bias=False),  # 1x1 stride 2 (a ResNet shortcut)
@@ -47,7 +51,7 @@ class Convs(nn.Module):
 def _programs(batch: int, flags):
     torch.manual_seed(0)
     model = Convs().eval()
-    x = torch.randn(batch, 3, 11, 11)
+    x = torch.randn(batch, 3, 21, 21)
     y = np.arange(batch) % 7
     make = (lambda: et.compile(model, (x,), update=et.Full(), optimizer=et.SGD(lr=0.05, momentum=0.9)))
     return make(), to_c_program(make(), flags), x, y

@@ -7,10 +7,11 @@
  *   (P = output pixels), the GEMM, then the result scattered back to NCHW (forward), gathered
  *   into [O][N*P] first (weight gradient: one GEMM whose inner dimension is N*P), or summed
  *   back by col2im (input gradient). 1x1 stride-1 convolutions skip im2col; a batch of one
- *   writes its result in place. Grouped and depthwise convolutions keep the direct kernels of
- *   et_float.h. The functions are not inlined: their arguments are run-time values, so gcc
- *   compiles each once per program instead of once per call site. The scratch matrices live
- *   in two per-thread buffers that grow to the largest layer and are kept (host only: malloc).
+ *   writes its result in place. Depthwise convolutions run on the padded-plane kernels below;
+ *   other grouped ones keep the direct kernels of et_float.h. The GEMM-path functions are not
+ *   inlined: their arguments are run-time values, so gcc compiles each once per program
+ *   instead of once per call site. The scratch matrices live in two per-thread
+ *   buffers that grow to the largest layer and are kept (host only: malloc).
  *   The BLAS runs on EDGETRAIN_BLAS_THREADS threads (environment, read at the first call;
  *   default 1). ET_BLAS_SGEMM / ET_BLAS_SET_THREADS name the library's functions (cblas_sgemm
  *   and openblas_set_num_threads unless the build names prefixed ones).
@@ -37,6 +38,9 @@ ET_INLINE int et_conv_pointwise(int KH, int KW, int SH, int SW, int PH, int PW, 
 #define ET_BLAS_SET_THREADS openblas_set_num_threads
 #endif
 #define ET_BLAS_FN static __attribute__((noinline, unused))
+/* the host-only helpers below: always inlined into the kernels that call them (not themselves
+ * kernels of kernel_lib.py, which wraps the `ET_INLINE void` functions every build defines) */
+#define ET_HOST_INLINE static inline __attribute__((always_inline))
 
 /* C = A B (transposes as asked), row-major; the thread count set once per library */
 static void et_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
@@ -234,6 +238,128 @@ ET_BLAS_FN void et_linear_grad_weight_blas(const float *X, const float *GY, floa
 ET_BLAS_FN void et_matmul_blas(const float *A, const float *B, float *Cm, int M, int K, int N) {
     et_sgemm(0, 0, M, N, K, A, K, B, N, 0.f, Cm, N);
 }
+
+/* ---- depthwise convolutions (one input and one output channel per group) on the host:
+ * each input plane is copied once, zero-padded and split into SW column phases, into a
+ * scratch matrix XP[SW][HP][LP] (padded row r, padded column j*SW + ph), so that every tap
+ * of every output row reads one contiguous run: tap (ki, kj) of output (oh, ow) is
+ * XP[(kj*DW) % SW][oh*SH + ki*DH][(kj*DW) / SW + ow]. The output row is summed over the taps in
+ * registers (the taps unrolled at the call site's constant kernel size). The input gradient
+ * accumulates into a phase matrix of the same shape, which is then cropped into GX. */
+ET_HOST_INLINE int et_dw_rows(int HO, int KH, int SH, int DH) { return (HO - 1) * SH + (KH - 1) * DH + 1; }
+
+/* XP (SW phases of HP x LP) from the plane x (H x Wd) padded by (PH, PW) */
+ET_HOST_INLINE void et_dw_phases(const float *ET_RESTRICT x, float *ET_RESTRICT XP, int H, int Wd, int PH, int PW,
+                                 int SW, int HP, int LP) {
+    const int r0 = PH < HP ? PH : HP, r1 = PH + H < HP ? PH + H : HP;
+    for (int ph = 0; ph < SW; ++ph) {
+        const int j0l = et_lo(PW, ph, 1, SW), j0 = j0l < LP ? j0l : LP, j1h = et_hi(Wd, PW, ph, 1, SW, LP);
+        const int j1 = j1h > j0 ? j1h : j0;
+        float *p = XP + (size_t)ph * HP * LP;
+        memset(p, 0, (size_t)r0 * LP * sizeof(float));
+        for (int r = r0; r < r1; ++r) {
+            const float *xr = x + (size_t)(r - PH) * Wd + ph - PW;
+            float *d = p + (size_t)r * LP;
+            for (int j = 0; j < j0; ++j) d[j] = 0.f;
+            for (int j = j0; j < j1; ++j) d[j] = xr[(size_t)j * SW];
+            for (int j = j1; j < LP; ++j) d[j] = 0.f;
+        }
+        if (r1 < HP) memset(p + (size_t)r1 * LP, 0, (size_t)(HP - r1) * LP * sizeof(float));
+    }
+}
+
+ET_HOST_INLINE void et_dw_fwd(const float *ET_RESTRICT X, const float *ET_RESTRICT W, const float *ET_RESTRICT B,
+                              float *ET_RESTRICT Y, int N, int C, int H, int Wd, int HO, int WO, int SH, int SW,
+                              int PH, int PW, int DH, int DW, int KH, int KW) {
+    const int HP = et_dw_rows(HO, KH, SH, DH), LP = ET_ROW_LEN(WO, KW, SW, DW);
+    float *XP = et_scratch(0, (size_t)SW * HP * LP);
+    if (!XP) return;
+    for (int n = 0; n < N; ++n)
+        for (int c = 0; c < C; ++c) {
+            et_dw_phases(X + ((size_t)n * C + c) * H * Wd, XP, H, Wd, PH, PW, SW, HP, LP);
+            const float *w = W + (size_t)c * KH * KW;
+            const float b = B ? B[c] : 0.f;
+            float *y = Y + ((size_t)n * C + c) * HO * WO;
+            for (int oh = 0; oh < HO; ++oh, y += WO) {
+                const float *rows = XP + (size_t)oh * SH * LP;
+                ET_SIMD
+                for (int ow = 0; ow < WO; ++ow) {
+                    float s = b;
+                    for (int ki = 0; ki < KH; ++ki)
+                        for (int kj = 0; kj < KW; ++kj)
+                            s += w[ki * KW + kj] *
+                                 rows[((size_t)((kj * DW) % SW) * HP + ki * DH) * LP + (kj * DW) / SW + ow];
+                    y[ow] = s;
+                }
+            }
+        }
+}
+
+ET_HOST_INLINE void et_dw_grad_weight(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *ET_RESTRICT GW,
+                                      int N, int C, int H, int Wd, int HO, int WO, int SH, int SW, int PH, int PW,
+                                      int DH, int DW, int KH, int KW) {
+    const int HP = et_dw_rows(HO, KH, SH, DH), LP = ET_ROW_LEN(WO, KW, SW, DW), T = KH * KW;
+    float *XP = et_scratch(0, (size_t)SW * HP * LP);
+    if (!XP) return;
+    for (int c = 0; c < C; ++c) {
+        float acc[KH * KW];
+        for (int t = 0; t < T; ++t) acc[t] = 0.f;
+        for (int n = 0; n < N; ++n) {
+            et_dw_phases(X + ((size_t)n * C + c) * H * Wd, XP, H, Wd, PH, PW, SW, HP, LP);
+            const float *g = GY + ((size_t)n * C + c) * HO * WO;
+            for (int oh = 0; oh < HO; ++oh, g += WO)
+                for (int ki = 0; ki < KH; ++ki)
+                    for (int kj = 0; kj < KW; ++kj) {
+                        const float *r = XP + ((size_t)((kj * DW) % SW) * HP + oh * SH + ki * DH) * LP + (kj * DW) / SW;
+                        float s = 0.f;
+                        ET_SIMD_SUM(s)
+                        for (int ow = 0; ow < WO; ++ow) s += g[ow] * r[ow];
+                        acc[ki * KW + kj] += s;
+                    }
+        }
+        for (int t = 0; t < T; ++t) GW[(size_t)c * T + t] = acc[t];
+    }
+}
+
+ET_HOST_INLINE void et_dw_grad_input(const float *ET_RESTRICT GY, const float *ET_RESTRICT W, float *ET_RESTRICT GX,
+                                     int N, int C, int H, int Wd, int HO, int WO, int SH, int SW, int PH, int PW,
+                                     int DH, int DW, int KH, int KW) {
+    const int HP = et_dw_rows(HO, KH, SH, DH), LP = ET_ROW_LEN(WO, KW, SW, DW);
+    float *GP = et_scratch(0, (size_t)SW * HP * LP);
+    if (!GP) return;
+    for (int n = 0; n < N; ++n)
+        for (int c = 0; c < C; ++c) {
+            memset(GP, 0, (size_t)SW * HP * LP * sizeof(float));
+            const float *w = W + (size_t)c * KH * KW, *g = GY + ((size_t)n * C + c) * HO * WO;
+            for (int oh = 0; oh < HO; ++oh, g += WO)
+                for (int ki = 0; ki < KH; ++ki)
+                    for (int kj = 0; kj < KW; ++kj) {
+                        float *ET_RESTRICT r = GP + ((size_t)((kj * DW) % SW) * HP + oh * SH + ki * DH) * LP +
+                                               (kj * DW) / SW;
+                        const float wv = w[ki * KW + kj];
+                        ET_SIMD
+                        for (int ow = 0; ow < WO; ++ow) r[ow] += wv * g[ow];
+                    }
+            float *gx = GX + ((size_t)n * C + c) * H * Wd;
+            for (int ih = 0; ih < H; ++ih) {
+                const int r = ih + PH;
+                for (int iw = 0; iw < Wd; ++iw) {
+                    const int col = iw + PW, j = col / SW;
+                    gx[(size_t)ih * Wd + iw] = r < HP && j < LP ? GP[((size_t)(col % SW) * HP + r) * LP + j] : 0.f;
+                }
+            }
+        }
+}
+
+/* the depthwise kernels specialised for the common kernel sizes (3, 5, 7: the taps unrolled),
+ * else with run-time sizes: the kernels may be compiled once, out of line (kernel_lib.py) */
+#define ET_DW_SPECIALISE(fn, KH, KW, ...)                                                                   \
+    do {                                                                                                   \
+        if ((KH) == 3 && (KW) == 3) fn(__VA_ARGS__, 3, 3);                                                  \
+        else if ((KH) == 5 && (KW) == 5) fn(__VA_ARGS__, 5, 5);                                             \
+        else if ((KH) == 7 && (KW) == 7) fn(__VA_ARGS__, 7, 7);                                             \
+        else fn(__VA_ARGS__, KH, KW);                                                                      \
+    } while (0)
 #endif /* ET_BLAS */
 
 /* ---- what the emitted code calls ------------------------------------------------------- */
@@ -243,6 +369,10 @@ ET_INLINE void et_conv2d(const float *ET_RESTRICT X, const float *ET_RESTRICT W,
 #ifdef ET_BLAS
     if (G == 1) {
         et_conv_fwd_blas(X, W, B, Y, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
+        return;
+    }
+    if (G == C && G == O) {
+        ET_DW_SPECIALISE(et_dw_fwd, KH, KW, X, W, B, Y, N, C, H, Wd, HO, WO, SH, SW, PH, PW, DH, DW);
         return;
     }
 #endif
@@ -260,6 +390,10 @@ ET_INLINE void et_conv2d_grad_input(const float *ET_RESTRICT GY, const float *ET
 #ifdef ET_BLAS
     if (G == 1) {
         et_conv_grad_input_blas(GY, W, GX, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
+        return;
+    }
+    if (G == C && G == O) {
+        ET_DW_SPECIALISE(et_dw_grad_input, KH, KW, GY, W, GX, N, C, H, Wd, HO, WO, SH, SW, PH, PW, DH, DW);
         return;
     }
 #endif
@@ -282,6 +416,10 @@ ET_INLINE void et_conv2d_grad_weight(const float *ET_RESTRICT X, const float *ET
 #ifdef ET_BLAS
     if (G == 1) {
         et_conv_grad_weight_blas(X, GY, GW, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
+        return;
+    }
+    if (G == C && G == O) {
+        ET_DW_SPECIALISE(et_dw_grad_weight, KH, KW, X, GY, GW, N, C, H, Wd, HO, WO, SH, SW, PH, PW, DH, DW);
         return;
     }
 #endif
@@ -311,8 +449,8 @@ ET_INLINE void et_dense_grad_weight(const float *ET_RESTRICT X, const float *ET_
 #endif
 }
 
-ET_INLINE void et_dense_matmul(const float *ET_RESTRICT A, const float *ET_RESTRICT B, float *ET_RESTRICT Cm, int M, int K,
-                          int N) {
+ET_INLINE void et_dense_matmul(const float *ET_RESTRICT A, const float *ET_RESTRICT B, float *ET_RESTRICT Cm, int M,
+                               int K, int N) {
 #ifdef ET_BLAS
     et_matmul_blas(A, B, Cm, M, K, N);
 #else
