@@ -4,24 +4,32 @@
         [--real tv.squeezenet1_1,timm.resnet10t] [--repeats 3] [--json-only]
 
 For each case, `repeats` times with a fresh cache directory ($EDGETRAIN_CACHE set to a new
-temporary folder, so no library is reused), the median wall time of
+temporary folder, so no library is reused), the median (wall time unless said) of
 - `compile_s`: `et.compile(model, (x,), update=..., backend="reference")` (capture, autodiff,
-  passes, memory plan);
+  passes, memory plan; `compile_cpu_s`: its CPU time);
 - `emit_s`: the C sources of the host library (backends/c/emit.py, all three graphs);
 - `build_s`: `to_c_program(prog)` less its emit: the C compiler on model.c (and whatever the
   host build compiles besides it), loading the library, et_init;
+- `build_cpu_s`: the compilers' CPU time (user + system) in that build: the figure to compare on
+  a loaded machine;
+- `build_warm_s` (`build_warm_cpu_s`): the same build again with only the host library removed
+  from the cache: what a model costs once the kernel object (backends/c/kernel_lib.py, built
+  once per machine) is there;
 - `c_total_s`: `et.compile` + `to_c_program`, what `et.compile(..., backend="c")` costs cold;
 and the size of model.c in KB. The zoo cases: mbv2-w0.35 Full / LastK(8) at 128x128,
 mcunet-5fps at 128x128, resnet18-cifar at 32x32 (all Full, float32, batch 1) and bert-tiny
 (16 tokens). `--real`: models of tests/realmodels/conftest.py BUILDERS (torchvision / timm /
 transformers, float64 turned float32 here), Full. Prints one JSON line per case, then a
-markdown table. Wall times: on a shared machine they include other processes' load.
+markdown table. Wall times on a shared machine include other processes' load: compare the CPU
+times there. The kernel object's compile is in each cold build (a fresh cache each time).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -70,6 +78,13 @@ def real_case(name: str):
     return make
 
 
+def _children_cpu() -> float:
+    """User + system CPU seconds of the finished child processes (the compilers): unlike wall
+    time, little changed by other load on the machine."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def measure(make) -> dict:
     """One cold run: times of compile, emit, build; model.c's size."""
     model, x, scheme = make()
@@ -77,13 +92,22 @@ def measure(make) -> dict:
         old = os.environ.get("EDGETRAIN_CACHE")
         os.environ["EDGETRAIN_CACHE"] = cache
         try:
-            t0 = time.perf_counter()
+            t0, p0 = time.perf_counter(), time.process_time()
             prog = et.compile(model, (x,), update=scheme, optimizer=et.SGD(lr=0.01, momentum=0.9))
-            t1 = time.perf_counter()
+            t1, p1 = time.perf_counter(), time.process_time()
             files = emit_sources(prog.runner, layout=build_layout(prog.runner))
             t2 = time.perf_counter()
+            c0 = _children_cpu()
             to_c_program(prog)
             t3 = time.perf_counter()
+            c1 = _children_cpu()
+            for d in (Path(cache) / "c").iterdir():  # the host libraries, not the kernel object (once per machine)
+                if d.is_dir() and not d.name.startswith("kernels-"):
+                    shutil.rmtree(d)
+            t4 = time.perf_counter()
+            to_c_program(prog)
+            t5 = time.perf_counter()
+            c2 = _children_cpu()
         finally:
             if old is None:
                 os.environ.pop("EDGETRAIN_CACHE", None)
@@ -91,7 +115,9 @@ def measure(make) -> dict:
                 os.environ["EDGETRAIN_CACHE"] = old
     emit = t2 - t1
     return {"compile_s": t1 - t0, "emit_s": emit, "build_s": max(t3 - t2 - emit, 0.0),
-            "c_total_s": (t1 - t0) + (t3 - t2), "model_c_kb": len(files["model.c"].encode()) / 1024}
+            "build_cpu_s": c1 - c0, "build_warm_s": max(t5 - t4 - emit, 0.0), "build_warm_cpu_s": c2 - c1,
+            "compile_cpu_s": p1 - p0, "c_total_s": (t1 - t0) + (t3 - t2),
+            "model_c_kb": len(files["model.c"].encode()) / 1024}
 
 
 def run_case(name: str, make, repeats: int) -> dict:
@@ -119,10 +145,13 @@ def main(argv=None) -> None:
         print(json.dumps(row), flush=True)
     if args.json_only:
         return
-    print("\n| case | et.compile (s) | emit (s) | C build (s) | compile + C (s) | model.c (KB) |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("\n| case | et.compile (s) | emit (s) | C build, cold (s) | its gcc CPU (s) | C build, kernels cached (s) "
+          "| its gcc CPU (s) | compile + C (s) | model.c (KB) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['case']} | {r['compile_s']:.2f} | {r['emit_s']:.2f} | {r['build_s']:.2f} | "
+              f"{r['build_cpu_s']:.2f} | "
+              f"{r['build_warm_s']:.2f} | {r['build_warm_cpu_s']:.2f} | "
               f"{r['c_total_s']:.2f} | {r['model_c_kb']:.0f} |")
 
 

@@ -134,10 +134,19 @@ def _node_block(key: str, i: int, comment: str, pre: list, code: str, abort_poin
     return lines
 
 
+#: nodes per C function of a graph: one function per graph of a thousand nodes made gcc's register
+#: allocation and scheduling superlinear (a minute for one model.c); a node's code is a kernel call
+#: or a short loop, so a call per CHUNK_NODES nodes costs nothing measurable
+CHUNK_NODES = 64
+
+
 def graph_function(layout: Layout, key: str, gather_bufs: list, abort_points: bool = False) -> str:
-    """static void et_run_<key>(void): the graph's nodes in order, each its kernel's code."""
+    """static void et_run_<key>(void): the graph's nodes in order, each its kernel's code; a
+    graph of more than CHUNK_NODES nodes as that many per function (ET_NOINLINE: kept apart),
+    called in order by et_run_<key>. With bank abort points (a test hook that returns from the
+    graph's function) one function."""
     gl = layout.graphs[key]
-    lines = [f"static void et_run_{key}(void) {{"]
+    blocks = []
     for i, n in enumerate(gl.graph.nodes):
         k = kernel_for(n)
         pre, overrides = ([], {}) if k.split_aware else _gathered_inputs(layout, key, n, gather_bufs)
@@ -145,9 +154,15 @@ def graph_function(layout: Layout, key: str, gather_bufs: list, abort_points: bo
         if not code and not pre:
             continue
         outs = ", ".join(f"{v.type}" for v in n.outputs)
-        lines += _node_block(key, i, f"{n.op} -> {outs}", pre, code, abort_points)
-    lines.append("}")
-    return "\n".join(lines)
+        blocks.append(_node_block(key, i, f"{n.op} -> {outs}", pre, code, abort_points))
+    if abort_points or len(blocks) <= CHUNK_NODES:
+        return "\n".join([f"static void et_run_{key}(void) {{", *(ln for b in blocks for ln in b), "}"])
+    out, calls = [], []
+    for j in range(0, len(blocks), CHUNK_NODES):
+        name = f"et_run_{key}_{j // CHUNK_NODES}"
+        out += [f"static ET_NOINLINE void {name}(void) {{", *(ln for b in blocks[j:j + CHUNK_NODES] for ln in b), "}"]
+        calls.append(f"  {name}();")
+    return "\n".join(out + [f"static void et_run_{key}(void) {{", *calls, "}"])
 
 
 def value_ptr(layout: Layout, key: str, v) -> str:
