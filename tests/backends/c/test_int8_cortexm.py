@@ -107,7 +107,7 @@ def _case_c(i, case, x, wt, b, a, ho, wo):
     lines = [_c_array("int8_t", f"x{i}", [str(int(v)) for v in x.reshape(-1)]),
              _c_array("int32_t", f"b{i}", [_c_int(v) for v in b]),
              _c_array("int32_t", f"m{i}", [_c_int(v) for v in a["mult"]]),
-             _c_array("int32_t", f"s{i}", [_c_int(v) for v in a["shift"]])]
+             _c_array("int8_t", f"s{i}", [_c_int(v) for v in a["shift"]])]
     scales = (np.float64(a["x_scale"]) * np.asarray(a["w_scales"])).astype(np.float32)
     lines.append(_c_array("float", f"os{i}", [f"{float(v).hex()}f".replace("0x", "0x") for v in scales]))
     lines += _weight_decl(i, wt, how)

@@ -81,7 +81,7 @@ def _conv_params(ctx, name: str, x_shape, w_shape, y_shape, a, groups=None, out_
     lines = []
     q = "0, 0, 0"
     if "mult" in a and not a.get("float_out"):
-        lines += [_ints(I32, name + "_m", a["mult"]), _ints(I32, name + "_s", a["shift"])]
+        lines += [_ints(I32, name + "_m", a["mult"]), _ints("int8_t", name + "_s", a["shift"])]
         q = f"{name}_m, {name}_s, 0"
     elif a.get("float_out"):
         lines.append(_floats(ctx, name + "_os", out_scales(a)))

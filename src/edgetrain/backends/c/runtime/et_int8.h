@@ -117,7 +117,8 @@ typedef struct {
     int32_t sh, sw, ph, pw, dh, dw;
     int32_t groups;
     int32_t x_zero, y_zero, qmin, qmax;
-    const int32_t *mult, *shift; /* per output channel (int8 output) */
+    const int32_t *mult;         /* per output channel (int8 output) */
+    const int8_t *shift;         /* per output channel: -31..30 */
     const float *out_scale;      /* per output channel (float output: x_scale * w_scale[o]) */
 } et_qconv_p;
 
