@@ -340,15 +340,37 @@ ET_HOST_INLINE void et_dw_grad_input(const float *ET_RESTRICT GY, const float *E
                         ET_SIMD
                         for (int ow = 0; ow < WO; ++ow) r[ow] += wv * g[ow];
                     }
+            /* the crop: input column iw is padded column iw + PW = j*SW + ph, row ih is padded row ih + PH */
             float *gx = GX + ((size_t)n * C + c) * H * Wd;
             for (int ih = 0; ih < H; ++ih) {
-                const int r = ih + PH;
-                for (int iw = 0; iw < Wd; ++iw) {
-                    const int col = iw + PW, j = col / SW;
-                    gx[(size_t)ih * Wd + iw] = r < HP && j < LP ? GP[((size_t)(col % SW) * HP + r) * LP + j] : 0.f;
+                float *gr = gx + (size_t)ih * Wd;
+                if (ih + PH >= HP) {
+                    memset(gr, 0, (size_t)Wd * sizeof(float));
+                    continue;
+                }
+                for (int ph = 0; ph < SW; ++ph) {
+                    const float *src = GP + ((size_t)ph * HP + ih + PH) * LP;
+                    const int j0 = et_lo(PW, ph, 1, SW), j1 = et_hi(Wd, PW, ph, 1, SW, (Wd + PW) / SW + 1);
+                    for (int j = j0; j < j1; ++j) gr[j * SW + ph - PW] = j < LP ? src[j] : 0.f;
                 }
             }
         }
+}
+
+/* GX of a stride-1 depthwise convolution whose padding is at most its dilated kernel's reach
+ * ((K-1)*D >= P): the forward kernel on GY padded by (K-1)*D - P, with the taps flipped */
+ET_HOST_INLINE void et_dw_grad_input_s1(const float *ET_RESTRICT GY, const float *ET_RESTRICT W, float *ET_RESTRICT GX,
+                                        int N, int C, int H, int Wd, int HO, int WO, int SH, int SW, int PH, int PW,
+                                        int DH, int DW, int KH, int KW) {
+    const int T = KH * KW;
+    float *WF = et_scratch(1, (size_t)C * T);
+    if (!WF) return;
+    for (int c = 0; c < C; ++c)
+        for (int t = 0; t < T; ++t) WF[(size_t)c * T + t] = W[(size_t)c * T + (T - 1 - t)];
+    et_dw_fwd(GY, WF, (const float *)0, GX, N, C, HO, WO, H, Wd, 1, 1, (KH - 1) * DH - PH, (KW - 1) * DW - PW, DH, DW,
+              KH, KW);
+    (void)SH;
+    (void)SW;
 }
 
 /* the depthwise kernels specialised for the common kernel sizes (3, 5, 7: the taps unrolled),
@@ -393,7 +415,10 @@ ET_INLINE void et_conv2d_grad_input(const float *ET_RESTRICT GY, const float *ET
         return;
     }
     if (G == C && G == O) {
-        ET_DW_SPECIALISE(et_dw_grad_input, KH, KW, GY, W, GX, N, C, H, Wd, HO, WO, SH, SW, PH, PW, DH, DW);
+        if (SH == 1 && SW == 1 && (KH - 1) * DH >= PH && (KW - 1) * DW >= PW)
+            ET_DW_SPECIALISE(et_dw_grad_input_s1, KH, KW, GY, W, GX, N, C, H, Wd, HO, WO, SH, SW, PH, PW, DH, DW);
+        else
+            ET_DW_SPECIALISE(et_dw_grad_input, KH, KW, GY, W, GX, N, C, H, Wd, HO, WO, SH, SW, PH, PW, DH, DW);
         return;
     }
 #endif
