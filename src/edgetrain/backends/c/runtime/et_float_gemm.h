@@ -298,26 +298,33 @@ ET_HOST_INLINE void et_dw_fwd(const float *ET_RESTRICT X, const float *ET_RESTRI
 ET_HOST_INLINE void et_dw_grad_weight(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *ET_RESTRICT GW,
                                       int N, int C, int H, int Wd, int HO, int WO, int SH, int SW, int PH, int PW,
                                       int DH, int DW, int KH, int KW) {
+    /* per tap, a row of WO partial sums accumulated over the batch and the output rows (vector
+     * multiply-adds, no horizontal sum per row), summed once per channel */
     const int HP = et_dw_rows(HO, KH, SH, DH), LP = ET_ROW_LEN(WO, KW, SW, DW), T = KH * KW;
-    float *XP = et_scratch(0, (size_t)SW * HP * LP);
-    if (!XP) return;
+    float *XP = et_scratch(0, (size_t)SW * HP * LP), *ACC = et_scratch(1, (size_t)T * WO);
+    if (!XP || !ACC) return;
     for (int c = 0; c < C; ++c) {
-        float acc[KH * KW];
-        for (int t = 0; t < T; ++t) acc[t] = 0.f;
+        memset(ACC, 0, (size_t)T * WO * sizeof(float));
         for (int n = 0; n < N; ++n) {
             et_dw_phases(X + ((size_t)n * C + c) * H * Wd, XP, H, Wd, PH, PW, SW, HP, LP);
             const float *g = GY + ((size_t)n * C + c) * HO * WO;
             for (int oh = 0; oh < HO; ++oh, g += WO)
                 for (int ki = 0; ki < KH; ++ki)
                     for (int kj = 0; kj < KW; ++kj) {
-                        const float *r = XP + ((size_t)((kj * DW) % SW) * HP + oh * SH + ki * DH) * LP + (kj * DW) / SW;
-                        float s = 0.f;
-                        ET_SIMD_SUM(s)
-                        for (int ow = 0; ow < WO; ++ow) s += g[ow] * r[ow];
-                        acc[ki * KW + kj] += s;
+                        const float *ET_RESTRICT r =
+                            XP + ((size_t)((kj * DW) % SW) * HP + oh * SH + ki * DH) * LP + (kj * DW) / SW;
+                        float *ET_RESTRICT a = ACC + (size_t)(ki * KW + kj) * WO;
+                        ET_SIMD
+                        for (int ow = 0; ow < WO; ++ow) a[ow] += g[ow] * r[ow];
                     }
         }
-        for (int t = 0; t < T; ++t) GW[(size_t)c * T + t] = acc[t];
+        for (int t = 0; t < T; ++t) {
+            const float *a = ACC + (size_t)t * WO;
+            float s = 0.f;
+            ET_SIMD_SUM(s)
+            for (int ow = 0; ow < WO; ++ow) s += a[ow];
+            GW[(size_t)c * T + t] = s;
+        }
     }
 }
 
