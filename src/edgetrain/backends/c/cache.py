@@ -7,7 +7,10 @@ instruction-count plugin (cortexm.run_qemu)."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Callable
 
 #: the environment variable that moves the cache
 CACHE_ENV = "EDGETRAIN_CACHE"
@@ -26,3 +29,21 @@ def cache_root() -> Path:
 def cache_path(kind: str) -> Path:
     """The folder of one kind of build product under the cache directory (not created here)."""
     return cache_root() / kind
+
+
+def publish_build(dest: Path, build: Callable[[Path], None], prefix: str = "build-") -> None:
+    """Build into a fresh folder beside `dest` (`build(work)` writes and compiles there), then
+    rename it to `dest` in one step: a reader sees a whole build or none, and a build that
+    fails or is interrupted leaves nothing behind. When another process published `dest`
+    meanwhile, its build is kept and this one dropped."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir=dest.parent))
+    try:
+        build(work)
+        try:
+            work.rename(dest)
+        except OSError:  # another process built it meanwhile
+            shutil.rmtree(work, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise

@@ -19,7 +19,7 @@ import numpy as np
 from ...runtime.compiled import CompiledProgram
 from ...runtime.runner import RunnerBase, as_array
 from .blas import compile_flags as blas_compile_flags, describe as blas_describe, link_flags as blas_link_flags
-from .cache import cache_path
+from .cache import cache_path, publish_build
 from .kernel_lib import front_source, kernels_object
 from .layout import CBackendError, Layout, build_layout
 from .toolchain import run_tool
@@ -85,22 +85,16 @@ def build_library(files: Mapping[str, str], flags: Sequence[str] = DEFAULT_CFLAG
     lib = d / "libmodel.so"
     if lib.exists():
         return lib
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="build-", dir=cache_dir()))
-    try:
+
+    def build(work: Path) -> None:
         for name, text in files.items():
             (work / name).write_text(text)
         (work / "model_host.c").write_text(front_source(files))  # model.c calling the cached kernels
         kernels = str(kernels_object(cc, flags, files))
         compile_c(cc, [*flags, "-fPIC", "-shared", "-o", "libmodel.so", "model_host.c", kernels,
                        *blas_link_flags(flags)], work)
-        try:
-            work.rename(d)
-        except OSError:  # another process built it meanwhile
-            shutil.rmtree(work, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+
+    publish_build(d, build)
     return lib
 
 

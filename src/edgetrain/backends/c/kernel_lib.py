@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .cache import cache_path
+from .cache import cache_path, publish_build
 from .layout import CBackendError
 from .toolchain import run_tool
 
@@ -104,20 +102,14 @@ def kernels_object(cc: str, flags: Sequence[str], files: Mapping[str, str]) -> P
     obj = d / "et_kernels.o"
     if obj.exists():
         return obj
-    root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="kernels-build-", dir=root))
-    try:
+
+    def build(work: Path) -> None:
         for name in kernel_headers(files):
             (work / name).write_text(files[name])
         (work / "et_kernels.c").write_text(src)
         r = run_tool([cc, *flags, "-fPIC", "-c", "-o", "et_kernels.o", "et_kernels.c"], work, KERNELS_TIMEOUT)
         if r.returncode != 0:
             raise CBackendError(f"the kernel library failed to compile in {work}:\n{r.stderr[-4000:]}")
-        try:
-            work.rename(d)
-        except OSError:  # another process built it meanwhile
-            shutil.rmtree(work, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+
+    publish_build(d, build, prefix="kernels-build-")
     return obj
