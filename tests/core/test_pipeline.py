@@ -19,8 +19,7 @@ from edgetrain.passes.fuse import fuse_pointwise_depthwise, fuse_weight_grad_upd
 from edgetrain.passes.reorder import reorder_for_memory
 from edgetrain.passes.stream import stream_frozen_chains
 from edgetrain.pipeline import PHASES, STEPS, Options, Step
-from edgetrain.sparse import ContributionTable, scheme_layers
-from tests.sparse.nets import task, tiny_net
+from tests.sparse.nets import tiny_auto_case
 
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 
@@ -149,12 +148,7 @@ def test_front_does_not_read_the_update_scheme():
 
 @pytest.fixture(scope="module")
 def tiny():
-    model = tiny_net()
-    x = torch.from_numpy(task(1)[0])
-    names = tuple(layer.weight for layer in scheme_layers(model, (x,)).dense[:-1])
-    table = ContributionTable("tiny", names, 0.4, {8: 0.06}, {(3, 1.0): 0.04, (6, 0.25): 0.02, (7, 1.0): 0.03})
-    base = et.compile(model, (x,), update=et.Sparse(), quantize="int8").memory.peak_bytes
-    return model, x, table, base
+    return tiny_auto_case()
 
 
 def test_auto_search_compiles_its_candidates_from_one_front(tiny, monkeypatch):

@@ -54,3 +54,18 @@ def task(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         r, c = divmod(int(label), 2)
         x[i, :, r * h:(r + 1) * h, c * h:(c + 1) * h] += 1.0
     return x, y.astype(np.int64)
+
+
+def tiny_auto_case():
+    """(model, x, table, base): TinyNet, one input, a small contribution table over its layers
+    (few pieces: each is one compile, mostly torch.export's capture) and the int8 peak of
+    Sparse() (nothing trained), the floor of any budget, for update="auto" end to end."""
+    import edgetrain as et
+    from edgetrain.sparse import ContributionTable, scheme_layers
+
+    model = tiny_net()
+    x = torch.from_numpy(task(1)[0])
+    names = tuple(layer.weight for layer in scheme_layers(model, (x,)).dense[:-1])
+    table = ContributionTable("tiny", names, 0.4, {8: 0.06}, {(3, 1.0): 0.04, (6, 0.25): 0.02, (7, 1.0): 0.03})
+    base = et.compile(model, (x,), update=et.Sparse(), quantize="int8").memory.peak_bytes
+    return model, x, table, base

@@ -7,16 +7,15 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
 
 import edgetrain as et
-from edgetrain.sparse import ContributionError, ContributionTable, scheme_layers
+from edgetrain.sparse import ContributionError, ContributionTable
 from edgetrain.sparse.auto import (MAX_ROUNDS, SIGNIFICANCE, AutoFallbackWarning, CostCache, Measured, Piece, offered,
                                    predicted_peak, search_scheme, solve_evolutionary, solve_levels)
 from edgetrain.trainable import Layer
 from edgetrain.sparse.search import InfeasibleBudget
 
-from .nets import task, tiny_net
+from .nets import task, tiny_auto_case
 
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 
@@ -154,13 +153,7 @@ def test_table_of_another_model_is_refused():
 
 @pytest.fixture(scope="module")
 def tiny():
-    model = tiny_net()
-    x = torch.from_numpy(task(1)[0])
-    names = tuple(layer.weight for layer in scheme_layers(model, (x,)).dense[:-1])
-    # few pieces: each is one compile (most of its time is torch.export's capture)
-    table = ContributionTable("tiny", names, 0.4, {8: 0.06}, {(3, 1.0): 0.04, (6, 0.25): 0.02, (7, 1.0): 0.03})
-    base = et.compile(model, (x,), update=et.Sparse(), quantize="int8").memory.peak_bytes
-    return model, x, table, base
+    return tiny_auto_case()
 
 
 @pytest.mark.parametrize("extra", [1024, 1 << 20])
