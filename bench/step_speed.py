@@ -86,8 +86,8 @@ def torch_step_fn(model, prog, x, y, lr, momentum, compiled=False):
 def cflags(args, portable: bool = False) -> tuple:
     """The C library's compiler flags: the backend's default, without ET_FLOAT_FMA (--no-fma),
     without the BLAS (`portable`)."""
-    drop = set(blas_flags()) if portable else set()
-    return tuple(f for f in DEFAULT_CFLAGS if not (args.no_fma and f == "-DET_FLOAT_FMA") and f not in drop)
+    base = tuple(f for f in DEFAULT_CFLAGS if not (args.no_fma and f == "-DET_FLOAT_FMA") and f not in blas_flags())
+    return base if portable else base + blas_flags()  # the BLAS asked for explicitly (opt-in by default)
 
 
 def gemm_flops(prog) -> int:

@@ -17,8 +17,8 @@ from edgetrain.backends.c.host import DEFAULT_CFLAGS, PROJECT_CFLAGS, SANITIZE_C
 
 RTOL = 1e-5
 #: quicker builds (the numerics do not depend on -O3)
-FAST = tuple(f for f in DEFAULT_CFLAGS if f != "-O3") + ("-O1",)
-PORTABLE = tuple(f for f in FAST if f not in blas.compile_flags())
+PORTABLE = tuple(f for f in DEFAULT_CFLAGS if f != "-O3" and f not in blas.compile_flags()) + ("-O1",)
+FAST = PORTABLE + blas.compile_flags()  # the BLAS asked for explicitly (blas.default_flags: opt-in)
 needs_blas = pytest.mark.skipif(blas.host_blas() is None, reason="no BLAS installed (pip install scipy-openblas32)")
 
 
@@ -75,19 +75,27 @@ def test_convolutions_and_dense_layers_match_the_reference(batch, kernels):
 
 
 @needs_blas
-def test_host_build_links_the_blas_and_other_builds_do_not():
-    assert blas.BLAS_FLAG in DEFAULT_CFLAGS
-    assert blas.link_flags(DEFAULT_CFLAGS)
+def test_the_blas_links_only_where_asked_for():
+    assert blas.link_flags(FAST)
     for flags in (PROJECT_CFLAGS, SANITIZE_CFLAGS, PORTABLE):  # emitted projects, sanitizer build, fallback
         assert blas.BLAS_FLAG not in flags and blas.link_flags(flags) == ()
-    assert "BLAS" in blas.describe(DEFAULT_CFLAGS) and "portable" in blas.describe(PORTABLE)
+    assert "BLAS" in blas.describe(FAST) and "portable" in blas.describe(PORTABLE)
+
+
+@needs_blas
+def test_the_default_build_takes_the_blas_only_with_the_environment(monkeypatch):
+    monkeypatch.delenv(blas.ENABLE_ENV, raising=False)
+    assert blas.default_flags() == ()
+    monkeypatch.setenv(blas.ENABLE_ENV, "1")
+    assert blas.default_flags() == blas.compile_flags() and blas.BLAS_FLAG in blas.default_flags()
 
 
 def test_disabled_by_environment(monkeypatch):
     blas.host_blas.cache_clear()
     try:
-        monkeypatch.setenv(blas.DISABLE_ENV, "0")
-        assert blas.host_blas() is None and blas.compile_flags() == () and blas.link_flags(DEFAULT_CFLAGS) == ()
+        monkeypatch.setenv(blas.ENABLE_ENV, "0")
+        assert blas.host_blas() is None and blas.compile_flags() == () and blas.default_flags() == ()
+        assert blas.link_flags(FAST) == ()
     finally:
-        monkeypatch.delenv(blas.DISABLE_ENV)
+        monkeypatch.delenv(blas.ENABLE_ENV)
         blas.host_blas.cache_clear()

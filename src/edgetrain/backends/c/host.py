@@ -18,7 +18,7 @@ import numpy as np
 
 from ...runtime.compiled import CompiledProgram
 from ...runtime.runner import RunnerBase, as_array
-from .blas import compile_flags as blas_compile_flags, describe as blas_describe, link_flags as blas_link_flags
+from .blas import default_flags as blas_default_flags, describe as blas_describe, link_flags as blas_link_flags
 from .cache import cache_path, publish_build
 from .kernel_lib import front_source, kernels_object
 from .layout import CBackendError, Layout, build_layout
@@ -34,9 +34,9 @@ DEFAULT_CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno"
 #: an emitted project's Makefile: every float sum in the source's order, no FMA, so its host
 #: build prints the very losses its Cortex-M build prints
 PROJECT_CFLAGS = tuple(f for f in DEFAULT_CFLAGS if f not in ("-DET_OMP_SIMD", "-DET_FLOAT_FMA"))
-#: the ctypes library on a machine with a BLAS (blas.py): et_float_gemm.h's convolutions and
-#: dense layers as GEMMs (emitted projects keep the portable kernels: PROJECT_CFLAGS)
-DEFAULT_CFLAGS = DEFAULT_CFLAGS + blas_compile_flags()
+#: the ctypes library with EDGETRAIN_BLAS=1 on a machine with a BLAS (blas.py): et_float_gemm.h's
+#: convolutions and dense layers as GEMMs (emitted projects keep the portable kernels)
+DEFAULT_CFLAGS = DEFAULT_CFLAGS + blas_default_flags()
 #: the sanitizer build of the tests
 SANITIZE_CFLAGS = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                    "-fno-omit-frame-pointer", "-ffp-contract=off", "-fno-math-errno", "-fopenmp-simd", "-DET_OMP_SIMD",
