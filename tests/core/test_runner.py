@@ -1,4 +1,5 @@
-"""The compiled program is a frozen value; runners run it (runner.py, backends/c/host.py).
+"""The compiled program is a frozen value; runners run it (runtime/runner.py; backends/reference_runner.py, backends/c/host.py). The import rules
+that keep them one way are tests/test_architecture.py's.
 
 The reference runner and the C runner, made from one compiled program, train the same steps;
 the compiled program never changes, whatever runs it; a schedule maps a compiled program to
@@ -115,57 +116,3 @@ def test_a_schedule_maps_a_compiled_program_to_another():
     assert isinstance(sp.runner, CRunner) and sp.schedule is sched
     want = prog.step(X, Y)
     assert sp.step(X, Y) == pytest.approx(want, rel=1e-5)
-
-
-# --- the import graph ------------------------------------------------------------------------------
-def _imports() -> dict[str, set[str]]:
-    """{module: the edgetrain modules it imports}, every import statement (module level or in a
-    function), a module's parent packages counted as imported with it."""
-    import ast
-    from pathlib import Path
-
-    root = Path(et.__file__).parent
-    mods = {}
-    for f in root.rglob("*.py"):
-        parts = list(f.relative_to(root.parent).with_suffix("").parts)
-        is_pkg = parts[-1] == "__init__"
-        mods[".".join(parts[:-1] if is_pkg else parts)] = (f, is_pkg)
-    out = {}
-    for mod, (f, is_pkg) in mods.items():
-        deps = out.setdefault(mod, set())
-        for node in ast.walk(ast.parse(f.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                here = mod.split(".") if is_pkg else mod.split(".")[:-1]
-                base = here[:len(here) - node.level + 1] if node.level else []
-                tgt = ".".join(base + ([node.module] if node.module else []))
-                deps.update(f"{tgt}.{a.name}" if f"{tgt}.{a.name}" in mods else tgt for a in node.names)
-            elif isinstance(node, ast.Import):
-                deps.update(a.name for a in node.names)
-        deps &= set(mods)
-        for t in list(deps):
-            p = t.split(".")
-            deps.update(q for q in (".".join(p[:i]) for i in range(2, len(p))) if not mod.startswith(q + "."))
-        deps.discard(mod)
-    return out
-
-
-def _reach(graph: dict, start: str) -> set:
-    seen, todo = set(), [start]
-    while todo:
-        for d in graph.get(todo.pop(), ()):
-            if d not in seen:
-                seen.add(d)
-                todo.append(d)
-    return seen
-
-
-def test_no_import_cycle_through_the_program_and_its_runners():
-    g = _imports()
-    mods = ["edgetrain.program", "edgetrain.runtime.compiled", "edgetrain.runtime.runner", "edgetrain.backends.c.host",
-            "edgetrain.remat.apply"]
-    for m in mods:
-        assert m not in _reach(g, m), f"{m} imports itself through other modules"
-    assert not {"edgetrain.program", "edgetrain.backends.c"} & _reach(g, "edgetrain.remat.apply")
-    assert "edgetrain.program" not in _reach(g, "edgetrain.backends.c.host")
-    for m in ("edgetrain.runtime.compiled", "edgetrain.runtime.runner"):
-        assert not {"edgetrain.program", "edgetrain.backends.c"} & _reach(g, m), m
