@@ -1,5 +1,6 @@
-"""The compiled program is a frozen value; runners run it (runtime/runner.py; backends/reference_runner.py, backends/c/host.py). The import rules
-that keep them one way are tests/test_architecture.py's.
+"""The compiled program is a frozen value; runners run it (runtime/runner.py;
+backends/reference_runner.py, backends/c/host.py). The import rules that keep them one way
+are tests/test_architecture.py's.
 
 The reference runner and the C runner, made from one compiled program, train the same steps;
 the compiled program never changes, whatever runs it; a schedule maps a compiled program to
