@@ -10,10 +10,124 @@
 #include "et_int8.h"
 
 /* ---- backward (float32) ---------------------------------------------------------------- */
+/* qconv2d_grad_input of a 1x1 kernel in gather form: each gx element (n, c, h, w) is one sum
+ * over its group's output channels o, in ascending o, of wr[o, c] * g[n, o, ho, wo], started
+ * from 0 (the reference's (o, i, j) order with one tap). Blocks of ET_GI_CB input channels x
+ * ET_GI_PB pixels keep their sums in FPU registers across o: per o, ET_GI_CB weights and
+ * ET_GI_PB gradients feed ET_GI_CB * ET_GI_PB multiplies and adds (separate, as the reference:
+ * no fused multiply-add). The weights, widened to float and scaled once per (o, c) and call,
+ * are held for ET_GI_OCHUNK output channels at a time (512 B of stack); between chunks the
+ * partial sums wait in gx (stored and reloaded exactly). */
+#define ET_GI_CB 4
+#define ET_GI_PB 4
+#define ET_GI_OCHUNK 32
+
+/* wf[t * ET_GI_CB + k] = (float)w[o0 + t, c + k] * w_scale[o0 + t] for t < no, k < nc; 0 for k >= nc */
+static inline void et_gi_widen(const et_w8 *w, int32_t o0, int32_t no, int32_t c, int32_t nc, int32_t cg,
+                               const float *w_scale, float *ET_RESTRICT wf) {
+    for (int32_t t = 0; t < no * ET_GI_CB; t++) wf[t] = 0.0f;
+    if (w->map && w->dim == 0) { /* split by output channel: row o is whole in one array */
+        for (int32_t t = 0; t < no; t++) {
+            const int8_t *row = et_w8_taps(w, o0 + t, c, cg, 1);
+            const float s = w_scale[o0 + t];
+            for (int32_t k = 0; k < nc; k++) wf[t * ET_GI_CB + k] = (float)row[k] * s;
+        }
+        return;
+    }
+    for (int32_t k = 0; k < nc; k++) { /* whole, or split by input channel: column c + k has one stride */
+        const int8_t *col = et_w8_taps(w, o0, c + k, cg, 1);
+        const int32_t stride = !w->map ? cg : (w->map[c + k] >= 0 ? w->nsel : w->nrest);
+        for (int32_t t = 0; t < no; t++) wf[t * ET_GI_CB + k] = (float)col[t * stride] * w_scale[o0 + t];
+    }
+}
+
+/* ET_GI_CB channels x ET_GI_PB pixels: gx[k * cs + q * xs] (k < nc) over the chunk's `no` output
+ * channels (gradient pixels g[t * gs + q]), from 0 when `first`, else from gx's partial sums */
+static inline void et_gi_block4x4(const float *ET_RESTRICT wf, const float *g, int32_t gs, int32_t no,
+                                  float *gx, int32_t cs, int32_t xs, int32_t nc, int first) {
+    float a[ET_GI_CB][ET_GI_PB];
+#pragma GCC unroll 4
+    for (int32_t k = 0; k < ET_GI_CB; k++)
+#pragma GCC unroll 4
+        for (int32_t q = 0; q < ET_GI_PB; q++) a[k][q] = (first || k >= nc) ? 0.0f : gx[k * cs + q * xs];
+    for (int32_t t = 0; t < no; t++, wf += ET_GI_CB, g += gs) {
+        const float g0 = g[0], g1 = g[1], g2 = g[2], g3 = g[3];
+#pragma GCC unroll 4
+        for (int32_t k = 0; k < ET_GI_CB; k++) {
+            const float wk = wf[k];
+            float p0 = wk * g0, p1 = wk * g1, p2 = wk * g2, p3 = wk * g3;
+            a[k][0] = a[k][0] + p0;
+            a[k][1] = a[k][1] + p1;
+            a[k][2] = a[k][2] + p2;
+            a[k][3] = a[k][3] + p3;
+        }
+    }
+#pragma GCC unroll 4
+    for (int32_t k = 0; k < ET_GI_CB; k++)
+        if (k < nc)
+#pragma GCC unroll 4
+            for (int32_t q = 0; q < ET_GI_PB; q++) gx[k * cs + q * xs] = a[k][q];
+}
+
+/* et_gi_block4x4 for one pixel */
+static inline void et_gi_block4x1(const float *ET_RESTRICT wf, const float *g, int32_t gs, int32_t no,
+                                  float *gx, int32_t cs, int32_t nc, int first) {
+    float a0 = (first || nc < 1) ? 0.0f : gx[0], a1 = (first || nc < 2) ? 0.0f : gx[cs];
+    float a2 = (first || nc < 3) ? 0.0f : gx[2 * cs], a3 = (first || nc < 4) ? 0.0f : gx[3 * cs];
+    for (int32_t t = 0; t < no; t++, wf += ET_GI_CB, g += gs) {
+        const float gv = g[0];
+        float p0 = wf[0] * gv, p1 = wf[1] * gv, p2 = wf[2] * gv, p3 = wf[3] * gv;
+        a0 = a0 + p0;
+        a1 = a1 + p1;
+        a2 = a2 + p2;
+        a3 = a3 + p3;
+    }
+    gx[0] = a0;
+    if (nc > 1) gx[cs] = a1;
+    if (nc > 2) gx[2 * cs] = a2;
+    if (nc > 3) gx[3 * cs] = a3;
+}
+
+static inline void et_qconv_grad_input_1x1(const et_qconv_p *P, const float *g, const et_w8 *w,
+                                           const float *w_scale, float *ET_RESTRICT gx) {
+    const int32_t opg = P->o / P->groups, hw = P->h * P->w, howo = P->ho * P->wo;
+    /* stride 1 and the same size: g's pixels map one to one onto gx's, as one flat row */
+    const int flat = P->sh == 1 && P->sw == 1 && P->ho == P->h && P->wo == P->w;
+    const int32_t rows = flat ? 1 : P->ho, cols = flat ? howo : P->wo;
+    float wf[ET_GI_OCHUNK * ET_GI_CB];
+    if (!flat) memset(gx, 0, sizeof(float) * (size_t)(P->n * P->c * hw)); /* the pixels no tap reaches */
+    for (int32_t n = 0; n < P->n; n++)
+        for (int32_t grp = 0; grp < P->groups; grp++)
+            for (int32_t c = 0; c < P->cg; c += ET_GI_CB) {
+                const int32_t nc = P->cg - c < ET_GI_CB ? P->cg - c : ET_GI_CB;
+                float *gxc = gx + (n * P->c + grp * P->cg + c) * hw;
+                for (int32_t o0 = grp * opg; o0 < (grp + 1) * opg; o0 += ET_GI_OCHUNK) {
+                    const int32_t no = (grp + 1) * opg - o0 < ET_GI_OCHUNK ? (grp + 1) * opg - o0 : ET_GI_OCHUNK;
+                    const int first = o0 == grp * opg;
+                    et_gi_widen(w, o0, no, c, nc, P->cg, w_scale, wf);
+                    const float *go = g + (n * P->o + o0) * howo;
+                    for (int32_t r = 0; r < rows; r++) {
+                        const float *gr = go + r * cols;
+                        float *xr = gxc + r * P->sh * P->w;
+                        int32_t q = 0;
+                        for (; q + ET_GI_PB <= cols; q += ET_GI_PB)
+                            et_gi_block4x4(wf, gr + q, howo, no, xr + q * P->sw, hw, P->sw, nc, first);
+                        for (; q < cols; q++) et_gi_block4x1(wf, gr + q, howo, no, xr + q * P->sw, hw, nc, first);
+                    }
+                }
+            }
+}
+
 /* qconv2d_grad_input: gx = conv-transpose(g, w * w_scale[o]); each gx element adds its
- * contributions in (o, i, j) order starting from 0 (ops/qconv.py: _grad_input_ref). */
+ * contributions in (o, i, j) order starting from 0 (ops/qconv.py: _grad_input_ref). 1x1
+ * kernels without padding (every dense layer of the paper's models) take the register-blocked
+ * gather above; the others scatter each (o, i, j) tap's products over gx in turn. */
 static inline void et_qconv_grad_input(const et_qconv_p *P, const float *g, const et_w8 *w, const float *w_scale,
                                        float *ET_RESTRICT gx) {
+    if (P->kh == 1 && P->kw == 1 && P->ph == 0 && P->pw == 0) {
+        et_qconv_grad_input_1x1(P, g, w, w_scale, gx);
+        return;
+    }
     const int32_t opg = P->o / P->groups, khkw = P->kh * P->kw, hw = P->h * P->w, howo = P->ho * P->wo;
     memset(gx, 0, sizeof(float) * (size_t)(P->n * P->c * hw));
     for (int32_t n = 0; n < P->n; n++)
@@ -72,35 +186,98 @@ static inline void et_qconv_dw_grad_input(const et_qconv_p *P, const float *g, c
         }
 }
 
+/* output rows [lo, hi) whose tap row i reads an in-range input row (et_col_range's rows) */
+static inline void et_row_range(const et_qconv_p *P, int32_t i, int32_t *lo, int32_t *hi) {
+    int32_t off = i * P->dh - P->ph; /* input row = ho * sh + off */
+    int32_t a = off >= 0 ? 0 : (-off + P->sh - 1) / P->sh;
+    int32_t b = (P->h - 1 - off) >= 0 ? (P->h - 1 - off) / P->sh + 1 : 0;
+    if (b > P->ho) b = P->ho;
+    *lo = a; *hi = b < a ? a : b;
+}
+
+/* The weight-gradient sums of one tap for ET_GW_CB channels at once: out[k] = the sequential
+ * float32 sum over images n < nimg, rows r in [r0, r1), columns q in [q0, q1) of
+ * g[n * gn + r * gr + q] * (x[n * xn + k * cs + r * xr + q * xs] - xz), from 0. Each gradient
+ * load serves the ET_GW_CB sums; each x element is widened once. */
+#define ET_GW_CB 4
+__attribute__((noinline)) static void et_gw_sum4(const float *g, int32_t gn, int32_t gr, const int8_t *x, int32_t xn, int32_t xr,
+                              int32_t xs, int32_t cs, int32_t nimg, int32_t r0, int32_t r1, int32_t q0, int32_t q1,
+                              int32_t xz, float *out) {
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    const float zf = (float)xz; /* (float)x - zf is (float)(x - xz) exactly: both are small integers */
+    for (int32_t n = 0; n < nimg; n++)
+        for (int32_t r = r0; r < r1; r++) {
+            const float *gp = g + n * gn + r * gr + q0, *ge = g + n * gn + r * gr + q1;
+            const int8_t *x0 = x + n * xn + r * xr + q0 * xs;
+            const int8_t *x1 = x0 + cs, *x2 = x1 + cs, *x3 = x2 + cs;
+            for (; gp < ge; gp++, x0 += xs, x1 += xs, x2 += xs, x3 += xs) {
+                const float gv = *gp;
+                const float f0 = (float)*x0 - zf, f1 = (float)*x1 - zf, f2 = (float)*x2 - zf, f3 = (float)*x3 - zf;
+                const float p0 = gv * f0, p1 = gv * f1, p2 = gv * f2, p3 = gv * f3;
+                a0 = a0 + p0;
+                a1 = a1 + p1;
+                a2 = a2 + p2;
+                a3 = a3 + p3;
+            }
+        }
+    out[0] = a0; out[1] = a1; out[2] = a2; out[3] = a3;
+}
+
+/* et_gw_sum4 for one channel */
+static inline float et_gw_sum1(const float *g, int32_t gn, int32_t gr, const int8_t *x, int32_t xn, int32_t xr,
+                               int32_t xs, int32_t nimg, int32_t r0, int32_t r1, int32_t q0, int32_t q1, int32_t xz) {
+    float acc = 0.0f;
+    for (int32_t n = 0; n < nimg; n++)
+        for (int32_t r = r0; r < r1; r++) {
+            const float *gp = g + n * gn + r * gr;
+            const int8_t *xp = x + n * xn + r * xr;
+            for (int32_t q = q0; q < q1; q++) {
+                const float p = gp[q] * (float)((int32_t)xp[q * xs] - xz);
+                acc = acc + p;
+            }
+        }
+    return acc;
+}
+
 /* Row o of qconv2d_grad_weight into gw_row (CG*KH*KW floats): each element is the
  * sequential float32 sum over (n, ho, wo) of g * (x - x_zero), times scale (the padded
- * taps, zero terms, are skipped). x holds the layer input (C channels; group of o). */
+ * taps, zero terms, are skipped: adding +-0 to a sum that starts at +0 changes nothing).
+ * x holds the layer input (C channels; group of o). Per tap (i, j) the in-range rows and
+ * columns are found once; ET_GW_CB channels are summed together (et_gw_sum4). A 1x1
+ * unpadded stride-1 kernel reads each plane as one row. */
 static inline void et_qconv_grad_weight_row(const et_qconv_p *P, const int8_t *x, const float *g, int32_t o,
                                             float scale, float *ET_RESTRICT gw_row) {
-    const int32_t opg = P->o / P->groups, hw = P->h * P->w, howo = P->ho * P->wo;
+    const int32_t opg = P->o / P->groups, hw = P->h * P->w, howo = P->ho * P->wo, khkw = P->kh * P->kw;
     const int32_t c0 = (o / opg) * P->cg;
-    for (int32_t c = 0; c < P->cg; c++)
-        for (int32_t i = 0; i < P->kh; i++)
-            for (int32_t j = 0; j < P->kw; j++) {
-                int32_t lo, hi;
-                et_col_range(P, j, &lo, &hi);
-                float acc = 0.0f;
-                for (int32_t n = 0; n < P->n; n++) {
-                    const int8_t *xc = x + (n * P->c + c0 + c) * hw + j * P->dw - P->pw;
-                    const float *go = g + (n * P->o + o) * howo;
-                    for (int32_t ho = 0; ho < P->ho; ho++) {
-                        const int32_t h = ho * P->sh - P->ph + i * P->dh;
-                        if (h < 0 || h >= P->h) continue;
-                        const int8_t *xr = xc + h * P->w;
-                        const float *gr = go + ho * P->wo;
-                        for (int32_t q = lo; q < hi; q++) {
-                            const float p = gr[q] * (float)((int32_t)xr[q * P->sw] - P->x_zero);
-                            acc = acc + p;
-                        }
-                    }
+    const int flat = P->kh == 1 && P->kw == 1 && P->ph == 0 && P->pw == 0 && P->sh == 1 && P->sw == 1 &&
+                     P->ho == P->h && P->wo == P->w;
+    const int32_t gr = flat ? howo : P->wo, xr = flat ? hw : P->sh * P->w;
+    const int8_t *xg = x + c0 * hw;
+    const float *go = g + o * howo;
+    const int32_t gn = P->o * howo, xn = P->c * hw;
+    for (int32_t i = 0; i < P->kh; i++) {
+        int32_t r0 = 0, r1 = 1;
+        if (!flat) et_row_range(P, i, &r0, &r1);
+        for (int32_t j = 0; j < P->kw; j++) {
+            int32_t q0 = 0, q1 = howo;
+            if (!flat) et_col_range(P, j, &q0, &q1);
+            /* the tap's x: row r, column q at xt + r * xr + q * sw */
+            const int8_t *xt = xg + (i * P->dh - P->ph) * P->w + j * P->dw - P->pw;
+            float *out = gw_row + i * P->kw + j;
+            for (int32_t c = 0; c < P->cg;) {
+                if (P->cg - c >= ET_GW_CB) {
+                    float s4[ET_GW_CB];
+                    et_gw_sum4(go, gn, gr, xt + c * hw, xn, xr, P->sw, hw, P->n, r0, r1, q0, q1, P->x_zero, s4);
+                    for (int32_t k = 0; k < ET_GW_CB; k++) out[(c + k) * khkw] = s4[k] * scale;
+                    c += ET_GW_CB;
+                } else {
+                    out[c * khkw] = et_gw_sum1(go, gn, gr, xt + c * hw, xn, xr, P->sw, P->n, r0, r1, q0, q1,
+                                               P->x_zero) * scale;
+                    c++;
                 }
-                gw_row[(c * P->kh + i) * P->kw + j] = acc * scale;
             }
+        }
+    }
 }
 
 /* qconv2d_grad_bias: sequential float32 sum over (n, h, w), times scale[o] */
