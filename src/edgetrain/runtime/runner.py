@@ -37,7 +37,9 @@ def check_trainable(a: np.ndarray, what: str) -> None:
     before the step touches any state: one such sample would poison every later step."""
     if a.dtype.kind != "f" or a.size == 0:
         return
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # the common case in two reductions, no temporaries (NaN fails the test)
+        if float(a.max()) <= MAX_TRAIN_MAGNITUDE and -float(a.min()) <= MAX_TRAIN_MAGNITUDE:
+            return
         bad = ~np.isfinite(a)
         if bad.any():
             i = np.unravel_index(int(np.argmax(bad)), a.shape)
@@ -121,6 +123,15 @@ class RunnerBase:
             self.steps = int(steps)
 
     # --- inputs --------------------------------------------------------------------------
+    def _graph_fact(self, g: Graph, key, compute):
+        """compute(), remembered per graph and key: a graph's lookups by name or role scan all its
+        inputs (a few hundred on a real model: most of a small step's Python time, every step)."""
+        cache = self.__dict__.setdefault("_graph_facts", {})
+        hit = cache.get((id(g), key))
+        if hit is None or hit[0] is not g:  # the graph itself is kept: its id is not reused meanwhile
+            hit = cache[(id(g), key)] = (g, compute())
+        return hit[1]
+
     def data_feeds(self, g: Graph, x, training: bool = False) -> dict[str, np.ndarray]:
         """The graph's data feeds for the model input(s) `x`; for `training` (step, gradients)
         checked to be data a step can use (check_trainable)."""
@@ -129,8 +140,8 @@ class RunnerBase:
         if len(xs) != len(c.inputs):
             raise ValueError(f"the model takes {len(c.inputs)} inputs, got {len(xs)}")
         src = c.input_transform or g
-        feeds = {name: as_array(v, src.input(name).type, f"input {i}") for i, (name, v) in
-                 enumerate(zip(c.inputs, xs))}
+        feeds = {name: as_array(v, self._graph_fact(src, name, lambda: src.input(name).type), f"input {i}")
+                 for i, (name, v) in enumerate(zip(c.inputs, xs))}
         if training:
             for i, name in enumerate(c.inputs):
                 check_trainable(feeds[name], f"input {i}")
@@ -140,10 +151,11 @@ class RunnerBase:
 
     def label_feed(self, g: Graph, y) -> np.ndarray:
         """The labels (cross entropy: class indices, checked to lie in range) or targets (mse)."""
-        want = g.the_input(Role.LABEL).type
+        want = self._graph_fact(g, Role.LABEL, lambda: g.the_input(Role.LABEL).type)
         if self.compiled.loss == "cross_entropy":
             y = as_array(y, want, "labels")
-            classes = self.compiled.forward_graph.output("output").shape[-1]
+            fwd = self.compiled.forward_graph
+            classes = self._graph_fact(fwd, "classes", lambda: fwd.output("output").shape[-1])
             if y.size and (y.min() < 0 or y.max() >= classes):
                 raise ValueError(f"labels must lie in [0, {classes}), got values in [{y.min()}, {y.max()}]")
             return y

@@ -22,6 +22,7 @@ from .blas import default_flags as blas_default_flags, describe as blas_describe
 from .cache import cache_path, publish_build
 from .kernel_lib import front_source, kernels_object
 from .layout import CBackendError, Layout, build_layout
+from .step_guard import with_guard
 from .toolchain import run_tool
 
 #: the ctypes library: optimised for this machine, no implicit FMA contraction (int8 kernels'
@@ -146,7 +147,7 @@ class CRunner(RunnerBase):
         self.kernels = blas_describe(self.flags)  # the BLAS or the portable kernels, in words
         self.c_layout: Layout = build_layout(self)
         self.c_files = emit_sources(self, embed_weights=False, layout=self.c_layout)
-        self.c_library = build_library(self.c_files, self.flags)
+        self.c_library = build_library(self.c_files, with_guard(self.flags))  # et_train_step_checked's guard
         self._lib = _bind(load_private(self.c_library))
         self._lib.et_init()
         self._views: dict[str, np.ndarray] = {}
