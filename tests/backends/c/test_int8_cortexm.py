@@ -1,12 +1,14 @@
-"""The Cortex-M DSP paths of et_qconv_rows (runtime/et_int8.h: __smlad pointwise and depthwise,
-built where __ARM_FEATURE_DSP is defined) against the reference qconv2d, bit for bit, under QEMU
-on the Cortex-M4 and M7.
+"""The Cortex-M DSP paths of et_qconv_rows (runtime/et_int8_dsp.h: the column GEMM of pointwise
+and dense convs, the padded-row depthwise kernel, the 32-bit requantization; built where
+__ARM_FEATURE_DSP is defined) against the reference qconv2d, bit for bit, under QEMU on the
+Cortex-M4 and M7.
 
 A firmware whose model.c runs et_qconv_rows on embedded cases and prints each output's bytes
 as hex lines; the cases have odd channel and pixel counts (the 2-channel x 2-pixel block's and
-the 4-channel step's remainders), padded edges (the depthwise scalar path), 5x5 and 7x7 taps
-(two words per tap row), strides, channel and row sub-ranges (the fused and streamed callers),
-split weights, a float output and accumulators that saturate with the bias."""
+the 4-input group's remainders), padded edges, 5x5 and 7x7 taps (two words per tap row),
+strides, channel and row sub-ranges (the fused and streamed callers), weights split by output
+or input channel, a float output and accumulators that saturate with the bias (the general
+requantization path)."""
 from __future__ import annotations
 
 import shutil
@@ -173,7 +175,8 @@ def _firmware_cases(d: Path):
     parts.append("static void run_all(void) {\n" + "\n".join(f"    run{i}();" for i in range(len(CASES))) + "\n}")
     parts.append(MODEL_TAIL)
     shutil.copy(FIXTURE / "model.h", d / "model.h")
-    shutil.copy(RUNTIME / "et_int8.h", d / "et_int8.h")
+    for header in ("et_int8.h", "et_int8_dsp.h"):
+        shutil.copy(RUNTIME / header, d / header)
     (d / "model.c").write_text("\n".join(parts))
     return want
 

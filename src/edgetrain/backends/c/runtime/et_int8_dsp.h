@@ -1,0 +1,463 @@
+/* edgetrain int8 qconv2d forward on the Cortex-M DSP extension (M4, M7: included by et_int8.h
+ * where __ARM_FEATURE_DSP is defined; the host build runs et_int8.h's portable loop, and both
+ * give the reference's integers bit for bit).
+ *
+ * Two int8 operands per 32-bit register as int16 pairs: __sxtb16 takes bytes 0 and 2 of a
+ * word, of the word rotated by 8 bytes 1 and 3; one __smlad adds two products. A word of 4
+ * weights w[k..k+3] gives the pairs (w[k], w[k+2]) and (w[k+1], w[k+3]), so the inputs are
+ * packed in that order too. Three kernels:
+ * - pointwise (1x1) and dense KxK convs: a GEMM over columns. The K = cg*kh*kw inputs of two
+ *   pixels are packed once into int16 columns (a 1x1's channels read across the NCHW planes,
+ *   a KxK's window gathered, im2col) and every output channel pair runs over them: 2 output
+ *   channels x 2 pixels of accumulators in registers, 8 __smlad per 4 inputs;
+ * - depthwise KxK (K <= 8): the input rows of one channel copied into a small stack ring of
+ *   rows padded with the input zero point (so no tap tests a bound: a padded tap adds
+ *   w * x_zero, which the zero-point term takes back), 3x3 stride 1 two pixels at a time
+ *   (each tap row's word gives both pixels' pairs, the middle taps by __smlabb/__smlatt),
+ *   other sizes a pixel at a time over the row's words;
+ * - requantization in 32 bits (et_rq): when the sum provably stays within 2^29 and the shift
+ *   is a right shift, (acc * mult + 2^30) >> 31 is one SMMULR of 2 * acc and the rounding
+ *   right shift, zero point and int8 saturation are an add, a subtract, a shift and an SSAT
+ *   (equal to ops/fixed_point.py there); otherwise the exact general path of et_int8.h.
+ * Accumulators start at bias - x_zero * sum(w) (the input zero point taken out once per
+ * output channel); all sums are exact integers, so the order does not matter. */
+#ifndef ET_INT8_DSP_H
+#define ET_INT8_DSP_H
+#if defined(__ARM_FEATURE_DSP)
+#include <arm_acle.h>
+
+#define ET_DSP_NOINLINE __attribute__((noinline))
+
+/* ---- words ----------------------------------------------------------------------------- */
+static inline uint32_t et_ld16u(const int8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+static inline int32_t et_ld32s(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* __sxtb16 of v rotated by 8 in one instruction (gcc does not fold the rotation itself) */
+static inline int32_t et_sxtb16_ror8(uint32_t v) {
+    int32_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v));
+    return r;
+}
+
+/* two int16 halves in one word */
+static inline int32_t et_pack16(int32_t lo, int32_t hi) { return (int32_t)(((uint32_t)lo & 0xFFFFu) | ((uint32_t)hi << 16)); }
+
+/* sum of n int8 weights: usada8 sums four bytes w + 128 */
+static inline int32_t et_wsum(const int8_t *w, int32_t n) {
+    uint32_t s = 0;
+    int32_t k = 0;
+    for (; k + 4 <= n; k += 4) s = __usada8((uint32_t)et_ld32s(w + k) ^ 0x80808080u, 0u, s);
+    int32_t t = (int32_t)s - 128 * k;
+    for (; k < n; k++) t += w[k];
+    return t;
+}
+
+/* ---- requantization of one output channel ------------------------------------------------- */
+typedef struct {
+    int32_t init;  /* the sum's start: bias - x_zero * sum(w) (fast), -x_zero * sum(w) (general) */
+    int32_t mult, add, right, fast;
+} et_rq;
+
+#define ET_RQ_BOUND (1 << 29) /* |sum| below this: 2 * sum and the shifted sum fit int32 */
+#define ET_RQ_MAX_RIGHT 21    /* add = 2^(right-1) + y_zero * 2^right stays below 2^29 */
+
+/* the int8 level of a sum (fast path): equal to et_mbqm + y_zero, saturated to int8 */
+static inline int32_t et_rq_fast(const et_rq *r, int32_t acc) {
+    int32_t hi;
+    __asm__("smmulr %0, %1, %2" : "=r"(hi) : "r"(acc * 2), "r"(r->mult)); /* (2*acc*mult + 2^31) >> 32 */
+    return __ssat((hi + r->add - (int32_t)((uint32_t)hi >> 31)) >> r->right, 8);
+}
+
+static inline et_rq et_rq_make(const et_qconv_p *P, const int32_t *bias, int32_t o, int32_t taps, int32_t wsum,
+                               const float *yf) {
+    et_rq r = {-P->x_zero * wsum, 0, 0, 0, 0};
+    if (yf) return r;
+    const int32_t b = bias[o], sh = P->shift[o];
+    /* |sum w * (x - x_zero)| <= taps * 128 * 255; partial sums of w * x, taps * 128 * 128 more */
+    const int64_t bound = (int64_t)(b < 0 ? -(int64_t)b : b) + (int64_t)taps * 32768 * 2;
+    r.mult = P->mult[o];
+    if (sh <= -1 && sh >= -ET_RQ_MAX_RIGHT && P->qmin == -128 && P->qmax == 127 && bound < ET_RQ_BOUND) {
+        r.fast = 1;
+        r.init += b;
+        r.right = -sh;
+        r.add = (1 << (r.right - 1)) + P->y_zero * (1 << r.right);
+    }
+    return r;
+}
+
+/* the general path: et_qrow_put's arithmetic (saturating bias, et_mbqm, clamp, or float) */
+static ET_DSP_NOINLINE void et_rq_slow(const et_qconv_p *P, const int32_t *bias, int32_t o, int32_t acc, int8_t *y,
+                                   float *yf) {
+    acc = et_addsat32(acc, bias[o]);
+    if (yf) *yf = (float)acc * P->out_scale[o];
+    else *y = (int8_t)et_clampi(et_mbqm(acc, P->mult[o], P->shift[o]) + P->y_zero, P->qmin, P->qmax);
+}
+
+/* output element `at` (of y or yf) of channel o from its sum */
+static inline void et_rq_put(const et_qconv_p *P, const int32_t *bias, const et_rq *r, int32_t o, int32_t acc,
+                             int8_t *y, float *yf, int32_t at) {
+    if (__builtin_expect(r->fast, 1)) y[at] = (int8_t)et_rq_fast(r, acc);
+    else et_rq_slow(P, bias, o, acc, y ? y + at : 0, yf ? yf + at : 0);
+}
+
+/* ---- GEMM over packed columns --------------------------------------------------------------
+ * Two pixels' K inputs interleaved as bytes: per 4 inputs k = 4m.. two words, (v0[k], v1[k],
+ * v0[k+2], v1[k+2]) and (v0[k+1], v1[k+1], v0[k+3], v1[k+3]), so __sxtb16 of a word gives
+ * pixel 0's pair and of the word rotated by 8 pixel 1's (the weight word's pairs). The K % 4
+ * last inputs keep the same places in one more group. */
+#define ET_COL_K 640        /* the most inputs per column (2 * ET_COL_K bytes of stack) */
+#define ET_GATHER_K 160     /* the most inputs of a gathered (KxK) window */
+#define ET_GATHER_ROWS 48   /* the most input rows (cg * kh) of a gathered window */
+#define ET_RQ_CHUNK 16      /* output channels whose et_rq are held at once */
+
+/* byte of input j (< 4) of pixel t in a group of the column */
+static inline int32_t et_col_at(int32_t j, int32_t t) { return (j & 1) * 4 + (j & 2) + t; }
+
+/* s[i][t] (start values in s) + w_i . column t, for the weight rows wa, wb */
+static inline void et_dot22(const int8_t *wa, const int8_t *wb, const int8_t *c, int32_t k, int32_t s[2][2]) {
+    int32_t s00 = s[0][0], s01 = s[0][1], s10 = s[1][0], s11 = s[1][1];
+    int32_t q = 0;
+    for (; q + 4 <= k; q += 4, c += 8) {
+        const int32_t va = et_ld32s(wa + q), vb = et_ld32s(wb + q);
+        const uint32_t u02 = (uint32_t)et_ld32s(c), u13 = (uint32_t)et_ld32s(c + 4);
+        const int32_t a02 = __sxtb16(va), a13 = et_sxtb16_ror8((uint32_t)va);
+        const int32_t b02 = __sxtb16(vb), b13 = et_sxtb16_ror8((uint32_t)vb);
+        const int32_t x0e = __sxtb16((int32_t)u02), x1e = et_sxtb16_ror8(u02);
+        const int32_t x0o = __sxtb16((int32_t)u13), x1o = et_sxtb16_ror8(u13);
+        s00 = __smlad(a02, x0e, s00);
+        s00 = __smlad(a13, x0o, s00);
+        s01 = __smlad(a02, x1e, s01);
+        s01 = __smlad(a13, x1o, s01);
+        s10 = __smlad(b02, x0e, s10);
+        s10 = __smlad(b13, x0o, s10);
+        s11 = __smlad(b02, x1e, s11);
+        s11 = __smlad(b13, x1o, s11);
+    }
+    for (int32_t j = 0; q < k; q++, j++) {
+        const int32_t x0 = c[et_col_at(j, 0)], x1 = c[et_col_at(j, 1)];
+        s00 += wa[q] * x0;
+        s01 += wa[q] * x1;
+        s10 += wb[q] * x0;
+        s11 += wb[q] * x1;
+    }
+    s[0][0] = s00;
+    s[0][1] = s01;
+    s[1][0] = s10;
+    s[1][1] = s11;
+}
+
+/* s[t] (start values in s) + wa . column t */
+static inline void et_dot12(const int8_t *wa, const int8_t *c, int32_t k, int32_t s[2]) {
+    int32_t s0 = s[0], s1 = s[1];
+    int32_t q = 0;
+    for (; q + 4 <= k; q += 4, c += 8) {
+        const int32_t va = et_ld32s(wa + q);
+        const uint32_t u02 = (uint32_t)et_ld32s(c), u13 = (uint32_t)et_ld32s(c + 4);
+        const int32_t a02 = __sxtb16(va), a13 = et_sxtb16_ror8((uint32_t)va);
+        s0 = __smlad(a02, __sxtb16((int32_t)u02), s0);
+        s0 = __smlad(a13, __sxtb16((int32_t)u13), s0);
+        s1 = __smlad(a02, et_sxtb16_ror8(u02), s1);
+        s1 = __smlad(a13, et_sxtb16_ror8(u13), s1);
+    }
+    for (int32_t j = 0; q < k; q++, j++) {
+        s0 += wa[q] * c[et_col_at(j, 0)];
+        s1 += wa[q] * c[et_col_at(j, 1)];
+    }
+    s[0] = s0;
+    s[1] = s1;
+}
+
+/* the column of pixels x and x + 1 (two) or of x twice; input k's pixel at x + k * cs */
+static inline void et_col_planes(const int8_t *x, int32_t cs, int32_t k, int32_t two, int8_t *c) {
+    int32_t q = 0;
+    for (; q + 4 <= k; q += 4, c += 8) {
+        const int8_t *p = x + q * cs;
+        uint32_t u02, u13;
+        if (two) {
+            u02 = et_ld16u(p) | (et_ld16u(p + 2 * cs) << 16);
+            u13 = et_ld16u(p + cs) | (et_ld16u(p + 3 * cs) << 16);
+        } else {
+            u02 = ((uint32_t)(uint8_t)p[0] | ((uint32_t)(uint8_t)p[2 * cs] << 16)) * 0x101u;
+            u13 = ((uint32_t)(uint8_t)p[cs] | ((uint32_t)(uint8_t)p[3 * cs] << 16)) * 0x101u;
+        }
+        memcpy(c, &u02, 4);
+        memcpy(c + 4, &u13, 4);
+    }
+    for (int32_t j = 0; q < k; q++, j++) {
+        c[et_col_at(j, 0)] = x[q * cs];
+        c[et_col_at(j, 1)] = x[q * cs + two];
+    }
+}
+
+/* the column of two gathered windows v0, v1 of k bytes */
+static inline void et_col_windows(const int8_t *v0, const int8_t *v1, int32_t k, int8_t *c) {
+    int32_t q = 0;
+    for (; q + 4 <= k; q += 4, c += 8) {
+        const uint32_t a = (uint32_t)et_ld32s(v0 + q), b = (uint32_t)et_ld32s(v1 + q);
+        const uint32_t u02 = (a & 0x00FF00FFu) | ((b & 0x00FF00FFu) << 8);
+        const uint32_t u13 = ((a >> 8) & 0x00FF00FFu) | (b & 0xFF00FF00u);
+        memcpy(c, &u02, 4);
+        memcpy(c + 4, &u13, 4);
+    }
+    for (int32_t j = 0; q < k; q++, j++) {
+        c[et_col_at(j, 0)] = v0[q];
+        c[et_col_at(j, 1)] = v1[q];
+    }
+}
+
+/* the k = cg*kh*kw inputs of pixel q's window in (c, i, j) order, a padded tap as x_zero;
+ * rows[c*kh + i] is the input row or 0 (outside the image) */
+static inline void et_gather(const et_qconv_p *P, const int8_t *const *rows, int32_t q, int8_t *v) {
+    const int32_t c0 = q * P->sw - P->pw, kw = P->kw, nr = P->cg * P->kh;
+    const int8_t xz = (int8_t)P->x_zero;
+    const int inside = c0 >= 0 && c0 + (kw - 1) * P->dw < P->w;
+    for (int32_t r = 0; r < nr; r++, v += kw) {
+        const int8_t *p = rows[r];
+        for (int32_t j = 0; j < kw; j++) {
+            const int32_t col = c0 + j * P->dw;
+            v[j] = p && (inside || (col >= 0 && col < P->w)) ? p[col] : xz;
+        }
+    }
+}
+
+/* a weight's rows side by side (whole, or split by output channel) */
+static inline int et_w8_rows(const et_w8 *w) { return !w->map || w->dim == 0; }
+
+static inline int et_qconv_gemm_ok(const et_qconv_p *P, const et_w8 *w) {
+    const int32_t k = P->cg * P->kh * P->kw;
+    const int planes = k == P->cg && P->ph == 0 && P->pw == 0 && P->sw == 1;
+    return P->groups == 1 && (planes ? k <= ET_COL_K - 4 : et_w8_rows(w) && k <= ET_GATHER_K &&
+                                                           P->cg * P->kh <= ET_GATHER_ROWS);
+}
+
+/* the column of a 1x1 conv whose weight is split by input channel: channel q goes to input
+ * map[q] (>= 0) of the first part, or -map[q] - 1 of the second, which starts at input base2
+ * (a multiple of 4) */
+static inline void et_col_planes_map(const int8_t *x, int32_t cs, int32_t k, int32_t two, const int16_t *map,
+                                     int32_t base2, int8_t *c) {
+    for (int32_t q = 0; q < k; q++) {
+        const int32_t m = map[q], at = m >= 0 ? m : base2 - m - 1;
+        int8_t *g = c + (at >> 2) * 8 + et_col_at(at & 3, 0);
+        g[0] = x[q * cs];
+        g[1] = x[q * cs + two];
+    }
+}
+
+/* et_qconv_rows for an ungrouped conv whose weight rows lie side by side: per output row,
+ * pixel pairs packed into a column (a 1x1 unpadded column-stride-1 conv reads the planes,
+ * any other gathers its windows), then the output channels two by two (ET_RQ_CHUNK at a
+ * time, their requantization set up once per call and chunk) */
+static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
+                                           const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0,
+                                           int32_t r1, int32_t o0, int32_t o1) {
+    const int32_t kh = P->kh, cg = P->cg, khkw = kh * P->kw, k = cg * khkw, wo = P->wo;
+    const int planes = khkw == 1 && P->ph == 0 && P->pw == 0 && P->sw == 1;
+    const int split = w->map && w->dim == 1; /* by input channel: two dot products per pair */
+    const int32_t k1 = split ? w->nsel : k, k2 = split ? w->nrest : 0, base2 = (k1 + 3) & ~3;
+    int8_t col[2 * ET_COL_K] __attribute__((aligned(4)));
+    int8_t win[2][ET_GATHER_K] __attribute__((aligned(4)));
+    const int8_t *rows[ET_GATHER_ROWS];
+    et_rq rq[ET_RQ_CHUNK];
+    const int8_t *wr[ET_RQ_CHUNK], *wr2[ET_RQ_CHUNK];
+    for (int32_t n = 0; n < P->n; n++)
+        for (int32_t oc = o0; oc < o1; oc += ET_RQ_CHUNK) {
+            const int32_t oe = oc + ET_RQ_CHUNK < o1 ? oc + ET_RQ_CHUNK : o1;
+            for (int32_t o = oc; o < oe; o++) {
+                wr[o - oc] = split ? w->sel + o * k1 : et_w8_taps(w, o, 0, cg, khkw);
+                wr2[o - oc] = split ? w->rest + o * k2 : 0;
+                rq[o - oc] = et_rq_make(P, bias, o, k, et_wsum(wr[o - oc], k1) + et_wsum(wr2[o - oc], k2), yf);
+            }
+            for (int32_t ho = r0; ho < r1; ho++) {
+                const int8_t *xn = x.p + n * x.nstride - xc_off * x.cstride, *xr = 0;
+                if (planes) xr = xn + ((ho * P->sh) % x.cap) * P->w;
+                else
+                    for (int32_t c = 0; c < cg; c++)
+                        for (int32_t i = 0; i < kh; i++) {
+                            const int32_t hi = ho * P->sh - P->ph + i * P->dh;
+                            rows[c * kh + i] = hi >= 0 && hi < P->h ? xn + c * x.cstride + (hi % x.cap) * P->w : 0;
+                        }
+                const int32_t at = n * y.nstride + (ho % y.cap) * wo - yo_off * y.cstride;
+                int8_t *yp = yf ? 0 : y.p + at;
+                float *yfp = yf ? yf + at : 0;
+                for (int32_t q = 0; q < wo; q += 2) {
+                    const int32_t two = q + 1 < wo;
+                    if (split) et_col_planes_map(xr + q, x.cstride, k, two, w->map, base2, col);
+                    else if (planes) et_col_planes(xr + q, x.cstride, k, two, col);
+                    else {
+                        et_gather(P, rows, q, win[0]);
+                        if (two) et_gather(P, rows, q + 1, win[1]);
+                        et_col_windows(win[0], two ? win[1] : win[0], k, col);
+                    }
+                    for (int32_t o = oc; o < oe; o += 2) {
+                        const et_rq *ra = &rq[o - oc];
+                        const int32_t ya = o * y.cstride + q;
+                        if (o + 1 < oe) {
+                            const et_rq *rb = ra + 1;
+                            int32_t s[2][2] = {{ra->init, ra->init}, {rb->init, rb->init}};
+                            et_dot22(wr[o - oc], wr[o + 1 - oc], col, k1, s);
+                            if (split) et_dot22(wr2[o - oc], wr2[o + 1 - oc], col + 2 * base2, k2, s);
+                            et_rq_put(P, bias, ra, o, s[0][0], yp, yfp, ya);
+                            et_rq_put(P, bias, rb, o + 1, s[1][0], yp, yfp, ya + y.cstride);
+                            if (two) {
+                                et_rq_put(P, bias, ra, o, s[0][1], yp, yfp, ya + 1);
+                                et_rq_put(P, bias, rb, o + 1, s[1][1], yp, yfp, ya + y.cstride + 1);
+                            }
+                        } else {
+                            int32_t s[2] = {ra->init, ra->init};
+                            et_dot12(wr[o - oc], col, k1, s);
+                            if (split) et_dot12(wr2[o - oc], col + 2 * base2, k2, s);
+                            et_rq_put(P, bias, ra, o, s[0], yp, yfp, ya);
+                            if (two) et_rq_put(P, bias, ra, o, s[1], yp, yfp, ya + 1);
+                        }
+                    }
+                }
+            }
+        }
+}
+
+/* ---- depthwise ------------------------------------------------------------------------------
+ * One channel at a time; its input rows copied into a ring of kh stack rows (row hi in slot
+ * hi % kh, kept while the next output rows need it), each padded with x_zero: pw bytes before
+ * the row and the rest of ET_DW_ROW after, so a tap row's words never test a bound; an input
+ * row outside the image is a row of x_zero. */
+#define ET_DW_TAPS 8
+#define ET_DW_PAD 1024 /* stack bytes for the kh + 1 padded rows */
+
+static inline int32_t et_dw_row_bytes(const et_qconv_p *P) { return (P->w + 2 * P->pw + 4 + 3) & ~3; }
+
+static inline int et_qconv_dw_ok(const et_qconv_p *P) {
+    return P->cg == 1 && P->kh <= ET_DW_TAPS && P->kw <= ET_DW_TAPS && P->dh == 1 && P->dw == 1 &&
+           (P->kh + 1) * et_dw_row_bytes(P) <= ET_DW_PAD;
+}
+
+/* n bytes (unaligned both sides) */
+static inline void et_copy8(int8_t *d, const int8_t *s, int32_t n) {
+    int32_t k = 0;
+    for (; k + 4 <= n; k += 4) {
+        uint32_t v;
+        memcpy(&v, s + k, 4);
+        memcpy(d + k, &v, 4);
+    }
+    for (; k < n; k++) d[k] = s[k];
+}
+
+/* 3x3, stride 1: pixels q, q + 1 from one word x[q..q+3] per tap row: (x0, x2) . (w0, w2) and
+ * w1 * x1 for q, (x1, x3) . (w0, w2) and w1 * x2 for q + 1 */
+static inline void et_dw3_row(const int8_t *const *rows, const int8_t *taps, int32_t wo, int32_t sw, const et_rq *r,
+                              const et_qconv_p *P, const int32_t *bias, int32_t o, int8_t *y, float *yf, int32_t at) {
+    const int8_t *p0 = rows[0], *p1 = rows[1], *p2 = rows[2];
+    const int32_t e0 = et_pack16(taps[0], taps[2]), e1 = et_pack16(taps[3], taps[5]), e2 = et_pack16(taps[6], taps[8]);
+    const int32_t m01 = et_pack16(taps[1], taps[4]), m2 = taps[7];
+    const int32_t init = r->init;
+    int32_t q = 0;
+    if (sw == 1)
+        for (; q + 2 <= wo; q += 2) {
+            const uint32_t v0 = (uint32_t)et_ld32s(p0 + q), v1 = (uint32_t)et_ld32s(p1 + q),
+                           v2 = (uint32_t)et_ld32s(p2 + q);
+            const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0);
+            const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1);
+            const int32_t a2 = __sxtb16((int32_t)v2), b2 = et_sxtb16_ror8(v2);
+            int32_t s0 = __smlad(e0, a0, init), s1 = __smlad(e0, b0, init);
+            s0 = __smlabb(m01, b0, s0);
+            s1 = __smlabt(m01, a0, s1);
+            s0 = __smlad(e1, a1, s0);
+            s1 = __smlad(e1, b1, s1);
+            s0 = __smlatb(m01, b1, s0);
+            s1 = __smlatt(m01, a1, s1);
+            s0 = __smlad(e2, a2, s0);
+            s1 = __smlad(e2, b2, s1);
+            s0 = __smlabb(m2, b2, s0);
+            s1 = __smlabt(m2, a2, s1);
+            et_rq_put(P, bias, r, o, s0, y, yf, at + q);
+            et_rq_put(P, bias, r, o, s1, y, yf, at + q + 1);
+        }
+    for (; q < wo; q++) {
+        const int32_t c = q * sw;
+        const uint32_t v0 = (uint32_t)et_ld32s(p0 + c), v1 = (uint32_t)et_ld32s(p1 + c), v2 = (uint32_t)et_ld32s(p2 + c);
+        int32_t s0 = __smlad(e0, __sxtb16((int32_t)v0), init);
+        s0 = __smlabb(m01, et_sxtb16_ror8(v0), s0);
+        s0 = __smlad(e1, __sxtb16((int32_t)v1), s0);
+        s0 = __smlatb(m01, et_sxtb16_ror8(v1), s0);
+        s0 = __smlad(e2, __sxtb16((int32_t)v2), s0);
+        s0 = __smlabb(m2, et_sxtb16_ror8(v2), s0);
+        et_rq_put(P, bias, r, o, s0, y, yf, at + q);
+    }
+}
+
+/* any kh, kw <= 8, any stride: a pixel at a time, each tap row as one or two words against
+ * the row's weight pairs (taps past kw are zero weights) */
+static inline void et_dwk_row(const int8_t *const *rows, const int32_t wpk[ET_DW_TAPS][2][2], int32_t kh,
+                              int32_t words, int32_t wo, int32_t sw, const et_rq *r, const et_qconv_p *P,
+                              const int32_t *bias, int32_t o, int8_t *y, float *yf, int32_t at) {
+    for (int32_t q = 0; q < wo; q++) {
+        int32_t s = r->init;
+        for (int32_t i = 0; i < kh; i++) {
+            const int8_t *xp = rows[i] + q * sw;
+            for (int32_t k = 0; k < words; k++) {
+                const uint32_t u = (uint32_t)et_ld32s(xp + 4 * k);
+                s = __smlad(wpk[i][k][0], __sxtb16((int32_t)u), s);
+                s = __smlad(wpk[i][k][1], et_sxtb16_ror8(u), s);
+            }
+        }
+        et_rq_put(P, bias, r, o, s, y, yf, at + q);
+    }
+}
+
+static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
+                                             const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0,
+                                             int32_t r1, int32_t o0, int32_t o1) {
+    const int32_t kh = P->kh, kw = P->kw, khkw = kh * kw, words = (kw + 3) / 4, opg = P->o / P->groups;
+    const int32_t rb = et_dw_row_bytes(P);
+    int8_t pad[ET_DW_PAD] __attribute__((aligned(4)));
+    int8_t *zrow = pad + kh * rb;
+    memset(pad, (uint8_t)P->x_zero, (size_t)((kh + 1) * rb));
+    int32_t wpk[ET_DW_TAPS][2][2];
+    for (int32_t n = 0; n < P->n; n++)
+        for (int32_t o = o0; o < o1; o++) {
+            const int8_t *taps = et_w8_taps(w, o, 0, 1, khkw);
+            const et_rq r = et_rq_make(P, bias, o, khkw, et_wsum(taps, khkw), yf);
+            if (kh != 3 || kw != 3)
+                for (int32_t i = 0; i < kh; i++)
+                    for (int32_t k = 0; k < words; k++) {
+                        int32_t t[4];
+                        for (int32_t e = 0; e < 4; e++) t[e] = 4 * k + e < kw ? taps[i * kw + 4 * k + e] : 0;
+                        wpk[i][k][0] = et_pack16(t[0], t[2]);
+                        wpk[i][k][1] = et_pack16(t[1], t[3]);
+                    }
+            const int8_t *xc = x.p + n * x.nstride + (o / opg - xc_off) * x.cstride;
+            int32_t held[ET_DW_TAPS];
+            for (int32_t i = 0; i < kh; i++) held[i] = -1;
+            for (int32_t ho = r0; ho < r1; ho++) {
+                const int8_t *rows[ET_DW_TAPS];
+                for (int32_t i = 0; i < kh; i++) {
+                    const int32_t hi = ho * P->sh - P->ph + i;
+                    if (hi < 0 || hi >= P->h) {
+                        rows[i] = zrow;
+                        continue;
+                    }
+                    int8_t *slot = pad + (hi % kh) * rb;
+                    if (held[hi % kh] != hi) {
+                        et_copy8(slot + P->pw, xc + (hi % x.cap) * P->w, P->w);
+                        held[hi % kh] = hi;
+                    }
+                    rows[i] = slot;
+                }
+                const int32_t at = n * y.nstride + (o - yo_off) * y.cstride + (ho % y.cap) * P->wo;
+                int8_t *yp = yf ? 0 : y.p;
+                if (kh == 3 && kw == 3) et_dw3_row(rows, taps, P->wo, P->sw, &r, P, bias, o, yp, yf, at);
+                else et_dwk_row(rows, (const int32_t(*)[2][2])wpk, kh, words, P->wo, P->sw, &r, P, bias, o, yp, yf, at);
+            }
+        }
+}
+
+#endif /* __ARM_FEATURE_DSP */
+#endif /* ET_INT8_DSP_H */
