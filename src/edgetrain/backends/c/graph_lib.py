@@ -19,6 +19,7 @@ import numpy as np
 from ...ir import Graph
 from ...memory.arena import ALIGNMENT, align_up, plan_arena
 from ...memory.liveness import Lifetime, inplace_merges, lifetimes
+from .constpool import ConstPool
 from .emit import RUNTIME_DIR, RUNTIME_HEADERS
 from .host import DEFAULT_CFLAGS, build_library, load_private
 from .kernels import EmitContext, kernel_for
@@ -46,12 +47,13 @@ def emit_graph_sources(graph: Graph) -> dict[str, str]:
     """model.c (the arena, et_run) and the runtime headers, as {file name: text}."""
     layout = graph_layout(graph)
     ctx = EmitContext(layout, KEY)
+    pool = ConstPool()  # the kernels' constant tables at file scope, as emit.py writes them
     body = []
     for i, v in enumerate(graph.inputs):
         body.append(f"  memcpy({ctx.ptr(v)}, in[{i}], {v.type.nbytes});")
     for i, n in enumerate(graph.nodes):
         k = kernel_for(n)
-        code = k.fn(n, EmitContext(layout, KEY))
+        code = pool.hoist(k.fn(n, EmitContext(layout, KEY)))
         if code:
             body.append(f"  /* {i}: {n.op} -> {', '.join(str(v.type) for v in n.outputs)} */")
             body.append("  " + code.replace("\n", "\n  "))
@@ -64,6 +66,7 @@ def emit_graph_sources(graph: Graph) -> dict[str, str]:
           f"static uint32_t et_arena_mem[{layout.arena_bytes // 4}] ET_ALIGNED(64);",
           "#define et_arena ((uint8_t *)et_arena_mem)",
           "static int32_t et_step;",
+          *pool.declarations(),
           "",
           "void et_run(const void *const *in, void *const *out) {",
           "  (void)et_step;",
