@@ -156,10 +156,10 @@ static inline void et_qconv_grad_input(const et_qconv_p *P, const float *g, cons
         }
 }
 
-/* qconv2d_dw_grad_input: one channel at a time through `plane` (H*W floats), so gx may be
- * g's own storage (same shape); per element the contributions add in (i, j) order. */
-static inline void et_qconv_dw_grad_input(const et_qconv_p *P, const float *g, const et_w8 *w, const float *w_scale,
-                                          float *gx, float *ET_RESTRICT plane) {
+/* qconv2d_dw_grad_input by scattering each tap's products over the plane in (i, j) order (a
+ * plane too large for et_qconv_dw_grad_input's padded copy) */
+static inline void et_qconv_dw_grad_input_scatter(const et_qconv_p *P, const float *g, const et_w8 *w,
+                                                  const float *w_scale, float *gx, float *ET_RESTRICT plane) {
     const int32_t khkw = P->kh * P->kw, hw = P->h * P->w, howo = P->ho * P->wo;
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t c = 0; c < P->c; c++) {
@@ -184,6 +184,145 @@ static inline void et_qconv_dw_grad_input(const et_qconv_p *P, const float *g, c
                 }
             memcpy(gx + (n * P->c + c) * hw, plane, sizeof(float) * (size_t)hw);
         }
+}
+
+/* The taps of one axis that reach gradient positions from input position `at`: the valid
+ * ones (divisible by the stride, in range) are first, first + step, ... (count of them);
+ * the gradient position of the first is *pos0 and drops by *dpos per step. */
+#define ET_DWG_MAX 64  /* the largest plane side of the gather form */
+#define ET_DWG_TAPS 49 /* and its largest kernel (7x7) */
+static inline int32_t et_gcd(int32_t a, int32_t b) {
+    while (b) { const int32_t t = a % b; a = b; b = t; }
+    return a;
+}
+
+static inline void et_dwg_axis(int32_t at, int32_t k, int32_t s, int32_t p, int32_t d, int32_t out, int8_t *first,
+                               int8_t *count, int8_t *pos0) {
+    int32_t f = -1, cnt = 0, q0 = 0;
+    for (int32_t t = 0; t < k; t++) {
+        const int32_t u = at + p - t * d;
+        if (u % s != 0 || u < 0 || u / s >= out) continue;
+        if (f < 0) { f = t; q0 = u / s; }
+        cnt++;
+    }
+    *first = (int8_t)(f < 0 ? 0 : f);
+    *count = (int8_t)cnt;
+    *pos0 = (int8_t)q0;
+}
+
+/* The per-row and per-column tap progressions of a layer (et_dwg_axis), and per valid step
+ * the tap's advance (si rows of kw taps, sj columns) and the gradient position's drop (sg, sq) */
+typedef struct {
+    int8_t rf[ET_DWG_MAX], rc[ET_DWG_MAX], r0[ET_DWG_MAX], cf[ET_DWG_MAX], cc[ET_DWG_MAX], c0[ET_DWG_MAX];
+    int32_t si, sg, sj, sq;
+} et_dwg_taps;
+
+static inline void et_dwg_setup(const et_qconv_p *P, et_dwg_taps *T) {
+    for (int32_t h = 0; h < P->h; h++) et_dwg_axis(h, P->kh, P->sh, P->ph, P->dh, P->ho, T->rf + h, T->rc + h, T->r0 + h);
+    for (int32_t x = 0; x < P->w; x++) et_dwg_axis(x, P->kw, P->sw, P->pw, P->dw, P->wo, T->cf + x, T->cc + x, T->c0 + x);
+    const int32_t gh = et_gcd(P->sh, P->dh), gw = et_gcd(P->sw, P->dw);
+    T->si = (P->sh / gh) * P->kw;
+    T->sg = (P->dh / gh) * P->wo;
+    T->sj = P->sw / gw;
+    T->sq = P->dw / gw;
+}
+
+/* One channel: out[h * W + x] = its taps' sum in (i, j) order, from 0 (wf: the float taps,
+ * gc: the gradient plane) */
+static inline void et_dwg_plane1(const et_qconv_p *P, const et_dwg_taps *T, const float *wf, const float *gc,
+                                 float *out) {
+    for (int32_t h = 0; h < P->h; h++) {
+        const int32_t ni = T->rc[h];
+        const float *wr = wf + T->rf[h] * P->kw, *gr = gc + T->r0[h] * P->wo;
+        for (int32_t x = 0; x < P->w; x++) {
+            const int32_t nj = T->cc[x];
+            const float *wp = wr + T->cf[x], *gp = gr + T->c0[x];
+            float acc = 0.0f;
+            for (int32_t a = 0; a < ni; a++, wp += T->si, gp -= T->sg) {
+                const float *wq = wp, *gq = gp;
+                for (int32_t b = 0; b < nj; b++, wq += T->sj, gq -= T->sq) {
+                    const float pr = *wq * *gq;
+                    acc = acc + pr;
+                }
+            }
+            out[h * P->w + x] = acc;
+        }
+    }
+}
+
+/* Four channels at once from interleaved copies (wi[t * 4 + k]: tap t of channel k, gi[q * 4 + k]:
+ * gradient pixel q): each tap step is 4 weight and 4 gradient loads for 4 sums; outk: channel
+ * k's plane (H*W) */
+static inline void et_dwg_plane4(const et_qconv_p *P, const et_dwg_taps *T, const float *wi, const float *gi,
+                                 float *out0, float *out1, float *out2, float *out3) {
+    const int32_t si = 4 * T->si, sg = 4 * T->sg, sj = 4 * T->sj, sq = 4 * T->sq;
+    for (int32_t h = 0; h < P->h; h++) {
+        const int32_t ni = T->rc[h];
+        const float *wr = wi + 4 * (T->rf[h] * P->kw), *gr = gi + 4 * (T->r0[h] * P->wo);
+        for (int32_t x = 0; x < P->w; x++) {
+            const int32_t nj = T->cc[x];
+            const float *wp = wr + 4 * T->cf[x], *gp = gr + 4 * T->c0[x];
+            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            for (int32_t a = 0; a < ni; a++, wp += si, gp -= sg) {
+                const float *wq = wp, *gq = gp;
+                for (int32_t b = 0; b < nj; b++, wq += sj, gq -= sq) {
+                    const float p0 = wq[0] * gq[0], p1 = wq[1] * gq[1], p2 = wq[2] * gq[2], p3 = wq[3] * gq[3];
+                    a0 = a0 + p0;
+                    a1 = a1 + p1;
+                    a2 = a2 + p2;
+                    a3 = a3 + p3;
+                }
+            }
+            const int32_t at = h * P->w + x;
+            out0[at] = a0;
+            out1[at] = a1;
+            out2[at] = a2;
+            out3[at] = a3;
+        }
+    }
+}
+
+/* qconv2d_dw_grad_input: gx may be g's own storage (same shape); per element the
+ * contributions add in (i, j) order, from 0; `plane` (H*W floats) ends holding the last
+ * channel's gradient. Gather form: each element sums exactly its in-range taps in FPU
+ * registers. Along each axis those taps are an arithmetic progression (found once per call
+ * for every row and column), so the inner loop has no bounds checks; the scatter form spent
+ * most of its time on per-tap ranges for planes of 4x4 or 8x8. Channels go 4 at a time
+ * through interleaved stack copies of their taps and gradient planes (up to ET_DWG_PIX
+ * pixels), read before any of their gx is written; the rest one at a time through `plane`. */
+#define ET_DWG_PIX 64
+static inline void et_qconv_dw_grad_input(const et_qconv_p *P, const float *g, const et_w8 *w, const float *w_scale,
+                                          float *gx, float *ET_RESTRICT plane) {
+    const int32_t khkw = P->kh * P->kw, hw = P->h * P->w, howo = P->ho * P->wo;
+    if (P->h > ET_DWG_MAX || P->w > ET_DWG_MAX || khkw > ET_DWG_TAPS || P->ho > 127 || P->wo > 127) {
+        et_qconv_dw_grad_input_scatter(P, g, w, w_scale, gx, plane);
+        return;
+    }
+    et_dwg_taps T;
+    et_dwg_setup(P, &T);
+    const int four = howo <= ET_DWG_PIX;
+    float wf[4 * ET_DWG_TAPS], gi[4 * ET_DWG_PIX];
+    for (int32_t n = 0; n < P->n; n++)
+        for (int32_t c = 0; c < P->c;) {
+            float *gxc = gx + (n * P->c + c) * hw;
+            const float *gc = g + (n * P->c + c) * howo;
+            if (four && P->c - c >= 4) {
+                for (int32_t k = 0; k < 4; k++) {
+                    const int8_t *taps = et_w8_taps(w, c + k, 0, 1, khkw);
+                    for (int32_t t = 0; t < khkw; t++) wf[t * 4 + k] = (float)taps[t] * w_scale[c + k];
+                    for (int32_t q = 0; q < howo; q++) gi[q * 4 + k] = gc[k * howo + q];
+                }
+                et_dwg_plane4(P, &T, wf, gi, gxc, gxc + hw, gxc + 2 * hw, gxc + 3 * hw);
+                c += 4;
+            } else {
+                const int8_t *taps = et_w8_taps(w, c, 0, 1, khkw);
+                for (int32_t t = 0; t < khkw; t++) wf[t] = (float)taps[t] * w_scale[c];
+                et_dwg_plane1(P, &T, wf, gc, plane);
+                memcpy(gxc, plane, sizeof(float) * (size_t)hw);
+                c += 1;
+            }
+        }
+    memcpy(plane, gx + (P->n * P->c - 1) * hw, sizeof(float) * (size_t)hw);
 }
 
 /* output rows [lo, hi) whose tap row i reads an in-range input row (et_col_range's rows) */
