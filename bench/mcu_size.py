@@ -21,7 +21,12 @@ with the most estimated cycles in the first step, with their counts by class.
 --check-host also builds the host C program (`emit_c(target="host")`) and checks that its loss
 lines equal the firmware's, as text.
 
-Columns (KB = 1024 B): flash = code + read-only data (frozen weights, samples) + .data image;
+Columns (KB = 1024 B): flash = code + read-only data (frozen weights, samples) + .data image,
+and by kind (backends/c/firmware_flash.py, from the ELF's symbols): frozen weights, the trained
+weights' initial values, the embedded samples (test data: a device reads its sensor), the
+kernels' constant tables, model.o's code, and the rest (startup, main, newlib's printf, libgcc);
+its ratio to the frozen weights (prog.memory's flash_bytes, the issue's figure) and to all
+weights (frozen + trained), with and without the samples (the final table);
 SRAM = .data + .bss (arena, trained weights) + heap and stack reserves; stack = measured
 high-water mark; prog.memory peak = the compiler's planned peak (arena + trained weights).
 """
@@ -40,6 +45,7 @@ import torch
 import edgetrain as et
 from edgetrain.backends.c import cortexm, cycles
 from edgetrain.backends.c.export import emit_c
+from edgetrain.backends.c.firmware_flash import flash_contents
 from edgetrain.data.assets import require_assets
 from edgetrain.models import from_tiny_training
 
@@ -110,10 +116,22 @@ def measure(model: str, args, table: dict) -> dict:
                text_kb=size.text / KB, rodata_kb=size.rodata / KB, data_kb=size.data / KB, bss_kb=size.bss / KB,
                stack_reserve_kb=size.stack_reserve / KB, heap_reserve_kb=size.heap_reserve / KB,
                stack_high_water_b=size.stack_high_water)
+    row.update(flash_ratios(flash_contents(d, size.flash), prog.memory.flash_bytes))
     if args.check_host and run is not None:
         host = host_lines(prog, data, Path(args.out) / f"{model}-host")
         row["host_lines_equal"] = host == list(run.step_lines)
     return row
+
+
+def flash_ratios(fc, frozen_planned: int) -> dict:
+    """The flash by kind (firmware_flash.py) and its ratios to the frozen weights (as
+    prog.memory plans them) and to all weights (frozen + the trained ones' initial values),
+    with and without the embedded samples."""
+    out = {f"flash_{k}_kb": v / KB for k, v in fc.as_dict().items() if k != "total"}
+    out.update(flash_no_samples_kb=fc.without_samples / KB, weights_kb=fc.weights / KB,
+               flash_per_frozen=fc.total / frozen_planned, flash_no_samples_per_frozen=fc.without_samples / frozen_planned,
+               flash_per_weights=fc.total / fc.weights, flash_no_samples_per_weights=fc.without_samples / fc.weights)
+    return out
 
 
 def show(r: dict) -> None:
@@ -126,6 +144,13 @@ def show(r: dict) -> None:
     print(f"  flash {r['flash_kb']:.1f} KB (text {r['text_kb']:.1f}, rodata {r['rodata_kb']:.1f}, data {r['data_kb']:.1f})"
           f"; SRAM {r['sram_kb']:.1f} KB (data {r['data_kb']:.1f}, bss {r['bss_kb']:.1f}, heap {r['heap_reserve_kb']:.1f}, "
           f"stack reserve {r['stack_reserve_kb']:.1f})")
+    print(f"  flash holds: frozen weights {r['flash_frozen_weights_kb']:.1f} KB, trained weights' initial values "
+          f"{r['flash_trained_weights_kb']:.1f}, samples {r['flash_samples_kb']:.1f}, constant tables "
+          f"{r['flash_constants_kb']:.1f}, model code {r['flash_model_code_kb']:.1f}, other (startup, main, newlib, "
+          f"libgcc) {r['flash_other_kb']:.1f}; without the samples {r['flash_no_samples_kb']:.1f} KB")
+    print(f"  flash / frozen weights {r['flash_per_frozen']:.2f}x ({r['flash_no_samples_per_frozen']:.2f}x without the "
+          f"samples); / all weights ({r['weights_kb']:.1f} KB) {r['flash_per_weights']:.2f}x "
+          f"({r['flash_no_samples_per_weights']:.2f}x)")
     if "exit_code" in r:
         print(f"  QEMU: exit {r['exit_code']} in {r['qemu_s']:.0f} s; stack high water {r['stack_high_water_b']} B; "
               f"SRAM with the measured stack {r['sram_used_kb']:.1f} KB")
@@ -161,6 +186,20 @@ def show_breakdown(rows: list[dict], step_cycles: float) -> None:
         print("    " + "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(line, widths))))
 
 
+def flash_table(rows: list[dict]) -> None:
+    """The flash of every model against its weights, as a markdown table."""
+    print("\n| model | flash | without samples | frozen weights | all weights | flash / frozen | without samples / frozen "
+          "| flash / all weights | without samples / all weights | constants | model code | other |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        if "flash_kb" not in r:
+            continue
+        print(f"| {r['model']} | {r['flash_kb']:.1f} KB | {r['flash_no_samples_kb']:.1f} KB | {r['planned_flash_kb']:.1f} KB "
+              f"| {r['weights_kb']:.1f} KB | {r['flash_per_frozen']:.2f}x | {r['flash_no_samples_per_frozen']:.2f}x "
+              f"| {r['flash_per_weights']:.2f}x | {r['flash_no_samples_per_weights']:.2f}x | {r['flash_constants_kb']:.1f} KB "
+              f"| {r['flash_model_code_kb']:.1f} KB | {r['flash_other_kb']:.1f} KB |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
@@ -186,6 +225,7 @@ def main(argv=None) -> int:
         show(r)
         sys.stdout.flush()
         rows.append(r)
+    flash_table(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
