@@ -3,8 +3,12 @@ fallback: both builds of convolutions of every geometry the GEMM path handles (p
 dilation, 1x1 with and without stride, no bias), depthwise ones (the host's padded-plane kernels:
 strided, dilated, of a size not specialised), a grouped one (the direct kernel in both builds)
 and dense layers agree with the reference runtime on gradients and on a few training steps, at
-batch 1 (results written in place) and at batch 3 (one GEMM over the batch)."""
+batch 1 (results written in place) and at batch 3 (one GEMM over the batch). Where a ReLU decision
+lies within float32 rounding of its threshold, a gradient is judged against the float64 reference
+too (float_agreement.py; the case of torchvision's resnet50 on the BLAS)."""
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
@@ -14,11 +18,12 @@ from torch import nn
 import edgetrain as et
 from edgetrain.backends.c import blas
 from edgetrain.backends.c.host import DEFAULT_CFLAGS, PROJECT_CFLAGS, SANITIZE_CFLAGS, to_c_program
+from tests.backends.c.float_agreement import gradient_mismatches
 
 RTOL = 1e-5
 #: quicker builds (the numerics do not depend on -O3)
 PORTABLE = tuple(f for f in DEFAULT_CFLAGS if f != "-O3" and f not in blas.compile_flags()) + ("-O1",)
-FAST = PORTABLE + blas.compile_flags()  # the BLAS asked for explicitly (blas.default_flags: opt-in)
+FAST = PORTABLE + blas.compile_flags()  # the BLAS (also blas.default_flags(), unless EDGETRAIN_BLAS=0)
 needs_blas = pytest.mark.skipif(blas.host_blas() is None, reason="no BLAS installed (pip install scipy-openblas32)")
 
 
@@ -83,11 +88,18 @@ def test_the_blas_links_only_where_asked_for():
 
 
 @needs_blas
-def test_the_default_build_takes_the_blas_only_with_the_environment(monkeypatch):
-    monkeypatch.delenv(blas.ENABLE_ENV, raising=False)
-    assert blas.default_flags() == ()
-    monkeypatch.setenv(blas.ENABLE_ENV, "1")
-    assert blas.default_flags() == blas.compile_flags() and blas.BLAS_FLAG in blas.default_flags()
+def test_the_default_build_takes_the_blas_unless_the_environment_says_0(monkeypatch):
+    blas.host_blas.cache_clear()
+    try:
+        monkeypatch.delenv(blas.ENABLE_ENV, raising=False)
+        assert blas.default_flags() == blas.compile_flags() and blas.BLAS_FLAG in blas.default_flags()
+        assert blas.BLAS_FLAG in DEFAULT_CFLAGS
+        blas.host_blas.cache_clear()
+        monkeypatch.setenv(blas.ENABLE_ENV, "0")
+        assert blas.default_flags() == ()
+    finally:
+        monkeypatch.delenv(blas.ENABLE_ENV, raising=False)
+        blas.host_blas.cache_clear()
 
 
 def test_disabled_by_environment(monkeypatch):
@@ -99,3 +111,32 @@ def test_disabled_by_environment(monkeypatch):
     finally:
         monkeypatch.delenv(blas.ENABLE_ENV)
         blas.host_blas.cache_clear()
+
+
+def _relu_at_its_threshold():
+    """A net whose first hidden unit is 2**-30 above the ReLU threshold in float64 and exactly
+    on it in float32 (its weight 1 + 2**-30 rounds to 1): the two references take opposite
+    sides of the ReLU for any summation order, as resnet50's near-zero element did for two."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 4)).double().eval()
+    with torch.no_grad():
+        model[0].weight[0] = torch.tensor([1.0 + 2.0 ** -30, 0.0], dtype=torch.float64)
+        model[0].bias[0] = -1.0
+    x = torch.tensor([[1.0, 0.0], [0.5, 2.0]], dtype=torch.float64)
+    y = np.array([1, 3])
+
+    def grads(m, xx):
+        return et.compile(m, (xx,), update=et.Full()).gradients(xx.numpy(), y)
+
+    return grads(copy.deepcopy(model).float(), x.float()), grads(model, x)
+
+
+def test_a_gradient_on_the_float64_side_of_a_relu_threshold_is_accepted():
+    ref32, ref64 = _relu_at_its_threshold()
+    on64 = {k: v.astype(np.float32) for k, v in ref64.items()}  # a summation order landing on the float64 side
+    # the float32 reference alone rejects it (the old rule, which failed resnet50 on the BLAS)
+    assert gradient_mismatches(on64, ref32, lambda: ref32, RTOL)
+    assert gradient_mismatches(on64, ref32, lambda: ref64, RTOL) == {}
+    assert gradient_mismatches(ref32, ref32, lambda: pytest.fail("float64 reference not needed"), RTOL) == {}
+    wrong = dict(on64, **{"0.weight": on64["0.weight"] * np.float32(1.001)})  # a fault: neither reference
+    assert set(gradient_mismatches(wrong, ref32, lambda: ref64, RTOL)) == {"0.weight"}

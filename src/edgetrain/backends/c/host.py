@@ -35,7 +35,7 @@ DEFAULT_CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno"
 #: an emitted project's Makefile: every float sum in the source's order, no FMA, so its host
 #: build prints the very losses its Cortex-M build prints
 PROJECT_CFLAGS = tuple(f for f in DEFAULT_CFLAGS if f not in ("-DET_OMP_SIMD", "-DET_FLOAT_FMA"))
-#: the ctypes library with EDGETRAIN_BLAS=1 on a machine with a BLAS (blas.py): et_float_gemm.h's
+#: the ctypes library on a machine with a BLAS, unless EDGETRAIN_BLAS=0 (blas.py): et_float_gemm.h's
 #: convolutions and dense layers as GEMMs (emitted projects keep the portable kernels)
 DEFAULT_CFLAGS = DEFAULT_CFLAGS + blas_default_flags()
 #: the sanitizer build of the tests
