@@ -132,12 +132,12 @@ class Program:
                                                                                                 firmware=size)))
         self.runner.compiled = self.compiled
 
-    def emit_c(self, out_dir, target: str = "host", samples=(), embed_weights=None):
+    def emit_c(self, out_dir, target: str = "host", samples=(), embed_weights=None, graphs=None):
         """Write this program as a C project (backends/c: host library or Cortex-M firmware)
-        into `out_dir`; returns its path."""
+        into `out_dir`; returns its path. `graphs`: which graphs to emit (backends.c.export.emit_c)."""
         from .backends.c.export import emit_c
 
-        return emit_c(self, out_dir, target=target, samples=samples, embed_weights=embed_weights)
+        return emit_c(self, out_dir, target=target, samples=samples, embed_weights=embed_weights, graphs=graphs)
 
     # --- the runner's shared helpers, under the names backends and tests use -----------------
     def _data_feeds(self, g, x, training: bool = False) -> dict:

@@ -105,7 +105,7 @@ def format_step_line(step: int, loss: float) -> str:
 
 # --- project ---------------------------------------------------------------------------------
 def emit_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = (), weight_banks: int = 1,
-                  **project) -> Path:
+                  graphs: tuple = ("train",), **project) -> Path:
     """A firmware project for `prog` in out_dir: the emitted model.c / model.h / runtime
     headers with the initial weights compiled in (frozen ones `const`: flash), and the
     firmware files of `write_project` training on `samples` ((x, y) pairs as for
@@ -113,12 +113,14 @@ def emit_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = 
     trained state twice, each step committed by one header write (emit.emit_sources), in
     .noinit RAM that a system reset leaves alone: after a reset the firmware resumes from the
     last committed step (main.c prints "resumed at step N"). All files are written at once
-    (staging.write_files: a full disk or a crash leaves the old project whole)."""
-    return write_files(out_dir, firmware_project_files(prog, target, samples, weight_banks, **project))
+    (staging.write_files: a full disk or a crash leaves the old project whole). `graphs`: the
+    graphs emitted (emit.emit_sources): main.c only trains, so by default the train graph alone
+    (et_predict and et_gradients are then marked left out in model.h)."""
+    return write_files(out_dir, firmware_project_files(prog, target, samples, weight_banks, graphs, **project))
 
 
 def firmware_project_files(prog, target: str = "cortex-m4", samples: Sequence = (), weight_banks: int = 1,
-                           **project) -> dict:
+                           graphs: tuple = ("train",), **project) -> dict:
     """{file name: text or bytes} of emit_firmware's project, nothing written."""
     from .emit import emit_sources
     from .project import program_samples
@@ -132,9 +134,9 @@ def firmware_project_files(prog, target: str = "cortex-m4", samples: Sequence = 
     check_program(prog, "cortex-m")  # an op without a kernel: refused before anything is written
     if len(prog.inputs) != 1:
         raise CortexMError(f"the firmware drives models with one input; this one takes {len(prog.inputs)}")
-    # The firmware runs the train graph only, so the arena is the train graph's plan (at
-    # 128x128 the predict graph, planned without row streaming, alone needs about 240 KB).
-    files = emit_sources(prog, embed_weights=True, graphs=("train",), weight_banks=weight_banks)
+    # The firmware runs the train graph only, so by default the arena is the train graph's plan
+    # (at 128x128 the predict graph, planned without row streaming, alone needs about 240 KB).
+    files = emit_sources(prog, embed_weights=True, graphs=tuple(graphs), weight_banks=weight_banks)
     files.update(firmware_files(target, program_samples(prog, samples), **project))
     return files
 

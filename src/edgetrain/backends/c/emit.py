@@ -11,6 +11,7 @@ import numpy as np
 
 from ...ir import Role
 from .banks import BANK_API, BANK_FUNCS, bank_arrays, bank_decls, bank_fresh_start
+from .constpool import ConstPool
 from .emit_graphs import PROFILE, SPLIT_HELPERS, gather_call, graph_function, scatter_call, state_decls, value_ptr
 from .layout import GRAPHS, CBackendError, Layout, build_layout
 
@@ -101,9 +102,10 @@ def _model_h(u: _Unit) -> list[str]:
         f"#define ET_HAS_PREDICT {int('forward' in u.keys)}",
         f"#define ET_HAS_GRADIENTS {int('grad' in u.keys)}",
         "#ifdef __cplusplus", 'extern "C" {', "#endif",
+        *LEFT_OUT_MACRO.splitlines(),
         "void et_init(void);",
         "float et_train_step(const void *input, const void *label);",
-        "void et_predict(const void *input, float *out);",
+        "void et_predict(const void *input, float *out)" + _left_out(u, "forward", "et_predict") + ";",
         "int et_check_guards(void);",
         "void et_set_step(int32_t step);",
         "int32_t et_get_step(void);",
@@ -119,11 +121,32 @@ def _model_h(u: _Unit) -> list[str]:
         "int et_num_grads(void);",
         "const char *et_grad_name(int i);",
         "long et_grad_bytes(int i);",
-        "void et_gradients(const void *input, const void *label, void *const *out);",
+        "void et_gradients(const void *input, const void *label, void *const *out)" + _left_out(u, "grad", "et_gradients")
+        + ";",
         "int et_train_step_checked(const void *input, const void *label, float *loss);",
         "#endif",
         "#ifdef __cplusplus", "}", "#endif", "#endif", "",
     ]
+
+
+#: model.h: the mark of an entry point whose graph was left out (emit_sources' `graphs`): a call
+#: of it is a compile-time error naming the graph (GCC's `error`, Clang's `unavailable`; other
+#: compilers fail at link time: the function is not defined)
+LEFT_OUT_MACRO = """#if defined(__clang__)
+#define ET_LEFT_OUT(msg) __attribute__((unavailable(msg)))
+#elif defined(__GNUC__)
+#define ET_LEFT_OUT(msg) __attribute__((error(msg)))
+#else
+#define ET_LEFT_OUT(msg)
+#endif"""
+
+
+def _left_out(u: _Unit, graph: str, fn: str) -> str:
+    """` ET_LEFT_OUT("...")` for the declaration of `fn` when `graph` was not emitted, else ""."""
+    if graph in u.keys:
+        return ""
+    return (f' ET_LEFT_OUT("{fn}: this program was emitted without its {graph} graph (graphs={u.keys!r}); '
+            f"emit it with '{graph}' among its graphs\")")
 
 
 # --- model.c: declarations --------------------------------------------------------------------
@@ -305,10 +328,12 @@ def _checked_step(u: _Unit) -> list[str]:
 
 
 def _gradients(u: _Unit) -> list[str]:
-    """et_gradients and the gradient tensors' names and sizes (when the grad graph is emitted)."""
+    """et_gradients and the gradient tensors' names and sizes (without the grad graph: none, and
+    no et_gradients, which model.h marks left out)."""
     grad = u.grad
     if grad is None:
-        return []
+        return ["int et_num_grads(void) { return 0; }", "const char *et_grad_name(int i) { (void)i; return 0; }",
+                "long et_grad_bytes(int i) { (void)i; return -1; }"]
     c = ["static const char *const et_grad_names[] = {" + ", ".join(map(_c_str, grad.output_names)) + ", 0};",
          "static const long et_grad_nbytes[] = {" + ", ".join(str(v.type.nbytes) for v in grad.outputs) + ", 0};",
          "int et_num_grads(void) { return ET_NUM_GRADS; }",
@@ -336,15 +361,18 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
     the trained state's bytes once more in SRAM); 1: one copy updated in place.
 
     model.c, section by section: includes; arena and state arrays (banks.py's banks); helpers
-    (split gather / scatter, profiling, gather buffers); one function per graph; et_init;
+    (split gather / scatter, profiling, gather buffers); the kernels' constant tables, each
+    once (constpool.py); one function per graph; et_init;
     the guard check; et_train_step; et_predict; then, unless ET_NO_STATE_IO, state I/O, the
     checked step and et_gradients."""
     if weight_banks not in (1, 2):
         raise CBackendError(f"weight_banks={weight_banks!r}: 1 (updates in place) or 2 (two banks)")
     u = _unit(prog, layout or build_layout(prog, graphs), embed_weights, weight_banks)
     gather_bufs: list = []  # filled by the graph functions, declared before them
-    funcs = [graph_function(u.layout, k, gather_bufs, u.banks and k == "train") for k in u.keys]
-    c = _includes(u) + _arena_and_state(u) + _helpers(u, gather_bufs) + funcs
+    pool = ConstPool()  # the kernels' constant tables, one copy of each, declared before the functions
+    funcs = [graph_function(u.layout, k, gather_bufs, u.banks and k == "train", pool) for k in u.keys]
+    consts = ["", f"/* the kernels' constant tables ({len(pool)}, each once: backends/c/constpool.py) */"]
+    c = _includes(u) + _arena_and_state(u) + _helpers(u, gather_bufs) + consts + pool.declarations() + funcs
     c += _init(u) + _guard_check(u) + _train_step(u) + _predict(u)
     c += ["", "#ifndef ET_NO_STATE_IO"] + _state_io(u) + _checked_step(u) + _gradients(u)
     c += ["#endif /* ET_NO_STATE_IO */", ""]

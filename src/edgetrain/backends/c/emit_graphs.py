@@ -8,6 +8,7 @@ from typing import Optional
 import numpy as np
 
 from ...ir import Role
+from .constpool import ConstPool
 from .cvalues import fmt_values, split_parts
 from .kernels import EmitContext, kernel_for
 from .layout import C_TYPES, GRAPHS, Layout, StateArray
@@ -140,17 +141,21 @@ def _node_block(key: str, i: int, comment: str, pre: list, code: str, abort_poin
 CHUNK_NODES = 64
 
 
-def graph_function(layout: Layout, key: str, gather_bufs: list, abort_points: bool = False) -> str:
+def graph_function(layout: Layout, key: str, gather_bufs: list, abort_points: bool = False,
+                   pool: Optional[ConstPool] = None) -> str:
     """static void et_run_<key>(void): the graph's nodes in order, each its kernel's code; a
     graph of more than CHUNK_NODES nodes as that many per function (ET_NOINLINE: kept apart),
     called in order by et_run_<key>. With bank abort points (a test hook that returns from the
-    graph's function) one function."""
+    graph's function) one function. With a `pool`, the kernels' constant tables go into it
+    (constpool.py: one copy of each, declared at file scope by the caller)."""
     gl = layout.graphs[key]
     blocks = []
     for i, n in enumerate(gl.graph.nodes):
         k = kernel_for(n)
         pre, overrides = ([], {}) if k.split_aware else _gathered_inputs(layout, key, n, gather_bufs)
         code = k.fn(n, EmitContext(layout, key, overrides))
+        if pool is not None:
+            code = pool.hoist(code)
         if not code and not pre:
             continue
         outs = ", ".join(f"{v.type}" for v in n.outputs)

@@ -9,14 +9,19 @@ from typing import Iterable, Optional
 
 from ..capabilities import backend_of_target, check_program
 from . import CORTEX_M_TARGETS, TARGETS
-from .layout import CBackendError
+from .layout import GRAPHS, CBackendError
 
 
-def emit_c(prog, out_dir, target: str = "host", samples: Iterable = (), embed_weights: Optional[bool] = None) -> Path:
+def emit_c(prog, out_dir, target: str = "host", samples: Iterable = (), embed_weights: Optional[bool] = None,
+           graphs: Optional[tuple] = None) -> Path:
     """Write `prog` as a C project into `out_dir` and return its path. target="host": model.c,
     model.h, runtime headers, Makefile (`make`: libmodel.so; with samples `make run` trains on
     them); "cortex-m4"/"cortex-m7": a firmware project (cortexm.py). embed_weights (default
     True) compiles the initial weights in as array initializers (frozen ones `const`).
+    graphs: which of "train", "forward" (et_predict) and "grad" (et_gradients) to emit, train
+    included; by default all three on the host (the library's whole API) and ("train",) on a
+    Cortex-M (its firmware trains; its arena is then the train graph's). The function of a
+    graph left out is marked in model.h: calling it fails to compile, naming the graph.
     A program with an op the target lacks is refused (UnsupportedOpError) before anything is
     written (backends/capabilities.py)."""
     if target not in TARGETS:
@@ -25,9 +30,9 @@ def emit_c(prog, out_dir, target: str = "host", samples: Iterable = (), embed_we
     if target == "host":
         from .project import write_project
 
-        return write_project(prog, out_dir, target, samples, embed_weights)
+        return write_project(prog, out_dir, target, samples, embed_weights, graphs=graphs or GRAPHS)
     if target in CORTEX_M_TARGETS:
         from .cortexm import emit_firmware
 
-        return emit_firmware(prog, out_dir, target, samples)
+        return emit_firmware(prog, out_dir, target, samples, graphs=graphs or ("train",))
     raise CBackendError(f"target={target!r}: use one of {TARGETS}")

@@ -9,7 +9,7 @@ import numpy as np
 
 from .cvalues import fmt_values
 from .emit import emit_sources
-from .layout import CBackendError, build_layout
+from .layout import GRAPHS, CBackendError, build_layout
 from .staging import write_files
 
 
@@ -73,9 +73,11 @@ int main(void) {
             float loss = et_train_step(et_sample_input[i], et_sample_label[i]);
             printf("step %d loss %.9g\n", (int)et_get_step(), loss);
         }
+#if ET_HAS_PREDICT
     float out[ET_OUTPUT_FLOATS];
     et_predict(et_sample_input[0], out);
     printf("predict[0] %.9g\n", out[0]);
+#endif
     if (et_check_guards()) { printf("arena guard words overwritten\n"); return 1; }
     printf("guards ok\n");
     return 0;
@@ -102,8 +104,10 @@ Generated from a compiled training program. `model.h` is the API: `et_init()`, t
 `et_train_step(input, label)` per sample (returns the loss), `et_predict(input, out)`,
 `et_check_guards()`; on the host also state and gradient I/O.
 
-- arena: {arena} bytes (one static buffer for activations, gradients and temporaries of the
-  train, predict and gradient graphs, guard words before and after)
+- graphs emitted: {graphs} (et_train_step runs "train", et_predict "forward", et_gradients
+  "grad"; calling the function of a graph left out is a compile-time error)
+- arena: {arena} bytes (one static buffer for activations, gradients and temporaries of those
+  graphs, guard words before and after)
 - state tensors: {nstate} (trainable in RAM, frozen `const`{embed})
 
 `make` builds `libmodel.so`; with samples, `make run` trains on them and prints the losses.
@@ -111,28 +115,29 @@ Generated from a compiled training program. `model.h` is the API: `et_init()`, t
 
 
 def write_project(prog, out_dir, target: str = "host", samples: Iterable = (), embed_weights: Optional[bool] = None,
-                  cflags: Optional[str] = None) -> Path:
+                  cflags: Optional[str] = None, graphs: tuple = GRAPHS) -> Path:
     """Write model.c, model.h, runtime headers, Makefile, README.md (and samples.h + main.c when
     samples are given) into out_dir, all at once (staging.write_files: a full disk or a crash
-    leaves the old project whole); returns it."""
+    leaves the old project whole); returns it. `graphs`: as for emit.emit_sources (by default
+    all three: the library's API has et_train_step, et_predict and et_gradients)."""
     if target != "host":
         raise CBackendError(f"target={target!r}: this function writes host projects; see backends.c.export.emit_c")
-    return write_files(out_dir, project_files(prog, samples, embed_weights, cflags))
+    return write_files(out_dir, project_files(prog, samples, embed_weights, cflags, graphs))
 
 
 def project_files(prog, samples: Iterable = (), embed_weights: Optional[bool] = None,
-                  cflags: Optional[str] = None) -> dict[str, str]:
+                  cflags: Optional[str] = None, graphs: tuple = GRAPHS) -> dict[str, str]:
     """{file name: text} of the host project of `prog` (what write_project writes)."""
     from .host import PROJECT_CFLAGS
 
     embed = bool(embed_weights) if embed_weights is not None else True
-    layout = build_layout(prog)
+    layout = build_layout(prog, graphs)
     files = emit_sources(prog, embed, layout)
     samples = list(samples)
     if samples:
         files["samples.h"] = samples_header(prog, samples)
         files["main.c"] = HOST_MAIN
     files["Makefile"] = MAKEFILE.format(cflags=cflags or " ".join(PROJECT_CFLAGS))
-    files["README.md"] = README.format(arena=layout.arena_bytes, nstate=len(layout.states),
+    files["README.md"] = README.format(graphs=", ".join(layout.graphs), arena=layout.arena_bytes, nstate=len(layout.states),
                                        embed=", initial values compiled in" if embed else "")
     return files
