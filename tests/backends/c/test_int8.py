@@ -123,15 +123,44 @@ def test_qconv2d_reads_a_split_weight(depthwise):
     check(lambda e, v: e.emit("qconv2d", v["x"], v["w"], v["b"], **a), feeds, state, splits={"w": sel})
 
 
-def test_qconv2d_pw_dw():
-    rng = np.random.default_rng(2)
-    pw = _conv_attrs(rng, 6, 1, 1, 0, 1)
-    dw = _conv_attrs(rng, 6, 3, 2, 1, 6)
-    feeds = {"x": _i8(rng, (1, 4, 9, 9))}
-    state = {"w1": _i8(rng, (6, 4, 1, 1)), "b1": rng.integers(-300, 300, 6).astype(np.int32),
-             "w2": _i8(rng, (6, 1, 3, 3)), "b2": rng.integers(-300, 300, 6).astype(np.int32)}
-    check(lambda e, v: e.emit_multi("qconv2d_pw_dw", v["x"], v["w1"], v["b1"], v["w2"], v["b2"],
-                                    **fuse_pw_dw(pw, dw))[0], feeds, state)
+# (input channels, expansion channels, input size, depthwise kernel, stride, batch): the
+# channel groups and depthwise row blocks of pw_dw_blocking, their remainders, a stride 2
+# whose rows leave the ring in pairs, a plane smaller than the window
+PW_DW_CASES = [
+    (4, 6, 9, 3, 2, 1),
+    (5, 9, 32, 3, 1, 1),
+    (3, 10, 17, 5, 2, 2),
+    (6, 7, 8, 3, 1, 1),
+    (4, 5, 4, 7, 1, 1),
+    (2, 3, 2, 3, 2, 1),
+]
+
+
+@pytest.mark.parametrize("case", PW_DW_CASES)
+def test_qconv2d_pw_dw(case):
+    c, e, hw, k, s, n = case
+    rng = np.random.default_rng(hash(case) % 2 ** 32)
+    pw = _conv_attrs(rng, e, 1, 1, 0, 1)
+    dw = _conv_attrs(rng, e, k, s, k // 2, e)
+    feeds = {"x": _i8(rng, (n, c, hw, hw))}
+    state = {"w1": _i8(rng, (e, c, 1, 1)), "b1": rng.integers(-300, 300, e).astype(np.int32),
+             "w2": _i8(rng, (e, 1, k, k)), "b2": rng.integers(-300, 300, e).astype(np.int32)}
+    check(lambda e_, v: e_.emit_multi("qconv2d_pw_dw", v["x"], v["w1"], v["b1"], v["w2"], v["b2"],
+                                      **fuse_pw_dw(pw, dw))[0], feeds, state)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 7, 8, 16, 33, 64])
+@pytest.mark.parametrize("span,stride", [(1, 1), (3, 1), (3, 2), (5, 1), (5, 2), (7, 2)])
+def test_pw_dw_blocking_fits_the_scratch(rows, span, stride):
+    """g channels of a ring of cap rows fit the one-plane scratch, and the ring holds what
+    r output rows read."""
+    from edgetrain.backends.c.kernels.int8 import PW_DW_GROUP, pw_dw_blocking
+
+    rows_out = (rows - 1) // stride + 1
+    g, r = pw_dw_blocking(rows, span, stride, rows_out)
+    cap = min((r - 1) * stride + min(span, rows), rows)
+    assert 1 <= g <= PW_DW_GROUP and 1 <= r <= rows_out
+    assert g * cap <= rows and cap >= min(span, rows)
 
 
 def _qadd(rng):

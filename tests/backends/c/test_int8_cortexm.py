@@ -30,7 +30,8 @@ pytestmark = pytest.mark.skipif(bool(cortexm.missing_tools()),
 # (name, n, c, h, w, o, k, stride, pad, groups, float_out, how the kernel is called)
 # "whole": one call; "per_channel": one output channel per call (qconv2d_pw_dw);
 # "per_row": one output row per call (qstream); "split0"/"split1": the weight split in two
-# arrays by output / input channel
+# arrays by output / input channel; "narrow": an output range narrower than int8 (the general
+# requantization path); "saturate": a bias at the ends of int32 and a left shift (the same)
 CASES = [
     ("pw_odd", 1, 7, 5, 7, 5, 1, 1, 0, 1, False, "whole"),
     ("pw_rem", 1, 9, 3, 9, 3, 1, 1, 0, 1, False, "whole"),
@@ -56,6 +57,18 @@ CASES = [
     ("dw3_split", 1, 6, 5, 5, 6, 3, 1, 1, 6, False, "split0"),
     ("dw3_float_out", 1, 3, 5, 5, 3, 3, 1, 1, 3, True, "whole"),
     ("conv3_generic", 1, 3, 7, 7, 4, 3, 2, 1, 1, False, "whole"),
+    ("pw_split_in_odd", 1, 11, 3, 4, 5, 1, 1, 0, 1, False, "split1"),
+    ("pw_past_the_column", 1, 700, 2, 2, 3, 1, 1, 0, 1, False, "whole"),
+    ("pw_narrow_range", 1, 9, 3, 4, 4, 1, 1, 0, 1, False, "narrow"),
+    ("conv1_padded", 1, 5, 4, 4, 3, 1, 1, 1, 1, False, "whole"),
+    ("conv3_s2_per_row", 1, 3, 10, 12, 16, 3, 2, 1, 1, False, "per_row"),
+    ("conv5_dense", 1, 3, 6, 7, 5, 5, 1, 2, 1, False, "whole"),
+    ("conv3_grouped", 1, 4, 5, 5, 4, 3, 1, 1, 2, False, "whole"),
+    ("dw3_multiplier2", 1, 3, 5, 5, 6, 3, 1, 1, 3, False, "whole"),
+    ("dw3_wider_than_the_ring", 1, 1, 3, 300, 1, 3, 1, 1, 1, False, "whole"),
+    ("dw5_tiny", 1, 2, 3, 3, 2, 5, 1, 2, 2, False, "whole"),
+    ("dw7_per_row", 1, 2, 8, 8, 2, 7, 1, 3, 2, False, "per_row"),
+    ("dw3_narrow_range", 1, 3, 5, 6, 3, 3, 1, 1, 3, False, "narrow"),
 ]
 
 
@@ -69,7 +82,7 @@ def _case_arrays(rng, case):
     ws = rng.uniform(0.002, 0.02, o)
     a = dict(stride=(s, s), padding=(p, p), dilation=(1, 1), groups=groups, x_zero=int(rng.integers(-20, 20)),
              x_scale=0.05, w_scales=tuple(float(v) for v in ws), y_zero=int(rng.integers(-10, 10)),
-             qmin=-128, qmax=127)
+             qmin=-100 if how == "narrow" else -128, qmax=90 if how == "narrow" else 127)
     ms = [quantize_multiplier(float(0.05 * v / 0.08)) for v in ws]
     a["mult"], a["shift"] = tuple(m for m, _ in ms), tuple(sh for _, sh in ms)
     if how == "saturate":

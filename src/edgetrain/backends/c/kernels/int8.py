@@ -113,25 +113,65 @@ def qconv2d(node: Node, ctx) -> str:
     return _block(lines)
 
 
+#: pw_dw's channel groups: at most this many expansion channels share one pass over x
+PW_DW_GROUP = 8
+
+
+def pw_dw_blocking(budget_rows: int, span: int, stride: int, rows_out: int) -> tuple[int, int]:
+    """(g, r) for qconv2d_pw_dw: g expansion channels at a time, r depthwise output rows per
+    depthwise call, with a ring of cap = min((r - 1) * stride + span, budget_rows) rows per
+    channel (span: the rows one output row reads, at most budget_rows) and g * cap <=
+    budget_rows (the one-plane scratch). More channels per pass share the packing of the
+    pointwise input; more rows per call spread the depthwise call's set-up: the pair
+    minimising 1/g + 1/r (g = 1 always fits)."""
+    span = min(span, budget_rows)
+    best = (1, 1)
+    for g in (1, 2, 4, 8):
+        cap = budget_rows // g
+        if g > PW_DW_GROUP or cap < span:
+            continue
+        r = max(1, min((cap - span) // stride + 1, rows_out))
+        if 1 / g + 1 / r < 1 / best[0] + 1 / best[1]:
+            best = (g, r)
+    return best
+
+
 @register("qconv2d_pw_dw", split_aware=True)
 def qconv2d_pw_dw(node: Node, ctx) -> str:
-    """Channel by channel: the pointwise conv's channel c into the one-plane scratch, then
-    the depthwise conv of that plane into channel c of y."""
+    """G expansion channels at a time (pw_dw_blocking): the pointwise rows of those channels
+    into a ring of cap rows per channel held in the one-plane scratch, as many as the next R
+    depthwise output rows need, then those depthwise rows; the ring keeps every row the
+    depthwise window still reads. (The pointwise kernel then packs x once per G channels, not
+    once per channel.)"""
     x, w1, b1, w2, b2 = node.inputs
     y, scratch = node.outputs
     pw, dw = split_pw_dw(node.attrs)
     c = w1.shape[0]
     n, _, ht, wt = scratch.shape
+    ho = y.shape[2]
     t_shape = (n, c, ht, wt)
+    kh, sh, ph, dh = w2.shape[2], dw["stride"][0], dw["padding"][0], dw["dilation"][0]
+    span = (kh - 1) * dh + 1  # the input rows one output row reads
+    g, r = pw_dw_blocking(ht, span, sh, ho)
+    cap = min((r - 1) * sh + span, ht)
     lines = (_conv_params(ctx, "PW", x.shape, w1.shape, t_shape, pw) + _conv_params(ctx, "DW", t_shape, w2.shape,
                                                                                       y.shape, dw)
              + _weight(ctx, w1, "W1") + _weight(ctx, w2, "W2"))
-    lines += [f"const et_rows8 T = {{(int8_t *){ctx.ptr(scratch)}, {ht * wt}, {ht * wt}, {ht}}};",
-              f"for (int32_t c = 0; c < {c}; c++) {{",
-              f"    et_qconv_rows(&PW, {_whole(ctx.ptr(x), x.shape)}, 0, &W1, {ctx.ptr(b1)}, T, 0, c, 0, {ht}, "
-              f"c, c + 1);",
-              f"    et_qconv_rows(&DW, T, c, &W2, {ctx.ptr(b2)}, {_whole(ctx.ptr(y), y.shape)}, 0, 0, 0, {y.shape[2]}, "
-              f"c, c + 1);",
+    lines += [f"const et_rows8 T = {{(int8_t *){ctx.ptr(scratch)}, {g * cap * wt}, {cap * wt}, {cap}}};",
+              f"for (int32_t c = 0; c < {c}; c += {g}) {{",
+              f"    const int32_t c1 = c + {g} < {c} ? c + {g} : {c};",
+              "    int32_t next = 0; /* the pointwise rows computed so far */",
+              f"    for (int32_t r = 0; r < {ho}; r += {r}) {{",
+              f"        const int32_t r1 = r + {r} < {ho} ? r + {r} : {ho};",
+              f"        int32_t need = (r1 - 1) * {sh} - {ph} + {span};",
+              f"        if (need > {ht}) need = {ht};",
+              "        if (need > next) {",
+              f"            et_qconv_rows(&PW, {_whole(ctx.ptr(x), x.shape)}, 0, &W1, {ctx.ptr(b1)}, T, 0, c, next, "
+              "need, c, c1);",
+              "            next = need;",
+              "        }",
+              f"        et_qconv_rows(&DW, T, c, &W2, {ctx.ptr(b2)}, {_whole(ctx.ptr(y), y.shape)}, 0, 0, r, r1, c, c1);",
+              "    }",
               "}"]
     return _block(lines)
 

@@ -412,6 +412,48 @@ static inline void et_dwk_row(const int8_t *const *rows, const int32_t wpk[ET_DW
     }
 }
 
+/* kw 5..7, stride 1: pixels q, q + 1 from the two words x[q..q+7] of each tap row, whose
+ * pairs are a0 = (x0, x2), b0 = (x1, x3), a1 = (x4, x6), b1 = (x5, x7): pixel q is
+ * (t0, t2).a0 + (t1, t3).b0 + (t4, t6).a1 + (t5, t7).b1; pixel q + 1 is (t0, t2).b0 +
+ * (t4, t6).b1 + t1 x2 + t3 x4 (__smladx with (x4, x2)) + t5 x6 (t7 = 0) */
+static inline void et_dw7_row(const int8_t *const *rows, const int32_t wpk[ET_DW_TAPS][2][2], int32_t kh, int32_t wo,
+                              const et_rq *r, const et_qconv_p *P, const int32_t *bias, int32_t o, int8_t *y,
+                              float *yf, int32_t at) {
+    int32_t q = 0;
+    for (; q + 2 <= wo; q += 2) {
+        int32_t s0 = r->init, s1 = r->init;
+        for (int32_t i = 0; i < kh; i++) {
+            const int8_t *p = rows[i] + q;
+            const uint32_t v0 = (uint32_t)et_ld32s(p), v1 = (uint32_t)et_ld32s(p + 4);
+            const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0);
+            const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1);
+            const int32_t c0 = (int32_t)(((uint32_t)a1 & 0xFFFFu) | ((uint32_t)a0 & 0xFFFF0000u)); /* (x4, x2) */
+            const int32_t e0 = wpk[i][0][0], d0 = wpk[i][0][1], e1 = wpk[i][1][0], d1 = wpk[i][1][1];
+            s0 = __smlad(e0, a0, s0);
+            s0 = __smlad(d0, b0, s0);
+            s0 = __smlad(e1, a1, s0);
+            s0 = __smlad(d1, b1, s0);
+            s1 = __smlad(e0, b0, s1);
+            s1 = __smladx(d0, c0, s1);
+            s1 = __smlad(e1, b1, s1);
+            s1 = __smlabt(d1, a1, s1);
+        }
+        et_rq_put(P, bias, r, o, s0, y, yf, at + q);
+        et_rq_put(P, bias, r, o, s1, y, yf, at + q + 1);
+    }
+    for (; q < wo; q++) {
+        int32_t s = r->init;
+        for (int32_t i = 0; i < kh; i++) {
+            const uint32_t v0 = (uint32_t)et_ld32s(rows[i] + q), v1 = (uint32_t)et_ld32s(rows[i] + q + 4);
+            s = __smlad(wpk[i][0][0], __sxtb16((int32_t)v0), s);
+            s = __smlad(wpk[i][0][1], et_sxtb16_ror8(v0), s);
+            s = __smlad(wpk[i][1][0], __sxtb16((int32_t)v1), s);
+            s = __smlad(wpk[i][1][1], et_sxtb16_ror8(v1), s);
+        }
+        et_rq_put(P, bias, r, o, s, y, yf, at + q);
+    }
+}
+
 static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
                                              const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0,
                                              int32_t r1, int32_t o0, int32_t o1) {
@@ -454,6 +496,8 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                 const int32_t at = n * y.nstride + (o - yo_off) * y.cstride + (ho % y.cap) * P->wo;
                 int8_t *yp = yf ? 0 : y.p;
                 if (kh == 3 && kw == 3) et_dw3_row(rows, taps, P->wo, P->sw, &r, P, bias, o, yp, yf, at);
+                else if (kw >= 5 && kw <= 7 && P->sw == 1)
+                    et_dw7_row(rows, (const int32_t(*)[2][2])wpk, kh, P->wo, &r, P, bias, o, yp, yf, at);
                 else et_dwk_row(rows, (const int32_t(*)[2][2])wpk, kh, words, P->wo, P->sw, &r, P, bias, o, yp, yf, at);
             }
         }
