@@ -42,7 +42,7 @@ from .toolchain import ToolTimeout, run_tool
 
 RUNTIME_DIR = Path(__file__).parent / "runtime" / "cortexm"
 # Copied verbatim into the project (main.c includes model.h and the generated samples.h).
-RUNTIME_FILES = ("startup.c", "main.c", "board.c", "board.h", "cortexm.h", "Makefile")
+RUNTIME_FILES = ("startup.c", "main.c", "board.c", "board.h", "cortexm.h", "et_format.h", "Makefile")
 
 # Both QEMU boards (mps2-an386, mps2-an500) have 4 MiB of RAM at each of these addresses
 # (ZBT SSRAM1 at 0, ZBT SSRAM2/3 at 0x20000000); the regions are cut to the device budget.

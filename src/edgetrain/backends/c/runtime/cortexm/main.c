@@ -1,17 +1,35 @@
 /* edgetrain training firmware: et_init, then one et_train_step per embedded sample (from the
  * first one a reset left undone, with two weight banks), printing
- * `step <n> loss <value>` (n = et_get_step(), the steps done; %.9g: the host driver prints
- * the same text for the same float), then the stack high-water mark. Exit status: 0, or
- * ET_EXIT_* on a guard-word failure, printed as the last line (board.c). */
-#include <stdio.h>
-
+ * `step <n> loss <value>` (n = et_get_step(), the steps done; the value as "%.9g": the host
+ * driver prints the same text for the same float), then the stack high-water mark. Exit
+ * status: 0, or ET_EXIT_* on a guard-word failure, printed as the last line (board.c).
+ * Numbers are formatted by et_format.h, not newlib's printf (20 KB of flash). */
 #include "cortexm.h"
+#include "et_format.h"
 #include "model.h"
 #include "samples.h"
 #include "board.h"
 
 /* Longest line printed: "step <int> loss <%.9g>" or the stack line. */
 #define LINE_CHARS 96
+
+/* appends text to the line at *end */
+static void put_text(char **end, const char *text)
+{
+    size_t n = strlen(text);
+    memcpy(*end, text, n + 1);
+    *end += n;
+}
+
+static void put_int(char **end, long v)
+{
+    if (v < 0) {
+        *(*end)++ = '-';
+        *end += et_format_u(*end, (unsigned long)-v);
+    } else {
+        *end += et_format_u(*end, (unsigned long)v);
+    }
+}
 
 /* Called right before (2 i) and right after (2 i + 1) training step i: the QEMU
  * instruction-count plugin records the running count at each call (cortexm.py reads this
@@ -28,14 +46,22 @@ int main(void)
     et_init();
     const int first = (int)et_get_step(); /* two weight banks: the steps a reset left committed */
     if (first > 0) {
-        snprintf(line, sizeof line, "resumed at step %d\n", first);
+        char *end = line;
+        put_text(&end, "resumed at step ");
+        put_int(&end, first);
+        put_text(&end, "\n");
         et_console_puts(line);
     }
     for (int i = first; i < ET_NUM_SAMPLES; ++i) {
         et_icount_mark(2 * i);
         float loss = et_train_step(et_sample_input[i], et_sample_label[i]);
         et_icount_mark(2 * i + 1);
-        snprintf(line, sizeof line, "step %d loss %.9g\n", (int)et_get_step(), (double)loss);
+        char *end = line;
+        put_text(&end, "step ");
+        put_int(&end, (long)et_get_step());
+        put_text(&end, " loss ");
+        end += et_format_g9(end, loss);
+        put_text(&end, "\n");
         et_console_puts(line);
         if (et_check_guards() != 0) {
             et_console_puts("edgetrain: arena guard word overwritten\n");
@@ -47,8 +73,12 @@ int main(void)
         et_console_puts("edgetrain: stack overflow (guard word overwritten)\n");
         status = ET_EXIT_STACK_GUARD;
     }
-    snprintf(line, sizeof line, "stack high water %lu of %lu bytes\n",
-             (unsigned long)et_stack_high_water(), (unsigned long)et_stack_reserve());
+    char *end = line;
+    put_text(&end, "stack high water ");
+    end += et_format_u(end, (unsigned long)et_stack_high_water());
+    put_text(&end, " of ");
+    end += et_format_u(end, (unsigned long)et_stack_reserve());
+    put_text(&end, " bytes\n");
     et_console_puts(line);
     return status;
 }
