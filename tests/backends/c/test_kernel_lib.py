@@ -57,5 +57,47 @@ def test_two_programs_share_one_kernel_object_and_match_the_reference(tmp_path, 
         c = to_c_program(prog)
         for _ in range(2):
             assert c.step(x, y) == pytest.approx(prog.step(x, y), rel=1e-5, abs=1e-6)
-        assert "#define et_conv2d etk_et_conv2d" in (c.runner.c_library.parent / "model_host.c").read_text()
+        front = (c.runner.c_library.parent / "model_host.c").read_text()
+        assert "#define et_conv2d etd_et_conv2d" in front and "etk_et_conv2d_k3s1(" in front
     assert len(list((tmp_path / "c").glob("kernels-*"))) == 1
+
+
+CONV_HEADER = """#define ET_INLINE static inline
+ET_INLINE void et_conv(float *y, int K, int S, int C, int G) {
+    for (int i = 0; i < K; ++i)
+        y[i] = S;
+    for (int i = 0; i < C; ++i)
+        y[i] += G;
+    y[0] = 0;
+    y[1] = 1;
+}
+"""
+
+
+def test_specialised_wrappers_and_the_dispatcher(monkeypatch):
+    """A specialised kernel: one wrapper per argument set (constants in, those parameters out;
+    an argument may be fixed to another one), and an inline dispatcher that tries them in order."""
+    monkeypatch.setattr(kernel_lib, "SPECIALISED", {"et_conv": (("_k3", {"K": 3, "S": 1}), ("_dw", {"G": "C"}))})
+    files = {"model.h": "", "et_k.h": CONV_HEADER, "model.c": "void f(float *a) { et_conv(a, 3, 1, 4, 4); }"}
+    src = kernel_lib.kernels_source(files)
+    assert "void etk_et_conv_k3(float *y, int C, int G) { et_conv(y, 3, 1, C, G); }" in src
+    assert "void etk_et_conv_dw(float *y, int K, int S, int C) { et_conv(y, K, S, C, C); }" in src
+    front = kernel_lib.front_source(files)
+    assert "#define et_conv etd_et_conv" in front
+    body = front[front.index("void etd_et_conv("):]
+    assert body.index("if (K == 3 && S == 1) { etk_et_conv_k3(y, C, G); return; }") < \
+        body.index("if (G == C) { etk_et_conv_dw(y, K, S, C); return; }") < body.index("etk_et_conv(y, K, S, C, G);")
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no host C compiler")
+def test_a_native_build_is_keyed_by_the_cpu(tmp_path, monkeypatch):
+    """-march=native objects of two CPUs (as /proc/cpuinfo tells them) never share a cache entry."""
+    from edgetrain.backends.c.host import find_cc
+
+    monkeypatch.setenv("EDGETRAIN_CACHE", str(tmp_path))
+    files = {"model.h": "", "et_k.h": HEADER, "model.c": ""}
+    cc, flags = find_cc(), ("-O1", "-march=native", "-DET_RESTRICT=")
+    first, portable = kernel_lib.kernels_object(cc, flags, files), kernel_lib.kernels_object(cc, flags[::2], files)
+    monkeypatch.setattr(kernel_lib, "cpu_identity", lambda: "another CPU")
+    assert kernel_lib.kernels_object(cc, flags, files) != first
+    assert kernel_lib.kernels_object(cc, flags[::2], files) == portable  # no -march=native: any CPU
