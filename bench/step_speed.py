@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python bench/step_speed.py [--model mbv2-w0.35] [--size 128] [--batch 1,8]
         [--schemes full,last8] [--repeats 30] [--no-int8] [--torch-compile] [--no-fma]
-        [--kernels blas|portable|both] [--threads 1] [--json-only]
+        [--kernels blas|portable|both] [--threads 1] [--ort-python PATH] [--no-ort] [--json-only]
 
 For each scheme (Full, LastK(8)) on `et.models.get(model, num_classes=10)` (float32, SGD
 lr 0.01 momentum 0.9): the median wall time of one training step of
@@ -26,6 +26,20 @@ first GEMM) and PyTorch on N threads; the default is one. Each row gives the con
 dense-layer FLOPs of the step (2 x MACs of conv2d*, linear*, matmul nodes), their GFLOP/s in the
 raw C step and in PyTorch, and this core's single-thread sgemm peak (bench/sgemm_peak.py, same
 BLAS). Prints JSON lines and a markdown table.
+
+ONNX Runtime training side by side (`ort`, float rows): bench/ort_step.py, run in a subprocess by
+the python of a venv holding onnx 1.17.0 and onnxruntime-training 1.19.2 (--ort-python, default
+DEFAULT_ORT_VENV/bin/python under edgetrain's cache directory), on the same model, weights and
+batch: batch norm folded into the convolutions before export (ORT's training graph would switch
+it to batch statistics), ORT's SGD (without momentum: its artifacts offer no momentum), one
+thread, CPU-time medians; its first-step loss is checked against eager's (`ort_loss_rel_diff`).
+It runs after the in-process systems, not interleaved with them. Make the venv with
+
+    python -m venv ~/.cache/edgetrain/ort-venv
+    ~/.cache/edgetrain/ort-venv/bin/pip install torch==2.13.0 onnx==1.17.0 onnxruntime-training==1.19.2 scipy
+
+(scipy: edgetrain, imported from this checkout's src/ to build the model, needs it). Without the
+venv the bench says so and leaves the column empty.
 """
 from __future__ import annotations
 
@@ -33,7 +47,9 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,6 +58,7 @@ import torch
 
 import edgetrain as et
 from edgetrain.backends.c.blas import compile_flags as blas_flags, describe as blas_describe
+from edgetrain.backends.c.cache import cache_root
 from edgetrain.backends.c.host import DEFAULT_CFLAGS, to_c_program
 from edgetrain.ops import get_op
 
@@ -53,6 +70,10 @@ GEMM_OPS = ("conv2d", "conv2d_grad_input", "conv2d_grad_weight", "linear", "line
 
 SCHEMES = {"full": et.Full(), "last8": et.LastK(8), "bias": et.BiasOnly()}
 ASSETS = Path(__file__).resolve().parents[1] / ".." / "shared" / "assets" / "tiny-training"
+#: where the ONNX Runtime training venv is looked for (under edgetrain's cache directory)
+DEFAULT_ORT_VENV = "ort-venv"
+#: seconds the ORT subprocess may take (export, artifacts and the timed steps)
+ORT_TIMEOUT = 1800
 
 
 def _median_ms(ts):
@@ -146,11 +167,43 @@ def bench_float(args, name, scheme_key, batch, out):
     for k in ("c_raw", "c_portable_raw", "torch"):
         if f"{k}_ms" in row:
             row[f"{k}_gflops"] = round(flops / row.get(f"{k}_cpu_ms", row[f"{k}_ms"]) / 1e6, 1)
+    if args.ort_exe is not None:
+        row.update(ort_row(args, args.ort_exe, model, prog, x, y, lr))
     row["speedup_vs_torch"] = round(row.get("torch_cpu_ms", row["torch_ms"]) / row.get("c_cpu_ms", row["c_ms"]), 2)
     if "torch_compile_ms" in row:
         row["speedup_vs_torch_compile"] = round(row["torch_compile_ms"] / row["c_ms"], 2)
     out.append(row)
     print(json.dumps(row), flush=True)
+
+
+def ort_python(args):
+    """The ORT venv's python, or None (with a message saying how to make it)."""
+    exe = Path(args.ort_python) if args.ort_python else cache_root() / DEFAULT_ORT_VENV / "bin" / "python"
+    if exe.exists():
+        return exe
+    print(f"# ONNX Runtime training: skipped (no {exe}); make it with: python -m venv {exe.parent.parent} && "
+          f"{exe.parent}/pip install torch==2.13.0 onnx==1.17.0 onnxruntime-training==1.19.2 scipy", file=sys.stderr)
+    return None
+
+
+def ort_row(args, exe, model, prog, x, y, lr) -> dict:
+    """bench/ort_step.py's figures for this model, weights, batch and trained set (module docstring)."""
+    aliases = prog._aliases  # torch name -> program name, as torch_step_fn reads it
+    trained = [k for k, _ in model.named_parameters() if aliases.get(k, k) in prog.trainable]
+    with tempfile.TemporaryDirectory(prefix="et-ort-") as d:
+        work = Path(d)
+        job = {"model": args.model, "lr": lr, "trained": trained, "repeats": args.repeats, "warmup": args.warmup}
+        (work / "job.json").write_text(json.dumps(job))
+        np.save(work / "x.npy", np.ascontiguousarray(x.numpy()))
+        np.save(work / "y.npy", np.asarray(y, dtype=np.int64))
+        torch.save(model.state_dict(), work / "state.pt")
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"), OMP_NUM_THREADS="1")
+        r = subprocess.run([str(exe), str(Path(__file__).resolve().parent / "ort_step.py"), str(work)], env=env,
+                           capture_output=True, text=True, timeout=ORT_TIMEOUT)
+    if r.returncode != 0:
+        print(f"# ONNX Runtime training failed:\n{r.stderr[-3000:]}", file=sys.stderr)
+        return {}
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def bench_int8(args, scheme_key, out):
@@ -195,14 +248,15 @@ def table(rows, peak) -> str:
 
     lines = [f"single-thread sgemm peak: {peak} GFLOP/s" if peak else "single-thread sgemm peak: no BLAS", "",
              "| model | batch | scheme | dtype | C step (ms) | C raw (ms) | C portable raw (ms) | PyTorch eager (ms) | "
-             "torch.compile (ms) | reference (ms) | speedup | GFLOP/s C raw / portable / eager |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "torch.compile (ms) | ONNX Runtime training (ms) | reference (ms) | speedup | "
+             "GFLOP/s C raw / portable / eager |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         sp = r.get("speedup_vs_torch", r.get("speedup_vs_reference"))
         gf = " / ".join(str(r.get(f"{k}_gflops", "")) for k in ("c_raw", "c_portable_raw", "torch"))
         lines.append(f"| {r['model']} {r['size']}x{r['size']} | {r.get('batch', 1)} | {r['scheme']} | {r['dtype']} | "
                      f"{ms(r, 'c')} | {ms(r, 'c_raw')} | {ms(r, 'c_portable_raw')} | {ms(r, 'torch')} | "
-                     f"{ms(r, 'torch_compile')} | {ms(r, 'reference')} | {sp}x | {gf} |")
+                     f"{ms(r, 'torch_compile')} | {ms(r, 'ort')} | {ms(r, 'reference')} | {sp}x | {gf} |")
     return "\n".join(lines)
 
 
@@ -222,8 +276,12 @@ def main(argv=None):
                     help="the host library's convolutions and dense layers: the BLAS (where installed), the "
                          "dependency-free kernels, or both side by side")
     ap.add_argument("--threads", type=int, default=1, help="threads of the BLAS and of PyTorch")
+    ap.add_argument("--ort-python", default="", help="the python of the ONNX Runtime training venv (default: "
+                    f"{DEFAULT_ORT_VENV}/bin/python under edgetrain's cache directory)")
+    ap.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime training out")
     ap.add_argument("--json-only", action="store_true")
     args = ap.parse_args(argv)
+    args.ort_exe = None if args.no_ort else ort_python(args)
     os.environ["EDGETRAIN_BLAS_THREADS"] = str(args.threads)
     torch.set_num_threads(args.threads)
     peak = sgemm_peak_gflops(threads=args.threads)

@@ -20,9 +20,10 @@ and strides (SPECIALISED: 1x1 pointwise; 3x3, 5x5, 7x7 at stride 1 and 2, no dil
 (`etd_<name>`) picks one at each call site, where the arguments are literals (the test folds
 away). With the BLAS (ET_BLAS) one-group convolutions are GEMMs and depthwise ones have their own
 specialised kernels (et_float_gemm.h's ET_DW_SPECIALISE), so the wrappers are left out there
-(PORTABLE_ONLY) and cost that build no compile time. The object is built for this machine (-march=native in the host flags), so its cache
-key holds the CPU's identity and feature flags (cpu_identity): a cache directory shared with
-another CPU gets its own object."""
+(PORTABLE_ONLY) and cost that build no compile time. The object is built for this machine
+(-march=native in the host flags: AVX2 / AVX-512 where the CPU has them), so its cache key holds
+the CPU's identity and feature flags (cpu_identity): a cache directory shared with another CPU
+gets its own object."""
 from __future__ import annotations
 
 import hashlib
