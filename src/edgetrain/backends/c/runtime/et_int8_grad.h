@@ -22,22 +22,33 @@
 #define ET_GI_PB 4
 #define ET_GI_OCHUNK 32
 
-/* wf[t * ET_GI_CB + k] = (float)w[o0 + t, c + k] * w_scale[o0 + t] for t < no, k < nc; 0 for k >= nc */
+/* wf[t * ET_GI_CB + k] = (float)w[o0 + t, c + k] * w_scale[o0 + t] for t < no, k < nc; 0 for k >= nc
+ * (read from a zero byte). Unless the weight is split by output channel, column c + k is one
+ * pointer and stride, so each output channel costs one scale load and four widenings. */
+static const int8_t et_gi_zero = 0;
 static inline void et_gi_widen(const et_w8 *w, int32_t o0, int32_t no, int32_t c, int32_t nc, int32_t cg,
                                const float *w_scale, float *ET_RESTRICT wf) {
-    for (int32_t t = 0; t < no * ET_GI_CB; t++) wf[t] = 0.0f;
     if (w->map && w->dim == 0) { /* split by output channel: row o is whole in one array */
         for (int32_t t = 0; t < no; t++) {
             const int8_t *row = et_w8_taps(w, o0 + t, c, cg, 1);
             const float s = w_scale[o0 + t];
-            for (int32_t k = 0; k < nc; k++) wf[t * ET_GI_CB + k] = (float)row[k] * s;
+            for (int32_t k = 0; k < ET_GI_CB; k++) wf[t * ET_GI_CB + k] = k < nc ? (float)row[k] * s : 0.0f;
         }
         return;
     }
-    for (int32_t k = 0; k < nc; k++) { /* whole, or split by input channel: column c + k has one stride */
-        const int8_t *col = et_w8_taps(w, o0, c + k, cg, 1);
-        const int32_t stride = !w->map ? cg : (w->map[c + k] >= 0 ? w->nsel : w->nrest);
-        for (int32_t t = 0; t < no; t++) wf[t * ET_GI_CB + k] = (float)col[t * stride] * w_scale[o0 + t];
+    const int8_t *p[ET_GI_CB];
+    int32_t st[ET_GI_CB];
+    for (int32_t k = 0; k < ET_GI_CB; k++) { /* whole, or split by input channel */
+        p[k] = k < nc ? et_w8_taps(w, o0, c + k, cg, 1) : &et_gi_zero;
+        st[k] = k >= nc ? 0 : !w->map ? cg : (w->map[c + k] >= 0 ? w->nsel : w->nrest);
+    }
+    const int8_t *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3];
+    for (int32_t t = 0; t < no; t++, wf += ET_GI_CB, p0 += st[0], p1 += st[1], p2 += st[2], p3 += st[3]) {
+        const float s = w_scale[o0 + t];
+        wf[0] = (float)*p0 * s;
+        wf[1] = (float)*p1 * s;
+        wf[2] = (float)*p2 * s;
+        wf[3] = (float)*p3 * s;
     }
 }
 
