@@ -118,6 +118,7 @@ static inline void et_rq_put(const et_qconv_p *P, const int32_t *bias, const et_
 #define ET_GATHER_K 160     /* the most inputs of a gathered (KxK) window */
 #define ET_GATHER_ROWS 48   /* the most input rows (cg * kh) of a gathered window */
 #define ET_RQ_CHUNK 16      /* output channels whose et_rq are held at once */
+#define ET_WPAD 512         /* stack bytes for a chunk's weight rows padded to whole words */
 
 /* byte of input j (< 4) of pixel t in a group of the column */
 static inline int32_t et_col_at(int32_t j, int32_t t) { return (j & 1) * 4 + (j & 2) + t; }
@@ -219,12 +220,19 @@ static inline void et_col_windows(const int8_t *v0, const int8_t *v1, int32_t k,
 static inline void et_gather(const et_qconv_p *P, const int8_t *const *rows, int32_t q, int8_t *v) {
     const int32_t c0 = q * P->sw - P->pw, kw = P->kw, nr = P->cg * P->kh;
     const int8_t xz = (int8_t)P->x_zero;
-    const int inside = c0 >= 0 && c0 + (kw - 1) * P->dw < P->w;
+    if (c0 >= 0 && c0 + (kw - 1) * P->dw < P->w) { /* every tap column inside the row */
+        for (int32_t r = 0; r < nr; r++, v += kw) {
+            const int8_t *p = rows[r];
+            if (!p) memset(v, (uint8_t)xz, (size_t)kw);
+            else for (int32_t j = 0; j < kw; j++) v[j] = p[c0 + j * P->dw];
+        }
+        return;
+    }
     for (int32_t r = 0; r < nr; r++, v += kw) {
         const int8_t *p = rows[r];
         for (int32_t j = 0; j < kw; j++) {
             const int32_t col = c0 + j * P->dw;
-            v[j] = p && (inside || (col >= 0 && col < P->w)) ? p[col] : xz;
+            v[j] = p && col >= 0 && col < P->w ? p[col] : xz;
         }
     }
 }
@@ -252,6 +260,73 @@ static inline void et_col_planes_map(const int8_t *x, int32_t cs, int32_t k, int
     }
 }
 
+/* one output channel of a fast-path chunk: its weight row and requantization */
+typedef struct {
+    const int8_t *w, *w2; /* w2: the second part of a weight split by input channel */
+    int32_t init, mult, add, right;
+} et_gemm_oc;
+
+/* the int8 level of a sum with the constants of t (et_rq_fast) */
+static inline int8_t et_gemm_level(const et_gemm_oc *t, int32_t acc) {
+    int32_t hi;
+    __asm__("smmulr %0, %1, %2" : "=r"(hi) : "r"(acc * 2), "r"(t->mult));
+    return (int8_t)__ssat((hi + t->add - (int32_t)((uint32_t)hi >> 31)) >> t->right, 8);
+}
+
+/* `pairs` output channel pairs of a chunk whose requantization is all on the fast path, at
+ * two pixels (column col): y[o * cs + t] for channel o of t, pixel t. Out of line and with few
+ * live values, so the accumulators, weight rows and column stay in registers. */
+static ET_DSP_NOINLINE void et_gemm_pairs(const et_gemm_oc *t, int32_t pairs, const int8_t *col, int32_t k, int8_t *y,
+                                          int32_t cs, const int8_t *col2, int32_t k2) {
+    for (; pairs > 0; pairs--, t += 2, y += 2 * cs) {
+        int32_t s[2][2] = {{t[0].init, t[0].init}, {t[1].init, t[1].init}};
+        et_dot22(t[0].w, t[1].w, col, k, s);
+        if (k2) et_dot22(t[0].w2, t[1].w2, col2, k2, s);
+        y[0] = et_gemm_level(&t[0], s[0][0]);
+        y[1] = et_gemm_level(&t[0], s[0][1]);
+        y[cs] = et_gemm_level(&t[1], s[1][0]);
+        y[cs + 1] = et_gemm_level(&t[1], s[1][1]);
+    }
+}
+
+/* et_gemm_pairs reading pixels x, x + 1 of the k planes (plane q at x + q * cs) directly:
+ * for a chunk of at most 4 output channels the packing would cost as much as it saves */
+static ET_DSP_NOINLINE void et_gemm_pairs_planes(const et_gemm_oc *t, int32_t pairs, const int8_t *x, int32_t xs,
+                                                 int32_t k, int8_t *y, int32_t cs) {
+    for (; pairs > 0; pairs--, t += 2, y += 2 * cs) {
+        int32_t s00 = t[0].init, s01 = t[0].init, s10 = t[1].init, s11 = t[1].init;
+        const int8_t *wa = t[0].w, *wb = t[1].w, *p = x;
+        int32_t q = 0;
+        for (; q + 4 <= k; q += 4, p += 4 * xs) {
+            const uint32_t u02 = et_ld16u(p) | (et_ld16u(p + 2 * xs) << 16);
+            const uint32_t u13 = et_ld16u(p + xs) | (et_ld16u(p + 3 * xs) << 16);
+            const int32_t va = et_ld32s(wa + q), vb = et_ld32s(wb + q);
+            const int32_t a02 = __sxtb16(va), a13 = et_sxtb16_ror8((uint32_t)va);
+            const int32_t b02 = __sxtb16(vb), b13 = et_sxtb16_ror8((uint32_t)vb);
+            const int32_t x0e = __sxtb16((int32_t)u02), x1e = et_sxtb16_ror8(u02);
+            const int32_t x0o = __sxtb16((int32_t)u13), x1o = et_sxtb16_ror8(u13);
+            s00 = __smlad(a02, x0e, s00);
+            s00 = __smlad(a13, x0o, s00);
+            s01 = __smlad(a02, x1e, s01);
+            s01 = __smlad(a13, x1o, s01);
+            s10 = __smlad(b02, x0e, s10);
+            s10 = __smlad(b13, x0o, s10);
+            s11 = __smlad(b02, x1e, s11);
+            s11 = __smlad(b13, x1o, s11);
+        }
+        for (; q < k; q++, p += xs) {
+            s00 += wa[q] * p[0];
+            s01 += wa[q] * p[1];
+            s10 += wb[q] * p[0];
+            s11 += wb[q] * p[1];
+        }
+        y[0] = et_gemm_level(&t[0], s00);
+        y[1] = et_gemm_level(&t[0], s01);
+        y[cs] = et_gemm_level(&t[1], s10);
+        y[cs + 1] = et_gemm_level(&t[1], s11);
+    }
+}
+
 /* et_qconv_rows for an ungrouped conv whose weight rows lie side by side: per output row,
  * pixel pairs packed into a column (a 1x1 unpadded column-stride-1 conv reads the planes,
  * any other gathers its windows), then the output channels two by two (ET_RQ_CHUNK at a
@@ -262,20 +337,41 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
     const int32_t kh = P->kh, cg = P->cg, khkw = kh * P->kw, k = cg * khkw, wo = P->wo;
     const int planes = khkw == 1 && P->ph == 0 && P->pw == 0 && P->sw == 1;
     const int split = w->map && w->dim == 1; /* by input channel: two dot products per pair */
-    const int32_t k1 = split ? w->nsel : k, k2 = split ? w->nrest : 0, base2 = (k1 + 3) & ~3;
+    const int32_t k2 = split ? w->nrest : 0, base2 = ((split ? w->nsel : k) + 3) & ~3;
+    /* k not a multiple of 4: a chunk's rows copied with zero weights up to base2, when they fit,
+     * so no product runs on the scalar remainder path */
+    const int pad = !split && k != base2 && ET_RQ_CHUNK * base2 <= ET_WPAD;
+    const int32_t k1 = split ? w->nsel : pad ? base2 : k;
+    int8_t wpad[ET_WPAD] __attribute__((aligned(4)));
     int8_t col[2 * ET_COL_K] __attribute__((aligned(4)));
     int8_t win[2][ET_GATHER_K] __attribute__((aligned(4)));
     const int8_t *rows[ET_GATHER_ROWS];
     et_rq rq[ET_RQ_CHUNK];
+    et_gemm_oc fast[ET_RQ_CHUNK];
     const int8_t *wr[ET_RQ_CHUNK], *wr2[ET_RQ_CHUNK];
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t oc = o0; oc < o1; oc += ET_RQ_CHUNK) {
             const int32_t oe = oc + ET_RQ_CHUNK < o1 ? oc + ET_RQ_CHUNK : o1;
+            if (pad) memset(col + 2 * (base2 - 4), 0, 8); /* the last group's unused inputs: 0 */
             for (int32_t o = oc; o < oe; o++) {
                 wr[o - oc] = split ? w->sel + o * k1 : et_w8_taps(w, o, 0, cg, khkw);
+                if (pad) {
+                    int8_t *row = wpad + (o - oc) * base2;
+                    memcpy(row, wr[o - oc], (size_t)k);
+                    memset(row + k, 0, (size_t)(base2 - k));
+                    wr[o - oc] = row;
+                }
                 wr2[o - oc] = split ? w->rest + o * k2 : 0;
                 rq[o - oc] = et_rq_make(P, bias, o, k, et_wsum(wr[o - oc], k1) + et_wsum(wr2[o - oc], k2), yf);
+                const et_gemm_oc f = {wr[o - oc], wr2[o - oc], rq[o - oc].init, rq[o - oc].mult, rq[o - oc].add,
+                                      rq[o - oc].right};
+                fast[o - oc] = f;
             }
+            /* the output channel pairs from oc on whose requantization is all on the fast path */
+            int32_t fast_end = oc;
+            while (fast_end + 1 < oe && rq[fast_end - oc].fast && rq[fast_end + 1 - oc].fast) fast_end += 2;
+            /* a chunk of at most 4 channels of a plain 1x1 reads the planes in its dot products */
+            const int direct = planes && !split && !pad && oe - oc <= 4;
             for (int32_t ho = r0; ho < r1; ho++) {
                 const int8_t *xn = x.p + n * x.nstride - xc_off * x.cstride, *xr = 0;
                 if (planes) xr = xn + ((ho * P->sh) % x.cap) * P->w;
@@ -290,6 +386,11 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                 float *yfp = yf ? yf + at : 0;
                 for (int32_t q = 0; q < wo; q += 2) {
                     const int32_t two = q + 1 < wo;
+                    if (direct && two && fast_end > oc) {
+                        et_gemm_pairs_planes(fast, (fast_end - oc) / 2, xr + q, x.cstride, k,
+                                             yp + oc * y.cstride + q, y.cstride);
+                        if (fast_end == oe) continue;
+                    }
                     if (split) et_col_planes_map(xr + q, x.cstride, k, two, w->map, base2, col);
                     else if (planes) et_col_planes(xr + q, x.cstride, k, two, col);
                     else {
@@ -297,7 +398,13 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                         if (two) et_gather(P, rows, q + 1, win[1]);
                         et_col_windows(win[0], two ? win[1] : win[0], k, col);
                     }
-                    for (int32_t o = oc; o < oe; o += 2) {
+                    int32_t o = direct && two ? fast_end : oc;
+                    if (!direct && two && fast_end > oc) {
+                        et_gemm_pairs(fast, (fast_end - oc) / 2, col, k1, yp + oc * y.cstride + q, y.cstride,
+                                      col + 2 * base2, k2);
+                        o = fast_end;
+                    }
+                    for (; o < oe; o += 2) {
                         const et_rq *ra = &rq[o - oc];
                         const int32_t ya = o * y.cstride + q;
                         if (o + 1 < oe) {
@@ -325,18 +432,20 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
 }
 
 /* ---- depthwise ------------------------------------------------------------------------------
- * One channel at a time; its input rows copied into a ring of kh stack rows (row hi in slot
- * hi % kh, kept while the next output rows need it), each padded with x_zero: pw bytes before
- * the row and the rest of ET_DW_ROW after, so a tap row's words never test a bound; an input
- * row outside the image is a row of x_zero. */
+ * One channel at a time; its input rows copied into a ring of 4 or 8 stack rows (row hi in
+ * slot hi & (slots - 1), kept while the next output rows read it), each padded with x_zero: pw
+ * bytes before the row and at least 4 after, so a tap row's words never test a bound; a row
+ * outside the image is a row of x_zero. The weights are packed once per channel; each row
+ * kernel is compiled twice (ET_DW_FAST: all on the fast requantization path, or not). */
 #define ET_DW_TAPS 8
-#define ET_DW_PAD 1024 /* stack bytes for the kh + 1 padded rows */
+#define ET_DW_PAD 1024 /* stack bytes for the ring and the x_zero row */
 
 static inline int32_t et_dw_row_bytes(const et_qconv_p *P) { return (P->w + 2 * P->pw + 4 + 3) & ~3; }
+static inline int32_t et_dw_slots(const et_qconv_p *P) { return P->kh <= 4 ? 4 : 8; }
 
 static inline int et_qconv_dw_ok(const et_qconv_p *P) {
     return P->cg == 1 && P->kh <= ET_DW_TAPS && P->kw <= ET_DW_TAPS && P->dh == 1 && P->dw == 1 &&
-           (P->kh + 1) * et_dw_row_bytes(P) <= ET_DW_PAD;
+           (et_dw_slots(P) + 1) * et_dw_row_bytes(P) <= ET_DW_PAD;
 }
 
 /* n bytes (unaligned both sides) */
@@ -350,14 +459,28 @@ static inline void et_copy8(int8_t *d, const int8_t *s, int32_t n) {
     for (; k < n; k++) d[k] = s[k];
 }
 
-/* 3x3, stride 1: pixels q, q + 1 from one word x[q..q+3] per tap row: (x0, x2) . (w0, w2) and
- * w1 * x1 for q, (x1, x3) . (w0, w2) and w1 * x2 for q + 1 */
-static inline void et_dw3_row(const int8_t *const *rows, const int8_t *taps, int32_t wo, int32_t sw, const et_rq *r,
-                              const et_qconv_p *P, const int32_t *bias, int32_t o, int8_t *y, float *yf, int32_t at) {
+/* one depthwise channel: its packed taps and requantization */
+typedef struct {
+    int32_t wpk[ET_DW_TAPS][2][2]; /* per tap row the pairs (t0, t2), (t1, t3), (t4, t6), (t5, t7) */
+    int32_t e0, e1, e2, m01, m2;   /* 3x3: (t0, t2) of each row, (t1 of row 0, t1 of row 1), t1 of row 2 */
+    et_rq r;
+} et_dwc;
+
+/* output pixel q's sum s (the row's first element at y[at] or yf[at]) */
+#define ET_DW_PUT(q, s)                                                                                         \
+    do {                                                                                                        \
+        if (fast) y[at + (q)] = (int8_t)et_rq_fast(&c->r, (s));                                                 \
+        else et_rq_put(P, bias, &c->r, o, (s), y, yf, at + (q));                                                \
+    } while (0)
+
+/* 3x3: at stride 1 pixels q, q + 1 from one word x[q..q+3] per tap row, (x0, x2) . (t0, t2)
+ * and t1 x1 for q, (x1, x3) . (t0, t2) and t1 x2 for q + 1; else a pixel at a time */
+static inline __attribute__((always_inline)) void et_dw3_row(const int8_t *const *rows, const et_dwc *c, int32_t wo,
+                                                             int32_t sw, const int fast, const et_qconv_p *P,
+                                                             const int32_t *bias, int32_t o, int8_t *y, float *yf,
+                                                             int32_t at) {
     const int8_t *p0 = rows[0], *p1 = rows[1], *p2 = rows[2];
-    const int32_t e0 = et_pack16(taps[0], taps[2]), e1 = et_pack16(taps[3], taps[5]), e2 = et_pack16(taps[6], taps[8]);
-    const int32_t m01 = et_pack16(taps[1], taps[4]), m2 = taps[7];
-    const int32_t init = r->init;
+    const int32_t e0 = c->e0, e1 = c->e1, e2 = c->e2, m01 = c->m01, m2 = c->m2, init = c->r.init;
     int32_t q = 0;
     if (sw == 1)
         for (; q + 2 <= wo; q += 2) {
@@ -377,107 +500,107 @@ static inline void et_dw3_row(const int8_t *const *rows, const int8_t *taps, int
             s1 = __smlad(e2, b2, s1);
             s0 = __smlabb(m2, b2, s0);
             s1 = __smlabt(m2, a2, s1);
-            et_rq_put(P, bias, r, o, s0, y, yf, at + q);
-            et_rq_put(P, bias, r, o, s1, y, yf, at + q + 1);
+            ET_DW_PUT(q, s0);
+            ET_DW_PUT(q + 1, s1);
         }
     for (; q < wo; q++) {
-        const int32_t c = q * sw;
-        const uint32_t v0 = (uint32_t)et_ld32s(p0 + c), v1 = (uint32_t)et_ld32s(p1 + c), v2 = (uint32_t)et_ld32s(p2 + c);
+        const int32_t k = q * sw;
+        const uint32_t v0 = (uint32_t)et_ld32s(p0 + k), v1 = (uint32_t)et_ld32s(p1 + k), v2 = (uint32_t)et_ld32s(p2 + k);
         int32_t s0 = __smlad(e0, __sxtb16((int32_t)v0), init);
         s0 = __smlabb(m01, et_sxtb16_ror8(v0), s0);
         s0 = __smlad(e1, __sxtb16((int32_t)v1), s0);
         s0 = __smlatb(m01, et_sxtb16_ror8(v1), s0);
         s0 = __smlad(e2, __sxtb16((int32_t)v2), s0);
         s0 = __smlabb(m2, et_sxtb16_ror8(v2), s0);
-        et_rq_put(P, bias, r, o, s0, y, yf, at + q);
-    }
-}
-
-/* any kh, kw <= 8, any stride: a pixel at a time, each tap row as one or two words against
- * the row's weight pairs (taps past kw are zero weights) */
-static inline void et_dwk_row(const int8_t *const *rows, const int32_t wpk[ET_DW_TAPS][2][2], int32_t kh,
-                              int32_t words, int32_t wo, int32_t sw, const et_rq *r, const et_qconv_p *P,
-                              const int32_t *bias, int32_t o, int8_t *y, float *yf, int32_t at) {
-    for (int32_t q = 0; q < wo; q++) {
-        int32_t s = r->init;
-        for (int32_t i = 0; i < kh; i++) {
-            const int8_t *xp = rows[i] + q * sw;
-            for (int32_t k = 0; k < words; k++) {
-                const uint32_t u = (uint32_t)et_ld32s(xp + 4 * k);
-                s = __smlad(wpk[i][k][0], __sxtb16((int32_t)u), s);
-                s = __smlad(wpk[i][k][1], et_sxtb16_ror8(u), s);
-            }
-        }
-        et_rq_put(P, bias, r, o, s, y, yf, at + q);
+        ET_DW_PUT(q, s0);
     }
 }
 
 /* kw 5..7, stride 1: pixels q, q + 1 from the two words x[q..q+7] of each tap row, whose
  * pairs are a0 = (x0, x2), b0 = (x1, x3), a1 = (x4, x6), b1 = (x5, x7): pixel q is
  * (t0, t2).a0 + (t1, t3).b0 + (t4, t6).a1 + (t5, t7).b1; pixel q + 1 is (t0, t2).b0 +
- * (t4, t6).b1 + t1 x2 + t3 x4 (__smladx with (x4, x2)) + t5 x6 (t7 = 0) */
-static inline void et_dw7_row(const int8_t *const *rows, const int32_t wpk[ET_DW_TAPS][2][2], int32_t kh, int32_t wo,
-                              const et_rq *r, const et_qconv_p *P, const int32_t *bias, int32_t o, int8_t *y,
-                              float *yf, int32_t at) {
+ * (t4, t6).b1 + t1 x2 + t3 x4 (__smladx with (x4, x2)) + t5 x6 (t7 = 0). Any other kw <= 8 or
+ * stride: a pixel at a time over the tap rows' words */
+static inline __attribute__((always_inline)) void et_dwk_row(const int8_t *const *rows, const et_dwc *c, int32_t kh,
+                                                             int32_t words, int32_t wo, int32_t sw, const int fast,
+                                                             const et_qconv_p *P, const int32_t *bias, int32_t o,
+                                                             int8_t *y, float *yf, int32_t at) {
     int32_t q = 0;
-    for (; q + 2 <= wo; q += 2) {
-        int32_t s0 = r->init, s1 = r->init;
-        for (int32_t i = 0; i < kh; i++) {
-            const int8_t *p = rows[i] + q;
-            const uint32_t v0 = (uint32_t)et_ld32s(p), v1 = (uint32_t)et_ld32s(p + 4);
-            const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0);
-            const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1);
-            const int32_t c0 = (int32_t)(((uint32_t)a1 & 0xFFFFu) | ((uint32_t)a0 & 0xFFFF0000u)); /* (x4, x2) */
-            const int32_t e0 = wpk[i][0][0], d0 = wpk[i][0][1], e1 = wpk[i][1][0], d1 = wpk[i][1][1];
-            s0 = __smlad(e0, a0, s0);
-            s0 = __smlad(d0, b0, s0);
-            s0 = __smlad(e1, a1, s0);
-            s0 = __smlad(d1, b1, s0);
-            s1 = __smlad(e0, b0, s1);
-            s1 = __smladx(d0, c0, s1);
-            s1 = __smlad(e1, b1, s1);
-            s1 = __smlabt(d1, a1, s1);
+    if (sw == 1 && words == 2 && P->kw <= 7)
+        for (; q + 2 <= wo; q += 2) {
+            int32_t s0 = c->r.init, s1 = c->r.init;
+            for (int32_t i = 0; i < kh; i++) {
+                const int8_t *p = rows[i] + q;
+                const uint32_t v0 = (uint32_t)et_ld32s(p), v1 = (uint32_t)et_ld32s(p + 4);
+                const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0);
+                const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1);
+                const int32_t c0 = (int32_t)(((uint32_t)a1 & 0xFFFFu) | ((uint32_t)a0 & 0xFFFF0000u)); /* (x4, x2) */
+                const int32_t e0 = c->wpk[i][0][0], d0 = c->wpk[i][0][1], e1 = c->wpk[i][1][0], d1 = c->wpk[i][1][1];
+                s0 = __smlad(e0, a0, s0);
+                s0 = __smlad(d0, b0, s0);
+                s0 = __smlad(e1, a1, s0);
+                s0 = __smlad(d1, b1, s0);
+                s1 = __smlad(e0, b0, s1);
+                s1 = __smladx(d0, c0, s1);
+                s1 = __smlad(e1, b1, s1);
+                s1 = __smlabt(d1, a1, s1);
+            }
+            ET_DW_PUT(q, s0);
+            ET_DW_PUT(q + 1, s1);
         }
-        et_rq_put(P, bias, r, o, s0, y, yf, at + q);
-        et_rq_put(P, bias, r, o, s1, y, yf, at + q + 1);
-    }
     for (; q < wo; q++) {
-        int32_t s = r->init;
+        int32_t s = c->r.init;
         for (int32_t i = 0; i < kh; i++) {
-            const uint32_t v0 = (uint32_t)et_ld32s(rows[i] + q), v1 = (uint32_t)et_ld32s(rows[i] + q + 4);
-            s = __smlad(wpk[i][0][0], __sxtb16((int32_t)v0), s);
-            s = __smlad(wpk[i][0][1], et_sxtb16_ror8(v0), s);
-            s = __smlad(wpk[i][1][0], __sxtb16((int32_t)v1), s);
-            s = __smlad(wpk[i][1][1], et_sxtb16_ror8(v1), s);
+            const int8_t *xp = rows[i] + q * sw;
+            for (int32_t k = 0; k < words; k++) {
+                const uint32_t u = (uint32_t)et_ld32s(xp + 4 * k);
+                s = __smlad(c->wpk[i][k][0], __sxtb16((int32_t)u), s);
+                s = __smlad(c->wpk[i][k][1], et_sxtb16_ror8(u), s);
+            }
         }
-        et_rq_put(P, bias, r, o, s, y, yf, at + q);
+        ET_DW_PUT(q, s);
     }
+}
+#undef ET_DW_PUT
+
+/* the taps of one channel packed (3x3 into registers' worth, others per tap row) */
+static inline void et_dw_pack(const int8_t *taps, int32_t kh, int32_t kw, et_dwc *c) {
+    if (kh == 3 && kw == 3) {
+        c->e0 = et_pack16(taps[0], taps[2]);
+        c->e1 = et_pack16(taps[3], taps[5]);
+        c->e2 = et_pack16(taps[6], taps[8]);
+        c->m01 = et_pack16(taps[1], taps[4]);
+        c->m2 = taps[7];
+        return;
+    }
+    for (int32_t i = 0; i < kh; i++)
+        for (int32_t k = 0; k < 2; k++) {
+            int32_t t[4];
+            for (int32_t e = 0; e < 4; e++) t[e] = 4 * k + e < kw ? taps[i * kw + 4 * k + e] : 0;
+            c->wpk[i][k][0] = et_pack16(t[0], t[2]);
+            c->wpk[i][k][1] = et_pack16(t[1], t[3]);
+        }
 }
 
 static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
                                              const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0,
                                              int32_t r1, int32_t o0, int32_t o1) {
     const int32_t kh = P->kh, kw = P->kw, khkw = kh * kw, words = (kw + 3) / 4, opg = P->o / P->groups;
-    const int32_t rb = et_dw_row_bytes(P);
+    const int32_t rb = et_dw_row_bytes(P), mask = et_dw_slots(P) - 1, wo = P->wo, sw = P->sw;
+    const int three = kh == 3 && kw == 3;
     int8_t pad[ET_DW_PAD] __attribute__((aligned(4)));
-    int8_t *zrow = pad + kh * rb;
-    memset(pad, (uint8_t)P->x_zero, (size_t)((kh + 1) * rb));
-    int32_t wpk[ET_DW_TAPS][2][2];
+    int8_t *zrow = pad + (mask + 1) * rb;
+    memset(pad, (uint8_t)P->x_zero, (size_t)((mask + 2) * rb));
+    int8_t *yp = yf ? 0 : y.p;
+    et_dwc c;
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t o = o0; o < o1; o++) {
             const int8_t *taps = et_w8_taps(w, o, 0, 1, khkw);
-            const et_rq r = et_rq_make(P, bias, o, khkw, et_wsum(taps, khkw), yf);
-            if (kh != 3 || kw != 3)
-                for (int32_t i = 0; i < kh; i++)
-                    for (int32_t k = 0; k < words; k++) {
-                        int32_t t[4];
-                        for (int32_t e = 0; e < 4; e++) t[e] = 4 * k + e < kw ? taps[i * kw + 4 * k + e] : 0;
-                        wpk[i][k][0] = et_pack16(t[0], t[2]);
-                        wpk[i][k][1] = et_pack16(t[1], t[3]);
-                    }
+            c.r = et_rq_make(P, bias, o, khkw, et_wsum(taps, khkw), yf);
+            et_dw_pack(taps, kh, kw, &c);
             const int8_t *xc = x.p + n * x.nstride + (o / opg - xc_off) * x.cstride;
             int32_t held[ET_DW_TAPS];
-            for (int32_t i = 0; i < kh; i++) held[i] = -1;
+            for (int32_t i = 0; i <= mask; i++) held[i] = -1;
             for (int32_t ho = r0; ho < r1; ho++) {
                 const int8_t *rows[ET_DW_TAPS];
                 for (int32_t i = 0; i < kh; i++) {
@@ -486,22 +609,24 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                         rows[i] = zrow;
                         continue;
                     }
-                    int8_t *slot = pad + (hi % kh) * rb;
-                    if (held[hi % kh] != hi) {
+                    int8_t *slot = pad + (hi & mask) * rb;
+                    if (held[hi & mask] != hi) {
                         et_copy8(slot + P->pw, xc + (hi % x.cap) * P->w, P->w);
-                        held[hi % kh] = hi;
+                        held[hi & mask] = hi;
                     }
                     rows[i] = slot;
                 }
-                const int32_t at = n * y.nstride + (o - yo_off) * y.cstride + (ho % y.cap) * P->wo;
-                int8_t *yp = yf ? 0 : y.p;
-                if (kh == 3 && kw == 3) et_dw3_row(rows, taps, P->wo, P->sw, &r, P, bias, o, yp, yf, at);
-                else if (kw >= 5 && kw <= 7 && P->sw == 1)
-                    et_dw7_row(rows, (const int32_t(*)[2][2])wpk, kh, P->wo, &r, P, bias, o, yp, yf, at);
-                else et_dwk_row(rows, (const int32_t(*)[2][2])wpk, kh, words, P->wo, P->sw, &r, P, bias, o, yp, yf, at);
+                const int32_t at = n * y.nstride + (o - yo_off) * y.cstride + (ho % y.cap) * wo;
+                if (three) {
+                    if (c.r.fast) et_dw3_row(rows, &c, wo, sw, 1, P, bias, o, yp, yf, at);
+                    else et_dw3_row(rows, &c, wo, sw, 0, P, bias, o, yp, yf, at);
+                } else if (c.r.fast) {
+                    et_dwk_row(rows, &c, kh, words, wo, sw, 1, P, bias, o, yp, yf, at);
+                } else {
+                    et_dwk_row(rows, &c, kh, words, wo, sw, 0, P, bias, o, yp, yf, at);
+                }
             }
         }
 }
-
 #endif /* __ARM_FEATURE_DSP */
 #endif /* ET_INT8_DSP_H */
