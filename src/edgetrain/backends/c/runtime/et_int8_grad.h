@@ -345,87 +345,86 @@ static inline void et_row_range(const et_qconv_p *P, int32_t i, int32_t *lo, int
     *lo = a; *hi = b < a ? a : b;
 }
 
-/* The weight-gradient sums of one tap for ET_GW_CB channels at once: out[k] = the sequential
- * float32 sum over images n < nimg, rows r in [r0, r1), columns q in [q0, q1) of
- * g[n * gn + r * gr + q] * (x[n * xn + k * cs + r * xr + q * xs] - xz), from 0. Each gradient
- * load serves the ET_GW_CB sums; each x element is widened once. */
-#define ET_GW_CB 4
-__attribute__((noinline)) static void et_gw_sum4(const float *g, int32_t gn, int32_t gr, const int8_t *x, int32_t xn, int32_t xr,
-                              int32_t xs, int32_t cs, int32_t nimg, int32_t r0, int32_t r1, int32_t q0, int32_t q1,
-                              int32_t xz, float *out) {
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-    const float zf = (float)xz; /* (float)x - zf is (float)(x - xz) exactly: both are small integers */
-    for (int32_t n = 0; n < nimg; n++)
-        for (int32_t r = r0; r < r1; r++) {
-            const float *gp = g + n * gn + r * gr + q0, *ge = g + n * gn + r * gr + q1;
-            const int8_t *x0 = x + n * xn + r * xr + q0 * xs;
-            const int8_t *x1 = x0 + cs, *x2 = x1 + cs, *x3 = x2 + cs;
-            for (; gp < ge; gp++, x0 += xs, x1 += xs, x2 += xs, x3 += xs) {
-                const float gv = *gp;
-                const float f0 = (float)*x0 - zf, f1 = (float)*x1 - zf, f2 = (float)*x2 - zf, f3 = (float)*x3 - zf;
-                const float p0 = gv * f0, p1 = gv * f1, p2 = gv * f2, p3 = gv * f3;
-                a0 = a0 + p0;
-                a1 = a1 + p1;
-                a2 = a2 + p2;
-                a3 = a3 + p3;
-            }
-        }
-    out[0] = a0; out[1] = a1; out[2] = a2; out[3] = a3;
-}
+/* One tap (i, j) of a weight-gradient row: the gradient row o (image stride gn, row stride
+ * gr), the tap's input of the group's channel 0 (image, row, column, channel strides), the
+ * images, the in-range rows [r0, r1) and columns [q0, q1), and x_zero. */
+typedef struct {
+    const float *g;
+    const int8_t *x;
+    int32_t gn, gr, xn, xr, xs, cs, nimg, r0, r1, q0, q1, xz;
+} et_gw_tap;
 
-/* et_gw_sum4 for one channel */
-static inline float et_gw_sum1(const float *g, int32_t gn, int32_t gr, const int8_t *x, int32_t xn, int32_t xr,
-                               int32_t xs, int32_t nimg, int32_t r0, int32_t r1, int32_t q0, int32_t q1, int32_t xz) {
-    float acc = 0.0f;
-    for (int32_t n = 0; n < nimg; n++)
-        for (int32_t r = r0; r < r1; r++) {
-            const float *gp = g + n * gn + r * gr;
-            const int8_t *xp = x + n * xn + r * xr;
-            for (int32_t q = q0; q < q1; q++) {
-                const float p = gp[q] * (float)((int32_t)xp[q * xs] - xz);
-                acc = acc + p;
-            }
+/* out[c * os] = scale * the sequential float32 sum over images, rows, columns of
+ * g * (x - x_zero) for the tap's cg channels, from 0. ET_GW_CB channels at a time: each
+ * gradient load serves four sums and each x element is widened once ((float)x - x_zero is
+ * exact: both are small integers). Out of line: the inner loop gets the registers to itself. */
+#define ET_GW_CB 4
+__attribute__((noinline)) static void et_gw_tap_sums(const et_gw_tap *T, int32_t cg, float scale, float *out,
+                                                     int32_t os) {
+    const float zf = (float)T->xz;
+    const int32_t xs = T->xs;
+    for (int32_t c = 0; c < cg;) {
+        const int8_t *xc = T->x + c * T->cs;
+        if (cg - c >= ET_GW_CB) {
+            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            for (int32_t n = 0; n < T->nimg; n++)
+                for (int32_t r = T->r0; r < T->r1; r++) {
+                    const float *gp = T->g + n * T->gn + r * T->gr + T->q0, *ge = gp + (T->q1 - T->q0);
+                    const int8_t *x0 = xc + n * T->xn + r * T->xr + T->q0 * xs;
+                    const int8_t *x1 = x0 + T->cs, *x2 = x1 + T->cs, *x3 = x2 + T->cs;
+                    for (; gp < ge; gp++, x0 += xs, x1 += xs, x2 += xs, x3 += xs) {
+                        const float gv = *gp;
+                        const float f0 = (float)*x0 - zf, f1 = (float)*x1 - zf, f2 = (float)*x2 - zf;
+                        const float f3 = (float)*x3 - zf;
+                        const float p0 = gv * f0, p1 = gv * f1, p2 = gv * f2, p3 = gv * f3;
+                        a0 = a0 + p0;
+                        a1 = a1 + p1;
+                        a2 = a2 + p2;
+                        a3 = a3 + p3;
+                    }
+                }
+            out[c * os] = a0 * scale;
+            out[(c + 1) * os] = a1 * scale;
+            out[(c + 2) * os] = a2 * scale;
+            out[(c + 3) * os] = a3 * scale;
+            c += ET_GW_CB;
+        } else {
+            float acc = 0.0f;
+            for (int32_t n = 0; n < T->nimg; n++)
+                for (int32_t r = T->r0; r < T->r1; r++) {
+                    const float *gp = T->g + n * T->gn + r * T->gr + T->q0, *ge = gp + (T->q1 - T->q0);
+                    const int8_t *x0 = xc + n * T->xn + r * T->xr + T->q0 * xs;
+                    for (; gp < ge; gp++, x0 += xs) {
+                        const float p = *gp * ((float)*x0 - zf);
+                        acc = acc + p;
+                    }
+                }
+            out[c * os] = acc * scale;
+            c++;
         }
-    return acc;
+    }
 }
 
 /* Row o of qconv2d_grad_weight into gw_row (CG*KH*KW floats): each element is the
  * sequential float32 sum over (n, ho, wo) of g * (x - x_zero), times scale (the padded
  * taps, zero terms, are skipped: adding +-0 to a sum that starts at +0 changes nothing).
  * x holds the layer input (C channels; group of o). Per tap (i, j) the in-range rows and
- * columns are found once; ET_GW_CB channels are summed together (et_gw_sum4). A 1x1
- * unpadded stride-1 kernel reads each plane as one row. */
+ * columns are found once and one call sums every channel (et_gw_tap_sums). A 1x1 unpadded
+ * stride-1 kernel reads each plane as one row. */
 static inline void et_qconv_grad_weight_row(const et_qconv_p *P, const int8_t *x, const float *g, int32_t o,
                                             float scale, float *ET_RESTRICT gw_row) {
     const int32_t opg = P->o / P->groups, hw = P->h * P->w, howo = P->ho * P->wo, khkw = P->kh * P->kw;
-    const int32_t c0 = (o / opg) * P->cg;
     const int flat = P->kh == 1 && P->kw == 1 && P->ph == 0 && P->pw == 0 && P->sh == 1 && P->sw == 1 &&
                      P->ho == P->h && P->wo == P->w;
-    const int32_t gr = flat ? howo : P->wo, xr = flat ? hw : P->sh * P->w;
-    const int8_t *xg = x + c0 * hw;
-    const float *go = g + o * howo;
-    const int32_t gn = P->o * howo, xn = P->c * hw;
+    et_gw_tap T = {g + o * howo, 0, P->o * howo, flat ? howo : P->wo, P->c * hw, flat ? hw : P->sh * P->w, P->sw,
+                   hw, P->n, 0, 1, 0, howo, P->x_zero};
+    const int8_t *xg = x + (o / opg) * P->cg * hw;
     for (int32_t i = 0; i < P->kh; i++) {
-        int32_t r0 = 0, r1 = 1;
-        if (!flat) et_row_range(P, i, &r0, &r1);
+        if (!flat) et_row_range(P, i, &T.r0, &T.r1);
         for (int32_t j = 0; j < P->kw; j++) {
-            int32_t q0 = 0, q1 = howo;
-            if (!flat) et_col_range(P, j, &q0, &q1);
-            /* the tap's x: row r, column q at xt + r * xr + q * sw */
-            const int8_t *xt = xg + (i * P->dh - P->ph) * P->w + j * P->dw - P->pw;
-            float *out = gw_row + i * P->kw + j;
-            for (int32_t c = 0; c < P->cg;) {
-                if (P->cg - c >= ET_GW_CB) {
-                    float s4[ET_GW_CB];
-                    et_gw_sum4(go, gn, gr, xt + c * hw, xn, xr, P->sw, hw, P->n, r0, r1, q0, q1, P->x_zero, s4);
-                    for (int32_t k = 0; k < ET_GW_CB; k++) out[(c + k) * khkw] = s4[k] * scale;
-                    c += ET_GW_CB;
-                } else {
-                    out[c * khkw] = et_gw_sum1(go, gn, gr, xt + c * hw, xn, xr, P->sw, P->n, r0, r1, q0, q1,
-                                               P->x_zero) * scale;
-                    c++;
-                }
-            }
+            if (!flat) et_col_range(P, j, &T.q0, &T.q1);
+            T.x = xg + (i * P->dh - P->ph) * P->w + j * P->dw - P->pw; /* row r, column q: + r * xr + q * sw */
+            et_gw_tap_sums(&T, P->cg, scale, gw_row + i * P->kw + j, khkw);
         }
     }
 }
