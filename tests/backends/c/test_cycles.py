@@ -131,6 +131,18 @@ def plugin_lib():
     return ctypes.CDLL(str(cortexm._plugin_path()))
 
 
+def test_a_16bit_instruction_given_with_the_next_halfword_decodes_as_itself(plugin_lib):
+    """QEMU can hand the plugin 4 bytes for a 16-bit instruction (its translator read the next
+    halfword ahead): `cmp fp, r5` (45ab) with the first half of `sxtb16 ..., ror #8` (fa2f)
+    was decoded as a 32-bit coprocessor store of 0x2f words."""
+    cmp_and_next = bytes([0xAB, 0x45, 0x2F, 0xFA])
+    assert plugin_lib.et_insn_size(cmp_and_next, 4) == 2
+    assert decode(plugin_lib, cmp_and_next) == ("other", 0)
+    ldr_w = bytes([0x56, 0xF8, 0x04, 0xCF])  # ldr.w ip, [r6, #4]!: a 32-bit instruction stays one
+    assert plugin_lib.et_insn_size(ldr_w, 4) == 4
+    assert decode(plugin_lib, ldr_w) == ("load", 0)
+
+
 @pytest.mark.skipif(shutil.which("arm-none-eabi-as") is None or shutil.which("arm-none-eabi-objdump") is None,
                     reason="no ARM binutils")
 def test_decoder_classifies_known_encodings(plugin_lib, tmp_path):

@@ -142,8 +142,18 @@ static int decode_dp_register(unsigned hw1, unsigned hw2)
  * for a conditional branch (the caller counts it taken or not taken at run time; then the
  * class returned is ET_BRANCH_TAKEN); in_it: the instruction is inside an IT block (a branch
  * there is conditional). */
+/* The size of the Thumb instruction at bytes: 4 only when its first halfword starts 0b11101,
+ * 0b11110 or 0b11111. QEMU can report 4 bytes for a 16-bit instruction whose translation read
+ * the next halfword ahead (a page-crossing check at the end of a TB); decoding those 4 bytes as
+ * one instruction counted a CMP as a coprocessor store of 47 words. */
+EXPORT int et_insn_size(const uint8_t *bytes, int size)
+{
+    return size == 4 && (bytes[1] >> 3) < 0x1D ? 2 : size;
+}
+
 EXPORT int et_decode(const uint8_t *bytes, int size, int in_it, int *words, int *conditional)
 {
+    size = et_insn_size(bytes, size);
     unsigned hw1 = (unsigned)bytes[0] | ((unsigned)bytes[1] << 8);
     int branch = 0, cls = ET_OTHER;
     *words = 0;
@@ -385,7 +395,7 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     for (size_t i = 0; i < n; ++i) {
         const struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         const uint8_t *bytes = qemu_plugin_insn_data(insn);
-        int size = (int)qemu_plugin_insn_size(insn);
+        int size = et_insn_size(bytes, (int)qemu_plugin_insn_size(insn));
         int words, conditional;
         int cls = et_decode(bytes, size, it_left > 0, &words, &conditional);
         int block = it_block_length(bytes, size);
