@@ -1,10 +1,11 @@
 """The int8 backward kernels of runtime/et_int8_grad.h against the reference, bit for bit, on
 the shapes their fast paths split on: the 1x1 input gradient's blocks of 4 channels x 4
-pixels, its channel and pixel tails and its 32-output-channel weight chunks; the depthwise
-input gradient's 4-channel interleaved form, its one-channel form (planes over 64 pixels)
-and its scatter form (a side over 64); the weight gradient's 4-channel sums and tails;
-kernel sizes 1/3/5/7, strides 1/2, dilation 2, odd channel counts, planes down to 1x1,
-batches, split weights (trained on some channels: read through the channel map)."""
+pixels, its channel and pixel tails and its weight chunks (ET_GI_OCHUNK = 64 output
+channels); the depthwise input gradient's 4-channel interleaved form, its one-channel form
+(planes over 64 pixels) and its scatter form (a side over 64); the weight gradient's
+4-channel sums and tails; kernel sizes 1/3/5/7, strides 1/2, dilation 2, odd channel
+counts, planes down to 1x1, batches, split weights (trained on some channels: read through
+the channel map)."""
 from __future__ import annotations
 
 import shutil
@@ -50,7 +51,7 @@ def _backward(c, o, h, w, k, s, p, d, groups, n, split=None, seed=0):
 
 
 POINTWISE = [  # (c, o, h, w, s, groups, n)
-    (9, 70, 4, 4, 1, 1, 1),  # channel tail of 1; output channels over three weight chunks
+    (9, 140, 4, 4, 1, 1, 1),  # channel tail of 1; output channels over three weight chunks (64 each)
     (7, 33, 5, 5, 1, 1, 2),  # 25 pixels: a pixel tail; two images
     (6, 8, 7, 7, 2, 1, 1),  # stride 2: rows of 4 into every other input pixel
     (10, 6, 3, 5, 1, 2, 1),  # two groups of 5 channels, a 3x5 plane

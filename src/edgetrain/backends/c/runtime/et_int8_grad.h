@@ -16,11 +16,11 @@
  * ET_GI_PB pixels keep their sums in FPU registers across o: per o, ET_GI_CB weights and
  * ET_GI_PB gradients feed ET_GI_CB * ET_GI_PB multiplies and adds (separate, as the reference:
  * no fused multiply-add). The weights, widened to float and scaled once per (o, c) and call,
- * are held for ET_GI_OCHUNK output channels at a time (512 B of stack); between chunks the
+ * are held for ET_GI_OCHUNK output channels at a time (1 KB of stack); between chunks the
  * partial sums wait in gx (stored and reloaded exactly). */
 #define ET_GI_CB 4
 #define ET_GI_PB 4
-#define ET_GI_OCHUNK 32
+#define ET_GI_OCHUNK 64
 
 /* wf[t * ET_GI_CB + k] = (float)w[o0 + t, c + k] * w_scale[o0 + t] for t < no, k < nc; 0 for k >= nc
  * (read from a zero byte). Unless the weight is split by output channel, column c + k is one
