@@ -291,8 +291,8 @@ static ET_DSP_NOINLINE void et_gemm_pairs(const et_gemm_oc *t, int32_t pairs, co
 
 /* et_gemm_pairs reading pixels x, x + 1 of the k planes (plane q at x + q * cs) directly:
  * for a chunk of at most 4 output channels the packing would cost as much as it saves */
-static ET_DSP_NOINLINE void et_gemm_pairs_planes(const et_gemm_oc *t, int32_t pairs, const int8_t *x, int32_t xs,
-                                                 int32_t k, int8_t *y, int32_t cs) {
+static ET_DSP_NOINLINE void et_gemm_pairs_planes(const et_gemm_oc *t, int32_t pairs, int32_t odd, const int8_t *x,
+                                                 int32_t xs, int32_t k, int8_t *y, int32_t cs) {
     for (; pairs > 0; pairs--, t += 2, y += 2 * cs) {
         int32_t s00 = t[0].init, s01 = t[0].init, s10 = t[1].init, s11 = t[1].init;
         const int8_t *wa = t[0].w, *wb = t[1].w, *p = x;
@@ -324,6 +324,27 @@ static ET_DSP_NOINLINE void et_gemm_pairs_planes(const et_gemm_oc *t, int32_t pa
         y[1] = et_gemm_level(&t[0], s01);
         y[cs] = et_gemm_level(&t[1], s10);
         y[cs + 1] = et_gemm_level(&t[1], s11);
+    }
+    if (odd) { /* one more channel: (x[q], x[q+2]) and (x[q+1], x[q+3]) of each pixel */
+        int32_t s0 = t[0].init, s1 = t[0].init;
+        const int8_t *wa = t[0].w, *p = x;
+        int32_t q = 0;
+        for (; q + 4 <= k; q += 4, p += 4 * xs) {
+            const uint32_t u02 = et_ld16u(p) | (et_ld16u(p + 2 * xs) << 16);
+            const uint32_t u13 = et_ld16u(p + xs) | (et_ld16u(p + 3 * xs) << 16);
+            const int32_t va = et_ld32s(wa + q);
+            const int32_t a02 = __sxtb16(va), a13 = et_sxtb16_ror8((uint32_t)va);
+            s0 = __smlad(a02, __sxtb16((int32_t)u02), s0);
+            s0 = __smlad(a13, __sxtb16((int32_t)u13), s0);
+            s1 = __smlad(a02, et_sxtb16_ror8(u02), s1);
+            s1 = __smlad(a13, et_sxtb16_ror8(u13), s1);
+        }
+        for (; q < k; q++, p += xs) {
+            s0 += wa[q] * p[0];
+            s1 += wa[q] * p[1];
+        }
+        y[0] = et_gemm_level(&t[0], s0);
+        y[1] = et_gemm_level(&t[0], s1);
     }
 }
 
@@ -372,6 +393,8 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
             while (fast_end + 1 < oe && rq[fast_end - oc].fast && rq[fast_end + 1 - oc].fast) fast_end += 2;
             /* a chunk of at most 4 channels of a plain 1x1 reads the planes in its dot products */
             const int direct = planes && !split && !pad && oe - oc <= 4;
+            int all_fast = 1;
+            for (int32_t o = oc; o < oe; o++) all_fast &= rq[o - oc].fast;
             for (int32_t ho = r0; ho < r1; ho++) {
                 const int8_t *xn = x.p + n * x.nstride - xc_off * x.cstride, *xr = 0;
                 if (planes) xr = xn + ((ho * P->sh) % x.cap) * P->w;
@@ -386,10 +409,10 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                 float *yfp = yf ? yf + at : 0;
                 for (int32_t q = 0; q < wo; q += 2) {
                     const int32_t two = q + 1 < wo;
-                    if (direct && two && fast_end > oc) {
-                        et_gemm_pairs_planes(fast, (fast_end - oc) / 2, xr + q, x.cstride, k,
+                    if (direct && two && all_fast) {
+                        et_gemm_pairs_planes(fast, (oe - oc) / 2, (oe - oc) & 1, xr + q, x.cstride, k,
                                              yp + oc * y.cstride + q, y.cstride);
-                        if (fast_end == oe) continue;
+                        continue;
                     }
                     if (split) et_col_planes_map(xr + q, x.cstride, k, two, w->map, base2, col);
                     else if (planes) et_col_planes(xr + q, x.cstride, k, two, col);
@@ -398,8 +421,8 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                         if (two) et_gather(P, rows, q + 1, win[1]);
                         et_col_windows(win[0], two ? win[1] : win[0], k, col);
                     }
-                    int32_t o = direct && two ? fast_end : oc;
-                    if (!direct && two && fast_end > oc) {
+                    int32_t o = oc;
+                    if (two && fast_end > oc) {
                         et_gemm_pairs(fast, (fast_end - oc) / 2, col, k1, yp + oc * y.cstride + q, y.cstride,
                                       col + 2 * base2, k2);
                         o = fast_end;
