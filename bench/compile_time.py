@@ -16,7 +16,12 @@ temporary folder, so no library is reused), the median (wall time unless said) o
   from the cache: what a model costs once the kernel object (backends/c/kernel_lib.py, built
   once per machine) is there;
 - `c_total_s`: `et.compile` + `to_c_program`, what `et.compile(..., backend="c")` costs cold;
-and the size of model.c in KB. The zoo cases: mbv2-w0.35 Full / LastK(8) at 128x128,
+and the size of model.c in KB. `--graphs`: also model.c's size with only the train graph
+(`model_c_train_kb`: what `prog.step` runs; a Cortex-M firmware's) and with train and forward
+(`model_c_train_forward_kb`: step and predict, no gradients), and the gcc CPU time of building
+each of those libraries and the whole one alike, the kernel object cached (`build_all_cpu_s`,
+`build_train_cpu_s`, `build_train_forward_cpu_s`): what a host library that emitted only the
+graphs a program calls would cost. The zoo cases: mbv2-w0.35 Full / LastK(8) at 128x128,
 mcunet-5fps at 128x128, resnet18-cifar at 32x32 (all Full, float32, batch 1) and bert-tiny
 (16 tokens). `--real`: models of tests/realmodels/conftest.py BUILDERS (torchvision / timm /
 transformers, float64 turned float32 here), Full. Prints one JSON line per case, then a
@@ -40,7 +45,8 @@ import torch
 
 import edgetrain as et
 from edgetrain.backends.c.emit import emit_sources
-from edgetrain.backends.c.host import to_c_program
+from edgetrain.backends.c.host import build_library, find_cc, to_c_program
+from edgetrain.backends.c.kernel_lib import kernels_object
 from edgetrain.backends.c.layout import build_layout
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,8 +91,27 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def measure(make) -> dict:
-    """One cold run: times of compile, emit, build; model.c's size."""
+#: the graph sets of --graphs, by the suffix of their figures
+GRAPH_SETS = {"all": ("train", "forward", "grad"), "train": ("train",), "train_forward": ("train", "forward")}
+
+
+def graph_subsets(prog, flags) -> dict:
+    """model.c's size and its library's gcc CPU time for each of GRAPH_SETS, all built alike
+    (`flags`), the kernel object built before (untimed): model.c's compile alone."""
+    out = {}
+    for suffix, graphs in GRAPH_SETS.items():
+        files = emit_sources(prog.runner, layout=build_layout(prog.runner, graphs), graphs=graphs)
+        kernels_object(find_cc(), flags, files)
+        c0 = _children_cpu()
+        build_library(files, flags)
+        out[f"build_{suffix}_cpu_s"] = _children_cpu() - c0
+        out[f"model_c_{suffix}_kb"] = len(files["model.c"].encode()) / 1024
+    return out
+
+
+def measure(make, graphs: bool = False) -> dict:
+    """One cold run: times of compile, emit, build; model.c's size (with `graphs`, also of the
+    graph subsets: graph_subsets)."""
     model, x, scheme = make()
     with tempfile.TemporaryDirectory(prefix="et-ctime-") as cache:
         old = os.environ.get("EDGETRAIN_CACHE")
@@ -105,9 +130,10 @@ def measure(make) -> dict:
                 if d.is_dir() and not d.name.startswith("kernels-"):
                     shutil.rmtree(d)
             t4 = time.perf_counter()
-            to_c_program(prog)
+            cprog = to_c_program(prog)
             t5 = time.perf_counter()
             c2 = _children_cpu()
+            subsets = graph_subsets(prog, cprog.runner.flags) if graphs else {}
         finally:
             if old is None:
                 os.environ.pop("EDGETRAIN_CACHE", None)
@@ -117,11 +143,11 @@ def measure(make) -> dict:
     return {"compile_s": t1 - t0, "emit_s": emit, "build_s": max(t3 - t2 - emit, 0.0),
             "build_cpu_s": c1 - c0, "build_warm_s": max(t5 - t4 - emit, 0.0), "build_warm_cpu_s": c2 - c1,
             "compile_cpu_s": p1 - p0, "c_total_s": (t1 - t0) + (t3 - t2),
-            "model_c_kb": len(files["model.c"].encode()) / 1024}
+            "model_c_kb": len(files["model.c"].encode()) / 1024, **subsets}
 
 
-def run_case(name: str, make, repeats: int) -> dict:
-    runs = [measure(make) for _ in range(repeats)]
+def run_case(name: str, make, repeats: int, graphs: bool = False) -> dict:
+    runs = [measure(make, graphs) for _ in range(repeats)]
     row = {"case": name, "repeats": repeats}
     for k in runs[0]:
         row[k] = round(statistics.median(r[k] for r in runs), 3)
@@ -134,13 +160,14 @@ def main(argv=None) -> None:
     ap.add_argument("--real", default="", help="comma-separated names of tests/realmodels/conftest.py BUILDERS")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json-only", action="store_true")
+    ap.add_argument("--graphs", action="store_true", help="also the train-only and train+forward libraries")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     todo = [(c, CASES[c]) for c in args.cases.split(",") if c]
     todo += [(r, real_case(r)) for r in args.real.split(",") if r]
     rows = []
     for name, make in todo:
-        row = run_case(name, make, args.repeats)
+        row = run_case(name, make, args.repeats, args.graphs)
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.json_only:
@@ -153,6 +180,13 @@ def main(argv=None) -> None:
               f"{r['build_cpu_s']:.2f} | "
               f"{r['build_warm_s']:.2f} | {r['build_warm_cpu_s']:.2f} | "
               f"{r['c_total_s']:.2f} | {r['model_c_kb']:.0f} |")
+    if args.graphs:
+        print("\n| case | model.c, all graphs (KB) | train only (KB) | train + forward (KB) | gcc CPU on model.c, "
+              "all graphs (s) | train only (s) | train + forward (s) |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(f"| {r['case']} | {r['model_c_kb']:.0f} | {r['model_c_train_kb']:.0f} | {r['model_c_train_forward_kb']:.0f} "
+                  f"| {r['build_all_cpu_s']:.2f} | {r['build_train_cpu_s']:.2f} | {r['build_train_forward_cpu_s']:.2f} |")
 
 
 if __name__ == "__main__":
