@@ -53,10 +53,33 @@ class Convs(nn.Module):
         return self.body(x)
 
 
-def _programs(batch: int, flags):
+class Blocks(nn.Module):
+    """Convolutions whose GEMM columns the BLAS path cuts into blocks (et_float_gemm.h
+    et_block_step: about 1 MiB of im2col per block, at least 2 columns per weight row): output
+    rows of one image, several whole images and the rest, one image in place, the whole batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 40, 3, 1, 1), nn.ReLU(),  # the whole batch in one block
+            nn.Conv2d(40, 48, 5, 1, 2), nn.ReLU(),  # 1000 x 576 columns per image: 10-row blocks
+            nn.Conv2d(48, 64, 3, 2, 1), nn.ReLU(),  # 432 x 144 per image: 4 images per block, then 1
+            nn.Conv2d(64, 600, 1), nn.ReLU(),
+            nn.Conv2d(600, 200, 1), nn.ReLU(),  # pointwise, 3 images per block (gathered), then 2
+            nn.Conv2d(200, 1200, 1), nn.ReLU(),
+            nn.Conv2d(1200, 96, 1, bias=False), nn.ReLU(),  # pointwise, one image per block in place
+            nn.Conv2d(96, 2048, 1), nn.ReLU(),
+            nn.Conv2d(2048, 8, 1),  # pointwise, 10-row blocks in place
+            nn.Flatten(), nn.Linear(8 * 12 * 12, 7))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def _programs(batch: int, flags, net=Convs, size=21):
     torch.manual_seed(0)
-    model = Convs().eval()
-    x = torch.randn(batch, 3, 21, 21)
+    model = net().eval()
+    x = torch.randn(batch, 3, size, size)
     y = np.arange(batch) % 7
     make = (lambda: et.compile(model, (x,), update=et.Full(), optimizer=et.SGD(lr=0.05, momentum=0.9)))
     return make(), to_c_program(make(), flags), x, y
@@ -75,6 +98,18 @@ def test_convolutions_and_dense_layers_match_the_reference(batch, kernels):
         close(gc[k], gr[k])
     for _ in range(3):
         close(c.step(x, y), ref.step(x, y))
+    for k in ref.state:
+        close(c.state[k], ref.state[k])
+
+
+@needs_blas
+@pytest.mark.parametrize("batch", [1, 5])
+def test_gemm_blocks_match_the_reference(batch):
+    ref, c, x, y = _programs(batch, FAST, Blocks, 24)
+    gr, gc = ref.gradients(x, y), c.gradients(x, y)
+    for k in gr:
+        close(gc[k], gr[k])
+    close(c.step(x, y), ref.step(x, y))
     for k in ref.state:
         close(c.state[k], ref.state[k])
 
