@@ -471,12 +471,14 @@ static inline int et_qconv_dw_ok(const et_qconv_p *P) {
            (et_dw_slots(P) + 1) * et_dw_row_bytes(P) <= ET_DW_PAD;
 }
 
-/* n bytes (unaligned both sides) */
+/* n bytes, a word at a time (unaligned both sides); the empty asm keeps gcc from turning the
+ * loop into a call to memmove, whose set-up costs more than these short rows */
 static inline void et_copy8(int8_t *d, const int8_t *s, int32_t n) {
     int32_t k = 0;
     for (; k + 4 <= n; k += 4) {
         uint32_t v;
         memcpy(&v, s + k, 4);
+        __asm__("" : "+r"(v));
         memcpy(d + k, &v, 4);
     }
     for (; k < n; k++) d[k] = s[k];
