@@ -266,11 +266,23 @@ typedef struct {
     int32_t init, mult, add, right;
 } et_gemm_oc;
 
-/* the int8 level of a sum with the constants of t (et_rq_fast) */
-static inline int8_t et_gemm_level(const et_gemm_oc *t, int32_t acc) {
+/* the int8 level of a sum (et_rq_fast's arithmetic) */
+static inline int8_t et_level(int32_t acc, int32_t mult, int32_t add, int32_t right) {
     int32_t hi;
-    __asm__("smmulr %0, %1, %2" : "=r"(hi) : "r"(acc * 2), "r"(t->mult));
-    return (int8_t)__ssat((hi + t->add - (int32_t)((uint32_t)hi >> 31)) >> t->right, 8);
+    __asm__("smmulr %0, %1, %2" : "=r"(hi) : "r"(acc * 2), "r"(mult));
+    return (int8_t)__ssat((hi + add - (int32_t)((uint32_t)hi >> 31)) >> right, 8);
+}
+
+/* the levels of two pixels of the channels t[0], t[1] stored at y[0], y[1], y[cs], y[cs + 1]
+ * (the constants read before the first store: an int8 store may alias them) */
+static inline void et_gemm_store(const et_gemm_oc *t, const int32_t s[2][2], int8_t *y, int32_t cs) {
+    const int32_t ma = t[0].mult, aa = t[0].add, ra = t[0].right, mb = t[1].mult, ab = t[1].add, rb = t[1].right;
+    const int8_t y00 = et_level(s[0][0], ma, aa, ra), y01 = et_level(s[0][1], ma, aa, ra);
+    const int8_t y10 = et_level(s[1][0], mb, ab, rb), y11 = et_level(s[1][1], mb, ab, rb);
+    y[0] = y00;
+    y[1] = y01;
+    y[cs] = y10;
+    y[cs + 1] = y11;
 }
 
 /* `pairs` output channel pairs of a chunk whose requantization is all on the fast path, at
@@ -282,10 +294,7 @@ static ET_DSP_NOINLINE void et_gemm_pairs(const et_gemm_oc *t, int32_t pairs, co
         int32_t s[2][2] = {{t[0].init, t[0].init}, {t[1].init, t[1].init}};
         et_dot22(t[0].w, t[1].w, col, k, s);
         if (k2) et_dot22(t[0].w2, t[1].w2, col2, k2, s);
-        y[0] = et_gemm_level(&t[0], s[0][0]);
-        y[1] = et_gemm_level(&t[0], s[0][1]);
-        y[cs] = et_gemm_level(&t[1], s[1][0]);
-        y[cs + 1] = et_gemm_level(&t[1], s[1][1]);
+        et_gemm_store(t, (const int32_t(*)[2])s, y, cs);
     }
 }
 
@@ -320,10 +329,8 @@ static ET_DSP_NOINLINE void et_gemm_pairs_planes(const et_gemm_oc *t, int32_t pa
             s10 += wb[q] * p[0];
             s11 += wb[q] * p[1];
         }
-        y[0] = et_gemm_level(&t[0], s00);
-        y[1] = et_gemm_level(&t[0], s01);
-        y[cs] = et_gemm_level(&t[1], s10);
-        y[cs + 1] = et_gemm_level(&t[1], s11);
+        const int32_t s[2][2] = {{s00, s01}, {s10, s11}};
+        et_gemm_store(t, s, y, cs);
     }
     if (odd) { /* one more channel: (x[q], x[q+2]) and (x[q+1], x[q+3]) of each pixel */
         int32_t s0 = t[0].init, s1 = t[0].init;
@@ -343,8 +350,10 @@ static ET_DSP_NOINLINE void et_gemm_pairs_planes(const et_gemm_oc *t, int32_t pa
             s0 += wa[q] * p[0];
             s1 += wa[q] * p[1];
         }
-        y[0] = et_gemm_level(&t[0], s0);
-        y[1] = et_gemm_level(&t[0], s1);
+        const int32_t m = t[0].mult, a = t[0].add, r = t[0].right;
+        const int8_t y0 = et_level(s0, m, a, r), y1 = et_level(s1, m, a, r);
+        y[0] = y0;
+        y[1] = y1;
     }
 }
 
