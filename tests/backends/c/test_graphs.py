@@ -3,6 +3,7 @@ without the forward or grad graph still builds and trains, model.c holds no code
 left out, and a call of a left-out graph's entry point fails to compile, naming the graph."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 
 import numpy as np
@@ -16,7 +17,7 @@ from edgetrain.backends.c.cortexm import firmware_project_files
 from edgetrain.backends.c.export import emit_c
 from edgetrain.backends.c.layout import CBackendError
 
-pytestmark = pytest.mark.skipif(not any(map(__import__("shutil").which, ("cc", "gcc"))), reason="no host C compiler")
+pytestmark = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no host C compiler")
 
 
 @pytest.fixture(scope="module")
