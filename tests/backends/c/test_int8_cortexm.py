@@ -1,5 +1,5 @@
 """The Cortex-M DSP paths of et_qconv_rows (runtime/et_int8_dsp.h: the column GEMM of pointwise
-and dense convs, the padded-row depthwise kernel, the 32-bit requantization; built where
+and dense convs and the 32-bit requantization; et_int8_dw.h: the padded-row depthwise kernel; built where
 __ARM_FEATURE_DSP is defined) against the reference qconv2d, bit for bit, under QEMU on the
 Cortex-M4 and M7.
 
@@ -188,7 +188,7 @@ def _firmware_cases(d: Path):
     parts.append("static void run_all(void) {\n" + "\n".join(f"    run{i}();" for i in range(len(CASES))) + "\n}")
     parts.append(MODEL_TAIL)
     shutil.copy(FIXTURE / "model.h", d / "model.h")
-    for header in ("et_int8.h", "et_int8_dsp.h"):
+    for header in ("et_int8.h", "et_int8_dsp.h", "et_int8_dw.h"):
         shutil.copy(RUNTIME / header, d / header)
     (d / "model.c").write_text("\n".join(parts))
     return want

@@ -174,7 +174,8 @@ static inline void et_qrow_put(const et_qrow *r, int32_t q, int32_t acc) {
 }
 
 #if defined(__ARM_FEATURE_DSP)
-#include "et_int8_dsp.h" /* the Cortex-M DSP kernels of et_qconv_rows */
+#include "et_int8_dsp.h" /* the Cortex-M DSP kernels of et_qconv_rows: GEMM */
+#include "et_int8_dw.h"  /* and depthwise */
 #endif
 
 /* Output rows [r0, r1) of output channels [o0, o1) of a qconv2d. y (int8) or yf (float32,

@@ -1,0 +1,216 @@
+/* edgetrain int8 depthwise qconv2d on the Cortex-M DSP extension (included by et_int8.h after
+ * et_int8_dsp.h, whose words, packing and requantization it uses, where __ARM_FEATURE_DSP is
+ * defined).
+ *
+ * The input rows of one channel are copied into a small stack ring of rows padded with the
+ * input zero point, so no tap tests a bound (a padded tap adds w * x_zero, which the
+ * zero-point term of the accumulator's start takes back); 3x3 at stride 1 two pixels at a
+ * time (each tap row's word gives both pixels' pairs, the middle taps by __smlabb/__smlatt),
+ * 5x5..7x7 at stride 1 two pixels from two words per tap row (__smladx for the odd pixel's
+ * shifted pairs), other sizes a pixel at a time over the row's words. Same integers as the
+ * portable loop of et_int8.h. */
+#ifndef ET_INT8_DW_H
+#define ET_INT8_DW_H
+#if defined(__ARM_FEATURE_DSP)
+
+/* ---- depthwise ------------------------------------------------------------------------------
+ * One channel at a time; its input rows copied into a ring of 4 or 8 stack rows (row hi in
+ * slot hi & (slots - 1), kept while the next output rows read it), each padded with x_zero: pw
+ * bytes before the row and at least 4 after, so a tap row's words never test a bound; a row
+ * outside the image is a row of x_zero. The weights are packed once per channel; each row
+ * kernel is compiled twice (ET_DW_FAST: all on the fast requantization path, or not). */
+#define ET_DW_TAPS 8
+#define ET_DW_PAD 1024 /* stack bytes for the ring and the x_zero row */
+
+static inline int32_t et_dw_row_bytes(const et_qconv_p *P) { return (P->w + 2 * P->pw + 4 + 3) & ~3; }
+static inline int32_t et_dw_slots(const et_qconv_p *P) { return P->kh <= 4 ? 4 : 8; }
+
+static inline int et_qconv_dw_ok(const et_qconv_p *P) {
+    return P->cg == 1 && P->kh <= ET_DW_TAPS && P->kw <= ET_DW_TAPS && P->dh == 1 && P->dw == 1 &&
+           (et_dw_slots(P) + 1) * et_dw_row_bytes(P) <= ET_DW_PAD;
+}
+
+/* n bytes, a word at a time (unaligned both sides); the empty asm keeps gcc from turning the
+ * loop into a call to memmove, whose set-up costs more than these short rows */
+static inline void et_copy8(int8_t *d, const int8_t *s, int32_t n) {
+    int32_t k = 0;
+    for (; k + 4 <= n; k += 4) {
+        uint32_t v;
+        memcpy(&v, s + k, 4);
+        __asm__("" : "+r"(v));
+        memcpy(d + k, &v, 4);
+    }
+    for (; k < n; k++) d[k] = s[k];
+}
+
+/* one depthwise channel: its packed taps and requantization */
+typedef struct {
+    int32_t wpk[ET_DW_TAPS][2][2]; /* per tap row the pairs (t0, t2), (t1, t3), (t4, t6), (t5, t7) */
+    int32_t e0, e1, e2, m01, m2;   /* 3x3: (t0, t2) of each row, (t1 of row 0, t1 of row 1), t1 of row 2 */
+    et_rq r;
+} et_dwc;
+
+/* output pixel q's sum s (the row's first element at y[at] or yf[at]) */
+#define ET_DW_PUT(q, s)                                                                                         \
+    do {                                                                                                        \
+        if (fast) y[at + (q)] = (int8_t)et_rq_fast(&c->r, (s));                                                 \
+        else et_rq_put(P, bias, &c->r, o, (s), y, yf, at + (q));                                                \
+    } while (0)
+
+/* 3x3: at stride 1 pixels q, q + 1 from one word x[q..q+3] per tap row, (x0, x2) . (t0, t2)
+ * and t1 x1 for q, (x1, x3) . (t0, t2) and t1 x2 for q + 1; else a pixel at a time */
+static inline __attribute__((always_inline)) void et_dw3_row(const int8_t *const *rows, const et_dwc *c, int32_t wo,
+                                                             int32_t sw, const int fast, const et_qconv_p *P,
+                                                             const int32_t *bias, int32_t o, int8_t *y, float *yf,
+                                                             int32_t at) {
+    const int8_t *p0 = rows[0], *p1 = rows[1], *p2 = rows[2];
+    const int32_t e0 = c->e0, e1 = c->e1, e2 = c->e2, m01 = c->m01, m2 = c->m2, init = c->r.init;
+    int32_t q = 0;
+    if (sw == 1)
+        for (; q + 2 <= wo; q += 2) {
+            const uint32_t v0 = (uint32_t)et_ld32s(p0 + q), v1 = (uint32_t)et_ld32s(p1 + q),
+                           v2 = (uint32_t)et_ld32s(p2 + q);
+            const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0);
+            const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1);
+            const int32_t a2 = __sxtb16((int32_t)v2), b2 = et_sxtb16_ror8(v2);
+            int32_t s0 = __smlad(e0, a0, init), s1 = __smlad(e0, b0, init);
+            s0 = __smlabb(m01, b0, s0);
+            s1 = __smlabt(m01, a0, s1);
+            s0 = __smlad(e1, a1, s0);
+            s1 = __smlad(e1, b1, s1);
+            s0 = __smlatb(m01, b1, s0);
+            s1 = __smlatt(m01, a1, s1);
+            s0 = __smlad(e2, a2, s0);
+            s1 = __smlad(e2, b2, s1);
+            s0 = __smlabb(m2, b2, s0);
+            s1 = __smlabt(m2, a2, s1);
+            ET_DW_PUT(q, s0);
+            ET_DW_PUT(q + 1, s1);
+        }
+    for (; q < wo; q++) {
+        const int32_t k = q * sw;
+        const uint32_t v0 = (uint32_t)et_ld32s(p0 + k), v1 = (uint32_t)et_ld32s(p1 + k), v2 = (uint32_t)et_ld32s(p2 + k);
+        int32_t s0 = __smlad(e0, __sxtb16((int32_t)v0), init);
+        s0 = __smlabb(m01, et_sxtb16_ror8(v0), s0);
+        s0 = __smlad(e1, __sxtb16((int32_t)v1), s0);
+        s0 = __smlatb(m01, et_sxtb16_ror8(v1), s0);
+        s0 = __smlad(e2, __sxtb16((int32_t)v2), s0);
+        s0 = __smlabb(m2, et_sxtb16_ror8(v2), s0);
+        ET_DW_PUT(q, s0);
+    }
+}
+
+/* kw 5..7, stride 1: pixels q, q + 1 from the two words x[q..q+7] of each tap row, whose
+ * pairs are a0 = (x0, x2), b0 = (x1, x3), a1 = (x4, x6), b1 = (x5, x7): pixel q is
+ * (t0, t2).a0 + (t1, t3).b0 + (t4, t6).a1 + (t5, t7).b1; pixel q + 1 is (t0, t2).b0 +
+ * (t4, t6).b1 + t1 x2 + t3 x4 (__smladx with (x4, x2)) + t5 x6 (t7 = 0). Any other kw <= 8 or
+ * stride: a pixel at a time over the tap rows' words */
+static inline __attribute__((always_inline)) void et_dwk_row(const int8_t *const *rows, const et_dwc *c, int32_t kh,
+                                                             int32_t words, int32_t wo, int32_t sw, const int fast,
+                                                             const et_qconv_p *P, const int32_t *bias, int32_t o,
+                                                             int8_t *y, float *yf, int32_t at) {
+    int32_t q = 0;
+    if (sw == 1 && words == 2 && P->kw <= 7)
+        for (; q + 2 <= wo; q += 2) {
+            int32_t s0 = c->r.init, s1 = c->r.init;
+            for (int32_t i = 0; i < kh; i++) {
+                const int8_t *p = rows[i] + q;
+                const uint32_t v0 = (uint32_t)et_ld32s(p), v1 = (uint32_t)et_ld32s(p + 4);
+                const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0);
+                const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1);
+                const int32_t c0 = (int32_t)(((uint32_t)a1 & 0xFFFFu) | ((uint32_t)a0 & 0xFFFF0000u)); /* (x4, x2) */
+                const int32_t e0 = c->wpk[i][0][0], d0 = c->wpk[i][0][1], e1 = c->wpk[i][1][0], d1 = c->wpk[i][1][1];
+                s0 = __smlad(e0, a0, s0);
+                s0 = __smlad(d0, b0, s0);
+                s0 = __smlad(e1, a1, s0);
+                s0 = __smlad(d1, b1, s0);
+                s1 = __smlad(e0, b0, s1);
+                s1 = __smladx(d0, c0, s1);
+                s1 = __smlad(e1, b1, s1);
+                s1 = __smlabt(d1, a1, s1);
+            }
+            ET_DW_PUT(q, s0);
+            ET_DW_PUT(q + 1, s1);
+        }
+    for (; q < wo; q++) {
+        int32_t s = c->r.init;
+        for (int32_t i = 0; i < kh; i++) {
+            const int8_t *xp = rows[i] + q * sw;
+            for (int32_t k = 0; k < words; k++) {
+                const uint32_t u = (uint32_t)et_ld32s(xp + 4 * k);
+                s = __smlad(c->wpk[i][k][0], __sxtb16((int32_t)u), s);
+                s = __smlad(c->wpk[i][k][1], et_sxtb16_ror8(u), s);
+            }
+        }
+        ET_DW_PUT(q, s);
+    }
+}
+#undef ET_DW_PUT
+
+/* the taps of one channel packed (3x3 into registers' worth, others per tap row) */
+static inline void et_dw_pack(const int8_t *taps, int32_t kh, int32_t kw, et_dwc *c) {
+    if (kh == 3 && kw == 3) {
+        c->e0 = et_pack16(taps[0], taps[2]);
+        c->e1 = et_pack16(taps[3], taps[5]);
+        c->e2 = et_pack16(taps[6], taps[8]);
+        c->m01 = et_pack16(taps[1], taps[4]);
+        c->m2 = taps[7];
+        return;
+    }
+    for (int32_t i = 0; i < kh; i++)
+        for (int32_t k = 0; k < 2; k++) {
+            int32_t t[4];
+            for (int32_t e = 0; e < 4; e++) t[e] = 4 * k + e < kw ? taps[i * kw + 4 * k + e] : 0;
+            c->wpk[i][k][0] = et_pack16(t[0], t[2]);
+            c->wpk[i][k][1] = et_pack16(t[1], t[3]);
+        }
+}
+
+static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
+                                             const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0,
+                                             int32_t r1, int32_t o0, int32_t o1) {
+    const int32_t kh = P->kh, kw = P->kw, khkw = kh * kw, words = (kw + 3) / 4, opg = P->o / P->groups;
+    const int32_t rb = et_dw_row_bytes(P), mask = et_dw_slots(P) - 1, wo = P->wo, sw = P->sw;
+    const int three = kh == 3 && kw == 3;
+    int8_t pad[ET_DW_PAD] __attribute__((aligned(4)));
+    int8_t *zrow = pad + (mask + 1) * rb;
+    memset(pad, (uint8_t)P->x_zero, (size_t)((mask + 2) * rb));
+    int8_t *yp = yf ? 0 : y.p;
+    et_dwc c;
+    for (int32_t n = 0; n < P->n; n++)
+        for (int32_t o = o0; o < o1; o++) {
+            const int8_t *taps = et_w8_taps(w, o, 0, 1, khkw);
+            c.r = et_rq_make(P, bias, o, khkw, et_wsum(taps, khkw), yf);
+            et_dw_pack(taps, kh, kw, &c);
+            const int8_t *xc = x.p + n * x.nstride + (o / opg - xc_off) * x.cstride;
+            int32_t held[ET_DW_TAPS];
+            for (int32_t i = 0; i <= mask; i++) held[i] = -1;
+            for (int32_t ho = r0; ho < r1; ho++) {
+                const int8_t *rows[ET_DW_TAPS];
+                for (int32_t i = 0; i < kh; i++) {
+                    const int32_t hi = ho * P->sh - P->ph + i;
+                    if (hi < 0 || hi >= P->h) {
+                        rows[i] = zrow;
+                        continue;
+                    }
+                    int8_t *slot = pad + (hi & mask) * rb;
+                    if (held[hi & mask] != hi) {
+                        et_copy8(slot + P->pw, xc + (hi % x.cap) * P->w, P->w);
+                        held[hi & mask] = hi;
+                    }
+                    rows[i] = slot;
+                }
+                const int32_t at = n * y.nstride + (o - yo_off) * y.cstride + (ho % y.cap) * wo;
+                if (three) {
+                    if (c.r.fast) et_dw3_row(rows, &c, wo, sw, 1, P, bias, o, yp, yf, at);
+                    else et_dw3_row(rows, &c, wo, sw, 0, P, bias, o, yp, yf, at);
+                } else if (c.r.fast) {
+                    et_dwk_row(rows, &c, kh, words, wo, sw, 1, P, bias, o, yp, yf, at);
+                } else {
+                    et_dwk_row(rows, &c, kh, words, wo, sw, 0, P, bias, o, yp, yf, at);
+                }
+            }
+        }
+}
+#endif /* __ARM_FEATURE_DSP */
+#endif /* ET_INT8_DW_H */
