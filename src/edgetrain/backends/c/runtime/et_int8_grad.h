@@ -61,18 +61,34 @@ static inline void et_gi_block4x4(const float *ET_RESTRICT wf, const float *g, i
     for (int32_t k = 0; k < ET_GI_CB; k++)
 #pragma GCC unroll 4
         for (int32_t q = 0; q < ET_GI_PB; q++) a[k][q] = (first || k >= nc) ? 0.0f : gx[k * cs + q * xs];
-    for (int32_t t = 0; t < no; t++, wf += ET_GI_CB, g += gs) {
-        const float g0 = g[0], g1 = g[1], g2 = g[2], g3 = g[3];
-#pragma GCC unroll 4
-        for (int32_t k = 0; k < ET_GI_CB; k++) {
-            const float wk = wf[k];
-            float p0 = wk * g0, p1 = wk * g1, p2 = wk * g2, p3 = wk * g3;
-            a[k][0] = a[k][0] + p0;
-            a[k][1] = a[k][1] + p1;
-            a[k][2] = a[k][2] + p2;
-            a[k][3] = a[k][3] + p3;
-        }
+    /* two output channels per loop trip (half the loop overhead); a compiler barrier (an empty
+     * asm clobbering memory) between them keeps gcc from hoisting the second one's loads above
+     * the first one's arithmetic: plainly unrolled, 16 sums and 16 operands spill out of the
+     * 32 FPU registers */
+#define ET_GI_STEP(W, G)                                                                  \
+    do {                                                                                  \
+        const float g0 = (G)[0], g1 = (G)[1], g2 = (G)[2], g3 = (G)[3];                   \
+        _Pragma("GCC unroll 4") for (int32_t k = 0; k < ET_GI_CB; k++) {                  \
+            const float wk = (W)[k];                                                      \
+            float p0 = wk * g0, p1 = wk * g1, p2 = wk * g2, p3 = wk * g3;                 \
+            a[k][0] = a[k][0] + p0;                                                       \
+            a[k][1] = a[k][1] + p1;                                                       \
+            a[k][2] = a[k][2] + p2;                                                       \
+            a[k][3] = a[k][3] + p3;                                                       \
+        }                                                                                 \
+    } while (0)
+    const float *wend = wf + (no & ~1) * ET_GI_CB;
+    while (wf < wend) {
+        ET_GI_STEP(wf, g);
+        g += gs;
+        __asm__ volatile("" ::: "memory");
+        ET_GI_STEP(wf + ET_GI_CB, g);
+        g += gs;
+        wf += 2 * ET_GI_CB;
+        __asm__ volatile("" ::: "memory");
     }
+    if (no & 1) ET_GI_STEP(wf, g);
+#undef ET_GI_STEP
 #pragma GCC unroll 4
     for (int32_t k = 0; k < ET_GI_CB; k++)
         if (k < nc)
