@@ -72,6 +72,31 @@ CASES = [
 ]
 
 
+def drawn_cases(count: int, seed: int) -> list[tuple]:
+    """Random shapes for the same checks: kernel 1/3/5/7, stride 1/2, padding 0..k//2, pointwise
+    or dense (groups 1) or depthwise (groups = channels, multiplier 1 or 2), odd channel counts
+    and spatial sizes down to 1, each called whole, per output channel, per output row or with
+    the weight split by output or input channel."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        k = int(rng.choice([1, 3, 5, 7]))
+        s, p = int(rng.integers(1, 3)), int(rng.integers(0, k // 2 + 1))
+        depthwise = k > 1 and rng.random() < 0.6
+        c = int(rng.integers(1, 8 if depthwise else 24))
+        groups = c if depthwise else 1
+        o = c * int(rng.integers(1, 3)) if depthwise else int(rng.integers(1, 12))
+        h, w = int(rng.integers(max(1, k - 2 * p), 12)), int(rng.integers(max(1, k - 2 * p), 12))
+        how = str(rng.choice(["whole", "per_channel", "per_row", "split0", "split1" if not depthwise else "whole"]))
+        if how == "split1" and c < 2 or how == "split0" and o < 2:
+            how = "whole"
+        out.append((f"drawn{len(out)}", int(rng.integers(1, 3)), c, h, w, o, k, s, p, groups, False, how))
+    return out
+
+
+CASES += drawn_cases(40, seed=2026)
+
+
 def _case_arrays(rng, case):
     name, n, c, h, w, o, k, s, p, groups, float_out, how = case
     x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
