@@ -286,13 +286,30 @@ static inline void et_gemm_store(const et_gemm_oc *t, const int32_t s[2][2], int
 /* `pairs` output channel pairs of a chunk whose requantization is all on the fast path, at
  * two pixels (column col): y[o * cs + t] for channel o of t, pixel t. Out of line and with few
  * live values, so the accumulators, weight rows and column stay in registers. */
-static ET_DSP_NOINLINE void et_gemm_pairs(const et_gemm_oc *t, int32_t pairs, const int8_t *col, int32_t k, int8_t *y,
-                                          int32_t cs, const int8_t *col2, int32_t k2) {
+static inline __attribute__((always_inline)) void et_gemm_pairs_body(const et_gemm_oc *t, int32_t pairs,
+                                                                     const int8_t *col, int32_t k, int8_t *y, int32_t cs,
+                                                                     const int8_t *col2, int32_t k2) {
     for (; pairs > 0; pairs--, t += 2, y += 2 * cs) {
         int32_t s[2][2] = {{t[0].init, t[0].init}, {t[1].init, t[1].init}};
         et_dot22(t[0].w, t[1].w, col, k, s);
         if (k2) et_dot22(t[0].w2, t[1].w2, col2, k2, s);
         et_gemm_store(t, (const int32_t(*)[2])s, y, cs);
+    }
+}
+
+static ET_DSP_NOINLINE void et_gemm_pairs(const et_gemm_oc *t, int32_t pairs, const int8_t *col, int32_t k, int8_t *y,
+                                          int32_t cs, const int8_t *col2, int32_t k2) {
+    et_gemm_pairs_body(t, pairs, col, k, y, cs, col2, k2);
+}
+
+/* the first `px` (even) pixels of one output row of a 1x1 (k planes, plane q at x + q * xs),
+ * two at a time packed into col and run through `pairs` fast output channel pairs: one call
+ * per row, not per pixel pair */
+static ET_DSP_NOINLINE void et_gemm_row_planes(const et_gemm_oc *t, int32_t pairs, const int8_t *x, int32_t xs,
+                                               int32_t k, int8_t *col, int32_t px, int8_t *y, int32_t cs) {
+    for (int32_t q = 0; q < px; q += 2) {
+        et_col_planes(x + q, xs, k, 1, col);
+        et_gemm_pairs_body(t, pairs, col, k, y + q, cs, 0, 0);
     }
 }
 
@@ -414,7 +431,13 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                 const int32_t at = n * y.nstride + (ho % y.cap) * wo - yo_off * y.cstride;
                 int8_t *yp = yf ? 0 : y.p + at;
                 float *yfp = yf ? yf + at : 0;
-                for (int32_t q = 0; q < wo; q += 2) {
+                int32_t q0 = 0; /* pixels done by et_gemm_row_planes */
+                if (planes && !split && !pad && !direct && fast_end == oe && wo >= 2) {
+                    q0 = wo & ~1;
+                    et_gemm_row_planes(fast, (oe - oc) / 2, xr, x.cstride, k, col, q0, yp + oc * y.cstride,
+                                       y.cstride);
+                }
+                for (int32_t q = q0; q < wo; q += 2) {
                     const int32_t two = q + 1 < wo;
                     if (direct && two && all_fast) {
                         et_gemm_pairs_planes(fast, (oe - oc) / 2, (oe - oc) & 1, xr + q, x.cstride, k,
