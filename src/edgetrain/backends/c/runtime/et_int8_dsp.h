@@ -115,7 +115,7 @@ static inline void et_rq_put(const et_qconv_p *P, const int32_t *bias, const et_
 #define ET_COL_K 640        /* the most inputs per column (2 * ET_COL_K bytes of stack) */
 #define ET_GATHER_K 160     /* the most inputs of a gathered (KxK) window */
 #define ET_GATHER_ROWS 48   /* the most input rows (cg * kh) of a gathered window */
-#define ET_RQ_CHUNK 16      /* output channels whose et_rq are held at once */
+#define ET_RQ_CHUNK 32      /* output channels whose weight rows and requantization are held at once */
 #define ET_WPAD 512         /* stack bytes for a chunk's weight rows padded to whole words */
 
 /* byte of input j (< 4) of pixel t in a group of the column */
@@ -261,8 +261,14 @@ static inline void et_col_planes_map(const int8_t *x, int32_t cs, int32_t k, int
 /* one output channel of a fast-path chunk: its weight row and requantization */
 typedef struct {
     const int8_t *w, *w2; /* w2: the second part of a weight split by input channel */
-    int32_t init, mult, add, right;
+    int32_t init, mult, add, right, fast;
 } et_gemm_oc;
+
+/* the et_rq of a chunk entry */
+static inline et_rq et_gemm_rq(const et_gemm_oc *t) {
+    const et_rq r = {t->init, t->mult, t->add, t->right, t->fast};
+    return r;
+}
 
 /* the int8 level of a sum (et_rq_fast's arithmetic) */
 static inline int8_t et_level(int32_t acc, int32_t mult, int32_t add, int32_t right) {
@@ -385,40 +391,38 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
     const int32_t k2 = split ? w->nrest : 0, base2 = ((split ? w->nsel : k) + 3) & ~3;
     /* k not a multiple of 4: a chunk's rows copied with zero weights up to base2, when they fit,
      * so no product runs on the scalar remainder path */
-    const int pad = !split && k != base2 && ET_RQ_CHUNK * base2 <= ET_WPAD;
+    const int pad = !split && k != base2 && ET_WPAD / base2 >= 2;
+    const int32_t chunk = pad && ET_WPAD / base2 < ET_RQ_CHUNK ? ET_WPAD / base2 : ET_RQ_CHUNK;
     const int32_t k1 = split ? w->nsel : pad ? base2 : k;
     int8_t wpad[ET_WPAD] __attribute__((aligned(4)));
     int8_t col[2 * ET_COL_K] __attribute__((aligned(4)));
     int8_t win[2][ET_GATHER_K] __attribute__((aligned(4)));
     const int8_t *rows[ET_GATHER_ROWS];
-    et_rq rq[ET_RQ_CHUNK];
     et_gemm_oc fast[ET_RQ_CHUNK];
-    const int8_t *wr[ET_RQ_CHUNK], *wr2[ET_RQ_CHUNK];
     for (int32_t n = 0; n < P->n; n++)
-        for (int32_t oc = o0; oc < o1; oc += ET_RQ_CHUNK) {
-            const int32_t oe = oc + ET_RQ_CHUNK < o1 ? oc + ET_RQ_CHUNK : o1;
+        for (int32_t oc = o0; oc < o1; oc += chunk) {
+            const int32_t oe = oc + chunk < o1 ? oc + chunk : o1;
             if (pad) memset(col + 2 * (base2 - 4), 0, 8); /* the last group's unused inputs: 0 */
             for (int32_t o = oc; o < oe; o++) {
-                wr[o - oc] = split ? w->sel + o * k1 : et_w8_taps(w, o, 0, cg, khkw);
+                const int8_t *r1 = split ? w->sel + o * k1 : et_w8_taps(w, o, 0, cg, khkw);
+                const int8_t *r2 = split ? w->rest + o * k2 : 0;
                 if (pad) {
                     int8_t *row = wpad + (o - oc) * base2;
-                    memcpy(row, wr[o - oc], (size_t)k);
+                    memcpy(row, r1, (size_t)k);
                     memset(row + k, 0, (size_t)(base2 - k));
-                    wr[o - oc] = row;
+                    r1 = row;
                 }
-                wr2[o - oc] = split ? w->rest + o * k2 : 0;
-                rq[o - oc] = et_rq_make(P, bias, o, k, et_wsum(wr[o - oc], k1) + et_wsum(wr2[o - oc], k2), yf);
-                const et_gemm_oc f = {wr[o - oc], wr2[o - oc], rq[o - oc].init, rq[o - oc].mult, rq[o - oc].add,
-                                      rq[o - oc].right};
+                const et_rq r = et_rq_make(P, bias, o, k, et_wsum(r1, k1) + et_wsum(r2, k2), yf);
+                const et_gemm_oc f = {r1, r2, r.init, r.mult, r.add, r.right, r.fast};
                 fast[o - oc] = f;
             }
             /* the output channel pairs from oc on whose requantization is all on the fast path */
             int32_t fast_end = oc;
-            while (fast_end + 1 < oe && rq[fast_end - oc].fast && rq[fast_end + 1 - oc].fast) fast_end += 2;
+            while (fast_end + 1 < oe && fast[fast_end - oc].fast && fast[fast_end + 1 - oc].fast) fast_end += 2;
             /* a chunk of at most 4 channels of a plain 1x1 reads the planes in its dot products */
             const int direct = planes && !split && !pad && oe - oc <= 4;
             int all_fast = 1;
-            for (int32_t o = oc; o < oe; o++) all_fast &= rq[o - oc].fast;
+            for (int32_t o = oc; o < oe; o++) all_fast &= fast[o - oc].fast;
             for (int32_t ho = r0; ho < r1; ho++) {
                 const int8_t *xn = x.p + n * x.nstride - xc_off * x.cstride, *xr = 0;
                 if (planes) xr = xn + ((ho * P->sh) % x.cap) * P->w;
@@ -458,13 +462,14 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                         o = fast_end;
                     }
                     for (; o < oe; o += 2) {
-                        const et_rq *ra = &rq[o - oc];
+                        const et_gemm_oc *fa = &fast[o - oc];
+                        const et_rq ra_ = et_gemm_rq(fa), *ra = &ra_;
                         const int32_t ya = o * y.cstride + q;
                         if (o + 1 < oe) {
-                            const et_rq *rb = ra + 1;
+                            const et_rq rb_ = et_gemm_rq(fa + 1), *rb = &rb_;
                             int32_t s[2][2] = {{ra->init, ra->init}, {rb->init, rb->init}};
-                            et_dot22(wr[o - oc], wr[o + 1 - oc], col, k1, s);
-                            if (split) et_dot22(wr2[o - oc], wr2[o + 1 - oc], col + 2 * base2, k2, s);
+                            et_dot22(fa[0].w, fa[1].w, col, k1, s);
+                            if (split) et_dot22(fa[0].w2, fa[1].w2, col + 2 * base2, k2, s);
                             et_rq_put(P, bias, ra, o, s[0][0], yp, yfp, ya);
                             et_rq_put(P, bias, rb, o + 1, s[1][0], yp, yfp, ya + y.cstride);
                             if (two) {
@@ -473,8 +478,8 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                             }
                         } else {
                             int32_t s[2] = {ra->init, ra->init};
-                            et_dot12(wr[o - oc], col, k1, s);
-                            if (split) et_dot12(wr2[o - oc], col + 2 * base2, k2, s);
+                            et_dot12(fa->w, col, k1, s);
+                            if (split) et_dot12(fa->w2, col + 2 * base2, k2, s);
                             et_rq_put(P, bias, ra, o, s[0], yp, yfp, ya);
                             if (two) et_rq_put(P, bias, ra, o, s[1], yp, yfp, ya + 1);
                         }
