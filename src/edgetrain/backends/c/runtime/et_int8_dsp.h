@@ -321,8 +321,9 @@ static ET_DSP_NOINLINE void et_gemm_row_planes(const et_gemm_oc *t, int32_t pair
 
 /* et_gemm_pairs reading pixels x, x + 1 of the k planes (plane q at x + q * cs) directly:
  * for a chunk of at most 4 output channels the packing would cost as much as it saves */
-static ET_DSP_NOINLINE void et_gemm_pairs_planes(const et_gemm_oc *t, int32_t pairs, int32_t odd, const int8_t *x,
-                                                 int32_t xs, int32_t k, int8_t *y, int32_t cs) {
+static inline __attribute__((always_inline)) void et_gemm_planes_px(const et_gemm_oc *t, int32_t pairs, int32_t odd,
+                                                                    const int8_t *x, int32_t xs, int32_t k, int8_t *y,
+                                                                    int32_t cs) {
     for (; pairs > 0; pairs--, t += 2, y += 2 * cs) {
         int32_t s00 = t[0].init, s01 = t[0].init, s10 = t[1].init, s11 = t[1].init;
         const int8_t *wa = t[0].w, *wb = t[1].w, *p = x;
@@ -376,6 +377,12 @@ static ET_DSP_NOINLINE void et_gemm_pairs_planes(const et_gemm_oc *t, int32_t pa
         y[0] = y0;
         y[1] = y1;
     }
+}
+
+/* the first `px` (even) pixels of one output row, two at a time (et_gemm_planes_px) */
+static ET_DSP_NOINLINE void et_gemm_pairs_planes(const et_gemm_oc *t, int32_t pairs, int32_t odd, const int8_t *x,
+                                                 int32_t xs, int32_t k, int32_t px, int8_t *y, int32_t cs) {
+    for (int32_t q = 0; q < px; q += 2) et_gemm_planes_px(t, pairs, odd, x + q, xs, k, y + q, cs);
 }
 
 /* et_qconv_rows for an ungrouped conv whose weight rows lie side by side: per output row,
@@ -435,19 +442,18 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                 const int32_t at = n * y.nstride + (ho % y.cap) * wo - yo_off * y.cstride;
                 int8_t *yp = yf ? 0 : y.p + at;
                 float *yfp = yf ? yf + at : 0;
-                int32_t q0 = 0; /* pixels done by et_gemm_row_planes */
-                if (planes && !split && !pad && !direct && fast_end == oe && wo >= 2) {
+                int32_t q0 = 0; /* pixels done by et_gemm_row_planes or et_gemm_pairs_planes */
+                if (direct && all_fast && wo >= 2) {
+                    q0 = wo & ~1;
+                    et_gemm_pairs_planes(fast, (oe - oc) / 2, (oe - oc) & 1, xr, x.cstride, k, q0,
+                                         yp + oc * y.cstride, y.cstride);
+                } else if (planes && !split && !pad && !direct && fast_end == oe && wo >= 2) {
                     q0 = wo & ~1;
                     et_gemm_row_planes(fast, (oe - oc) / 2, xr, x.cstride, k, col, q0, yp + oc * y.cstride,
                                        y.cstride);
                 }
                 for (int32_t q = q0; q < wo; q += 2) {
                     const int32_t two = q + 1 < wo;
-                    if (direct && two && all_fast) {
-                        et_gemm_pairs_planes(fast, (oe - oc) / 2, (oe - oc) & 1, xr + q, x.cstride, k,
-                                             yp + oc * y.cstride + q, y.cstride);
-                        continue;
-                    }
                     if (split) et_col_planes_map(xr + q, x.cstride, k, two, w->map, base2, col);
                     else if (planes) et_col_planes(xr + q, x.cstride, k, two, col);
                     else {
