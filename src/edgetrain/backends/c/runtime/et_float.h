@@ -379,6 +379,25 @@ ET_INLINE void et_bn_grad_weight(const float *ET_RESTRICT G, const float *ET_RES
     }
 }
 
+/* one image's pass over one channel of et_bn_backward_fused, summing into *sw and *sb: MASK and
+ * WANT_W are literals at every call, so that each combination is its own branch-free loop */
+ET_INLINE void et_bn_backward_pass(const float *g, const float *ET_RESTRICT xc, const float *ET_RESTRICT x, float *gx,
+                                   int HW, int MASK, int WANT_W, float lo, float hi, float m, float a, float *sw,
+                                   float *sb) {
+    float s_w = *sw, s_b = *sb;
+    ET_SIMD_SUM2(s_w, s_b)
+    for (int i = 0; i < HW; ++i) {
+        float gv = g[i];
+        if (MASK == 1) gv = (xc[i] > lo && xc[i] < hi) ? gv : 0.f;
+        if (MASK == 2) gv = xc[i] > 0.f ? gv : 0.f;
+        if (WANT_W) s_w += gv * (x[i] - m);
+        s_b += gv;
+        gx[i] = gv * a;
+    }
+    *sw = s_w;
+    *sb = s_b;
+}
+
 /* The backward of batch norm (+ ReLU/ReLU6) in one pass per channel: g = G masked by the
  * activation's derivative (mask 1: lo < XC < hi on the saved activation input XC; mask 2:
  * XC > 0 on the saved ReLU output; 0: none), GW = sum g * xhat, GB = sum g, GX = g * w / std.
@@ -396,15 +415,14 @@ ET_INLINE void et_bn_backward_fused(const float *G, const float *ET_RESTRICT XC,
             const size_t base = ((size_t)n * C + c) * HW;
             const float *g = G + base, *xc = XC ? XC + base : 0, *x = X ? X + base : 0;
             float *gx = GX + base;
-            ET_SIMD_SUM2(sw, sb)
-            for (int i = 0; i < HW; ++i) {
-                float gv = g[i];
-                if (mask == 1) gv = (xc[i] > lo && xc[i] < hi) ? gv : 0.f;
-                if (mask == 2) gv = xc[i] > 0.f ? gv : 0.f;
-                if (GW) sw += gv * (x[i] - m);
-                sb += gv;
-                gx[i] = gv * a;
-            }
+#define ET_BN_PASS(MASK) do {                                                                          \
+        if (GW) et_bn_backward_pass(g, xc, x, gx, HW, MASK, 1, lo, hi, m, a, &sw, &sb);                  \
+        else et_bn_backward_pass(g, xc, x, gx, HW, MASK, 0, lo, hi, m, a, &sw, &sb);                     \
+    } while (0)
+            if (mask == 1) ET_BN_PASS(1);
+            else if (mask == 2) ET_BN_PASS(2);
+            else ET_BN_PASS(0);
+#undef ET_BN_PASS
         }
         if (GW) GW[c] = sw * inv;
         if (GB) GB[c] = sb;
