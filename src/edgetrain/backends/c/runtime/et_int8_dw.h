@@ -7,7 +7,8 @@
  * zero-point term of the accumulator's start takes back); 3x3 at stride 1 two pixels at a
  * time (each tap row's word gives both pixels' pairs, the middle taps by __smlabb/__smlatt),
  * 5x5..7x7 at stride 1 two pixels from two words per tap row (__smladx for the odd pixel's
- * shifted pairs), other sizes a pixel at a time over the row's words. Same integers as the
+ * shifted pairs), at stride 2 two pixels from the same words (shifted pairs joined from two
+ * words' halves), other sizes a pixel at a time over the row's words. Same integers as the
  * portable loop of et_int8.h. */
 #ifndef ET_INT8_DW_H
 #define ET_INT8_DW_H
@@ -133,6 +134,39 @@ static inline __attribute__((always_inline)) void et_dwk_row(const int8_t *const
             ET_DW_PUT(q, s0);
             ET_DW_PUT(q + 1, s1);
         }
+    if (sw == 2 && words == 2 && P->kw <= 7) {
+        /* stride 2: pixel q + 1 reads x2..x8 of the same words, (t0, t2).(x2, x4) + (t1, t3).(x3, x5)
+         * + (t4, t6).(x6, x8) + t5 x7, the shifted pairs joined from two words' halves (x8:
+         * a third word, kw = 7 only; t6 = 0 below that) */
+        const int seven = P->kw == 7;
+        for (; q + 2 <= wo; q += 2) {
+            int32_t s0 = c->r.init, s1 = c->r.init;
+            for (int32_t i = 0; i < kh; i++) {
+                const int8_t *p = rows[i] + 2 * q;
+                const uint32_t v0 = (uint32_t)et_ld32s(p), v1 = (uint32_t)et_ld32s(p + 4);
+                const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0);
+                const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1);
+                const int32_t e0 = c->wpk[i][0][0], d0 = c->wpk[i][0][1], e1 = c->wpk[i][1][0], d1 = c->wpk[i][1][1];
+                s0 = __smlad(e0, a0, s0);
+                s0 = __smlad(d0, b0, s0);
+                s0 = __smlad(e1, a1, s0);
+                s0 = __smlad(d1, b1, s0);
+                const int32_t c02 = (int32_t)(((uint32_t)a0 >> 16) | ((uint32_t)a1 << 16)); /* (x2, x4) */
+                const int32_t c13 = (int32_t)(((uint32_t)b0 >> 16) | ((uint32_t)b1 << 16)); /* (x3, x5) */
+                s1 = __smlad(e0, c02, s1);
+                s1 = __smlad(d0, c13, s1);
+                if (seven) {
+                    const int32_t a2 = __sxtb16(et_ld32s(p + 8));
+                    s1 = __smlad(e1, (int32_t)(((uint32_t)a1 >> 16) | ((uint32_t)a2 << 16)), s1); /* (x6, x8) */
+                } else {
+                    s1 = __smlabt(e1, a1, s1);
+                }
+                s1 = __smlabt(d1, b1, s1);
+            }
+            ET_DW_PUT(q, s0);
+            ET_DW_PUT(q + 1, s1);
+        }
+    }
     for (; q < wo; q++) {
         int32_t s = c->r.init;
         for (int32_t i = 0; i < kh; i++) {
