@@ -16,8 +16,11 @@ def emit_c(prog, out_dir, target: str = "host", samples: Iterable = (), embed_we
            graphs: Optional[tuple] = None) -> Path:
     """Write `prog` as a C project into `out_dir` and return its path. target="host": model.c,
     model.h, runtime headers, Makefile (`make`: libmodel.so; with samples `make run` trains on
-    them); "cortex-m4"/"cortex-m7": a firmware project (cortexm.py). embed_weights (default
-    True) compiles the initial weights in as array initializers (frozen ones `const`).
+    them); "cortex-m4"/"cortex-m7": a firmware project (cortexm.py, weights `const` in flash).
+    embed_weights (host): True compiles the initial weights in as array initializers (frozen
+    ones `const`); False writes them to weights.bin with a standalone trainer reading it and
+    samples.bin at run time (project.py, weights_file.py); None (default): embedded up to
+    weights_file.EMBED_LIMIT_BYTES of state, a file above.
     graphs: which of "train", "forward" (et_predict) and "grad" (et_gradients) to emit, train
     included; by default all three on the host (the library's whole API) and ("train",) on a
     Cortex-M (its firmware trains; its arena is then the train graph's). The function of a

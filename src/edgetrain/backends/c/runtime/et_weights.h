@@ -1,0 +1,217 @@
+/* edgetrain C runtime (host): the weights file and the samples file of a host project, whose
+ * format backends/c/weights_file.py describes and writes. Included by the standalone driver
+ * (main.c) after model.h: it loads and saves the state through model.h's state I/O
+ * (et_state_ptr: read in place, no second copy; else et_set_state / et_get_state), and reads
+ * one sample at a time, so neither the weights nor the samples are held twice.
+ * Every function returns 0 or -1 with a message in err (which file, what is wrong). */
+#ifndef ET_WEIGHTS_H
+#define ET_WEIGHTS_H
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ET_FILE_VERSION 1u
+#define ET_FILE_HEADER 64
+#define ET_FILE_ENTRY 24 /* u32 name bytes, u32 dtype code, u64 bytes, u64 offset */
+
+static uint32_t et_rd32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t et_rd64(const unsigned char *p) { return (uint64_t)et_rd32(p) | (uint64_t)et_rd32(p + 4) << 32; }
+
+static int et_file_fail(char *err, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static uint64_t et_fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = (const unsigned char *)p;
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
+}
+
+/* FNV-1a 64 of this program's (state name, 0, byte size as 8 bytes little endian) in order */
+static uint64_t et_weights_table_hash(void) {
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (int i = 0; i < et_num_state(); ++i) {
+        const char *name = et_state_name(i);
+        unsigned char le[8];
+        uint64_t nb = (uint64_t)et_state_bytes(i);
+        for (int k = 0; k < 8; ++k) le[k] = (unsigned char)(nb >> (8 * k));
+        h = et_fnv(h, name, strlen(name) + 1);
+        h = et_fnv(h, le, 8);
+    }
+    return h;
+}
+
+static long long et_file_size(FILE *f) {
+    if (fseek(f, 0, SEEK_END) != 0) return -1;
+    long long n = ftell(f);
+    return fseek(f, 0, SEEK_SET) == 0 ? n : -1;
+}
+
+/* the header and table of the weights file last loaded: et_save_weights writes them back */
+static unsigned char *et_wtable;
+static size_t et_wtable_bytes;
+static uint64_t et_wfile_bytes;
+
+/* read the weights file at path into the program's state tensors, after checking that it is
+   one (magic, version), that it is whole (its size) and that it is this program's (tensor
+   count, table hash, each tensor's name and size) */
+int et_load_weights(const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return et_file_fail(err, errlen, "cannot open the weights file %s: %s", path, strerror(errno));
+    unsigned char h[ET_FILE_HEADER];
+    long long size = et_file_size(f);
+    int rc = -1;
+    unsigned char *tab = 0;
+    if (size < ET_FILE_HEADER || fread(h, 1, ET_FILE_HEADER, f) != ET_FILE_HEADER) {
+        et_file_fail(err, errlen, "%s: short file (%lld B): not a weights file", path, size);
+        goto done;
+    }
+    if (memcmp(h, "ETWEIGHT", 8) != 0) {
+        et_file_fail(err, errlen, "%s: not an edgetrain weights file (bad magic)", path);
+        goto done;
+    }
+    if (et_rd32(h + 8) != ET_FILE_VERSION) {
+        et_file_fail(err, errlen, "%s: weights format version %u; this program reads version %u", path,
+                     et_rd32(h + 8), ET_FILE_VERSION);
+        goto done;
+    }
+    const uint32_t count = et_rd32(h + 12);
+    const uint64_t hash = et_rd64(h + 16), want = et_rd64(h + 24);
+    if ((uint64_t)size != want) {
+        et_file_fail(err, errlen, "%s: %lld B, its header says %llu B (truncated or damaged)", path, size,
+                     (unsigned long long)want);
+        goto done;
+    }
+    if (count != (uint32_t)et_num_state() || hash != et_weights_table_hash()) {
+        et_file_fail(err, errlen, "%s: the weights of another model (%u tensors; this program has %d, or their "
+                     "names or sizes differ)", path, count, et_num_state());
+        goto done;
+    }
+    size_t cap = ET_FILE_HEADER + (size_t)count * (ET_FILE_ENTRY + 64), used = ET_FILE_HEADER;
+    tab = (unsigned char *)malloc(cap);
+    if (!tab) { et_file_fail(err, errlen, "%s: out of memory for its table", path); goto done; }
+    memcpy(tab, h, ET_FILE_HEADER);
+    uint64_t *offs = (uint64_t *)malloc(sizeof(uint64_t) * (count ? count : 1));
+    if (!offs) { et_file_fail(err, errlen, "%s: out of memory", path); goto done; }
+    for (uint32_t i = 0; i < count; ++i) { /* the table: each entry this program's tensor i */
+        unsigned char e[ET_FILE_ENTRY];
+        if (fread(e, 1, ET_FILE_ENTRY, f) != ET_FILE_ENTRY) { et_file_fail(err, errlen, "%s: short table", path); break; }
+        const uint32_t n = et_rd32(e), padded = (n + 7u) & ~7u;
+        const uint64_t nbytes = et_rd64(e + 8), off = et_rd64(e + 16);
+        if (used + ET_FILE_ENTRY + padded > cap) {
+            unsigned char *t = (unsigned char *)realloc(tab, cap = 2 * cap + ET_FILE_ENTRY + padded);
+            if (!t) { et_file_fail(err, errlen, "%s: out of memory for its table", path); break; }
+            tab = t;
+        }
+        memcpy(tab + used, e, ET_FILE_ENTRY);
+        used += ET_FILE_ENTRY;
+        if (fread(tab + used, 1, padded, f) != padded) { et_file_fail(err, errlen, "%s: short table", path); break; }
+        const char *name = et_state_name((int)i);
+        if (n != strlen(name) || memcmp(tab + used, name, n) != 0 || nbytes != (uint64_t)et_state_bytes((int)i)
+            || off + nbytes > want) {
+            et_file_fail(err, errlen, "%s: tensor %u is %.*s (%llu B at %llu), this program's is %s (%ld B)", path, i,
+                         (int)n, (const char *)(tab + used), (unsigned long long)nbytes, (unsigned long long)off,
+                         name, et_state_bytes((int)i));
+            break;
+        }
+        used += padded;
+        offs[i] = off;
+        if (i + 1 == count) rc = 0;
+    }
+    if (count == 0) rc = 0;
+    for (uint32_t i = 0; rc == 0 && i < count; ++i) { /* the data, in place where the array is whole */
+        const size_t nbytes = (size_t)et_state_bytes((int)i);
+        void *dst = et_state_ptr((int)i), *buf = dst ? dst : malloc(nbytes ? nbytes : 1);
+        if (!buf || fseek(f, (long)offs[i], SEEK_SET) != 0 || fread(buf, 1, nbytes, f) != nbytes
+            || (!dst && et_set_state((int)i, buf) != 0)) {
+            rc = et_file_fail(err, errlen, "%s: cannot read or set tensor %s", path, et_state_name((int)i));
+        }
+        if (!dst) free(buf);
+    }
+    free(offs);
+    if (rc == 0) {
+        free(et_wtable);
+        et_wtable = tab, et_wtable_bytes = used, et_wfile_bytes = want;
+        tab = 0;
+    }
+done:
+    free(tab);
+    fclose(f);
+    return rc;
+}
+
+/* write the state as it is now to path, in the layout of the file last loaded (written to
+   path.tmp, flushed to disk, then renamed: a crash leaves the old file whole) */
+int et_save_weights(const char *path, char *err, size_t errlen) {
+    if (!et_wtable) return et_file_fail(err, errlen, "%s: no weights file was loaded to take the layout of", path);
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return et_file_fail(err, errlen, "path too long");
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return et_file_fail(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    int ok = fwrite(et_wtable, 1, et_wtable_bytes, f) == et_wtable_bytes;
+    const unsigned char *e = et_wtable + ET_FILE_HEADER;
+    uint64_t at = et_wtable_bytes;
+    for (int i = 0; ok && i < et_num_state(); ++i) {
+        const uint32_t padded = (et_rd32(e) + 7u) & ~7u;
+        const uint64_t nbytes = et_rd64(e + 8), off = et_rd64(e + 16);
+        e += ET_FILE_ENTRY + padded;
+        for (; ok && at < off; ++at) ok = fputc(0, f) != EOF;
+        void *src = et_state_ptr(i), *buf = src ? src : malloc(nbytes ? nbytes : 1);
+        ok = ok && buf && (src || et_get_state(i, buf) == 0) && fwrite(buf, 1, nbytes, f) == nbytes;
+        if (!src) free(buf);
+        at += nbytes;
+    }
+    for (; ok && at < et_wfile_bytes; ++at) ok = fputc(0, f) != EOF;
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = (fclose(f) == 0) && ok && rename(tmp, path) == 0;
+    if (!ok) {
+        remove(tmp);
+        return et_file_fail(err, errlen, "cannot write the weights to %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+/* a samples file, read one (input, label) record at a time */
+typedef struct {
+    FILE *f;
+    uint32_t count;
+} et_samples_t;
+
+int et_samples_open(et_samples_t *s, const char *path, char *err, size_t errlen) {
+    unsigned char h[ET_FILE_HEADER];
+    s->f = fopen(path, "rb");
+    if (!s->f) return et_file_fail(err, errlen, "cannot open the samples file %s: %s", path, strerror(errno));
+    const long long size = et_file_size(s->f);
+    const char *bad = 0;
+    if (size < ET_FILE_HEADER || fread(h, 1, ET_FILE_HEADER, s->f) != ET_FILE_HEADER) bad = "short file: not a samples file";
+    else if (memcmp(h, "ETSAMPLE", 8) != 0) bad = "not an edgetrain samples file (bad magic)";
+    else if (et_rd32(h + 8) != ET_FILE_VERSION) bad = "samples format version not 1";
+    else if (et_rd64(h + 16) != ET_INPUT_BYTES || et_rd64(h + 24) != ET_LABEL_BYTES)
+        bad = "its inputs or labels are not this model's sizes (ET_INPUT_BYTES, ET_LABEL_BYTES)";
+    else if ((s->count = et_rd32(h + 12)) == 0) bad = "it holds no sample";
+    else if ((uint64_t)size != ET_FILE_HEADER + (uint64_t)s->count * (ET_INPUT_BYTES + ET_LABEL_BYTES))
+        bad = "its size is not its header's count of records (truncated?)";
+    if (bad) {
+        fclose(s->f);
+        s->f = 0;
+        return et_file_fail(err, errlen, "%s: %s", path, bad);
+    }
+    return 0;
+}
+
+int et_samples_read(et_samples_t *s, uint32_t i, void *input, void *label) {
+    const long long at = ET_FILE_HEADER + (long long)(i % s->count) * (ET_INPUT_BYTES + ET_LABEL_BYTES);
+    return fseek(s->f, (long)at, SEEK_SET) == 0 && fread(input, 1, ET_INPUT_BYTES, s->f) == ET_INPUT_BYTES
+           && fread(label, 1, ET_LABEL_BYTES, s->f) == ET_LABEL_BYTES ? 0 : -1;
+}
+#endif
