@@ -31,12 +31,13 @@ def _samples(n=3):
     return [(rng.normal(size=(2, 8)).astype(np.float32), np.array([i % 3, (i + 1) % 3])) for i in range(n)]
 
 
-def test_format_round_trips_and_hash_names_the_table():
+def test_format_round_trips_and_hash_names_the_table(tmp_path):
     a = np.arange(10, dtype=np.float32)
     b = np.array([[1, -2], [3, 4]], np.int8)
     blob = wf.weights_blob([("w", a), ("layer.b", b)])
     assert blob[:8] == wf.WEIGHTS_MAGIC and len(blob) % wf.DATA_ALIGN == 0
-    p = _write(blob)
+    p = tmp_path / "w.bin"
+    p.write_bytes(blob)
     got = wf.read_weights(p)
     assert list(got) == ["w", "layer.b"] and got["layer.b"].dtype == np.int8
     np.testing.assert_array_equal(got["w"], a)
@@ -49,16 +50,6 @@ def test_format_round_trips_and_hash_names_the_table():
     p.write_bytes(b"X" + blob[1:])
     with pytest.raises(wf.WeightsFileError, match="not an edgetrain weights file"):
         wf.read_weights(p)
-
-
-def _write(blob, _n=[0]):
-    import tempfile
-    from pathlib import Path
-
-    _n[0] += 1
-    p = Path(tempfile.mkdtemp()) / f"w{_n[0]}.bin"
-    p.write_bytes(blob)
-    return p
 
 
 def test_large_programs_write_a_weights_file_by_default():
