@@ -142,12 +142,13 @@ CHUNK_NODES = 64
 
 
 def graph_function(layout: Layout, key: str, gather_bufs: list, abort_points: bool = False,
-                   pool: Optional[ConstPool] = None) -> str:
+                   pool: Optional[ConstPool] = None, hooks=None) -> str:
     """static void et_run_<key>(void): the graph's nodes in order, each its kernel's code; a
     graph of more than CHUNK_NODES nodes as that many per function (ET_NOINLINE: kept apart),
     called in order by et_run_<key>. With bank abort points (a test hook that returns from the
     graph's function) one function. With a `pool`, the kernels' constant tables go into it
-    (constpool.py: one copy of each, declared at file scope by the caller)."""
+    (constpool.py: one copy of each, declared at file scope by the caller). `hooks(node)`: the
+    statements before and after a node (step_guard.node_hooks: the checked step's backup)."""
     gl = layout.graphs[key]
     blocks = []
     for i, n in enumerate(gl.graph.nodes):
@@ -159,7 +160,9 @@ def graph_function(layout: Layout, key: str, gather_bufs: list, abort_points: bo
         if not code and not pre:
             continue
         outs = ", ".join(f"{v.type}" for v in n.outputs)
-        blocks.append(_node_block(key, i, f"{n.op} -> {outs}", pre, code, abort_points))
+        before, after = hooks(n) if hooks else ([], [])
+        code = "\n".join([code, *after]) if after else code
+        blocks.append(_node_block(key, i, f"{n.op} -> {outs}", [*before, *pre], code, abort_points))
     if abort_points or len(blocks) <= CHUNK_NODES:
         return "\n".join([f"static void et_run_{key}(void) {{", *(ln for b in blocks for ln in b), "}"])
     out, calls = [], []
