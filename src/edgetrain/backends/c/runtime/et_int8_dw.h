@@ -18,8 +18,9 @@
  * One channel at a time; its input rows copied into a ring of 4 or 8 stack rows (row hi in
  * slot hi & (slots - 1), kept while the next output rows read it), each padded with x_zero: pw
  * bytes before the row and at least 4 after, so a tap row's words never test a bound; a row
- * outside the image is a row of x_zero. A call for a whole plane that fits the stack buffer
- * copies its padded rows once, at a fixed stride (no ring bookkeeping per output row). The weights are packed once per channel; each row
+ * outside the image is a row of x_zero. When all the rows a call's output rows read fit the
+ * stack buffer, they are copied once per channel at a fixed stride instead (no ring
+ * bookkeeping per output row). The weights are packed once per channel; each row
  * kernel is compiled twice (ET_DW_FAST: all on the fast requantization path, or not). */
 #define ET_DW_TAPS 8
 #define ET_DW_PAD 1024 /* stack bytes for the ring and the x_zero row */
@@ -207,11 +208,13 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
     const int32_t kh = P->kh, kw = P->kw, khkw = kh * kw, words = (kw + 3) / 4, opg = P->o / P->groups;
     const int32_t rb = et_dw_row_bytes(P), mask = et_dw_slots(P) - 1, wo = P->wo, sw = P->sw;
     const int three = kh == 3 && kw == 3;
-    /* every output row of a plane that fits: its padded rows copied once, at a fixed stride */
-    const int plane = r0 == 0 && r1 == P->ho && (P->h + 2 * P->ph) * rb <= ET_DW_PAD;
+    /* the input rows of the call's output rows, when they fit, copied once per channel at a
+     * fixed stride (rows outside the image stay x_zero); else the ring */
+    const int32_t first = r0 * P->sh - P->ph, nrows = (r1 - 1 - r0) * P->sh + kh;
+    const int block = nrows * rb <= ET_DW_PAD;
     int8_t pad[ET_DW_PAD] __attribute__((aligned(4)));
     int8_t *zrow = pad + (mask + 1) * rb;
-    memset(pad, (uint8_t)P->x_zero, (size_t)(plane ? (P->h + 2 * P->ph) * rb : (mask + 2) * rb));
+    memset(pad, (uint8_t)P->x_zero, (size_t)(block ? nrows * rb : (mask + 2) * rb));
     int8_t *yp = yf ? 0 : y.p;
     et_dwc c;
     for (int32_t n = 0; n < P->n; n++)
@@ -222,13 +225,13 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
             const int8_t *xc = x.p + n * x.nstride + (o / opg - xc_off) * x.cstride;
             int32_t held[ET_DW_TAPS];
             for (int32_t i = 0; i <= mask; i++) held[i] = -1;
-            if (plane)
-                for (int32_t hi = 0; hi < P->h; hi++)
-                    et_copy8(pad + (hi + P->ph) * rb + P->pw, xc + (hi % x.cap) * P->w, P->w);
+            if (block)
+                for (int32_t j = first < 0 ? -first : 0; j < nrows && first + j < P->h; j++)
+                    et_copy8(pad + j * rb + P->pw, xc + ((first + j) % x.cap) * P->w, P->w);
             for (int32_t ho = r0; ho < r1; ho++) {
                 const int8_t *rows[ET_DW_TAPS];
-                for (int32_t i = 0; plane && i < kh; i++) rows[i] = pad + (ho * P->sh + i) * rb;
-                for (int32_t i = 0; !plane && i < kh; i++) {
+                for (int32_t i = 0; block && i < kh; i++) rows[i] = pad + ((ho - r0) * P->sh + i) * rb;
+                for (int32_t i = 0; !block && i < kh; i++) {
                     const int32_t hi = ho * P->sh - P->ph + i;
                     if (hi < 0 || hi >= P->h) {
                         rows[i] = zrow;
