@@ -193,13 +193,14 @@ static inline void et_dw_pack(const int8_t *taps, int32_t kh, int32_t kw, et_dwc
         c->m2 = taps[7];
         return;
     }
-    for (int32_t i = 0; i < kh; i++)
-        for (int32_t k = 0; k < 2; k++) {
-            int32_t t[4];
-            for (int32_t e = 0; e < 4; e++) t[e] = 4 * k + e < kw ? taps[i * kw + 4 * k + e] : 0;
-            c->wpk[i][k][0] = et_pack16(t[0], t[2]);
-            c->wpk[i][k][1] = et_pack16(t[1], t[3]);
-        }
+    for (int32_t i = 0; i < kh; i++) {
+        int8_t t[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* the row, zero past kw */
+        for (int32_t j = 0; j < kw; j++) t[j] = taps[i * kw + j];
+        c->wpk[i][0][0] = et_pack16(t[0], t[2]);
+        c->wpk[i][0][1] = et_pack16(t[1], t[3]);
+        c->wpk[i][1][0] = et_pack16(t[4], t[6]);
+        c->wpk[i][1][1] = et_pack16(t[5], t[7]);
+    }
 }
 
 static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
