@@ -1,0 +1,328 @@
+/* edgetrain C runtime: the host's GEMM path for the float32 convolutions and dense layers
+ * (included by et_float_gemm.h, which dispatches to it; et_conv_pointwise is defined in every build).
+ *
+ * With ET_BLAS defined (the host library when a BLAS is installed: backends/c/blas.py), every
+ * convolution with one group runs as single-precision GEMMs over blocks of output pixels (whole
+ * images side by side, or output rows of one image), each block's im2col matrix about 1 MiB so
+ * that im2col, the GEMM and col2im pass it through the L2 cache; a block of one image reads and
+ * writes the NCHW tensors in place through the GEMM's leading dimension, a block of several
+ * images gathers them side by side (the weights are read once per block, not per image). The
+ * forward writes W col, the weight gradient sums GY col^T over the blocks, the input gradient
+ * sums W^T GY back by col2im. 1x1 stride-1 convolutions skip im2col. The GEMM-path functions are
+ * not inlined: their arguments are run-time values, so gcc compiles each once per program
+ * instead of once per call site. The scratch matrices live in two per-thread buffers that grow
+ * to the largest layer and are kept (host only: malloc); et_float_gemm.h's host depthwise
+ * kernels use them too. The BLAS runs on EDGETRAIN_BLAS_THREADS threads (environment, read at
+ * the first call; default 1). ET_BLAS_SGEMM / ET_BLAS_SET_THREADS name the library's functions
+ * (cblas_sgemm and openblas_set_num_threads unless the build names prefixed ones).
+ *
+ * Layout: NCHW activations, weights [O][C/G][KH][KW], dense weights [O][K]. Header-only. */
+#ifndef ET_FLOAT_BLAS_H
+#define ET_FLOAT_BLAS_H
+#include "et_float.h"
+
+ET_INLINE int et_conv_pointwise(int KH, int KW, int SH, int SW, int PH, int PW, int G) {
+    return KH == 1 && KW == 1 && SH == 1 && SW == 1 && PH == 0 && PW == 0 && G == 1;
+}
+
+#ifdef ET_BLAS
+#include <stdlib.h>
+#include <cblas.h>
+#ifndef ET_BLAS_SGEMM
+#define ET_BLAS_SGEMM cblas_sgemm
+#endif
+#ifndef ET_BLAS_SET_THREADS
+#define ET_BLAS_SET_THREADS openblas_set_num_threads
+#endif
+#define ET_BLAS_FN static __attribute__((noinline, unused))
+/* the host-only helpers below: always inlined into the kernels that call them (not themselves
+ * kernels of kernel_lib.py, which wraps the `ET_INLINE void` functions every build defines) */
+#define ET_HOST_INLINE static inline __attribute__((always_inline))
+
+/* C = A B (transposes as asked), row-major; the thread count set once per library */
+static void et_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                     float beta, float *Cm, int ldc) {
+    static int threads_set = 0;
+    if (!threads_set) {
+        const char *e = getenv("EDGETRAIN_BLAS_THREADS");
+        const int t = e ? atoi(e) : 1;
+        ET_BLAS_SET_THREADS(t > 0 ? t : 1);
+        threads_set = 1;
+    }
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) { /* an empty sum: beta C */
+        for (int i = 0; i < M; ++i)
+            for (int j = 0; j < N; ++j) Cm[(size_t)i * ldc + j] = beta == 0.f ? 0.f : beta * Cm[(size_t)i * ldc + j];
+        return;
+    }
+    ET_BLAS_SGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A,
+                  lda, B, ldb, beta, Cm, ldc);
+}
+
+/* one of two per-thread scratch buffers of at least n floats (grown, never shrunk) */
+static float *et_scratch(int slot, size_t n) {
+    static __thread float *buf[2];
+    static __thread size_t cap[2];
+    if (n > cap[slot]) {
+        free(buf[slot]);
+        buf[slot] = (float *)malloc(n * sizeof(float));
+        if (!buf[slot]) {
+            cap[slot] = 0;
+            ET_ERROR_HOOK("et_scratch: out of memory");
+            return 0;
+        }
+        cap[slot] = n;
+    }
+    return buf[slot];
+}
+
+/* ---- the GEMMs of a convolution, block by block ----------------------------------------
+ * The columns (output pixels) of a step's GEMMs are cut into blocks: several whole images, or
+ * a range of output rows of one image. A block's im2col matrix is written, read by its GEMM and
+ * summed back (col2im) while it is still in this core's L2 cache, instead of the whole batch's
+ * (9x the input for a 3x3 convolution) going through memory twice. A block of one image reads
+ * and writes the NCHW tensors in place through the GEMM's leading dimension (no gather, no
+ * scatter); a block of several images gathers them side by side. */
+
+/* floats of one block's im2col matrix: 1 MiB, half the L2 of a current x86 core */
+#define ET_COL_BLOCK_FLOATS (256 * 1024)
+/* a block spans at least this many columns per weight row: every block's GEMM packs the weights
+ * (O x CK) again, which a narrower block would do more often than its cache saves */
+#define ET_BLOCK_COLS_PER_O 2
+/* and at least this many columns (a GEMM narrower than that runs far below the peak) */
+#define ET_BLOCK_MIN_COLS 64
+
+/* whole images per block (> 0), or minus the output rows of one image per block (< 0) */
+ET_HOST_INLINE int et_block_step(int N, int HO, int WO, int CK, int O) {
+    long w = ET_COL_BLOCK_FLOATS / (CK > 0 ? CK : 1);
+    if (w < (long)ET_BLOCK_COLS_PER_O * O) w = (long)ET_BLOCK_COLS_PER_O * O;
+    if (w < ET_BLOCK_MIN_COLS) w = ET_BLOCK_MIN_COLS;
+    const long P = (long)HO * WO;
+    if (w >= P || WO <= 0) {
+        const long k = P > 0 ? w / P : N;
+        return (int)(k < N ? k : N);
+    }
+    const long r = w / WO;
+    return -(int)(r > 0 ? r : 1);
+}
+
+/* one block of a convolution's GEMM columns: images [n0, n1), their output rows [oh0, oh1) */
+typedef struct {
+    int n0, n1, oh0, oh1, cols, step;
+} et_block;
+
+ET_HOST_INLINE et_block et_blocks(int N, int HO, int WO, int CK, int O) {
+    et_block b = {0, 0, 0, 0, 0, et_block_step(N, HO, WO, CK, O)};
+    return b;
+}
+
+/* b moved to its first block (b fresh from et_blocks) or the next; 0 past the last */
+ET_HOST_INLINE int et_block_next(et_block *b, int N, int HO, int WO) {
+    const int imgs = b->step > 0 ? b->step : 1, rows = b->step > 0 ? HO : -b->step;
+    if (b->n1 == 0) {
+        b->n0 = b->oh0 = 0;
+    } else if (b->oh1 < HO) {
+        b->oh0 = b->oh1;
+    } else {
+        b->n0 = b->n1;
+        b->oh0 = 0;
+    }
+    if (b->n0 >= N) return 0;
+    b->n1 = b->n0 + imgs < N ? b->n0 + imgs : N;
+    b->oh1 = b->oh0 + rows < HO ? b->oh0 + rows : HO;
+    b->cols = (b->n1 - b->n0) * (b->oh1 - b->oh0) * WO;
+    return 1;
+}
+
+/* dst[r][n*P + p] = src[n][r][p] for R rows of P per image: the images side by side */
+static void et_batch_cols(const float *ET_RESTRICT src, float *ET_RESTRICT dst, int N, int R, int P) {
+    for (int n = 0; n < N; ++n)
+        for (int r = 0; r < R; ++r)
+            memcpy(dst + (size_t)r * N * P + (size_t)n * P, src + ((size_t)n * R + r) * P, (size_t)P * sizeof(float));
+}
+
+/* dst[n][r][p] = src[r][n*P + p] (+ bias[r]): the inverse of et_batch_cols */
+static void et_batch_uncols(const float *ET_RESTRICT src, const float *ET_RESTRICT bias, float *ET_RESTRICT dst,
+                            int N, int R, int P) {
+    for (int n = 0; n < N; ++n)
+        for (int r = 0; r < R; ++r) {
+            const float *s = src + (size_t)r * N * P + (size_t)n * P;
+            float *d = dst + ((size_t)n * R + r) * P;
+            if (bias) {
+                const float b = bias[r];
+                for (int p = 0; p < P; ++p) d[p] = s[p] + b;
+            } else {
+                memcpy(d, s, (size_t)P * sizeof(float));
+            }
+        }
+}
+
+/* a block of T's [n][R][P] as a GEMM operand of R rows: one image in place (*ld = P), several
+ * gathered into scratch `slot` (*ld = cols); 0 when out of memory */
+static const float *et_block_rows(const float *T, int R, int P, int n0, int n1, int oh0, int WO, int cols, int slot,
+                                  int *ld) {
+    if (n1 - n0 == 1) {
+        *ld = P;
+        return T + (size_t)n0 * R * P + (size_t)oh0 * WO;
+    }
+    float *m = et_scratch(slot, (size_t)R * cols);
+    if (m) et_batch_cols(T + (size_t)n0 * R * P, m, n1 - n0, R, P);
+    *ld = cols;
+    return m;
+}
+
+/* col[(c*KH + ki)*KW + kj][(n - n0)*RO*WO + (oh - oh0)*WO + ow] = X[n][c][oh*SH - PH + ki*DH][ow*SW - PW + kj*DW]
+ * (0 outside) for the block's images n and output rows oh (RO = oh1 - oh0) */
+static void et_im2col(const float *ET_RESTRICT X, float *ET_RESTRICT col, int n0, int n1, int oh0, int oh1, int C,
+                      int H, int Wd, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+    const size_t RW = (size_t)(oh1 - oh0) * WO, ld = (size_t)(n1 - n0) * RW;
+    for (int n = n0; n < n1; ++n)
+        for (int c = 0; c < C; ++c) {
+            const float *x = X + ((size_t)n * C + c) * H * Wd;
+            for (int ki = 0; ki < KH; ++ki)
+                for (int kj = 0; kj < KW; ++kj) {
+                    float *d = col + ((size_t)(c * KH + ki) * KW + kj) * ld + (n - n0) * RW;
+                    const int ow0 = et_lo(PW, kj, DW, SW), ow1 = et_hi(Wd, PW, kj, DW, SW, WO);
+                    const int a = ow0 < WO ? ow0 : WO, b = ow1 > a ? ow1 : a;
+                    for (int oh = oh0; oh < oh1; ++oh, d += WO) {
+                        const int ih = oh * SH - PH + ki * DH;
+                        if (ih < 0 || ih >= H) {
+                            memset(d, 0, (size_t)WO * sizeof(float));
+                            continue;
+                        }
+                        const float *xr = x + (size_t)ih * Wd - PW + kj * DW;
+                        for (int ow = 0; ow < a; ++ow) d[ow] = 0.f;
+                        if (SW == 1) {
+                            if (b > a) memcpy(d + a, xr + a, (size_t)(b - a) * sizeof(float));
+                        } else {
+                            for (int ow = a; ow < b; ++ow) d[ow] = xr[(size_t)ow * SW];
+                        }
+                        for (int ow = b; ow < WO; ++ow) d[ow] = 0.f;
+                    }
+                }
+        }
+}
+
+/* GX[n][c][ih][iw] += the block's col entries et_im2col would read from there */
+static void et_col2im(const float *ET_RESTRICT col, float *ET_RESTRICT GX, int n0, int n1, int oh0, int oh1, int C,
+                      int H, int Wd, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+    const size_t RW = (size_t)(oh1 - oh0) * WO, ld = (size_t)(n1 - n0) * RW;
+    for (int n = n0; n < n1; ++n)
+        for (int c = 0; c < C; ++c) {
+            float *gx = GX + ((size_t)n * C + c) * H * Wd;
+            for (int ki = 0; ki < KH; ++ki) {
+                const int lo = et_lo(PH, ki, DH, SH), hi = et_hi(H, PH, ki, DH, SH, HO);
+                const int r0 = lo > oh0 ? lo : oh0, r1 = hi < oh1 ? hi : oh1;
+                for (int kj = 0; kj < KW; ++kj) {
+                    const float *s = col + ((size_t)(c * KH + ki) * KW + kj) * ld + (n - n0) * RW;
+                    const int ow0 = et_lo(PW, kj, DW, SW), ow1 = et_hi(Wd, PW, kj, DW, SW, WO);
+                    for (int oh = r0; oh < r1; ++oh) {
+                        const float *sr = s + (size_t)(oh - oh0) * WO;
+                        float *xr = gx + (size_t)(oh * SH - PH + ki * DH) * Wd - PW + kj * DW;
+                        if (SW == 1) {
+                            for (int ow = ow0; ow < ow1; ++ow) xr[ow] += sr[ow];
+                        } else {
+                            for (int ow = ow0; ow < ow1; ++ow) xr[(size_t)ow * SW] += sr[ow];
+                        }
+                    }
+                }
+            }
+        }
+}
+
+/* the block's columns of X as the [CK][cols] GEMM operand: X itself (1x1 stride 1) or its
+ * im2col in scratch 0; 0 when out of memory */
+static const float *et_block_cols(const float *X, int pointwise, int n0, int n1, int oh0, int oh1, int cols, int C,
+                                  int H, int Wd, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW,
+                                  int *ld) {
+    if (pointwise) return et_block_rows(X, C, H * Wd, n0, n1, oh0, WO, cols, 0, ld);
+    float *m = et_scratch(0, (size_t)C * KH * KW * cols);
+    if (m) et_im2col(X, m, n0, n1, oh0, oh1, C, H, Wd, WO, KH, KW, SH, SW, PH, PW, DH, DW);
+    *ld = cols;
+    return m;
+}
+
+ET_BLAS_FN void et_conv_fwd_blas(const float *X, const float *W, const float *B, float *Y, int N, int C, int H, int Wd,
+                                 int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+    const int P = HO * WO, CK = C * KH * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
+    for (et_block b = et_blocks(N, HO, WO, CK, O); et_block_next(&b, N, HO, WO);) {
+        const int n0 = b.n0, n1 = b.n1, oh0 = b.oh0, oh1 = b.oh1, cols = b.cols;
+        int ldb;
+        const float *col = et_block_cols(X, pw, n0, n1, oh0, oh1, cols, C, H, Wd, WO, KH, KW, SH, SW, PH, PW, DH, DW,
+                                         &ldb);
+        if (!col) return;
+        if (n1 - n0 == 1) { /* straight into the image's output rows */
+            float *y = Y + (size_t)n0 * O * P + (size_t)oh0 * WO;
+            if (B)
+                for (int o = 0; o < O; ++o)
+                    for (int p = 0; p < cols; ++p) y[(size_t)o * P + p] = B[o];
+            et_sgemm(0, 0, O, cols, CK, W, CK, col, ldb, B ? 1.f : 0.f, y, P);
+        } else {
+            float *out = et_scratch(1, (size_t)O * cols);
+            if (!out) return;
+            et_sgemm(0, 0, O, cols, CK, W, CK, col, ldb, 0.f, out, cols);
+            et_batch_uncols(out, B, Y + (size_t)n0 * O * P, n1 - n0, O, P);
+        }
+    }
+}
+
+ET_BLAS_FN void et_conv_grad_weight_blas(const float *X, const float *GY, float *GW, int N, int C, int H, int Wd, int O,
+                                         int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH,
+                                         int DW) {
+    const int P = HO * WO, CK = C * KH * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
+    float beta = 0.f; /* GW = the first block's GY col^T, then the others' added */
+    for (et_block b = et_blocks(N, HO, WO, CK, O); et_block_next(&b, N, HO, WO);) {
+        const int n0 = b.n0, n1 = b.n1, oh0 = b.oh0, oh1 = b.oh1, cols = b.cols;
+        int ldb, lda;
+        const float *col = et_block_cols(X, pw, n0, n1, oh0, oh1, cols, C, H, Wd, WO, KH, KW, SH, SW, PH, PW, DH, DW,
+                                         &ldb);
+        const float *gy = et_block_rows(GY, O, P, n0, n1, oh0, WO, cols, 1, &lda);
+        if (!col || !gy) return;
+        et_sgemm(0, 1, O, CK, cols, gy, lda, col, ldb, beta, GW, CK);
+        beta = 1.f;
+    }
+    if (beta == 0.f) memset(GW, 0, (size_t)O * CK * sizeof(float)); /* no columns: a zero gradient */
+}
+
+ET_BLAS_FN void et_conv_grad_input_blas(const float *GY, const float *W, float *GX, int N, int C, int H, int Wd, int O,
+                                        int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+    const int P = HO * WO, CK = C * KH * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
+    if (!pw) memset(GX, 0, (size_t)N * C * H * Wd * sizeof(float));
+    for (et_block b = et_blocks(N, HO, WO, CK, O); et_block_next(&b, N, HO, WO);) {
+        const int n0 = b.n0, n1 = b.n1, oh0 = b.oh0, oh1 = b.oh1, cols = b.cols;
+        int lda;
+        const float *gy = et_block_rows(GY, O, P, n0, n1, oh0, WO, cols, 1, &lda);
+        if (!gy) return;
+        if (pw && n1 - n0 == 1) { /* straight into the image's input-gradient rows */
+            et_sgemm(1, 0, C, cols, O, W, C, gy, lda, 0.f, GX + (size_t)n0 * C * P + (size_t)oh0 * WO, P);
+            continue;
+        }
+        float *col = et_scratch(0, (size_t)CK * cols);
+        if (!col) return;
+        et_sgemm(1, 0, CK, cols, O, W, CK, gy, lda, 0.f, col, cols); /* col = W^T GY */
+        if (pw)
+            et_batch_uncols(col, (const float *)0, GX + (size_t)n0 * C * P, n1 - n0, C, P);
+        else
+            et_col2im(col, GX, n0, n1, oh0, oh1, C, H, Wd, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
+    }
+}
+
+/* Y[n][o] = B[o] + sum_k X[n][k] W[o][k] */
+ET_BLAS_FN void et_linear_blas(const float *X, const float *W, const float *B, float *Y, int N, int K, int O) {
+    if (B)
+        for (int n = 0; n < N; ++n) memcpy(Y + (size_t)n * O, B, (size_t)O * sizeof(float));
+    et_sgemm(0, 1, N, O, K, X, K, W, K, B ? 1.f : 0.f, Y, O);
+}
+
+/* GW[o][k] = sum_n GY[n][o] X[n][k] */
+ET_BLAS_FN void et_linear_grad_weight_blas(const float *X, const float *GY, float *GW, int N, int K, int O) {
+    et_sgemm(1, 0, O, K, N, GY, O, X, K, 0.f, GW, K);
+}
+
+/* C[i][j] = sum_k A[i][k] B[k][j] */
+ET_BLAS_FN void et_matmul_blas(const float *A, const float *B, float *Cm, int M, int K, int N) {
+    et_sgemm(0, 0, M, N, K, A, K, B, N, 0.f, Cm, N);
+}
+#endif /* ET_BLAS */
+
+#endif /* ET_FLOAT_BLAS_H */
