@@ -197,8 +197,8 @@ STEPS: tuple[Step, ...] = (
     Step("fused_pointwise_depthwise", TRAIN, _graph_pass(fuse_pointwise_depthwise), _int8),
     # int8: frozen chains at the forward peak run row by row
     Step("streamed", TRAIN, lambda b, o: replace(b, graph=stream_frozen_chains(b.graph, b.data_inputs)), _int8),
-    # int8: weight gradients applied one channel at a time, never whole
-    Step("fused_grad_updates", TRAIN, _graph_pass(fuse_weight_grad_update), _int8),
+    # weight gradients applied one row at a time (embeddings: the touched rows), never whole
+    Step("fused_grad_updates", TRAIN, _graph_pass(fuse_weight_grad_update)),
     Step("reordered", TRAIN, lambda b, o: replace(b, graph=reorder_for_memory(b.graph, b.ram_inputs))),
 )
 PHASES = ("front", "train", "vjp")

@@ -16,6 +16,9 @@ import torch
 import torch.nn.functional as F
 from hypothesis.extra.numpy import array_shapes, mutually_broadcastable_shapes
 
+from edgetrain.ops.conv import conv_out_hw
+from edgetrain.ops.gradupdate import block_rows
+
 
 @dataclass(frozen=True)
 class Arg:
@@ -450,6 +453,110 @@ def _torch_sgd(t, a):
     return (w, opt.state[p]["momentum_buffer"]) if a["momentum"] else (w,)
 
 
+
+# --- a weight gradient fused with its SGD update (ops/gradupdate.py, ops/embedding_update.py) ----
+def _sgd_attrs(draw) -> dict:
+    return {"lr": draw(st.sampled_from([0.1, 0.01])), "momentum": draw(st.sampled_from([0.0, 0.9])),
+            "weight_decay": draw(st.sampled_from([0.0, 0.01])), "dim": 0, "index": None}
+
+
+def _prefixed(gw: dict, up: dict) -> dict:
+    return {**{"gw_" + k: v for k, v in gw.items()}, **{"up_" + k: v for k, v in up.items()}}
+
+
+@st.composite
+def _conv2d_grad_weight_update(draw):
+    """conv2d's operands (x, w) and an output gradient gy of its output's shape, then m."""
+    (x, w, *_), geo = draw(_conv2d())
+    ho, wo = conv_out_hw(x.shape[2:], w.shape[2:], geo["stride"], geo["padding"], geo["dilation"])
+    up = _sgd_attrs(draw)
+    args = [x, real(x.shape[0], w.shape[0], ho, wo), w] + ([w] if up["momentum"] else [])
+    count = w.shape[0] if geo["groups"] == 1 else geo["groups"]  # rows or groups per block: a divisor
+    block = draw(st.sampled_from([d for d in range(1, count + 1) if count % d == 0]))
+    return args, {**_prefixed({"weight_shape": w.shape, **geo}, up), "block": block}
+
+
+@st.composite
+def _linear_grad_weight_update(draw):
+    (x, w, *_), _ = draw(_linear())
+    up = _sgd_attrs(draw)
+    block = draw(st.sampled_from([d for d in range(1, w.shape[0] + 1) if w.shape[0] % d == 0]))
+    return ([x, real(*x.shape[:-1], w.shape[0]), w] + ([w] if up["momentum"] else []),
+            {**_prefixed({}, up), "block": block})
+
+
+@st.composite
+def _embedding_grad_update(draw):
+    (w, idx), a = draw(_embedding())
+    up = _sgd_attrs(draw)
+    args = [real(*idx.shape, w.shape[1]), idx, w] + ([w] if up["momentum"] else [])
+    return args, _prefixed({"num_embeddings": w.shape[0], "padding_idx": a["padding_idx"]}, up)
+
+
+def _torch_sgd_step(w, grad, m, a):
+    """One torch.optim.SGD step of a copy of w with gradient grad (and momentum buffer m)."""
+    p = torch.nn.Parameter(w.detach().clone())
+    p.grad = grad.detach().clone()
+    opt = torch.optim.SGD([p], lr=a["up_lr"], momentum=a["up_momentum"], weight_decay=a["up_weight_decay"])
+    if m is not None:
+        opt.state[p]["momentum_buffer"] = m.detach().clone()
+    opt.step()
+    return (p.detach(),) + ((opt.state[p]["momentum_buffer"],) if m is not None else ())
+
+
+def _torch_weight_grad(layer, x, gy, w, a):
+    wv = w.detach().clone().requires_grad_()
+    (layer(x, wv, a) * gy).sum().backward()
+    return wv.grad
+
+
+def _torch_grad_update(layer):
+    """torch.autograd's weight gradient of layer(x, w) against gy, then torch's SGD step; the
+    scratch outputs as the kernel leaves them: the last block of rows (ops.gradupdate.block_rows);
+    then, with fewer rows than all, a linear layer's block of gy columns, and (batch > 1) a
+    conv's block of gy channels (one group) or last sample's share of the block (grouped)."""
+    def fn(t, a):
+        x, gy, w = t[:3]
+        grad = _torch_weight_grad(layer, x, gy, w, a)
+        out = _torch_sgd_step(w, grad, t[3] if len(t) > 3 else None, a)
+        o = w.shape[0]
+        rows = list(block_rows(a, o))
+        if "gw_groups" not in a:  # linear: the block's columns of gy, when not all of them
+            return out + (grad[rows],) + ((gy.reshape(-1, o)[:, rows],) if len(rows) < o else ())
+        second = ()
+        if x.shape[0] > 1 and len(rows) < o:  # one group: the block's gy channels; grouped: the last sample's share
+            second = ((gy[:, rows],) if a["gw_groups"] == 1
+                      else (_torch_weight_grad(layer, x[-1:], gy[-1:], w, a)[rows],))
+        return out + (grad[rows],) + second
+    return fn
+
+
+def _torch_embedding_grad_update(t, a):
+    """torch's dense embedding gradient and SGD step; then the touched rows' list (increasing,
+    padding_idx left out, -1 after) and the last touched row's gradient (zeros: none)."""
+    g, idx, w = t[:3]
+    pad = a["gw_padding_idx"]
+    wv = w.detach().clone().requires_grad_()
+    (F.embedding(idx.long(), wv, padding_idx=pad if pad >= 0 else None) * g).sum().backward()
+    rows = sorted({int(i) for i in idx.reshape(-1) if int(i) != pad})
+    ids = torch.full((max(idx.numel(), 1),), -1, dtype=torch.int32)
+    ids[:len(rows)] = torch.tensor(rows, dtype=torch.int32)
+    last = wv.grad[rows[-1]:rows[-1] + 1] if rows else torch.zeros(1, w.shape[1], dtype=w.dtype)
+    return _torch_sgd_step(w, wv.grad, t[3] if len(t) > 3 else None, a) + (last, ids)
+
+
+def _gw_geo(a):
+    return a["gw_stride"], a["gw_padding"], a["gw_dilation"], a["gw_groups"]
+
+
+FUSED_UPDATE_CASES = {
+    "conv2d_grad_weight_update": Case(_conv2d_grad_weight_update(),
+                                      _torch_grad_update(lambda x, w, a: F.conv2d(x, w, None, *_gw_geo(a))), diff=()),
+    "linear_grad_weight_update": Case(_linear_grad_weight_update(),
+                                      _torch_grad_update(lambda x, w, a: F.linear(x, w)), diff=()),
+    "embedding_grad_update": Case(_embedding_grad_update(), _torch_embedding_grad_update, diff=()),
+}
+
 CASES: dict[str, Case] = {
     "add": binary(torch.add, ints=True), "sub": binary(torch.sub, ints=True), "mul": binary(torch.mul, ints=True),
     "compare": Case(_compare(), lambda t, a: getattr(torch, a["cmp"])(t[0], t[1])),
@@ -489,4 +596,5 @@ CASES: dict[str, Case] = {
     "cross_entropy": Case(_cross_entropy(), lambda t, a: F.cross_entropy(t[0], t[1].long())),
     "mse": Case(_mse(), lambda t, a: F.mse_loss(t[0], t[1])),
     "sgd_update": Case(_sgd_update(), _torch_sgd),
+    **FUSED_UPDATE_CASES,
 }

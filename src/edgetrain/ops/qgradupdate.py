@@ -8,10 +8,12 @@ definition,
     gw = qconv2d_grad_weight(x, g)           attributes under the prefix "gw_"
     w'[, m'] = qsgd_update(w, gw, step[, m])  attributes under the prefix "up_"
 
-for a dense (groups 1) or depthwise convolution. Row k of gw (output channel k, or the
-k-th selected channel of a depthwise layer) depends on channel k of g only, and the
-update of row k reads row k of gw only, so the kernel (and this reference) computes one
-row into `scratch` and applies it before the next. `w'` is `w` updated in place (and
+for a dense (groups 1) or depthwise convolution; for a linear layer (a 1x1 convolution of
+an (o, k) weight) the (o, k, 1, 1) gradient is reshaped to (o, k) first (passes/fuse.py
+fuses through that reshape). Row k of gw (output channel k, or the k-th selected channel
+of a depthwise layer) depends on channel k of g only, and the update of row k reads row k
+of gw only, so the kernel (and this reference) computes one row into `scratch` and
+applies it before the next. `w'` is `w` updated in place (and
 `m'` the momentum buffer): `shares`, as for `qsgd_update`. The scratch row is the op's
 last output, which nothing reads: the planners count it while the op runs.
 
@@ -54,6 +56,8 @@ def _infer(ts, a):
     x, g, w, step = ts[:4]
     gw, up = split_attrs(a)
     (grad,) = get_op("qconv2d_grad_weight").infer([x, g], gw)
+    if w.rank == 2 and grad.shape == w.shape + (1, 1):  # a linear layer's 1x1 convolution
+        grad = grad.with_shape(w.shape)
     updated = get_op("qsgd_update").infer([w, grad, step, *ts[4:]], up)
     if not fusable(gw, x.shape[1]):
         raise ValueError(f"{GRAD_UPDATE_OP}: only dense or depthwise convolutions, got groups={gw['groups']}")
@@ -68,6 +72,8 @@ def qconv2d_grad_weight_update_ref(xs, a):
     x, g, w, step = xs[:4]
     gw, up = split_attrs(a)
     grad = qconv_grad_weight_ref([x, g], gw)[0]
+    if w.ndim == 2 and grad.shape == w.shape + (1, 1):  # a linear layer's 1x1 convolution
+        grad = grad.reshape(w.shape)
     return qsgd_ref([w, grad, step, *xs[4:]], up) + [grad[-1:].copy()]
 
 

@@ -19,12 +19,18 @@ depthwise node did, so in-place updates of those still come after it.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from ..ir import Graph, Node, new_value
 from ..memory.liveness import storage_roots
 from ..ops import get_op
 from ..ops.qfused import PW_DW_OP, fuse_attrs
 from ..ops.qgradupdate import GRAD_UPDATE_OP, fusable
 from ..ops.qgradupdate import fuse_attrs as fuse_grad_update_attrs
+from ..ops.embedding_update import EMBEDDING_GRAD_UPDATE
+from ..ops.embedding_update import fuse_attrs as fuse_embedding_attrs
+from ..ops.gradupdate import FLOAT_GRAD_UPDATE, conv_block, linear_block
+from ..ops.gradupdate import fuse_attrs as fuse_float_attrs
 
 #: the int8 weight gradient and the update that qconv2d_grad_weight_update fuses
 #: (ops/qgradupdate.py)
@@ -92,33 +98,84 @@ def fuse_pointwise_depthwise(g: Graph) -> Graph:
     return g.replace(nodes=tuple(nodes))
 
 
+def _through_reshape(v, readers, outputs):
+    """(the node reading v, the value it should read): v's only reader, or the only reader
+    of a reshape that is v's only reader (an int8 linear's (o, k, 1, 1) gradient reshaped
+    to its (o, k) weight); (None, None) when v is read otherwise or is a graph output."""
+    users = readers.get(v, [])
+    if v in outputs or len(users) != 1:
+        return None, None
+    u = users[0]
+    if u.op == "reshape" and u.out.shape[:1] == v.shape[:1]:
+        after = readers.get(u.out, [])
+        if u.out in outputs or len(after) != 1:
+            return None, None
+        return after[0], u.out
+    return u, v
+
+
+def _fused_update(n: Node, u: Node, grad) -> Optional[Node]:
+    """The fused node replacing gradient node n and its update u (which applies `grad`), or
+    None when the pair is not fusable."""
+    if n.op == GRAD_WEIGHT_OP and _applies_gradient(u, UPDATE_OP, grad):
+        x, gy = n.inputs
+        if not fusable(n.attrs, x.shape[1]):
+            return None
+        op, attrs, (w, _, step, *m) = GRAD_UPDATE_OP, fuse_grad_update_attrs(n.attrs, u.attrs), u.inputs
+        args = (x, gy, w, step, *m)
+    elif n.op in FLOAT_GRAD_UPDATE and grad is n.out and _applies_gradient(u, "sgd_update", grad):
+        if u.attrs.get("index") is not None:  # a channel subset: its gradient is not the whole rows
+            return None
+        op, attrs = FLOAT_GRAD_UPDATE[n.op], fuse_float_attrs(n.attrs, u.attrs)
+        if n.op == "conv2d_grad_weight":
+            attrs["block"] = conv_block(n.attrs["weight_shape"], int(n.attrs["groups"]))
+        else:
+            attrs["block"] = linear_block(*n.out.shape)
+        w, _, *m = u.inputs
+        args = (*n.inputs, w, *m)
+    elif n.op == "embedding_grad" and grad is n.out and _applies_gradient(u, "sgd_update", grad):
+        if u.attrs.get("index") is not None:
+            return None
+        op, attrs = EMBEDDING_GRAD_UPDATE, fuse_embedding_attrs(n.attrs, u.attrs)
+        w, _, *m = u.inputs
+        args = (*n.inputs, w, *m)
+    else:
+        return None
+    scratch = get_op(op).infer([v.type for v in args], attrs)[len(u.outputs):]
+    return Node(op, args, (*u.outputs, *(new_value(t) for t in scratch)), attrs)
+
+
 def fuse_weight_grad_update(g: Graph) -> Graph:
-    """`g` with each int8 convolution's weight gradient that only its `qsgd_update` reads
-    fused with that update into `qconv2d_grad_weight_update` (ops/qgradupdate.py), placed
-    where the update was: the gradient is then computed and applied one output channel
-    at a time and never stored whole. The fused node reads the gradient's operands where
-    the update ran, after every node between the two, none of which overwrites them (only
-    updates write in place, and they write parameters)."""
+    """`g` with each weight gradient that only its optimizer update reads fused with that
+    update, placed where the update was, so the gradient is never stored whole:
+    - int8 convolutions and linear layers (qconv2d_grad_weight, possibly reshaped to the
+      weight's shape, + qsgd_update): `qconv2d_grad_weight_update` (ops/qgradupdate.py),
+      one output channel at a time;
+    - float convolutions and linear layers (+ sgd_update of the whole weight):
+      `conv2d_grad_weight_update` / `linear_grad_weight_update` (ops/gradupdate.py), a
+      block of output rows at a time (conv_block, linear_block);
+    - embeddings (embedding_grad + sgd_update): `embedding_grad_update`
+      (ops/embedding_update.py), the touched rows only.
+    The fused node reads the gradient's operands where the update ran, after every node
+    between the two, none of which overwrites them (only updates write in place, and they
+    write parameters)."""
     readers = g.consumers()
     outputs = set(g.outputs)
     drop: set[Node] = set()
     fused: dict[Node, Node] = {}
     for n in g.nodes:
-        if n.op != GRAD_WEIGHT_OP:
+        if n.op != GRAD_WEIGHT_OP and n.op not in FLOAT_GRAD_UPDATE and n.op != "embedding_grad":
             continue
-        users = readers.get(n.out, [])
-        if n.out in outputs or len(users) != 1 or not _applies_gradient(users[0], UPDATE_OP, n.out):
+        u, grad = _through_reshape(n.out, readers, outputs)
+        if u is None or u in fused:
             continue
-        u = users[0]
-        x, gy = n.inputs
-        if not fusable(n.attrs, x.shape[1]):
+        node = _fused_update(n, u, grad)
+        if node is None:
             continue
-        w, _, step, *m = u.inputs
-        scratch = get_op(GRAD_UPDATE_OP).infer([v.type for v in (x, gy, w, step, *m)],
-                                               fuse_grad_update_attrs(n.attrs, u.attrs))[-1]
-        fused[u] = Node(GRAD_UPDATE_OP, (x, gy, w, step, *m), (*u.outputs, new_value(scratch)),
-                        fuse_grad_update_attrs(n.attrs, u.attrs))
+        fused[u] = node
         drop.add(n)
+        if grad is not n.out:
+            drop.add(readers[n.out][0])  # the reshape
     if not fused:
         return g
     return g.replace(nodes=tuple(fused.get(n, n) for n in g.nodes if n not in drop))

@@ -42,7 +42,8 @@ from .plan import Schedule, ScheduleError
 #: the graph input name of the page store
 STORE_NAME = "page:store"
 #: updates whose gradient is an input (op -> its index): the scheduled gradient graph reads
-#: it there; a fused gradient+update (qconv2d_grad_weight_update) never materializes one
+#: it there; a fused gradient+update (passes/fuse.fuse_weight_grad_update: int8 and float
+#: convolutions and linear layers, embeddings) never materializes one
 GRADIENT_INPUT = {"sgd_update": 1, "qsgd_update": 1}
 
 
@@ -213,7 +214,7 @@ def apply_schedule(compiled, sched: Schedule, page_file=None):
     graph is rewritten (module docstring), with its memory report, its `schedule` and its
     `page_store` (the file pages go to: `page_file`, else a temporary file). Its gradient
     graph runs the scheduled graph without the updates; for a program whose weight gradients
-    are fused into their updates (int8) it is the unscheduled one. `Program.apply` runs it
+    are fused into their updates (passes/fuse.py) it is the unscheduled one. `Program.apply` runs it
     with a runner of the program's kind."""
     problem = sched.problem
     if compiled.schedule is not None:

@@ -10,7 +10,7 @@ and handle the two parts themselves.
 """
 from __future__ import annotations
 
-from . import float32, float32_bn, float32_nn, float32_shape, int8, integer, page  # noqa: F401  (they register)
+from . import float32, float32_bn, float32_fused, float32_nn, float32_shape, int8, integer, page  # noqa: F401  (they register)
 from .context import EmitContext, WeightRef
 from .registry import KERNELS, Kernel, KernelFn, kernel_for, register
 

@@ -1,0 +1,145 @@
+"""Peak memory of a training step whose weight gradients are never stored whole (issue 21
+items 1-2: passes/fuse.fuse_weight_grad_update), and the RAM budgets its schedule problem
+can reach.
+
+    PYTHONPATH=src python bench/grad_update_memory.py [--cases resnet18-cifar:1 bert-tiny:8 small-cnn-int8:1]
+        [--fractions 0.5 0.3] [--solver milp] [--time-limit 30] [--device a72] [--momentum 0.9]
+        [--step-time 15]
+
+Per case (a zoo model `name:batch`, float32, SGD (--momentum, default 0); or `small-cnn-int8:batch`,
+a 3->8 channel 3x3 convolution and a Linear(8192, 16) compiled for int8): the memory report's
+peak and arena (its largest live set and where), the schedule problem's plain activation
+memory and fixed RAM (edgetrain.remat.build.build_problem), the lower bound every schedule
+needs (greedy.ram_lower_bound) as a fraction of the activations (the smallest budget a
+schedule can reach), and `et.schedule` at `fixed RAM + f x activations` for each fraction:
+its modelled peak, or Infeasible. Run the same command on a checkout before the fusion to
+compare (the figures are deterministic: no timing).
+
+With --step-time N: also the C host step time (`prog.step`, median of N steps after one
+warm-up) of the program with the fusion and of the same program compiled without it (the
+pipeline's "fused_grad_updates" step switched off in this process), steps alternating, so
+that a loaded machine's noise hits both alike.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import time
+import warnings
+from contextlib import contextmanager
+
+import torch
+import torch.nn as nn
+
+import edgetrain as et
+from edgetrain import pipeline
+from edgetrain.devices import get_device
+from edgetrain.remat.build import build_problem
+from edgetrain.remat.greedy import ram_lower_bound
+from edgetrain.remat.plan import Infeasible
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+MB = 1e6
+
+
+class SmallCNN(nn.Module):
+    """A conv and a large Linear: the Linear's 16 x 8192 weight gradient dominates the step."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 32 * 32, 16)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+def compile_case(case: str, args):
+    name, batch = case.split(":")
+    opt = et.SGD(lr=0.01, momentum=args.momentum)
+    if name == "small-cnn-int8":
+        torch.manual_seed(0)
+        x = torch.randn(int(batch), 3, 32, 32)
+        return et.compile(SmallCNN().eval(), (x,), quantize="int8", optimizer=opt)
+    return et.compile(et.models.get(name), (et.models.example_input(name, batch=int(batch)),), optimizer=opt)
+
+
+@contextmanager
+def without_fusion():
+    """The pipeline without its "fused_grad_updates" step (the unfused program, for comparison)."""
+    saved = pipeline.STEPS
+    pipeline.STEPS = tuple(dataclasses.replace(s, when=lambda o: False) if s.name == "fused_grad_updates" else s
+                           for s in saved)
+    try:
+        yield
+    finally:
+        pipeline.STEPS = saved
+
+
+def step_times(case: str, args) -> None:
+    """Median C host step time, fused against unfused, steps alternating."""
+    from edgetrain.backends.c.host import to_c_program
+
+    fused = compile_case(case, args)
+    with without_fusion():
+        unfused = compile_case(case, args)
+    assert {n.op for n in fused.train_graph.nodes} != {n.op for n in unfused.train_graph.nodes}
+    progs = {"fused": to_c_program(fused), "unfused": to_c_program(unfused)}
+    name, batch = case.split(":")
+    x = (torch.randn(int(batch), 3, 32, 32) if name == "small-cnn-int8"
+         else et.models.example_input(name, batch=int(batch)))
+    y = torch.zeros(int(batch), dtype=torch.int64)
+    times = {k: [] for k in progs}
+    for i in range(args.step_time + 1):
+        for k, p in progs.items():
+            t0 = time.perf_counter()
+            p.step(x, y)
+            if i:
+                times[k].append(time.perf_counter() - t0)
+    med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
+    print(f"  C host step, median of {args.step_time}: fused {med['fused']:.2f} ms, unfused {med['unfused']:.2f} ms "
+          f"({med['fused'] / med['unfused'] - 1:+.1%})")
+
+
+def run_case(case: str, args) -> None:
+    t0 = time.perf_counter()
+    prog = compile_case(case, args)
+    mem = prog.memory
+    problem = build_problem(prog, get_device(args.device))
+    act, fixed = problem.activation_bytes, problem.fixed_ram
+    lb = ram_lower_bound(problem)
+    print(f"{case}: peak {mem.peak_bytes / MB:.2f} MB ({mem.summary()})")
+    print(f"  schedule problem on {args.device}: plain activations {act / MB:.2f} MB, fixed RAM {fixed / MB:.2f} MB, "
+          f"lower bound {lb / MB:.2f} MB = fixed + {(lb - fixed) / act:.3f}x activations  "
+          f"(compiled in {time.perf_counter() - t0:.1f} s)")
+    for f in args.fractions:
+        ram = int(fixed + f * act)
+        t1 = time.perf_counter()
+        try:
+            s = et.schedule(prog, device=args.device, ram=ram, solver=args.solver, time_limit=args.time_limit)
+            print(f"  {f:.2f}x: budget {ram / MB:.2f} MB -> {args.solver} peak {s.peak_bytes / MB:.2f} MB, "
+                  f"extra energy {100 * (s.energy_j / problem.base_energy_j - 1):+.2f}% "
+                  f"({time.perf_counter() - t1:.1f} s)")
+        except Infeasible as e:
+            print(f"  {f:.2f}x: budget {ram / MB:.2f} MB -> Infeasible: {str(e)[:160]}")
+    if args.step_time:
+        step_times(case, args)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cases", nargs="+", default=["resnet18-cifar:1", "bert-tiny:8", "small-cnn-int8:1"])
+    p.add_argument("--fractions", nargs="+", type=float, default=[0.5, 0.3])
+    p.add_argument("--solver", default="milp")
+    p.add_argument("--time-limit", type=float, default=30.0)
+    p.add_argument("--device", default="a72")
+    p.add_argument("--step-time", type=int, default=0, help="also time N C host steps, fused against unfused")
+    p.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (default 0: et.compile's default SGD)")
+    args = p.parse_args(argv)
+    for case in args.cases:
+        run_case(case, args)
+
+
+if __name__ == "__main__":
+    main()

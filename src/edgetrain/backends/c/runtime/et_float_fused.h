@@ -1,0 +1,136 @@
+/* edgetrain C runtime: float weight gradients fused with their SGD update (ops/gradupdate.py,
+ * ops/embedding_update.py). The whole weight gradient is never stored: a convolution's or a
+ * linear layer's is computed one output row at a time into a scratch row R and applied to
+ * that row of the weight (and momentum) before the next; an embedding's is summed for the
+ * rows the batch touches only. The update is sgd_update's arithmetic, element by element:
+ * d = g [+ wd * w]; [m = mu * m + d; d = m;] w = w - lr * d. Included after et_float_gemm.h
+ * (et_conv2d_grad_weight: the host BLAS or the portable kernels) and et_float_nn.h (et_index_at). */
+#ifndef ET_FLOAT_FUSED_H
+#define ET_FLOAT_FUSED_H
+
+#include <string.h>
+
+/* one row of sgd_update: W (and M) updated in place from the gradient row D (D == 0: a zero gradient) */
+ET_INLINE void et_sgd_row(float *ET_RESTRICT W, float *ET_RESTRICT M, const float *ET_RESTRICT D, int len,
+                          float lr, float mu, float wd) {
+    for (int i = 0; i < len; ++i) {
+        float d = D ? D[i] : 0.f;
+        if (wd != 0.f) d = d + wd * W[i];
+        if (M) {
+            d = mu * M[i] + d;
+            M[i] = d;
+        }
+        W[i] = W[i] - lr * d;
+    }
+}
+
+/* conv2d_grad_weight_update: the gradient a block at a time (B rows of a one-group convolution, or B whole
+ * groups), each block one sub-convolution of et_float_gemm.h's et_conv2d_grad_weight (the host BLAS or the
+ * portable kernels) into R, then applied to its rows. A batch of more than one and more than one block: one
+ * group, the block's channels of GY copied into T first (one sub-convolution of the whole batch); grouped,
+ * the block run sample by sample (its channels are contiguous per sample), each share in T added into R */
+ET_INLINE void et_conv2d_grad_weight_update(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *W,
+                                            float *M, float *ET_RESTRICT R, float *ET_RESTRICT T, int B, float lr,
+                                            float mu, float wd, int N, int C, int H, int Wd, int O, int HO, int WO,
+                                            int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW, int G) {
+    const int cg = C / G, og = O / G, len = cg * KH * KW;
+    const int rows = G == 1 ? B : B * og, bc = G == 1 ? C : B * cg, bg = G == 1 ? 1 : B;
+    const size_t size = (size_t)rows * len, P = (size_t)HO * WO;
+    for (int o0 = 0; o0 < O; o0 += rows) {
+        const int c0 = G == 1 ? 0 : o0 / og * cg;
+        if (rows == O) {
+            et_conv2d_grad_weight(X, GY, R, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW, G);
+        } else if (N == 1) {
+            et_conv2d_grad_weight(X + (size_t)c0 * H * Wd, GY + (size_t)o0 * P, R, 1, bc, H, Wd, rows, HO, WO, KH, KW,
+                                  SH, SW, PH, PW, DH, DW, bg);
+        } else if (G == 1) {
+            for (int n = 0; n < N; ++n)
+                memcpy(T + (size_t)n * rows * P, GY + ((size_t)n * O + o0) * P, (size_t)rows * P * sizeof(float));
+            et_conv2d_grad_weight(X, T, R, N, C, H, Wd, rows, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW, 1);
+        } else {
+            for (int n = 0; n < N; ++n) {
+                et_conv2d_grad_weight(X + ((size_t)n * C + c0) * H * Wd, GY + ((size_t)n * O + o0) * P, n ? T : R, 1,
+                                      bc, H, Wd, rows, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW, bg);
+                if (n)
+                    for (size_t i = 0; i < size; ++i) R[i] += T[i];
+            }
+        }
+        et_sgd_row(W + (size_t)o0 * len, M ? M + (size_t)o0 * len : 0, R, (int)size, lr, mu, wd);
+    }
+}
+
+/* linear_grad_weight_update: a block of B output rows at a time, each one et_dense_grad_weight (GY's block of
+ * columns copied contiguous into GB when B < O), then applied to its rows */
+ET_INLINE void et_dense_grad_weight_update(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *W,
+                                           float *M, float *ET_RESTRICT R, float *ET_RESTRICT GB, int B, float lr,
+                                           float mu, float wd, int N, int K, int O) {
+    for (int o0 = 0; o0 < O; o0 += B) {
+        const float *g = GY;
+        if (B < O) {
+            for (int n = 0; n < N; ++n)
+                for (int j = 0; j < B; ++j) GB[(size_t)n * B + j] = GY[(size_t)n * O + o0 + j];
+            g = GB;
+        }
+        et_dense_grad_weight(X, g, R, N, K, B);
+        et_sgd_row(W + (size_t)o0 * K, M ? M + (size_t)o0 * K : 0, R, B * K, lr, mu, wd);
+    }
+}
+
+/* IDS[0..U) = the rows idx touches (padding_idx left out) in increasing order, IDS[U..slots) = -1; returns U */
+ET_INLINE long et_touched_rows(const void *idx, int idx64, long count, long num, long padding_idx,
+                               int32_t *ET_RESTRICT IDS, long slots) {
+    long u = 0;
+    for (long i = 0; i < count; ++i) {
+        const int64_t k = et_index_at(idx, idx64, i);
+        if (k < 0 || k >= num) {
+            ET_ERROR_HOOK("embedding_grad_update: index out of range");
+            continue;
+        }
+        if (k == padding_idx) continue;
+        long lo = 0, hi = u; /* binary search of k in IDS[0..u) */
+        while (lo < hi) {
+            const long mid = (lo + hi) / 2;
+            if (IDS[mid] < k) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < u && IDS[lo] == k) continue;
+        memmove(IDS + lo + 1, IDS + lo, (size_t)(u - lo) * sizeof(int32_t));
+        IDS[lo] = (int32_t)k;
+        ++u;
+    }
+    for (long i = u; i < slots; ++i) IDS[i] = -1;
+    return u;
+}
+
+/* embedding_grad_update (ops/embedding_update.py): each touched row's gradient summed into R in
+ * the batch's order and applied; with momentum or weight decay (dense), every untouched row
+ * gets dense SGD's step from a zero gradient */
+ET_INLINE void et_embedding_grad_update(const float *ET_RESTRICT G, const void *idx, int idx64, float *W, float *M,
+                                        float *ET_RESTRICT R, int32_t *ET_RESTRICT IDS, long count, long num,
+                                        int width, long padding_idx, float lr, float mu, float wd, int dense) {
+    const long slots = count > 0 ? count : 1;
+    const long u_end = et_touched_rows(idx, idx64, count, num, padding_idx, IDS, slots);
+    long u = 0;
+    for (int j = 0; j < width; ++j) R[j] = 0.f;
+    for (long r = 0; r < num; ++r) {
+        float *w = W + (size_t)r * width, *m = M ? M + (size_t)r * width : 0;
+        if (u < u_end && IDS[u] == r) {
+            for (int j = 0; j < width; ++j) R[j] = 0.f;
+            for (long i = 0; i < count; ++i)
+                if (et_index_at(idx, idx64, i) == r) {
+                    const float *g = G + (size_t)i * width;
+                    for (int j = 0; j < width; ++j) R[j] += g[j];
+                }
+            et_sgd_row(w, m, R, width, lr, mu, wd);
+            ++u;
+        } else if (dense) {
+            et_sgd_row(w, m, 0, width, lr, mu, wd);
+        } else if (u >= u_end) {
+            break; /* no touched row left and untouched rows stay as they are */
+        } else {
+            r = IDS[u] - 1; /* skip to the next touched row */
+        }
+    }
+}
+
+#endif /* ET_FLOAT_FUSED_H */

@@ -1,0 +1,81 @@
+"""The C kernels of the fused weight-gradient updates (runtime/et_float_fused.h,
+kernels/float32_fused.py; int8 linear layers: et_int8_grad.h's qconv2d_grad_weight_update)
+in whole programs on the host: a float program with an embedding (padding_idx, repeated
+and untouched rows), a dense, a grouped and a depthwise convolution and a linear layer
+matches the reference runtime within test_float.py's tolerance over several steps, with
+and without momentum and weight decay; an int8 program whose Linear weight gradient is
+fused through its reshape matches it bit for bit. tests/ops/test_backends.py drives each
+kernel on drawn operands against torch."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import edgetrain as et
+from edgetrain.backends.c.host import to_c_program
+from tests.backends.c.test_float import FAST_CFLAGS, close
+
+FUSED = {"conv2d_grad_weight_update", "linear_grad_weight_update", "embedding_grad_update"}
+
+
+class TokenConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(64, 8, padding_idx=0)
+        self.conv = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=2, bias=False)
+        self.dw = nn.Conv2d(8, 8, (3, 1), padding=(1, 0), dilation=(1, 1), groups=8, bias=False)
+        self.fc = nn.Linear(8 * 2 * 3, 5)
+
+    def forward(self, t):
+        h = self.emb(t).permute(0, 2, 1).reshape(t.shape[0], 8, 4, 6)
+        h = torch.relu(self.conv(h))
+        return self.fc(torch.relu(self.dw(self.grouped(h))).flatten(1))
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 8 * 8, 16)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+@pytest.mark.parametrize("opt", [et.SGD(lr=0.1), et.SGD(lr=0.1, momentum=0.9, weight_decay=1e-2)],
+                         ids=["plain", "momentum_wd"])
+def test_float_fused_updates_match_the_reference(opt):
+    torch.manual_seed(0)
+    x = torch.randint(0, 40, (2, 24), generator=torch.Generator().manual_seed(1))  # rows 40..63 untouched
+    x[0, :3] = 0  # padding_idx
+    x[1, 4] = x[1, 7] = x[0, 9]  # a row three times
+    y = np.array([1, 3])
+    ref = et.compile(TokenConvNet(), (x,), optimizer=opt)
+    assert FUSED <= {n.op for n in ref.train_graph.nodes}
+    c = to_c_program(ref, FAST_CFLAGS)
+    initial = np.array(ref.state["emb.weight"], copy=True)
+    for _ in range(3):
+        close(c.step(x, y), ref.step(x, y))
+    for k in ref.state:
+        close(c.state[k], ref.state[k])
+    if not opt.momentum and not opt.weight_decay:  # the padding row and the untouched rows stay as they were
+        for rows in (slice(0, 1), slice(40, 64)):
+            np.testing.assert_array_equal(c.state["emb.weight"][rows], initial[rows])
+
+
+def test_int8_linear_fused_through_its_reshape_is_bit_exact():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    y = np.array([4, 11])
+    ref = et.compile(SmallCNN().eval(), (x,), quantize="int8", optimizer=et.SGD(lr=0.05, momentum=0.9))
+    fused = [n for n in ref.train_graph.nodes if n.op == "qconv2d_grad_weight_update"]
+    assert any(n.inputs[2].type.rank == 2 for n in fused), "the Linear's update is fused"
+    assert "qconv2d_grad_weight" not in {n.op for n in ref.train_graph.nodes}
+    c = to_c_program(ref, FAST_CFLAGS)
+    for _ in range(2):
+        assert c.step(x, y) == ref.step(x, y)
+    for k in ref.state:
+        np.testing.assert_array_equal(c.state[k], ref.state[k], err_msg=k)
