@@ -17,6 +17,8 @@ timed and each measurement runs in its own process, so the RSS is that step's al
 - before_steps: the binary's RSS after loading its weights, before the first step (the fixed
   runtime overhead is this minus the state bytes it loaded);
 - measured: the binary's peak RSS (VmHWM, printed by the binary) and /usr/bin/time's maximum;
+- bit_equal_to_plain: the weights the binary saved after the steps equal, bit for bit, the
+  unscheduled binary's (f = 1 runs first);
 - torch: PyTorch eager's peak RSS for one SGD step of the same model and batch, in a fresh
   interpreter (`--torch-case`), and its RSS before the step (interpreter, torch, model).
 
@@ -108,11 +110,13 @@ def run_binary(d: Path, steps: int) -> dict:
     return out
 
 
-def run_case(case: str, fractions, steps: int, time_limit: float, work: Path, torch_rss: dict) -> list[dict]:
+def run_case(case: str, fractions, steps: int, time_limit: float, work: Path, torch_rss: dict):
+    """Yield one row per fraction (module docstring), each as soon as it is measured."""
     import edgetrain as et
     from edgetrain.remat.build import build_problem
     from edgetrain.devices import get_device
     from edgetrain.remat.plan import Infeasible
+    from edgetrain.backends.c.weights_file import read_weights
 
     model, x, y = make_case(case)
     t = time.perf_counter()
@@ -120,7 +124,7 @@ def run_case(case: str, fractions, steps: int, time_limit: float, work: Path, to
     compile_s = time.perf_counter() - t
     problem = build_problem(prog, get_device("a72"))
     fixed, act = problem.fixed_ram, problem.activation_bytes
-    rows = []
+    plain = None  # plain: the unscheduled binary's weights after the steps
     for f in fractions:
         row = {"case": case, "fraction": f, "compile_s": round(compile_s, 2), "fixed_ram": fixed,
                "activation_bytes": act, **torch_rss}
@@ -130,7 +134,7 @@ def run_case(case: str, fractions, steps: int, time_limit: float, work: Path, to
             sched = None if f >= 1 else et.schedule(prog, device="a72", ram=ram, time_limit=time_limit)
         except Infeasible as e:
             row["status"] = f"infeasible: {e}"
-            rows.append(row)
+            yield row
             continue
         row["schedule_s"] = round(time.perf_counter() - t, 2)
         run_prog = prog if sched is None else prog.apply(sched)
@@ -146,9 +150,13 @@ def run_case(case: str, fractions, steps: int, time_limit: float, work: Path, to
         row.update(run_binary(d, steps))
         row["overhead_kb"] = row["before_steps_kb"] - row["state_bytes"] // 1024
         row["ratio"] = round(row["measured_kb"] * 1024 / (row["modelled"] + row["overhead_kb"] * 1024), 3)
+        trained = read_weights(d / "trained.bin")
+        if sched is None:
+            plain = trained
+        elif plain is not None:
+            row["bit_equal_to_plain"] = all(np.array_equal(trained[k], plain[k]) for k in plain)
         row["status"] = "ok"
-        rows.append(row)
-    return rows
+        yield row
 
 
 def main(argv=None) -> int:
