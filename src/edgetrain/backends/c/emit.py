@@ -14,6 +14,7 @@ from .banks import BANK_API, BANK_FUNCS, bank_arrays, bank_decls, bank_fresh_sta
 from .constpool import ConstPool
 from .emit_graphs import PROFILE, SPLIT_HELPERS, gather_call, graph_function, scatter_call, state_decls, value_ptr
 from .layout import GRAPHS, CBackendError, Layout, build_layout
+from .step_guard import checked_step, guard_declarations, node_hooks, slots_for
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 #: runtime headers every program includes (et_int8.h: the int8 forward, et_int8_dsp.h and
@@ -126,7 +127,9 @@ def _model_h(u: _Unit) -> list[str]:
         "long et_grad_bytes(int i);",
         "void et_gradients(const void *input, const void *label, void *const *out)" + _left_out(u, "grad", "et_gradients")
         + ";",
+        *([] if u.banks else ["#ifdef ET_STEP_GUARD /* the host library's (step_guard.py) */"]),
         "int et_train_step_checked(const void *input, const void *label, float *loss);",
+        *([] if u.banks else ["#endif"]),
         "#endif",
         "#ifdef __cplusplus", "}", "#endif", "#endif", "",
     ]
@@ -296,20 +299,14 @@ def _state_io(u: _Unit) -> list[str]:
 
 
 def _checked_step(u: _Unit) -> list[str]:
-    """et_train_step_checked: a step that keeps the trainable state when the loss or a weight
-    turns non-finite (a backup copy; with banks the previous bank, which is intact)."""
-    sts, banks = u.states, u.banks
+    """et_train_step_checked with two weight banks: a step that keeps the trained state when the
+    loss or a weight turns non-finite, by committing the previous bank (intact) again. (Without
+    banks: step_guard.checked_step.)"""
+    sts = u.states
     guarded = [(st.sram, st.ctype) for st in sts if st.kind in ("sram", "split")]
-    c = []
-    if guarded and not banks:
-        fields = " ".join(f"{t} a{k}[sizeof {n} / sizeof({t})];" for k, (n, t) in enumerate(guarded))
-        c.append("static struct { " + fields + " } et_backup;")
-    c += ["/* 0: done; -1: non-finite loss; k > 0: state tensor k-1 became non-finite (weights restored) */",
-          "int et_train_step_checked(const void *input, const void *label, float *loss) {"]
-    if banks:
-        c.append("  const int prev = et_bank_active;")
-    else:
-        c += [f"  memcpy(et_backup.a{k}, {n}, sizeof {n});" for k, (n, t) in enumerate(guarded)]
+    c = ["/* 0: done; -1: non-finite loss; k > 0: state tensor k-1 became non-finite (weights restored) */",
+         "int et_train_step_checked(const void *input, const void *label, float *loss) {",
+         "  const int prev = et_bank_active;"]
     c += ["  const int32_t step = et_step;", "  *loss = et_train_step(input, label);", "  int bad = 0;",
           "  { union { float f; uint32_t u; } l = {*loss}; if ((l.u & 0x7f800000u) == 0x7f800000u) bad = -1; }"]
     for k, (n, t) in enumerate(guarded):
@@ -318,15 +315,12 @@ def _checked_step(u: _Unit) -> list[str]:
             c += ["  if (!bad) { uint32_t acc = 0; const uint32_t *u = (const uint32_t *)" + n + ";",
                   f"    for (size_t i = 0; i < sizeof {n} / 4; ++i) acc |= ((u[i] & 0x7f800000u) == 0x7f800000u);",
                   f"    if (acc) bad = {st.index + 1}; }}"]
-    c.append("  if (bad) {")
-    if banks:  # a non-finite weight was committed: the previous bank (intact) becomes the committed one again
-        c += ["    if (et_bank_active != prev) {",
-              "      et_bank_header = ET_BANK_MAGIC | (uint32_t)prev;",
-              "      et_bank_active = prev;",
-              "      et_bank_cur = et_banks[prev];",
-              "    }"]
-    else:
-        c += [f"    memcpy(({t} *){n}, et_backup.a{k}, sizeof {n});" for k, (n, t) in enumerate(guarded)]
+    c += ["  if (bad) {",
+          "    if (et_bank_active != prev) { /* a non-finite weight was committed: the previous bank again */",
+          "      et_bank_header = ET_BANK_MAGIC | (uint32_t)prev;",
+          "      et_bank_active = prev;",
+          "      et_bank_cur = et_banks[prev];",
+          "    }"]
     return c + ["    et_step = step;", "  }", "  return bad;", "}"]
 
 
@@ -373,11 +367,16 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
     u = _unit(prog, layout or build_layout(prog, graphs), embed_weights, weight_banks)
     gather_bufs: list = []  # filled by the graph functions, declared before them
     pool = ConstPool()  # the kernels' constant tables, one copy of each, declared before the functions
-    funcs = [graph_function(u.layout, k, gather_bufs, u.banks and k == "train", pool) for k in u.keys]
+    slots = slots_for(u.layout, u.banks)  # the checked step's guarded arrays (step_guard.py)
+    hooks = node_hooks(u.layout, slots) if slots else None
+    funcs = [graph_function(u.layout, k, gather_bufs, u.banks and k == "train", pool, hooks if k == "train" else None)
+             for k in u.keys]
     consts = ["", f"/* the kernels' constant tables ({len(pool)}, each once: backends/c/constpool.py) */"]
-    c = _includes(u) + _arena_and_state(u) + _helpers(u, gather_bufs) + consts + pool.declarations() + funcs
+    c = _includes(u) + _arena_and_state(u) + _helpers(u, gather_bufs) + consts + pool.declarations()
+    c += (guard_declarations(slots) if slots is not None else []) + funcs
     c += _init(u) + _guard_check(u) + _train_step(u) + _predict(u)
-    c += ["", "#ifndef ET_NO_STATE_IO"] + _state_io(u) + _checked_step(u) + _gradients(u)
+    c += ["", "#ifndef ET_NO_STATE_IO"] + _state_io(u) + (_checked_step(u) if u.banks else checked_step(slots))
+    c += _gradients(u)
     c += ["#endif /* ET_NO_STATE_IO */", ""]
     files = {"model.h": "\n".join(_model_h(u)), "model.c": "\n".join(c)}
     for hh in u.headers:

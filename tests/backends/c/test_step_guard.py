@@ -1,0 +1,81 @@
+"""The host library's checked step (backends/c/step_guard.py): each array a step writes is backed
+up just before its first writer and checked just after; a step whose loss or a weight turns
+non-finite leaves every state tensor as it was, names the tensor, and the next step runs normally.
+The guard is compiled only into the ctypes library (-DET_STEP_GUARD), never into a project."""
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import edgetrain as et
+from edgetrain.backends.c import host
+from edgetrain.backends.c.step_guard import GUARD_FLAG, guarded_arrays
+from edgetrain.program import NonFiniteLossError
+
+X = torch.randn(2, 1, 6, 6, generator=torch.Generator().manual_seed(0))
+Y = np.array([2, 1])
+
+
+def _net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(4 * 6 * 6, 5)).eval()
+
+
+@pytest.fixture(scope="module")
+def prog():
+    return et.compile(_net(), (X,), optimizer=et.SGD(lr=0.1, momentum=0.9), backend="c")
+
+
+def test_weight_overflow_under_a_finite_loss_is_undone(prog):
+    """The loss stays finite (class 0's logit is -3.3e38, so its probability is 0), but the
+    momentum update takes the bias past float32's range: the error names it, nothing changes."""
+    prog.step(X, Y)
+    bias = "4.bias"
+    mom = f"momentum:{bias}"
+    prog.state[bias][0] = -3.3e38
+    prog.state[mom][0] = 3.4e38  # d = 0.9 * 3.4e38, w - 0.1 * d < -float32 max
+    saved = {k: v.copy() for k, v in prog.state.items()}
+    steps = prog.steps
+    with pytest.raises(NonFiniteLossError, match=f"{bias} became non-finite"):
+        prog.step(X, Y)
+    assert prog.steps == steps
+    for k, v in saved.items():
+        np.testing.assert_array_equal(prog.state[k], v, err_msg=k)
+    # sane values back: the next checked step trains again (the guard's per-step flags reset)
+    prog.state[bias][0], prog.state[mom][0] = 0.0, 0.0
+    before = {k: v.copy() for k, v in prog.state.items()}
+    assert np.isfinite(prog.step(X, Y)) and prog.steps == steps + 1
+    assert any(not np.array_equal(prog.state[k], v) for k, v in before.items())
+
+
+def test_every_array_a_step_changes_is_guarded():
+    """A sparse scheme (split weights, a bias-only layer): the arrays whose values one step
+    changes are all among the guard's slots."""
+    scheme = et.Sparse(bias_last=1, weights={0: 0.5})
+    p = et.compile(_net(), (X,), update=scheme, optimizer=et.SGD(lr=0.1, momentum=0.9), backend="c")
+    p.step(X, Y)  # momentum non-zero from here on
+    before = {k: v.copy() for k, v in p.state.items()}
+    p.step(X, Y)
+    changed = {k for k, v in before.items() if not np.array_equal(p.state[k], v)}
+    guarded = {st.name for st in guarded_arrays(p.runner.c_layout)}
+    assert changed and changed <= guarded
+
+
+def _symbols(tmp_path, files, flags):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    subprocess.run([host.find_cc(), *flags, "-c", "-o", "model.o", "model.c"], cwd=tmp_path, check=True)
+    return subprocess.run(["nm", "model.o"], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+
+
+def test_guard_only_in_the_host_library(prog, tmp_path):
+    """An emitted project's model.c (no ET_STEP_GUARD) has neither the checked step nor the backup."""
+    plain = _symbols(tmp_path, prog.runner.c_files, ("-O1", "-std=gnu11"))
+    assert "et_backup" not in plain and "et_train_step_checked" not in plain and "et_train_step" in plain
+    guarded = _symbols(tmp_path, prog.runner.c_files, ("-O1", "-std=gnu11", GUARD_FLAG))
+    assert "et_backup" in guarded and "et_train_step_checked" in guarded
