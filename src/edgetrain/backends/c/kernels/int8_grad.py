@@ -1,0 +1,129 @@
+"""C kernels of the int8 program's backward and updates (runtime/et_int8_grad.h): the float32
+input, weight and bias gradients of qconv2d in the summation order the references fix
+(ops/qconv.py), and the integer SGD updates with the counter hash of ops/qoptim.py, alone or
+fused after the weight gradient one output channel at a time (qconv2d_grad_weight_update).
+Split from kernels/int8.py (the integer forward); registered when that module is imported.
+"""
+from __future__ import annotations
+
+from ....ir import Node, Value
+from ....ops.qgradupdate import split_attrs as split_grad_update
+from ....ops.qoptim import row_scales
+from ..layout import CBackendError
+from .int8_params import block, c_floats, c_int, c_ints, conv_params, numel, weight_decl
+from .registry import register
+
+
+# --- backward -------------------------------------------------------------------------------
+@register("qconv2d_grad_input", split_aware=True)
+def qconv2d_grad_input(node: Node, ctx) -> str:
+    g, w = node.inputs
+    a = node.attrs
+    lines = (conv_params(ctx, "P", a["input_shape"], w.shape, g.shape, a) + weight_decl(ctx, w, "W")
+             + [c_floats(ctx, "WS", a["w_scales"]),
+                f"et_qconv_grad_input(&P, {ctx.ptr(g)}, &W, WS, {ctx.ptr(node.outputs[0])});"])
+    return block(lines)
+
+
+@register("qconv2d_dw_grad_input", split_aware=True)
+def qconv2d_dw_grad_input(node: Node, ctx) -> str:
+    g, w = node.inputs
+    gx, plane = node.outputs
+    a = node.attrs
+    lines = (conv_params(ctx, "P", a["input_shape"], w.shape, g.shape, a) + weight_decl(ctx, w, "W")
+             + [c_floats(ctx, "WS", a["w_scales"]),
+                f"et_qconv_dw_grad_input(&P, {ctx.ptr(g)}, &W, WS, {ctx.ptr(gx)}, {ctx.ptr(plane)});"])
+    return block(lines)
+
+
+def _grad_weight_params(ctx, name, x, g, a) -> list[str]:
+    return conv_params(ctx, name, x.shape, a["weight_shape"], g.shape, a) + [c_floats(ctx, name + "_sc", a["scales"])]
+
+
+@register("qconv2d_grad_weight")
+def qconv2d_grad_weight(node: Node, ctx) -> str:
+    x, g = node.inputs
+    a = node.attrs
+    o = a["weight_shape"][0]
+    row = numel(a["weight_shape"][1:])
+    lines = _grad_weight_params(ctx, "P", x, g, a) + [
+        f"for (int32_t o = 0; o < {o}; o++)",
+        f"    et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, o, P_sc[o], "
+        f"{ctx.ptr(node.outputs[0])} + o * {row});"]
+    return block(lines)
+
+
+@register("qconv2d_grad_bias")
+def qconv2d_grad_bias(node: Node, ctx) -> str:
+    g = node.inputs[0]
+    n, o = g.shape[:2]
+    return block([c_floats(ctx, "SC", node.attrs["scales"]),
+                   f"et_qconv_grad_bias({ctx.ptr(g)}, {ctx.ptr(node.outputs[0])}, {n}, {o}, "
+                   f"{numel(g.shape[2:])}, SC);"])
+
+
+# --- integer SGD ------------------------------------------------------------------------------
+def _update(ctx, w: Value, a, grad_row: str, m: Value | None, rows: int, row_len: int, before_row=()) -> list[str]:
+    """The C statements updating `w` row by row (`k` the row) from gradient rows at
+    `grad_row` (a C expression of k), as qsgd_update with attributes `a`."""
+    st = ctx.state_of(w)
+    if st is None:
+        raise CBackendError(f"qsgd_update: {w} is not a state tensor")
+    index, dim = a.get("index"), a.get("dim", 0)
+    split = st.kind == "split"
+    if split:
+        sel = ctx.weight(w).sel
+        if index is None or sel.dim != dim or tuple(sel.index) != tuple(index):
+            raise CBackendError(f"qsgd_update: {w.name} is stored split on {sel} but updated on dim {dim} "
+                                f"index {index}")
+        wq = ctx.weight(w).sram
+    else:
+        wq = ctx.ptr(w)
+    inner = numel(w.shape[2:]) if w.type.rank > 2 else 1
+    lines = [c_floats(ctx, "SC", row_scales(a)),
+             f"static const et_qsgd_p Q = {{{ctx.c_float(a['lr'])}, {ctx.c_float(a.get('momentum', 0.0))}, "
+             f"{ctx.c_float(a.get('weight_decay', 0.0))}, {c_int(a['qmin'])}, {c_int(a['qmax'])}, "
+             f"{int(a['seed']) & 0xFFFFFFFF}u, {int(a['param_id']) & 0xFFFFFFFF}u}};",
+             f"const uint32_t key = et_hash_key(Q.seed, Q.param_id, {ctx.step});"]
+    idx = "0"
+    if index is None:
+        flat0 = f"(uint32_t)(k * {row_len})"
+    elif dim == 0:
+        lines.append(c_ints("uint16_t", "IDX", index))
+        flat0 = f"(uint32_t)IDX[k] * {row_len}u"
+    elif dim == 1:
+        lines.append(c_ints("uint16_t", "IDX", index))
+        flat0 = f"(uint32_t)(k * {w.shape[1] * inner})"
+        idx = "IDX"
+    else:
+        raise CBackendError(f"qsgd_update: channel selection on dim {dim} is not supported")
+    full = 0 if split or index is None else 1
+    mptr = f"{ctx.ptr(m)} + k * {row_len}" if m is not None else "0"
+    lines += [f"for (int32_t k = 0; k < {rows}; k++) {{", *("    " + s for s in before_row),
+              f"    et_qsgd_row(&Q, key, (void *){wq}, {int(w.dtype == 'int8')}, {full}, k * {row_len}, {grad_row}, "
+              f"{mptr}, SC[k], {row_len}, {flat0}, {idx}, {inner});", "}"]
+    return lines
+
+
+@register("qsgd_update", split_aware=True)
+def qsgd_update(node: Node, ctx) -> str:
+    w, g = node.inputs[:2]
+    m = node.inputs[3] if len(node.inputs) > 3 else None
+    rows = g.shape[0]
+    row_len = g.type.numel // max(rows, 1)
+    return block(_update(ctx, w, node.attrs, f"{ctx.ptr(g)} + k * {row_len}", m, rows, row_len))
+
+
+@register("qconv2d_grad_weight_update", split_aware=True)
+def qconv2d_grad_weight_update(node: Node, ctx) -> str:
+    """One output channel at a time: its gradient row into the scratch, then its update."""
+    x, g, w = node.inputs[:3]
+    m = node.inputs[4] if len(node.inputs) > 4 else None
+    gw, up = split_grad_update(node.attrs)
+    scratch = ctx.ptr(node.outputs[-1])
+    rows = gw["weight_shape"][0]
+    row_len = numel(gw["weight_shape"][1:])
+    lines = _grad_weight_params(ctx, "P", x, g, gw)
+    lines += _update(ctx, w, up, scratch, m, rows, row_len,
+                     before_row=[f"et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, k, P_sc[k], {scratch});"])
+    return block(lines)

@@ -1,0 +1,89 @@
+"""The C declarations the int8 emitters share (kernels/int8.py, kernels/int8_grad.py): integer
+and float arrays as `static const` literals, a layer's `et_qconv_p` with its per-channel
+requantization or output scales, an int8 weight read whole or split (`et_w8`), and the block
+that scopes a layer's constants. Kept apart so the forward and the backward emitters share
+them without importing each other.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ....ir import Value
+from ....ops.qconv import out_scales
+
+#: C element type name of the int32 per-channel multipliers
+I32 = "int32_t"
+
+
+# --- literals -------------------------------------------------------------------------------
+def c_ints(ctype: str, name: str, values) -> str:
+    """`static const ctype name[]` of the integers `values` (INT32_MIN spelt so C reads it)."""
+    vals = [int(v) for v in values]
+    body = ", ".join("(-2147483647-1)" if v == -2 ** 31 else str(v) for v in vals) or "0"
+    return f"static const {ctype} {name}[{max(len(vals), 1)}] = {{{body}}};"
+
+
+def c_floats(ctx, name: str, values) -> str:
+    """`static const float name[]` of `values` (ctx.c_float's exact literals)."""
+    body = ", ".join(ctx.c_float(v) for v in values) or "0.0f"
+    return f"static const float {name}[{max(len(list(values)), 1)}] = {{{body}}};"
+
+
+def c_int(v: int) -> str:
+    """an int32 literal (INT32_MIN as an expression)."""
+    return "(-2147483647-1)" if int(v) == -2 ** 31 else str(int(v))
+
+
+def numel(shape) -> int:
+    """the element count of `shape`."""
+    return int(np.prod(shape, dtype=np.int64))
+
+
+# --- operands -------------------------------------------------------------------------------
+def weight_decl(ctx, v: Value, name: str) -> list[str]:
+    """Declarations of `et_w8 name` reading the int8 OIHW weight `v` (whole or split)."""
+    st = ctx.state_of(v)
+    if st is None or st.kind != "split":
+        return [f"const et_w8 {name} = {{(const int8_t *){ctx.ptr(v)}, 0, 0, 0, 0, 0, 0}};"]
+    ref = ctx.weight(v)
+    sel = ref.sel
+    size = v.shape[sel.dim]
+    pos = {c: k for k, c in enumerate(sel.index)}
+    rest = [c for c in range(size) if c not in pos]
+    rpos = {c: k for k, c in enumerate(rest)}
+    cmap = [pos[c] if c in pos else -rpos[c] - 1 for c in range(size)]
+    return [c_ints("int16_t", name + "_map", cmap),
+            f"const et_w8 {name} = {{0, (const int8_t *){ref.sram}, (const int8_t *){ref.flash}, {name}_map, "
+            f"{sel.dim}, {len(pos)}, {len(rest)}}};"]
+
+
+def whole_rows(ptr: str, shape) -> str:
+    """the `et_rows8` of a whole NCHW int8 tensor at `ptr`."""
+    n, c, h, w = shape
+    return f"et_whole8({ptr}, {c}, {h}, {w})"
+
+
+def conv_params(ctx, name: str, x_shape, w_shape, y_shape, a, groups=None, out_channels=None) -> list[str]:
+    """`static const et_qconv_p name` (+ its per-channel arrays) for a qconv2d-like layer."""
+    n, c, h, w = x_shape
+    o, cg, kh, kw = w_shape
+    ho, wo = y_shape[2:]
+    s, p, d = a["stride"], a["padding"], a["dilation"]
+    g = int(a["groups"] if groups is None else groups)
+    lines = []
+    q = "0, 0, 0"
+    if "mult" in a and not a.get("float_out"):
+        lines += [c_ints(I32, name + "_m", a["mult"]), c_ints("int8_t", name + "_s", a["shift"])]
+        q = f"{name}_m, {name}_s, 0"
+    elif a.get("float_out"):
+        lines.append(c_floats(ctx, name + "_os", out_scales(a)))
+        q = f"0, 0, {name}_os"
+    quant = ", ".join(c_int(a.get(k, 0)) for k in ("x_zero", "y_zero", "qmin", "qmax"))
+    lines.append(f"static const et_qconv_p {name} = {{{n}, {c}, {h}, {w}, {o}, {cg}, {kh}, {kw}, {ho}, {wo}, "
+                 f"{s[0]}, {s[1]}, {p[0]}, {p[1]}, {d[0]}, {d[1]}, {g}, {quant}, {q}}};")
+    return lines
+
+
+def block(lines) -> str:
+    """`lines` as one C block (its constants scoped to the layer)."""
+    return "{\n" + "\n".join("    " + ln for ln in lines) + "\n}"
