@@ -97,8 +97,8 @@ def test_each_stage_is_its_pass_applied_to_the_stage_before(compiled):
     ram = set(prog.graph_inputs) | {"label", "step"}
     assert str(st["reordered"]) == str(reorder_for_memory(before("reordered"), ram))
     assert str(st["fused_grad_updates"]) == str(fuse_weight_grad_update(before("fused_grad_updates")))
-    assert str(st["fused_grad_updates"]) != str(before("fused_grad_updates"))  # the fusion applies on this model
     if kw.get("quantize") == "int8":
+        assert str(st["fused_grad_updates"]) != str(before("fused_grad_updates"))  # the fusion applies on this model
         assert str(st["fused_pointwise_depthwise"]) == str(fuse_pointwise_depthwise(before("fused_pointwise_depthwise")))
         assert str(st["streamed"]) == str(stream_frozen_chains(before("streamed"), prog.graph_inputs))
 

@@ -5,7 +5,8 @@ torch over several training steps, in compiled programs (the reference runtime):
   nn.Embedding) with momentum and weight decay, and torch's nn.Embedding(sparse=True) under
   SGD with momentum (whose sparse momentum buffer keeps decaying the rows it holds); torch
   refuses weight decay with sparse gradients, which the op defines as dense SGD does;
-- convolutions and linear layers fused with their update equal torch.autograd +
+- convolutions and linear layers fused with their update (here in blocks of one row: a
+  gradient that fits one block of BLOCK_BYTES is not fused) equal torch.autograd +
   torch.optim.SGD with momentum and weight decay.
 The op table (tests/ops/cases.py) checks each op on drawn operands against torch, the C
 kernels included (test_backends.py)."""
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 
 import edgetrain as et
+from edgetrain.ops import gradupdate
 
 STEPS = 3
 TOL = 2e-5
@@ -128,7 +130,8 @@ def test_momentum_keeps_moving_rows_a_later_batch_does_not_touch():
 
 @pytest.mark.parametrize("sgd", [dict(lr=0.1), dict(lr=0.1, momentum=0.9, weight_decay=0.01)],
                          ids=["plain", "momentum_wd"])
-def test_conv_and_linear_fused_updates_equal_torch_sgd(sgd):
+def test_conv_and_linear_fused_updates_equal_torch_sgd(sgd, monkeypatch):
+    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)  # these small layers in several blocks each
     torch.manual_seed(0)
     model = ConvNet()
     batches = _batches(lambda g: (torch.randn(2, 3, 8, 8, generator=g), torch.randint(0, 5, (2,), generator=g)))

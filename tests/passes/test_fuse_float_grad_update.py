@@ -18,13 +18,21 @@ from edgetrain.backends.reference import run_graph
 from edgetrain.ir import Graph, TensorType, new_value, ram_inputs
 from edgetrain.ops import Emitter, verify
 from edgetrain.ops import gradupdate
-from edgetrain.ops.gradupdate import BLOCK_BYTES, block_rows, conv_block, linear_block
+from edgetrain.ops.gradupdate import block_rows, conv_block, linear_block
 from edgetrain.passes.fuse import fuse_weight_grad_update
 from edgetrain.passes.reorder import reorder_for_memory
 from edgetrain.passes.updates import STEP
 from edgetrain.pipeline import plan_graph
 
 SGD = dict(lr=0.5, dim=0, index=None)
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch):
+    """Blocks of 36 bytes (one depthwise 3x3 row; any larger row is a block of its own): the small
+    layers here span several blocks (a gradient that fits one block is left unfused:
+    test_a_gradient_within_one_block_is_not_fused)."""
+    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
 
 
 def _graph(grad_op, operands, grad_attrs, w_shape, momentum=0.9, weight_decay=0.01, index=None, extra_out=False,
@@ -95,9 +103,8 @@ def test_float_conv_gradient_and_update_fuse_bit_for_bit(groups, c_out, momentum
     g = _conv(groups, c_out=c_out, momentum=momentum, weight_decay=weight_decay)
     f, _, after = _assert_fused_bit_for_bit(g, "conv2d_grad_weight_update")
     n = f.nodes[0]
-    rows = n.outputs[2 if momentum else 1]  # a block of the gradient's rows (here all of them: one block)
-    assert rows.shape == g.nodes[0].out.shape and rows.shape[0] == len(block_rows(n.attrs, c_out))
-    assert len(n.outputs) == len(g.outputs) + 1
+    rows = n.outputs[2 if momentum else 1]  # a block of the gradient's rows
+    assert rows.shape[1:] == g.nodes[0].out.shape[1:] and rows.shape[0] == len(block_rows(n.attrs, c_out)) < c_out
 
 
 @pytest.mark.parametrize("groups", [1, 2])
@@ -111,21 +118,30 @@ def test_a_conv_gradient_over_several_blocks_fuses_bit_for_bit(groups, monkeypat
     assert second.shape == ((2, 2, 4, 4) if groups == 1 else rows.shape)
 
 
-def test_a_conv_block_is_the_largest_divisor_under_its_byte_cap():
+def test_a_conv_block_is_the_largest_divisor_under_its_byte_cap(monkeypatch):
+    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 1024 * 1024)
     row = 512 * 9 * 4  # ResNet-18's last convolutions: 18 KB rows
-    assert conv_block((512, 512, 3, 3), 1) == 32 and 32 * row <= BLOCK_BYTES < 64 * row
+    assert conv_block((512, 512, 3, 3), 1) == 32 and 32 * row <= gradupdate.BLOCK_BYTES < 64 * row
     assert conv_block((64, 3, 7, 7), 1) == 64  # the whole (small) gradient is one block
     assert conv_block((7, 16384, 3, 3), 1) == 1  # two rows over the cap: one row at a time
     assert conv_block((96, 1, 3, 3), 96) == 96  # depthwise: all groups at once
     assert conv_block((8, 2, 3, 3), 4) == 4
+    assert linear_block(16, 65536) == 4 and linear_block(7, 65536 * 4) == 1
 
 
 def test_float_linear_gradient_and_update_fuse_bit_for_bit():
     ops = {"x": ((2, 3, 6), "float32"), "gy": ((2, 3, 5), "float32")}
     g = _graph("linear_grad_weight", ops, {}, (5, 6))
     f, _, _ = _assert_fused_bit_for_bit(g, "linear_grad_weight_update")
-    assert f.nodes[0].outputs[-1].shape == (5, 6)  # one block: all 5 rows fit BLOCK_BYTES
-    assert linear_block(16, 65536) == 4 and linear_block(7, 65536 * 4) == 1
+    rows, cols = f.nodes[0].outputs[-2:]  # 5 rows of 6 floats: blocks of one row, and gy's column
+    assert rows.shape == (1, 6) and cols.shape == (6, 1)
+
+
+def test_a_gradient_within_one_block_is_not_fused(monkeypatch):
+    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 1024 * 1024)
+    linear = _graph("linear_grad_weight", {"x": ((2, 6), "float32"), "gy": ((2, 5), "float32")}, {}, (5, 6))
+    for g in (_conv(1), linear):
+        assert fuse_weight_grad_update(g) is g  # nothing to save: the unfused kernels, as fast as before
 
 
 @pytest.mark.parametrize("momentum,weight_decay,padding_idx", [(0.0, 0.0, -1), (0.0, 0.0, 2), (0.9, 0.0, 2),

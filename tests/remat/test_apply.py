@@ -260,10 +260,8 @@ def test_c_backend_pages_to_a_file_as_planned():
     for k in want:
         assert np.array_equal(got[k], want[k]), k
         np.testing.assert_allclose(got[k], case.grads[k], rtol=1e-4, atol=1e-6)
-    # its weight gradients are fused into their updates (passes/fuse.py): no gradient value exists in the
-    # scheduled step, so gradients() runs the unscheduled gradient graph (remat/apply.gradient_graph),
-    # which pages nothing
-    assert (sp.last_paged_in_bytes, sp.last_paged_out_bytes) == (0, 0)
+    # (the gradient graph has no loss node: a page-in only the loss reads is dropped with it)
+    assert sp.last_paged_in_bytes <= sched.page_in_bytes and sp.last_paged_out_bytes == sched.page_out_bytes
     loss = sp.step(case.x, case.y)
     assert (sp.last_paged_in_bytes, sp.last_paged_out_bytes) == (sched.page_in_bytes, sched.page_out_bytes)
     assert loss == cprog.step(case.x, case.y)

@@ -8,7 +8,9 @@ op, a block of output rows at a time: the whole weight gradient (as large as the
     gw = conv2d_grad_weight(x, gy) | linear_grad_weight(x, gy)   attributes under "gw_"
     w'[, m'] = sgd_update(w, gw[, m])                             attributes under "up_"
 
-for a whole-weight update (no channel selection). Row k of gw (output channel k) depends
+for a whole-weight update (no channel selection) of a gradient larger than one block
+(passes/fuse.py leaves one that fits BLOCK_BYTES unfused: nothing to save, and the unfused
+kernels stay as fast as they are). Row k of gw (output channel k) depends
 on channel k of gy only (and on its group's input channels), and sgd_update is elementwise,
 so the kernel computes a block of rows and applies it before the next. `w'` (and `m'`)
 overwrite w (and m) in place: `shares`, as for sgd_update. The scratch outputs, which

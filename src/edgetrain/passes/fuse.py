@@ -127,10 +127,12 @@ def _fused_update(n: Node, u: Node, grad) -> Optional[Node]:
         if u.attrs.get("index") is not None:  # a channel subset: its gradient is not the whole rows
             return None
         op, attrs = FLOAT_GRAD_UPDATE[n.op], fuse_float_attrs(n.attrs, u.attrs)
-        if n.op == "conv2d_grad_weight":
-            attrs["block"] = conv_block(n.attrs["weight_shape"], int(n.attrs["groups"]))
-        else:
-            attrs["block"] = linear_block(*n.out.shape)
+        groups = int(n.attrs.get("groups", 1))
+        block = (conv_block(n.attrs["weight_shape"], groups) if n.op == "conv2d_grad_weight"
+                 else linear_block(*n.out.shape))
+        if block == (n.out.shape[0] if groups == 1 else groups):  # one block holds it all: nothing saved
+            return None
+        attrs["block"] = block
         w, _, *m = u.inputs
         args = (*n.inputs, w, *m)
     elif n.op == "embedding_grad" and grad is n.out and _applies_gradient(u, "sgd_update", grad):
@@ -153,7 +155,8 @@ def fuse_weight_grad_update(g: Graph) -> Graph:
       one output channel at a time;
     - float convolutions and linear layers (+ sgd_update of the whole weight):
       `conv2d_grad_weight_update` / `linear_grad_weight_update` (ops/gradupdate.py), a
-      block of output rows at a time (conv_block, linear_block);
+      block of output rows at a time (conv_block, linear_block), when the gradient is
+      larger than one block (BLOCK_BYTES): a smaller one stays unfused, as fast as before;
     - embeddings (embedding_grad + sgd_update): `embedding_grad_update`
       (ops/embedding_update.py), the touched rows only.
     The fused node reads the gradient's operands where the update ran, after every node

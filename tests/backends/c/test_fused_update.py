@@ -15,6 +15,7 @@ from torch import nn
 
 import edgetrain as et
 from edgetrain.backends.c.host import to_c_program
+from edgetrain.ops import gradupdate
 from tests.backends.c.test_float import FAST_CFLAGS, close
 
 FUSED = {"conv2d_grad_weight_update", "linear_grad_weight_update", "embedding_grad_update"}
@@ -47,7 +48,8 @@ class SmallCNN(nn.Module):
 
 @pytest.mark.parametrize("opt", [et.SGD(lr=0.1), et.SGD(lr=0.1, momentum=0.9, weight_decay=1e-2)],
                          ids=["plain", "momentum_wd"])
-def test_float_fused_updates_match_the_reference(opt):
+def test_float_fused_updates_match_the_reference(opt, monkeypatch):
+    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4 * 2)  # several blocks: rows, groups, depthwise pairs
     torch.manual_seed(0)
     x = torch.randint(0, 40, (2, 24), generator=torch.Generator().manual_seed(1))  # rows 40..63 untouched
     x[0, :3] = 0  # padding_idx
