@@ -21,7 +21,9 @@
  * outside the image is a row of x_zero. When all the rows a call's output rows read fit the
  * stack buffer, they are copied once per channel at a fixed stride instead (no ring
  * bookkeeping per output row). The weights are packed once per channel; each row
- * kernel is compiled twice (ET_DW_FAST: all on the fast requantization path, or not). */
+ * kernel is compiled twice (ET_DW_FAST: all on the fast requantization path, or not), and the
+ * fast 5x5 / 7x7 rows once more each with the tap-row count a constant, so their tap-row loop
+ * unrolls (proxyless-w0.3: 24.2 -> 23.2 M est. M7 cycles in et_qconv_dw_rows). */
 #define ET_DW_TAPS 8
 #define ET_DW_PAD 1024 /* stack bytes for the ring and the x_zero row */
 
@@ -116,6 +118,7 @@ static inline __attribute__((always_inline)) void et_dwk_row(const int8_t *const
     if (sw == 1 && words == 2 && P->kw <= 7)
         for (; q + 2 <= wo; q += 2) {
             int32_t s0 = c->r.init, s1 = c->r.init;
+#pragma GCC unroll 8
             for (int32_t i = 0; i < kh; i++) {
                 const int8_t *p = rows[i] + q;
                 const uint32_t v0 = (uint32_t)et_ld32s(p), v1 = (uint32_t)et_ld32s(p + 4);
@@ -142,6 +145,7 @@ static inline __attribute__((always_inline)) void et_dwk_row(const int8_t *const
         const int seven = P->kw == 7;
         for (; q + 2 <= wo; q += 2) {
             int32_t s0 = c->r.init, s1 = c->r.init;
+#pragma GCC unroll 8
             for (int32_t i = 0; i < kh; i++) {
                 const int8_t *p = rows[i] + 2 * q;
                 const uint32_t v0 = (uint32_t)et_ld32s(p), v1 = (uint32_t)et_ld32s(p + 4);
@@ -249,6 +253,10 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                 if (three) {
                     if (c.r.fast) et_dw3_row(rows, &c, wo, sw, 1, P, bias, o, yp, yf, at);
                     else et_dw3_row(rows, &c, wo, sw, 0, P, bias, o, yp, yf, at);
+                } else if (c.r.fast && kh == 5 && words == 2) { /* the tap-row loops unrolled */
+                    et_dwk_row(rows, &c, 5, 2, wo, sw, 1, P, bias, o, yp, yf, at);
+                } else if (c.r.fast && kh == 7 && words == 2) {
+                    et_dwk_row(rows, &c, 7, 2, wo, sw, 1, P, bias, o, yp, yf, at);
                 } else if (c.r.fast) {
                     et_dwk_row(rows, &c, kh, words, wo, sw, 1, P, bias, o, yp, yf, at);
                 } else {
