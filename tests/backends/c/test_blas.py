@@ -1,4 +1,4 @@
-"""The host library's BLAS path (backends/c/blas.py, runtime/et_float_gemm.h) and its portable
+"""The host library's BLAS path (backends/c/blas.py, runtime/et_float_blas.h) and its portable
 fallback: both builds of convolutions of every geometry the GEMM path handles (padding, stride,
 dilation, 1x1 with and without stride, no bias), depthwise ones (the host's padded-plane kernels:
 strided, dilated, of a size not specialised), a grouped one (the direct kernel in both builds)
@@ -76,6 +76,32 @@ class Blocks(nn.Module):
         return self.body(x)
 
 
+class StrideOne(nn.Module):
+    """Convolutions of vertical stride 1 whose gradients the BLAS path computes, in blocks of one
+    image, as kernel-row windows of a one-kernel-row im2col (et_float_blas.h et_row_windows; at
+    batch 1 every convolution takes them): whole images ("same", "valid", padding beyond the kernel's reach)
+    and blocks of rows (rectangular with uneven padding, dilated); beside those that must not:
+    several images per block (at batch 5), one kernel row, stride 2, groups, 1x1."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 16, 3, 1, 1), nn.ReLU(),  # batch 5: several images per block
+            nn.Conv2d(16, 24, 3, 1, 1), nn.ReLU(),  # "same" (ResNet's 3x3): one whole image per block
+            nn.Conv2d(24, 24, 3, 1, 0, bias=False),  # "valid"
+            nn.Conv2d(24, 96, (1, 3), 1, (0, 1)), nn.ReLU(),  # one kernel row: the full im2col
+            nn.Conv2d(96, 40, (3, 5), 1, (1, 1)),  # rectangular, uneven padding: blocks of 19 rows
+            nn.Conv2d(40, 8, 3, 1, 2, dilation=2), nn.ReLU(),  # dilated: blocks of 26 rows
+            nn.Conv2d(8, 8, 3, 1, 3),  # padding beyond the kernel's reach
+            nn.Conv2d(8, 8, 3, 2, 1), nn.ReLU(),  # stride 2: the full im2col
+            nn.Conv2d(8, 8, 3, 1, 1, groups=2),  # grouped: direct kernel
+            nn.Conv2d(8, 6, 1),  # pointwise
+            nn.Flatten(), nn.Linear(6 * 17 * 16, 7))
+
+    def forward(self, x):
+        return self.body(x)
+
+
 def _programs(batch: int, flags, net=Convs, size=21):
     torch.manual_seed(0)
     model = net().eval()
@@ -110,6 +136,20 @@ def test_gemm_blocks_match_the_reference(batch):
     for k in gr:
         close(gc[k], gr[k])
     close(c.step(x, y), ref.step(x, y))
+    for k in ref.state:
+        close(c.state[k], ref.state[k])
+
+
+@needs_blas
+@pytest.mark.parametrize("batch", [1, 5])
+def test_kernel_row_windows_match_the_reference(batch):
+    ref, c, x, y = _programs(batch, FAST, StrideOne, 32)
+    gr, gc = ref.gradients(x, y), c.gradients(x, y)
+    assert set(gr) == set(gc)
+    for k in gr:
+        close(gc[k], gr[k])
+    for _ in range(2):
+        close(c.step(x, y), ref.step(x, y))
     for k in ref.state:
         close(c.state[k], ref.state[k])
 

@@ -8,9 +8,11 @@
  * writes the NCHW tensors in place through the GEMM's leading dimension, a block of several
  * images gathers them side by side (the weights are read once per block, not per image). The
  * forward writes W col, the weight gradient sums GY col^T over the blocks, the input gradient
- * sums W^T GY back by col2im. 1x1 stride-1 convolutions skip im2col. The GEMM-path functions are
- * not inlined: their arguments are run-time values, so gcc compiles each once per program
- * instead of once per call site. The scratch matrices live in two per-thread buffers that grow
+ * sums W^T GY back by col2im. 1x1 stride-1 convolutions skip im2col; the gradients of those of
+ * vertical stride 1 whose blocks hold one image build one kernel row's im2col only and take each
+ * kernel row as a shifted window of it (KH GEMMs; a KH times smaller im2col and col2im). The
+ * GEMM-path functions are not inlined: their arguments are run-time values, so gcc compiles each once per program
+ * instead of once per call site. The scratch matrices live in three per-thread buffers that grow
  * to the largest layer and are kept (host only: malloc); et_float_gemm.h's host depthwise
  * kernels use them too. The BLAS runs on EDGETRAIN_BLAS_THREADS threads (environment, read at
  * the first call; default 1). ET_BLAS_SGEMM / ET_BLAS_SET_THREADS name the library's functions
@@ -59,10 +61,10 @@ static void et_sgemm(int ta, int tb, int M, int N, int K, const float *A, int ld
                   lda, B, ldb, beta, Cm, ldc);
 }
 
-/* one of two per-thread scratch buffers of at least n floats (grown, never shrunk) */
+/* one of three per-thread scratch buffers of at least n floats (grown, never shrunk) */
 static float *et_scratch(int slot, size_t n) {
-    static __thread float *buf[2];
-    static __thread size_t cap[2];
+    static __thread float *buf[3];
+    static __thread size_t cap[3];
     if (n > cap[slot]) {
         free(buf[slot]);
         buf[slot] = (float *)malloc(n * sizeof(float));
@@ -242,6 +244,56 @@ static const float *et_block_cols(const float *X, int pointwise, int n0, int n1,
     return m;
 }
 
+/* ---- kernel rows as shifted windows (a vertical stride of 1, one image per block) ----------
+ * With a vertical stride of 1, kernel row ki of output row oh reads input row oh - PH + ki*DH:
+ * tap row ki's im2col rows are tap row 0's moved down ki*DH input rows. So a block of one
+ * image builds the im2col of one kernel row only (C*KW rows over the R = RO + (KH-1)*DH input
+ * rows from oh0 - PH, KH times less to write and read than the full im2col) and runs one GEMM
+ * per kernel row over a window of it (columns from ki*DH*WO, leading dimension R*WO) with that
+ * kernel row's weights: the weight gradient per kernel row, the input gradient summed into the
+ * overlapping windows (beta 1) and back by a one-kernel-row col2im. Blocks of several images
+ * keep the full im2col. The forward keeps it too: with its sums in that order torchvision's
+ * resnet50 (tests/realmodels/test_c_backend.py) moved every gradient before layer4 by ~1e-3 from
+ * both references and none of layer4's, as a ReLU decision at its threshold does (layer3.5's
+ * output holds a pre-ReLU value 7.8e-6 from it in float64); the gradients feed no threshold. */
+ET_HOST_INLINE int et_row_windows(int pointwise, int KH, int SH, int step) {
+    return !pointwise && SH == 1 && KH > 1 && step <= 1;
+}
+
+/* the blocks of a convolution whose im2col has CK rows; *windows set when they take kernel row
+ * windows, whose blocks are then sized by their one-kernel-row im2col (CK / KH rows) */
+ET_HOST_INLINE et_block et_conv_blocks(int N, int HO, int WO, int CK, int O, int pointwise, int KH, int SH,
+                                       int *windows) {
+    const et_block b = et_blocks(N, HO, WO, CK, O);
+    *windows = et_row_windows(pointwise, KH, SH, b.step);
+    if (!*windows) return b;
+    const et_block w = et_blocks(N, HO, WO, CK / KH, O);
+    return w.step <= 1 ? w : b;
+}
+
+/* input rows of a block of RO output rows that its kernel rows read */
+ET_HOST_INLINE int et_window_rows(int RO, int KH, int DH) { return RO + (KH - 1) * DH; }
+
+/* the block's one-kernel-row im2col in scratch 0: [C*KW][R*WO] from input row oh0 - PH */
+static float *et_row_cols(const float *X, int n0, int oh0, int R, int C, int H, int Wd, int WO, int KW, int SW,
+                          int PH, int PW, int DW) {
+    float *m = et_scratch(0, (size_t)C * KW * R * WO);
+    if (m) et_im2col(X, m, n0, n0 + 1, oh0 - PH, oh0 - PH + R, C, H, Wd, WO, 1, KW, 1, SW, 0, PW, 1, DW);
+    return m;
+}
+
+/* WK[ki][o][c*KW + kj] = W[o][c][ki][kj] in scratch 2: each kernel row's weights as a matrix */
+static const float *et_weights_by_row(const float *W, int O, int C, int KH, int KW) {
+    float *m = et_scratch(2, (size_t)KH * O * C * KW);
+    if (!m) return 0;
+    for (int o = 0; o < O; ++o)
+        for (int c = 0; c < C; ++c)
+            for (int ki = 0; ki < KH; ++ki)
+                memcpy(m + ((size_t)ki * O + o) * C * KW + (size_t)c * KW, W + (((size_t)o * C + c) * KH + ki) * KW,
+                       (size_t)KW * sizeof(float));
+    return m;
+}
+
 ET_BLAS_FN void et_conv_fwd_blas(const float *X, const float *W, const float *B, float *Y, int N, int C, int H, int Wd,
                                  int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
     const int P = HO * WO, CK = C * KH * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
@@ -269,9 +321,32 @@ ET_BLAS_FN void et_conv_fwd_blas(const float *X, const float *W, const float *B,
 ET_BLAS_FN void et_conv_grad_weight_blas(const float *X, const float *GY, float *GW, int N, int C, int H, int Wd, int O,
                                          int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH,
                                          int DW) {
-    const int P = HO * WO, CK = C * KH * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
+    const int P = HO * WO, CK = C * KH * KW, CKW = C * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
     float beta = 0.f; /* GW = the first block's GY col^T, then the others' added */
-    for (et_block b = et_blocks(N, HO, WO, CK, O); et_block_next(&b, N, HO, WO);) {
+    int windows;
+    et_block b = et_conv_blocks(N, HO, WO, CK, O, pw, KH, SH, &windows);
+    /* kernel row windows: GK[ki][o][c*KW + kj] summed over the blocks, then put in GW's order */
+    float *GK = windows ? et_scratch(2, (size_t)KH * O * CKW) : 0;
+    if (GK) {
+        while (et_block_next(&b, N, HO, WO)) {
+            const int n0 = b.n0, oh0 = b.oh0, cols = b.cols, R = et_window_rows(b.oh1 - oh0, KH, DH);
+            const float *rc = et_row_cols(X, n0, oh0, R, C, H, Wd, WO, KW, SW, PH, PW, DW);
+            if (!rc) return;
+            const float *gy = GY + (size_t)n0 * O * P + (size_t)oh0 * WO;
+            for (int ki = 0; ki < KH; ++ki)
+                et_sgemm(0, 1, O, CKW, cols, gy, P, rc + (size_t)ki * DH * WO, R * WO, beta,
+                         GK + (size_t)ki * O * CKW, CKW);
+            beta = 1.f;
+        }
+        for (int o = 0; o < O; ++o)
+            for (int c = 0; c < C; ++c)
+                for (int ki = 0; ki < KH; ++ki)
+                    memcpy(GW + (((size_t)o * C + c) * KH + ki) * KW, GK + ((size_t)ki * O + o) * CKW + (size_t)c * KW,
+                           (size_t)KW * sizeof(float));
+        if (beta == 0.f) memset(GW, 0, (size_t)O * CK * sizeof(float));
+        return;
+    }
+    while (et_block_next(&b, N, HO, WO)) {
         const int n0 = b.n0, n1 = b.n1, oh0 = b.oh0, oh1 = b.oh1, cols = b.cols;
         int ldb, lda;
         const float *col = et_block_cols(X, pw, n0, n1, oh0, oh1, cols, C, H, Wd, WO, KH, KW, SH, SW, PH, PW, DH, DW,
@@ -286,13 +361,27 @@ ET_BLAS_FN void et_conv_grad_weight_blas(const float *X, const float *GY, float 
 
 ET_BLAS_FN void et_conv_grad_input_blas(const float *GY, const float *W, float *GX, int N, int C, int H, int Wd, int O,
                                         int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
-    const int P = HO * WO, CK = C * KH * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
+    const int P = HO * WO, CK = C * KH * KW, CKW = C * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
     if (!pw) memset(GX, 0, (size_t)N * C * H * Wd * sizeof(float));
-    for (et_block b = et_blocks(N, HO, WO, CK, O); et_block_next(&b, N, HO, WO);) {
+    int windows;
+    et_block b = et_conv_blocks(N, HO, WO, CK, O, pw, KH, SH, &windows);
+    const float *WK = windows ? et_weights_by_row(W, O, C, KH, KW) : 0;
+    while (et_block_next(&b, N, HO, WO)) {
         const int n0 = b.n0, n1 = b.n1, oh0 = b.oh0, oh1 = b.oh1, cols = b.cols;
         int lda;
         const float *gy = et_block_rows(GY, O, P, n0, n1, oh0, WO, cols, 1, &lda);
         if (!gy) return;
+        if (WK) { /* one image: each kernel row's W^T GY summed into its window, then its rows back */
+            const int R = et_window_rows(oh1 - oh0, KH, DH);
+            float *rc = et_scratch(0, (size_t)CKW * R * WO);
+            if (!rc) return;
+            memset(rc, 0, (size_t)CKW * R * WO * sizeof(float));
+            for (int ki = 0; ki < KH; ++ki)
+                et_sgemm(1, 0, CKW, cols, O, WK + (size_t)ki * O * CKW, CKW, gy, lda, 1.f, rc + (size_t)ki * DH * WO,
+                         R * WO);
+            et_col2im(rc, GX, n0, n0 + 1, oh0 - PH, oh0 - PH + R, C, H, Wd, H, WO, 1, KW, 1, SW, 0, PW, 1, DW);
+            continue;
+        }
         if (pw && n1 - n0 == 1) { /* straight into the image's input-gradient rows */
             et_sgemm(1, 0, C, cols, O, W, C, gy, lda, 0.f, GX + (size_t)n0 * C * P + (size_t)oh0 * WO, P);
             continue;
