@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 import edgetrain as et
+from edgetrain.backends.c import blas
 from edgetrain.backends.c.host import to_c_program
 from edgetrain.ops import gradupdate
 from tests.backends.c.test_float import FAST_CFLAGS, close
@@ -81,3 +82,26 @@ def test_int8_linear_fused_through_its_reshape_is_bit_exact():
         assert c.step(x, y) == ref.step(x, y)
     for k in ref.state:
         np.testing.assert_array_equal(c.state[k], ref.state[k], err_msg=k)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_blas_conv_update_over_one_im2col_matches_the_reference(batch, monkeypatch):
+    """The host BLAS build's one-group conv2d_grad_weight_update (et_float_fused.h: the batch's im2col
+    once, one GEMM per block of rows; with a batch of one the rows of gy read in place) against the
+    reference, on convolutions split into blocks of two output rows, padded and strided."""
+    if blas.BLAS_FLAG not in FAST_CFLAGS:
+        pytest.skip("no host BLAS installed (or EDGETRAIN_BLAS=0)")
+    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 2 * 8 * 9 * 4)
+    torch.manual_seed(3)
+    net = nn.Sequential(nn.Conv2d(8, 6, 3, padding=1), nn.ReLU(), nn.Conv2d(6, 8, 3, stride=2), nn.ReLU(),
+                        nn.Flatten(), nn.Linear(8 * 3 * 3, 4))
+    x = torch.randn(batch, 8, 8, 8, generator=torch.Generator().manual_seed(4))
+    y = np.arange(batch) % 4
+    ref = et.compile(net, (x,), optimizer=et.SGD(lr=0.05, momentum=0.9))
+    fused = [n for n in ref.train_graph.nodes if n.op == "conv2d_grad_weight_update"]
+    assert len(fused) == 2 and all(int(n.attrs["block"]) < n.inputs[2].type.shape[0] for n in fused)
+    c = to_c_program(ref, FAST_CFLAGS)
+    for _ in range(3):
+        close(c.step(x, y), ref.step(x, y))
+    for k in ref.state:
+        close(c.state[k], ref.state[k])

@@ -24,6 +24,37 @@ ET_INLINE void et_sgd_row(float *ET_RESTRICT W, float *ET_RESTRICT M, const floa
     }
 }
 
+#ifdef ET_BLAS
+/* the host BLAS build's one-group conv2d_grad_weight_update: the batch's im2col (at most this many
+ * floats, a host scratch buffer like et_float_blas.h's blocks) is built once per call, and each block
+ * of B output rows is one GEMM over it, instead of one im2col per block (ResNet-18's 512x512x3x3
+ * gradient in 1 MiB blocks rebuilt it ten times). Returns 0, having done nothing, past that size. */
+#define ET_FUSED_COL_FLOATS ((size_t)4 << 20)
+ET_BLAS_FN int et_conv2d_grad_weight_update_blas(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *W,
+                                                 float *M, float *ET_RESTRICT R, float *ET_RESTRICT T, int B,
+                                                 float lr, float mu, float wd, int N, int C, int H, int Wd, int O,
+                                                 int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW,
+                                                 int DH, int DW) {
+    const size_t P = (size_t)HO * WO, NP = (size_t)N * P, len = (size_t)C * KH * KW;
+    if (len * NP > ET_FUSED_COL_FLOATS) return 0;
+    float *col = et_scratch(0, len * NP); /* col[(c*KH + ki)*KW + kj][n*P + p] */
+    if (!col) return 0;
+    et_im2col(X, col, 0, N, 0, HO, C, H, Wd, WO, KH, KW, SH, SW, PH, PW, DH, DW);
+    for (int o0 = 0; o0 < O; o0 += B) {
+        const float *g = GY + (size_t)o0 * P; /* the block's GY rows as [B][N*P] */
+        if (N > 1) {
+            for (int r = 0; r < B; ++r)
+                for (int n = 0; n < N; ++n)
+                    memcpy(T + (size_t)r * NP + (size_t)n * P, GY + ((size_t)n * O + o0 + r) * P, P * sizeof(float));
+            g = T;
+        }
+        et_sgemm(0, 1, B, (int)len, (int)NP, g, (int)NP, col, (int)NP, 0.f, R, (int)len);
+        et_sgd_row(W + (size_t)o0 * len, M ? M + (size_t)o0 * len : 0, R, (int)(B * len), lr, mu, wd);
+    }
+    return 1;
+}
+#endif
+
 /* conv2d_grad_weight_update: the gradient a block at a time (B rows of a one-group convolution, or B whole
  * groups), each block one sub-convolution of et_float_gemm.h's et_conv2d_grad_weight (the host BLAS or the
  * portable kernels) into R, then applied to its rows. A batch of more than one and more than one block: one
@@ -36,6 +67,12 @@ ET_INLINE void et_conv2d_grad_weight_update(const float *ET_RESTRICT X, const fl
     const int cg = C / G, og = O / G, len = cg * KH * KW;
     const int rows = G == 1 ? B : B * og, bc = G == 1 ? C : B * cg, bg = G == 1 ? 1 : B;
     const size_t size = (size_t)rows * len, P = (size_t)HO * WO;
+#ifdef ET_BLAS
+    if (G == 1 && rows < O &&
+        et_conv2d_grad_weight_update_blas(X, GY, W, M, R, T, B, lr, mu, wd, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW,
+                                          PH, PW, DH, DW))
+        return;
+#endif
     for (int o0 = 0; o0 < O; o0 += rows) {
         const int c0 = G == 1 ? 0 : o0 / og * cg;
         if (rows == O) {
