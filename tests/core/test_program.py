@@ -55,7 +55,7 @@ def test_peak_equals_runtime_recount(model, update):
 def test_every_stage_verifies(model):
     prog = et.compile(model, (X,), update=et.Sparse(1, {2: 0.25}))
     assert list(prog.stages) == ["captured", "with_loss", "backward", "pruned", "fused_bn_backward", "updates",
-                                 "updates_early", "reordered"]
+                                 "updates_early", "fused_grad_updates", "reordered"]
     for g in prog.stages.values():
         verify(g)
         assert str(g).startswith("graph(")

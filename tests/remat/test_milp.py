@@ -198,5 +198,6 @@ def test_resnet18_cifar_at_half_the_plain_activation_memory():
     assert s.energy_j <= 1.01 * p.base_energy_j
     dtr = greedy.solve_page_greedy(p, ram, None, 1.0)
     assert s.energy_j <= dtr.energy_j * (1 + 1e-9)
-    with pytest.raises(Infeasible, match="does not depend on the budget"):
-        greedy.solve_chen(p, ram, None, 1.0)  # sqrt(n) checkpoints peak above half the plain memory
+    # sqrt(n) checkpoints fit too since no weight gradient is stored whole (issue 21), at a cost
+    chen = greedy.solve_chen(p, ram, None, 1.0)
+    assert chen.peak_bytes <= ram and s.energy_j <= chen.energy_j * (1 + 1e-9)
