@@ -29,23 +29,13 @@ embedding_grad + sgd_update.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, get_op, prefix_attrs, register, unprefix_attrs
+from .base import Cost, OpDef, get_op, register
+from .qgradupdate import fuse_attrs, split_attrs  # the same gw_/up_ attribute split as the int8 op
 
 EMBEDDING_GRAD_UPDATE = "embedding_grad_update"
-GW, UP = "gw_", "up_"
-
-
-def fuse_attrs(gw: Mapping[str, Any], up: Mapping[str, Any]) -> dict:
-    return prefix_attrs({GW: gw, UP: up})
-
-
-def split_attrs(a: Mapping[str, Any]) -> tuple[dict, dict]:
-    return unprefix_attrs(a, GW, UP)
 
 
 def _infer(ts, a):

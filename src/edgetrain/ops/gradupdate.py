@@ -39,22 +39,12 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, get_op, prefix_attrs, register, unprefix_attrs
+from .base import Cost, OpDef, get_op, register
+from .qgradupdate import fuse_attrs, split_attrs  # the same gw_/up_ attribute split as the int8 op
 
 #: gradient op -> the op fusing it with sgd_update (passes/fuse.fuse_weight_grad_update)
 FLOAT_GRAD_UPDATE = {"conv2d_grad_weight": "conv2d_grad_weight_update",
                      "linear_grad_weight": "linear_grad_weight_update"}
-GW, UP = "gw_", "up_"
-
-
-def fuse_attrs(gw: Mapping[str, Any], up: Mapping[str, Any]) -> dict:
-    return prefix_attrs({GW: gw, UP: up})
-
-
-def split_attrs(a: Mapping[str, Any]) -> tuple[dict, dict]:
-    return unprefix_attrs(a, GW, UP)
-
-
 #: a conv block's gradient rows stay under this many bytes (or hold one row / one group)
 BLOCK_BYTES = 1024 * 1024
 

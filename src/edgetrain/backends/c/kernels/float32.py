@@ -15,7 +15,8 @@ from .context import EmitContext
 from .registry import register
 
 
-def _f32(node: Node, what=None):
+def f32_only(node: Node, what=None):
+    """Refuse (CBackendError) a node whose values (all of them, or `what`) are not all float32."""
     vals = list(node.inputs) + list(node.outputs) if what is None else what
     for v in vals:
         if v.dtype != "float32":
@@ -35,7 +36,7 @@ def _binary_types(node: Node) -> tuple[str, str]:
     dtypes = {v.dtype for v in list(node.inputs) + list(node.outputs)}
     if len(dtypes) == 1 and node.op != "div" and next(iter(dtypes)) in _WRAPPING:
         return _WRAPPING[next(iter(dtypes))]
-    _f32(node)
+    f32_only(node)
     return "float", "float"
 
 
@@ -63,7 +64,7 @@ for _op in _BINARY:
 
 def _unary(expr_fn):
     def emit(node, ctx):
-        _f32(node)
+        f32_only(node)
         ins = [ctx.ptr(v) for v in node.inputs]
         n = node.out.type.numel
         decl = " ".join(f"const float *X{k} = {p};" for k, p in enumerate(ins))
@@ -154,14 +155,14 @@ def _red_dims(rank, a):
 
 @register("sum")
 def _sum(node, ctx):
-    _f32(node)
+    f32_only(node)
     x = node.inputs[0]
     return _reduce(x.shape, ctx.ptr(node.out), ctx.ptr(x), _red_dims(len(x.shape), node.attrs))
 
 
 @register("mean")
 def _mean(node, ctx):
-    _f32(node)
+    f32_only(node)
     x = node.inputs[0]
     dims = _red_dims(len(x.shape), node.attrs)
     n = prod(x.shape[i] for i in dims)
@@ -170,7 +171,7 @@ def _mean(node, ctx):
 
 @register("sum_to")
 def _sum_to(node, ctx):
-    _f32(node)
+    f32_only(node)
     x, shape = node.inputs[0], tuple(node.attrs["shape"])
     lead = len(x.shape) - len(shape)
     dims = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape) if d == 1 and x.shape[lead + i] != 1)
@@ -213,7 +214,10 @@ def _geo(a):
     return s, p, d, int(a["groups"])
 
 
-def _conv_args(xs, ws, ys, s, p, d, g):
+def conv_shape_args(xs, ws, ys, attrs) -> str:
+    """The shape and geometry arguments of et_float_gemm.h's convolutions (N, C, H, W, O, HO, WO,
+    KH, KW, SH, SW, PH, PW, DH, DW, G) for input, weight and output shapes and the conv attributes."""
+    s, p, d, g = _geo(attrs)
     n, c, h, w = xs
     o, _, kh, kw = ws
     return (f"{n}, {c}, {h}, {w}, {o}, {ys[2]}, {ys[3]}, {kh}, {kw}, {s[0]}, {s[1]}, {p[0]}, {p[1]}, "
@@ -223,13 +227,12 @@ def _conv_args(xs, ws, ys, s, p, d, g):
 def _conv_call(fn, a, b, c, shapes, attrs) -> str:
     """A call of et_float_gemm.h's `fn` (et_conv2d, et_conv2d_grad_input, et_conv2d_grad_weight):
     the host build's BLAS or the portable kernels, chosen there at build time."""
-    s, p, d, g = _geo(attrs)
-    return c_block(f"{fn}({a}, {b}, {c}, {_conv_args(*shapes, s, p, d, g)});")
+    return c_block(f"{fn}({a}, {b}, {c}, {conv_shape_args(*shapes, attrs)});")
 
 
 @register("conv2d")
 def _conv2d(node, ctx):
-    _f32(node)
+    f32_only(node)
     x, w = node.inputs[:2]
     b = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "(const float *)0"
     y = node.out
@@ -239,7 +242,7 @@ def _conv2d(node, ctx):
 
 @register("conv2d_grad_input")
 def _conv2d_grad_input(node, ctx):
-    _f32(node)
+    f32_only(node)
     gy, w = node.inputs
     gx = node.out
     return _conv_call("et_conv2d_grad_input", ctx.ptr(gy), ctx.ptr(w), ctx.ptr(gx), (gx.shape, w.shape, gy.shape),
@@ -248,7 +251,7 @@ def _conv2d_grad_input(node, ctx):
 
 @register("conv2d_grad_weight")
 def _conv2d_grad_weight(node, ctx):
-    _f32(node)
+    f32_only(node)
     x, gy = node.inputs
     gw = node.out
     return _conv_call("et_conv2d_grad_weight", ctx.ptr(x), ctx.ptr(gy), ctx.ptr(gw), (x.shape, gw.shape, gy.shape),
@@ -262,7 +265,7 @@ def _nchw(shape):
 
 @register("batch_norm")
 def _batch_norm(node, ctx):
-    _f32(node)
+    f32_only(node)
     x, mean, var = node.inputs[:3]
     w = ctx.ptr(node.inputs[3]) if len(node.inputs) > 3 else "(const float *)0"
     b = ctx.ptr(node.inputs[4]) if len(node.inputs) > 4 else "(const float *)0"
@@ -273,7 +276,7 @@ def _batch_norm(node, ctx):
 
 @register("batch_norm_grad_input")
 def _batch_norm_grad_input(node, ctx):
-    _f32(node)
+    f32_only(node)
     g, var = node.inputs[:2]
     w = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "(const float *)0"
     n, c, hw = _nchw(g.shape)
@@ -283,7 +286,7 @@ def _batch_norm_grad_input(node, ctx):
 
 @register("batch_norm_grad_weight")
 def _batch_norm_grad_weight(node, ctx):
-    _f32(node)
+    f32_only(node)
     g, x, mean, var = node.inputs
     n, c, hw = _nchw(g.shape)
     return c_block(f"et_bn_grad_weight({ctx.ptr(g)}, {ctx.ptr(x)}, {ctx.ptr(mean)}, {ctx.ptr(var)}, "
@@ -293,7 +296,7 @@ def _batch_norm_grad_weight(node, ctx):
 # --- dense ----------------------------------------------------------------------------------
 @register("linear")
 def _linear(node, ctx):
-    _f32(node)
+    f32_only(node)
     x, w = node.inputs[:2]
     b = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "(const float *)0"
     o, k = w.shape
@@ -303,7 +306,7 @@ def _linear(node, ctx):
 
 @register("linear_grad_weight")
 def _linear_grad_weight(node, ctx):
-    _f32(node)
+    f32_only(node)
     x, gy = node.inputs
     k, o = x.shape[-1], gy.shape[-1]
     n = x.type.numel // k
@@ -312,7 +315,7 @@ def _linear_grad_weight(node, ctx):
 
 @register("matmul")
 def _matmul(node, ctx):
-    _f32(node)
+    f32_only(node)
     a, b = node.inputs
     y = node.out
     m, k = a.shape[-2:]
@@ -342,7 +345,7 @@ def _labels(node, v):
 @register("cross_entropy")
 def _cross_entropy(node, ctx):
     logits, labels = node.inputs
-    _f32(node, [logits, node.out])
+    f32_only(node, [logits, node.out])
     _labels(node, labels)
     n, c = logits.shape
     return f"{{ *{ctx.ptr(node.out)} = et_cross_entropy({ctx.ptr(logits)}, {ctx.ptr(labels)}, {n}, {c}); }}"
@@ -351,7 +354,7 @@ def _cross_entropy(node, ctx):
 @register("cross_entropy_grad")
 def _cross_entropy_grad(node, ctx):
     g, logits, labels = node.inputs
-    _f32(node, [g, logits, node.out])
+    f32_only(node, [g, logits, node.out])
     _labels(node, labels)
     n, c = logits.shape
     return (f"{{ et_cross_entropy_grad(*{ctx.ptr(g)}, {ctx.ptr(logits)}, {ctx.ptr(labels)}, {ctx.ptr(node.out)}, "
@@ -360,14 +363,14 @@ def _cross_entropy_grad(node, ctx):
 
 @register("mse")
 def _mse(node, ctx):
-    _f32(node)
+    f32_only(node)
     a, b = node.inputs
     return f"{{ *{ctx.ptr(node.out)} = et_mse({ctx.ptr(a)}, {ctx.ptr(b)}, {a.type.numel}); }}"
 
 
 @register("mse_grad")
 def _mse_grad(node, ctx):
-    _f32(node)
+    f32_only(node)
     g, a, b = node.inputs
     n = a.type.numel
     return c_block(f"const float *A = {ctx.ptr(a)}, *B = {ctx.ptr(b)}; float *Y = {ctx.ptr(node.out)};",
@@ -378,7 +381,7 @@ def _mse_grad(node, ctx):
 # --- optimizer ------------------------------------------------------------------------------
 @register("sgd_update", split_aware=True)
 def _sgd_update(node, ctx):
-    _f32(node)
+    f32_only(node)
     w, g = node.inputs[:2]
     mom = node.inputs[2] if len(node.inputs) > 2 else None
     a = node.attrs
@@ -414,7 +417,7 @@ BN_MASK_KIND = {"": 0, "clamp_grad": 1, "relu_grad": 2}
 @register("batch_norm_backward_fused")
 def _batch_norm_backward_fused(node, ctx):
     """One et_bn_backward_fused call: mask, weight, bias and input gradients in one pass per channel."""
-    _f32(node)
+    f32_only(node)
     a = node.attrs
     o = bn_operands(node.inputs, a)
     null, cnull = "(float *)0", "(const float *)0"

@@ -10,23 +10,8 @@ from ....ops.embedding_update import split_attrs as split_embedding_attrs
 from ....ops.gradupdate import split_attrs
 from ..layout import CBackendError
 from .cloops import c_block
+from .float32 import conv_shape_args, f32_only
 from .registry import register
-
-
-def _f32(node: Node, values=None) -> None:
-    for v in (list(node.inputs) + list(node.outputs)) if values is None else values:
-        if v.dtype != "float32":
-            raise CBackendError(f"C kernel for {node.op}: {v} is {v.dtype}, only float32 is supported")
-
-
-def _conv_shapes(x_shape, w_shape, y_shape, a) -> str:
-    """et_conv_grad_weight's shape and geometry arguments (N, C, H, W, O, HO, WO, KH, KW, SH, SW,
-    PH, PW, DH, DW, G)."""
-    n, c, h, w = x_shape
-    o, _, kh, kw = w_shape
-    (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
-    return (f"{n}, {c}, {h}, {w}, {o}, {y_shape[2]}, {y_shape[3]}, {kh}, {kw}, {sh}, {sw}, {ph}, {pw}, {dh}, {dw}, "
-            f"{int(a['groups'])}")
 
 
 def _update_args(node: Node, up, ctx) -> tuple[str, str]:
@@ -43,11 +28,11 @@ def _update_args(node: Node, up, ctx) -> tuple[str, str]:
 @register("conv2d_grad_weight_update")
 def _conv2d_grad_weight_update(node, ctx):
     """One et_conv2d_grad_weight_update call: per block of rows (or groups), its gradient, then its update."""
-    _f32(node)
+    f32_only(node)
     x, gy = node.inputs[:2]
     gw, up = split_attrs(node.attrs)
     wm, consts = _update_args(node, up, ctx)
-    shapes = _conv_shapes(x.shape, gw["weight_shape"], gy.shape, gw)
+    shapes = conv_shape_args(x.shape, gw["weight_shape"], gy.shape, gw)
     n_up = 2 if len(node.inputs) > 3 else 1
     rows, *sample = node.outputs[n_up:]
     t = ctx.ptr(sample[0]) if sample else "(float *)0"
@@ -58,7 +43,7 @@ def _conv2d_grad_weight_update(node, ctx):
 @register("linear_grad_weight_update")
 def _linear_grad_weight_update(node, ctx):
     """One et_dense_grad_weight_update call: per block of output rows, its gradient, then its update."""
-    _f32(node)
+    f32_only(node)
     x, gy = node.inputs[:2]
     _, up = split_attrs(node.attrs)
     wm, consts = _update_args(node, up, ctx)
@@ -75,7 +60,7 @@ def _embedding_grad_update(node, ctx):
     """One et_embedding_grad_update call: the touched rows' gradients summed and applied; the
     untouched rows too (a zero gradient) when momentum or weight decay make their step non-zero."""
     g, idx = node.inputs[:2]
-    _f32(node, [g, *node.inputs[2:], *node.outputs[:-1]])
+    f32_only(node, [g, *node.inputs[2:], *node.outputs[:-1]])
     if idx.dtype not in ("int32", "int64"):
         raise CBackendError(f"{node.op}: indices {idx} must be int32 or int64")
     gw, up = split_embedding_attrs(node.attrs)

@@ -122,13 +122,17 @@ typedef struct {
     const float *out_scale;      /* per output channel (float output: x_scale * w_scale[o]) */
 } et_qconv_p;
 
+/* outputs [lo, hi) of `out` whose input index (output * stride + off) lies in [0, in) */
+static inline void et_tap_range(int32_t off, int32_t stride, int32_t in, int32_t out, int32_t *lo, int32_t *hi) {
+    int32_t a = off >= 0 ? 0 : (-off + stride - 1) / stride;
+    int32_t b = (in - 1 - off) >= 0 ? (in - 1 - off) / stride + 1 : 0;
+    if (b > out) b = out;
+    *lo = a; *hi = b < a ? a : b;
+}
+
 /* output columns [lo, hi) whose tap j reads an in-range input column */
 static inline void et_col_range(const et_qconv_p *P, int32_t j, int32_t *lo, int32_t *hi) {
-    int32_t off = j * P->dw - P->pw; /* input column = wo * sw + off */
-    int32_t a = off >= 0 ? 0 : (-off + P->sw - 1) / P->sw;
-    int32_t b = (P->w - 1 - off) >= 0 ? (P->w - 1 - off) / P->sw + 1 : 0;
-    if (b > P->wo) b = P->wo;
-    *lo = a; *hi = b < a ? a : b;
+    et_tap_range(j * P->dw - P->pw, P->sw, P->w, P->wo, lo, hi);
 }
 
 /* One output row (n, o, ho) of a qconv2d: where it goes and how it is quantized, looked up

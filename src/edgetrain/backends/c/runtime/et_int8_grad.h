@@ -354,11 +354,7 @@ static inline void et_qconv_dw_grad_input(const et_qconv_p *P, const float *g, c
 
 /* output rows [lo, hi) whose tap row i reads an in-range input row (et_col_range's rows) */
 static inline void et_row_range(const et_qconv_p *P, int32_t i, int32_t *lo, int32_t *hi) {
-    int32_t off = i * P->dh - P->ph; /* input row = ho * sh + off */
-    int32_t a = off >= 0 ? 0 : (-off + P->sh - 1) / P->sh;
-    int32_t b = (P->h - 1 - off) >= 0 ? (P->h - 1 - off) / P->sh + 1 : 0;
-    if (b > P->ho) b = P->ho;
-    *lo = a; *hi = b < a ? a : b;
+    et_tap_range(i * P->dh - P->ph, P->sh, P->h, P->ho, lo, hi);
 }
 
 /* One tap (i, j) of a weight-gradient row: the gradient row o (image stride gn, row stride
