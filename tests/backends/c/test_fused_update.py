@@ -105,3 +105,31 @@ def test_blas_conv_update_over_one_im2col_matches_the_reference(batch, monkeypat
         close(c.step(x, y), ref.step(x, y))
     for k in ref.state:
         close(c.state[k], ref.state[k])
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_blas_conv_update_in_column_chunks_matches_the_reference(batch, monkeypatch):
+    """et_float_fused.h's column chunks (CH = block * len / O weight columns for all O rows per GEMM)
+    where they apply and where they must not: a 1x1 convolution in chunks of one column, a strided
+    dilated one whose last chunk is partial, a grouped one (the per-block path), and a first layer
+    whose R holds fewer than O floats (CH = 0: the per-block path), batch 1 and 5."""
+    if blas.BLAS_FLAG not in FAST_CFLAGS:
+        pytest.skip("no host BLAS installed (or EDGETRAIN_BLAS=0)")
+    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 2 * 9 * 4)
+    torch.manual_seed(5)
+    net = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),  # len 9, block 2: CH 18 / 32 = 0
+                        nn.Conv2d(32, 12, 1), nn.ReLU(),  # len 32, block 1: chunks of CH 32 / 12 = 2 columns
+                        nn.Conv2d(12, 8, 3, stride=2, dilation=2, padding=2), nn.ReLU(),  # len 108: CH 13, partial
+                        nn.Conv2d(8, 8, 3, padding=1, groups=2),  # grouped: never the chunks
+                        nn.Flatten(), nn.Linear(8 * 4 * 4, 4))
+    x = torch.randn(batch, 1, 8, 8, generator=torch.Generator().manual_seed(6))
+    y = np.arange(batch) % 4
+    ref = et.compile(net, (x,), optimizer=et.SGD(lr=0.05, momentum=0.9, weight_decay=1e-3))
+    fused = {tuple(n.inputs[2].type.shape): int(n.attrs["block"]) for n in ref.train_graph.nodes
+             if n.op == "conv2d_grad_weight_update"}
+    assert fused == {(32, 1, 3, 3): 2, (12, 32, 1, 1): 1, (8, 12, 3, 3): 1, (8, 4, 3, 3): 1}
+    c = to_c_program(ref, FAST_CFLAGS)
+    for _ in range(3):
+        close(c.step(x, y), ref.step(x, y))
+    for k in ref.state:
+        close(c.state[k], ref.state[k])
