@@ -32,7 +32,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 #: docs/architecture.md ("Layers"), each of its floors ordered by what reads what.
 LAYERS: list[tuple[str, ...]] = [
     # model: values and graphs, one OpDef per op, device profiles and targets
-    ("ir", "config", "safepickle"),
+    ("ir", "config", "safepickle", "scale"),
     ("ops", "devices"),
     # compiler
     ("frontend", "autodiff", "backends.reference"),

@@ -31,8 +31,10 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from ..scale import Executor, run_pieces
 from ..trainable import BiasOnly, Full, LastK, SchemeError, Sparse, UpdateScheme
-from .finetune import FineTune, FineTuner
+from .finetune import FineTune, Trainable
+from .pieces import TuneJob, correct_of, in_cut_order, piece_key, release, tune_job, tune_piece
 from .scheme_layers import scheme_layers
 
 #: channel ratios of the paper's analysis and released schemes
@@ -168,7 +170,9 @@ def analyze_contributions(model: torch.nn.Module, train, test, *, name: str = "m
                           bias_ks: Optional[Sequence[int]] = None, weight_base: Union[int, str] = "best",
                           config: FineTune = FineTune(),
                           quantize: Optional[str] = "int8", meta: Optional[Mapping[str, Any]] = None,
-                          progress: Optional[Callable[[str, float], None]] = None) -> ContributionTable:
+                          progress: Optional[Callable[[str, float], None]] = None,
+                          executor: Union[None, str, Executor] = None,
+                          results: Union[None, str, os.PathLike] = None) -> ContributionTable:
     """Measure the gain of the biases of the last k layers (k in `bias_ks`) and of each
     layer's weights (Sparse indices `layers`) at each ratio in `ratios`, fine-tuning
     `model` (a classifier, eval mode) on `train` = (images, labels) and scoring top-1 on
@@ -176,7 +180,13 @@ def analyze_contributions(model: torch.nn.Module, train, test, *, name: str = "m
     BIAS_DEPTH_FACTOR times that many. Weight gains are over training the biases of the
     last `weight_base` layers ("best": the k in `bias_ks` with the largest gain; 0: over
     the classifier alone). Channels are those compile(..., quantize=quantize) trains.
-    `progress(label, top1)` is called after each run."""
+    `progress(label, top1)` is called after each run.
+
+    Each fine-tune is an independent piece (sparse/pieces.py) run by `executor`: None or
+    "serial" in this process, "ray" as Ray tasks on a local Ray, or an edgetrain.scale
+    Executor (`RayExecutor(address="HOST:PORT")` for a cluster); the table is the same bit
+    for bit. With `results` (a path), each fine-tune is appended to that file as it
+    finishes and a rerun takes the finished ones from it (docs/scale.md)."""
     t0 = time.perf_counter()
     x0 = torch.as_tensor(train[0][:1]).float() if isinstance(train, (tuple, list)) and len(train) == 2 else None
     if x0 is None:
@@ -196,30 +206,54 @@ def analyze_contributions(model: torch.nn.Module, train, test, *, name: str = "m
     if not (weight_base == "best" or (isinstance(weight_base, int) and not isinstance(weight_base, bool)
                                       and 0 <= weight_base <= n)):
         raise ContributionError(f"weight_base must be 'best' or a bias depth 0..{n}, got {weight_base!r}")
-    tuner = FineTuner(model, train, test, config)
+    job = tune_job(model, train, test, config)
     report = None if progress is None else (lambda key, acc: progress(_label(key), acc))
-    kept: dict = {}
     runs = {"base": Sparse(), **{("bias", k): Sparse(bias_last=k) for k in bias_ks}}
-    acc = tuner.accuracies({key: sl.resolve(s) for key, s in runs.items()}, report, keep=kept)
-    base = acc["base"]
-    bias_gains = {k: acc[("bias", k)] - base for k in bias_ks}
-    if weight_base == "best":
-        weight_base = max(bias_ks, key=lambda k: (bias_gains[k], -k)) if bias_ks else 0
-    w_ref = "base" if weight_base == 0 else ("bias", weight_base)
-    runs = {("weight", i, r): Sparse(bias_last=weight_base, weights={i: r}) for i in layers for r in ratios}
-    if w_ref not in kept:
-        runs[w_ref] = Sparse(bias_last=weight_base)
-    acc.update(tuner.accuracies({key: sl.resolve(s) for key, s in runs.items()}, report, keep=kept))
+    try:
+        kept = _run_all(job, {key: sl.resolve(s) for key, s in runs.items()}, executor, results, report)
+        acc = {key: top1 for key, (top1, _) in kept.items()}
+        base = acc["base"]
+        bias_gains = {k: acc[("bias", k)] - base for k in bias_ks}
+        if weight_base == "best":
+            weight_base = max(bias_ks, key=lambda k: (bias_gains[k], -k)) if bias_ks else 0
+        w_ref = "base" if weight_base == 0 else ("bias", weight_base)
+        runs = {("weight", i, r): Sparse(bias_last=weight_base, weights={i: r}) for i in layers for r in ratios}
+        if w_ref not in kept:
+            runs[w_ref] = Sparse(bias_last=weight_base)
+        kept.update(_run_all(job, {key: sl.resolve(s) for key, s in runs.items()}, executor, results, report))
+        acc = {key: top1 for key, (top1, _) in kept.items()}
+    finally:
+        release()
     # a gain is a paired difference on the same test images: its standard error is that of
     # the per-image differences (-1, 0, 1) over the test set; the table keeps the median
-    errors = [_paired_stderr(kept[key][2], kept["base" if key[0] == "bias" else w_ref][2])
+    errors = [_paired_stderr(kept[key][1], kept["base" if key[0] == "bias" else w_ref][1])
               for key in kept if key not in ("base", w_ref)]
     info = {"quantize": quantize, "analysed_layers": list(layers), "ratios": list(ratios), "bias_ks": list(bias_ks),
-            **asdict(config), "train_images": len(tuner.y_train), "test_images": len(tuner.y_test),
+            **asdict(config), "train_images": len(job.train[1]), "test_images": len(job.test[1]),
             "seconds": round(time.perf_counter() - t0, 1), **dict(meta or {})}
     return ContributionTable(name, tuple(layer.weight for layer in sl.dense[:-1]), base, bias_gains,
                              {(i, r): acc[("weight", i, r)] - acc[w_ref] for i in layers for r in ratios}, info,
                              float(np.median(errors)) if errors else 0.0, weight_base)
+
+
+def _run_all(job: TuneJob, runs: Mapping[Any, Trainable], executor, results,
+             progress: Optional[Callable[[Any, float], None]]) -> dict:
+    """{key: (top-1, per test image: correct)} of fine-tuning each of `runs`, one piece per
+    distinct trainable set, by ascending cut (the order a serial run computes fastest)."""
+    pieces: dict[str, Trainable] = {}
+    keys_of: dict[str, list] = {}
+    for key in in_cut_order(job, runs):
+        pieces.setdefault(piece_key(runs[key]), runs[key])
+        keys_of.setdefault(piece_key(runs[key]), []).append(key)
+
+    def report(piece: str, result: dict):
+        for key in keys_of[piece]:
+            progress(key, result["top1"])
+
+    done = run_pieces(tune_piece, job, pieces, executor=executor, results=results,
+                      job=job.fingerprint, progress=None if progress is None else report)
+    n = len(job.test[1])
+    return {key: (done[piece]["top1"], correct_of(done[piece], n)) for piece, keys in keys_of.items() for key in keys}
 
 
 def _paired_stderr(correct: np.ndarray, ref: np.ndarray) -> float:
@@ -234,15 +268,23 @@ def _label(key) -> str:
 
 
 def scheme_accuracies(model: torch.nn.Module, schemes: Mapping[Any, UpdateScheme], train, test, *,
-                      config: FineTune = FineTune(), quantize: Optional[str] = "int8") -> dict:
+                      config: FineTune = FineTune(), quantize: Optional[str] = "int8",
+                      executor: Union[None, str, Executor] = None,
+                      results: Union[None, str, os.PathLike] = None) -> dict:
     """{label: top-1 after fine-tuning `model` with schemes[label]}, trained as in the
-    analysis (same trainer, data, order and channels as compile(..., quantize=quantize))."""
+    analysis (same trainer, data, order and channels as compile(..., quantize=quantize)),
+    each scheme one piece run by `executor`, saved to `results` (as analyze_contributions)."""
     bad = [s for s in schemes.values() if not isinstance(s, (Full, BiasOnly, LastK, Sparse))]
     if bad:
         raise SchemeError(f"not an update scheme: {bad[0]!r}")
     x0 = torch.as_tensor(train[0][:1]).float()
     sl = scheme_layers(model, (x0,), quantize)
-    return FineTuner(model, train, test, config).accuracies({k: sl.resolve(s) for k, s in schemes.items()})
+    try:
+        done = _run_all(tune_job(model, train, test, config), {k: sl.resolve(s) for k, s in schemes.items()},
+                        executor, results, None)
+    finally:
+        release()
+    return {k: done[k][0] for k in schemes}
 
 
 def scheme_accuracy(model: torch.nn.Module, scheme: UpdateScheme, train, test, *,

@@ -178,6 +178,7 @@ class FineTuner:
         self.x_train, self.y_train = _as_split(train, "train")
         self.x_test, self.y_test = _as_split(test, "test")
         self.cuts = _Cuts(self.model if cache_features else None)
+        self._last: Optional[tuple] = None  # run_one's cached (cut, features)
 
     def accuracy(self, trainable: Trainable) -> float:
         """Top-1 on the test images after fine-tuning `trainable`."""
@@ -195,23 +196,48 @@ class FineTuner:
         (`keep`, if given, receives {key: (top-1, trained values, per test image: correct)})."""
         for key, trainable in runs.items():
             self._check(key, trainable)
-        cut_of = {key: self.cuts.cut_below(list(t)) for key, t in runs.items()}
+        cut_of = {key: self.cut_of(t) for key, t in runs.items()}
         out = {}
         with _threads(self.config.threads):
-            here, feats = -1, (self.x_train, self.x_test)
+            at = (-1, (self.x_train, self.x_test))
             for key in sorted(runs, key=lambda k: cut_of[k]):  # sorted() is stable: input order on ties
-                if cut_of[key] != here:
-                    step = self.cuts.segment(here, cut_of[key])
-                    feats = tuple(_forward(step, x) for x in feats)
-                    here = cut_of[key]
-                top = self.cuts.segment(here, None) if self.cuts.gm is not None else self.model
-                trained, correct = self._run(top, runs[key], *feats)
+                at = self._features(at, cut_of[key])
+                trained, correct = self._run(self._top(at[0]), runs[key], *at[1])
                 out[key] = int(correct.sum()) / len(correct)
                 if keep is not None:
                     keep[key] = (out[key], trained, correct)
                 if progress is not None:
                     progress(key, out[key])
         return {key: out[key] for key in runs}
+
+    def cut_of(self, trainable: Trainable, key: Hashable = "run") -> int:
+        """The cut whose cached features a run of `trainable` starts from (-1: the images);
+        FineTuneError (naming the run `key`) if it does not fit the model."""
+        self._check(key, trainable)
+        return self.cuts.cut_below(list(trainable))
+
+    def run_one(self, trainable: Trainable) -> tuple[float, np.ndarray]:
+        """(top-1, per test image: correct) of one run, as accuracies() computes it. The
+        features of the last cut used stay cached for the next call: a series of runs by
+        ascending cut computes every feature once, by the same steps as accuracies(), so
+        each result equals accuracies()' bit for bit."""
+        with _threads(self.config.threads):
+            cut = self.cut_of(trainable)
+            at = self._last if self._last is not None and self._last[0] <= cut else (-1, (self.x_train, self.x_test))
+            self._last = at = self._features(at, cut)
+            _, correct = self._run(self._top(cut), trainable, *at[1])
+        return int(correct.sum()) / len(correct), correct
+
+    def _features(self, at: tuple, cut: int) -> tuple:
+        """(cut, features at `cut`) computed from `at` = (a lower cut, its features)."""
+        here, feats = at
+        if cut == here:
+            return at
+        step = self.cuts.segment(here, cut)
+        return cut, tuple(_forward(step, x) for x in feats)
+
+    def _top(self, cut: int):
+        return self.cuts.segment(cut, None) if self.cuts.gm is not None else self.model
 
     def _check(self, key, trainable: Trainable):
         if not trainable:
