@@ -31,8 +31,14 @@ pytestmark = pytest.mark.skipif(bool(cortexm.missing_tools()),
 # "whole": one call; "per_channel": one output channel per call (qconv2d_pw_dw);
 # "per_row": one output row per call (qstream); "split0"/"split1": the weight split in two
 # arrays by output / input channel; "narrow": an output range narrower than int8 (the general
-# requantization path); "saturate": a bias at the ends of int32 and a left shift (the same)
+# requantization path); "saturate": a bias at the ends of int32 and a left shift (the same);
+# "pow2": channel 0's multiplier 2^30 (a power-of-two scale: the general path) and channel 1's
+# 2^30 + 1 (the least the fast path takes, its sign correction read from the sum)
 CASES = [
+    ("pw_k8_rows", 1, 8, 3, 6, 10, 1, 1, 0, 1, False, "whole"),
+    ("pw_k16_rows", 2, 16, 2, 5, 8, 1, 1, 0, 1, False, "per_row"),
+    ("pw_mult_pow2", 1, 8, 3, 4, 6, 1, 1, 0, 1, False, "pow2"),
+    ("dw3_mult_pow2", 1, 3, 5, 6, 3, 3, 1, 1, 3, False, "pow2"),
     ("pw_odd", 1, 7, 5, 7, 5, 1, 1, 0, 1, False, "whole"),
     ("pw_rem", 1, 9, 3, 9, 3, 1, 1, 0, 1, False, "whole"),
     ("pw_one_px", 1, 13, 1, 1, 3, 1, 1, 0, 1, False, "whole"),
@@ -112,6 +118,8 @@ def _case_arrays(rng, case):
     a["mult"], a["shift"] = tuple(m for m, _ in ms), tuple(sh for _, sh in ms)
     if how == "saturate":
         a["shift"] = (3, -2, 0)[:o]  # a saturating left shift, too
+    if how == "pow2":
+        a["mult"] = (1 << 30, (1 << 30) + 1) + a["mult"][2:]
     if float_out:
         a["float_out"] = True
     return x, wt, b, a

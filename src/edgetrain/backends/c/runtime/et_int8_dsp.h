@@ -13,10 +13,12 @@
  *   accumulators in registers, 8 __smlad per 4 inputs; a chunk of at most 4 output channels
  *   of a 1x1 reads the planes directly (et_gemm_pairs_planes);
  * - depthwise KxK (K <= 8): et_int8_dw.h;
- * - requantization in 32 bits (et_rq): when the sum provably stays within 2^29 and the shift
- *   is a right shift, (acc * mult + 2^30) >> 31 is one SMMULR of 2 * acc and the rounding
- *   right shift, zero point and int8 saturation are an add, a subtract, a shift and an SSAT
- *   (equal to ops/fixed_point.py there); otherwise the exact general path of et_int8.h.
+ * - requantization in 32 bits (et_rq): when the sum provably stays within 2^29, the shift
+ *   is a right shift and the multiplier is above 2^30, (acc * mult + 2^30) >> 31 plus the
+ *   rounding and zero-point term is one SMMLAR of 2 * acc, and the rounding right shift's
+ *   correction for a negative value, the shift and the int8 saturation are a subtract, a
+ *   shift and an SSAT (equal to ops/fixed_point.py there: et_level); otherwise the exact
+ *   general path of et_int8.h.
  * Accumulators start at bias - x_zero * sum(w) (the input zero point taken out once per
  * output channel); all sums are exact integers, so the order does not matter. */
 #ifndef ET_INT8_DSP_H
@@ -68,12 +70,19 @@ typedef struct {
 #define ET_RQ_BOUND (1 << 29) /* |sum| below this: 2 * sum and the shifted sum fit int32 */
 #define ET_RQ_MAX_RIGHT 21    /* add = 2^(right-1) + y_zero * 2^right stays below 2^29 */
 
-/* the int8 level of a sum (fast path): equal to et_mbqm + y_zero, saturated to int8 */
-static inline int32_t et_rq_fast(const et_rq *r, int32_t acc) {
-    int32_t hi;
-    __asm__("smmulr %0, %1, %2" : "=r"(hi) : "r"(acc * 2), "r"(r->mult)); /* (2*acc*mult + 2^31) >> 32 */
-    return __ssat((hi + r->add - (int32_t)((uint32_t)hi >> 31)) >> r->right, 8);
+/* The int8 level of a sum on the fast path: et_mbqm(acc, mult, -right) + y_zero saturated to
+ * int8. hi = (2*acc*mult + 2^31) >> 32 is et_mbqm's high multiply, and SMMLAR adds `add`
+ * (2^(right-1) + y_zero * 2^right) in the same instruction; the rounding right shift takes
+ * one off a negative hi. hi < 0 exactly when acc < 0, because mult > 2^30 (acc <= -1 gives
+ * 2*acc*mult + 2^31 < 0; acc >= 0 gives hi >= 0), and 2*acc has acc's sign (|acc| < 2^29). */
+static inline int32_t et_level(int32_t acc, int32_t mult, int32_t add, int32_t right) {
+    const int32_t a2 = acc * 2;
+    int32_t v;
+    __asm__("smmlar %0, %1, %2, %3" : "=r"(v) : "r"(a2), "r"(mult), "r"(add)); /* add + hi */
+    return __ssat((v - (int32_t)((uint32_t)a2 >> 31)) >> right, 8);
 }
+
+static inline int32_t et_rq_fast(const et_rq *r, int32_t acc) { return et_level(acc, r->mult, r->add, r->right); }
 
 static inline et_rq et_rq_make(const et_qconv_p *P, const int32_t *bias, int32_t o, int32_t taps, int32_t wsum,
                                const float *yf) {
@@ -83,7 +92,8 @@ static inline et_rq et_rq_make(const et_qconv_p *P, const int32_t *bias, int32_t
     /* |sum w * (x - x_zero)| <= taps * 128 * 255; partial sums of w * x, taps * 128 * 128 more */
     const int64_t bound = (int64_t)(b < 0 ? -(int64_t)b : b) + (int64_t)taps * 32768 * 2;
     r.mult = P->mult[o];
-    if (sh <= -1 && sh >= -ET_RQ_MAX_RIGHT && P->qmin == -128 && P->qmax == 127 && bound < ET_RQ_BOUND) {
+    if (sh <= -1 && sh >= -ET_RQ_MAX_RIGHT && r.mult > (1 << 30) && P->qmin == -128 && P->qmax == 127 &&
+        bound < ET_RQ_BOUND) {
         r.fast = 1;
         r.init += b;
         r.right = -sh;
@@ -121,13 +131,26 @@ static inline void et_rq_put(const et_qconv_p *P, const int32_t *bias, const et_
 /* byte of input j (< 4) of pixel t in a group of the column */
 static inline int32_t et_col_at(int32_t j, int32_t t) { return (j & 1) * 4 + (j & 2) + t; }
 
+/* a loop over groups of 4 inputs, unrolled completely when the input count k is a constant of
+ * at most 16 (the instantiations of et_gemm_row_planes and et_gemm_pairs_planes for k = 8, 16):
+ * no loop counter, no set-up, the weight offsets immediates */
+#define ET_GROUPS(k, ...)                                                                  \
+    do {                                                                                   \
+        if (__builtin_constant_p(k) && (k) <= 16) {                                        \
+            _Pragma("GCC unroll 4") for (; q + 4 <= (k); q += 4) { __VA_ARGS__ }           \
+        } else {                                                                           \
+            for (; q + 4 <= (k); q += 4) { __VA_ARGS__ }                                   \
+        }                                                                                  \
+    } while (0)
+
 /* s[i][t] (start values in s) + w_i . column t, for the weight rows wa, wb */
-static inline void et_dot22(const int8_t *wa, const int8_t *wb, const int8_t *c, int32_t k, int32_t s[2][2]) {
+static inline __attribute__((always_inline)) void et_dot22(const int8_t *wa, const int8_t *wb, const int8_t *c,
+                                                           int32_t k, int32_t s[2][2]) {
     int32_t s00 = s[0][0], s01 = s[0][1], s10 = s[1][0], s11 = s[1][1];
     int32_t q = 0;
-    for (; q + 4 <= k; q += 4, c += 8) {
+    ET_GROUPS(k, {
         const int32_t va = et_ld32s(wa + q), vb = et_ld32s(wb + q);
-        const uint32_t u02 = (uint32_t)et_ld32s(c), u13 = (uint32_t)et_ld32s(c + 4);
+        const uint32_t u02 = (uint32_t)et_ld32s(c + 2 * q), u13 = (uint32_t)et_ld32s(c + 2 * q + 4);
         const int32_t a02 = __sxtb16(va), a13 = et_sxtb16_ror8((uint32_t)va);
         const int32_t b02 = __sxtb16(vb), b13 = et_sxtb16_ror8((uint32_t)vb);
         const int32_t x0e = __sxtb16((int32_t)u02), x1e = et_sxtb16_ror8(u02);
@@ -140,7 +163,8 @@ static inline void et_dot22(const int8_t *wa, const int8_t *wb, const int8_t *c,
         s10 = __smlad(b13, x0o, s10);
         s11 = __smlad(b02, x1e, s11);
         s11 = __smlad(b13, x1o, s11);
-    }
+    });
+    c += 2 * q;
     for (int32_t j = 0; q < k; q++, j++) {
         const int32_t x0 = c[et_col_at(j, 0)], x1 = c[et_col_at(j, 1)];
         s00 += wa[q] * x0;
@@ -270,13 +294,6 @@ static inline et_rq et_gemm_rq(const et_gemm_oc *t) {
     return r;
 }
 
-/* the int8 level of a sum (et_rq_fast's arithmetic) */
-static inline int8_t et_level(int32_t acc, int32_t mult, int32_t add, int32_t right) {
-    int32_t hi;
-    __asm__("smmulr %0, %1, %2" : "=r"(hi) : "r"(acc * 2), "r"(mult));
-    return (int8_t)__ssat((hi + add - (int32_t)((uint32_t)hi >> 31)) >> right, 8);
-}
-
 /* the levels of two pixels of the channels t[0], t[1] stored at y[0], y[1], y[cs], y[cs + 1]
  * (the constants read before the first store: an int8 store may alias them) */
 static inline void et_gemm_store(const et_gemm_oc *t, const int32_t s[2][2], int8_t *y, int32_t cs) {
@@ -311,12 +328,23 @@ static ET_DSP_NOINLINE void et_gemm_pairs(const et_gemm_oc *t, int32_t pairs, co
 /* the first `px` (even) pixels of one output row of a 1x1 (k planes, plane q at x + q * xs),
  * two at a time packed into col and run through `pairs` fast output channel pairs: one call
  * per row, not per pixel pair */
-static ET_DSP_NOINLINE void et_gemm_row_planes(const et_gemm_oc *t, int32_t pairs, const int8_t *x, int32_t xs,
-                                               int32_t k, int8_t *col, int32_t px, int8_t *y, int32_t cs) {
+static inline __attribute__((always_inline)) void et_gemm_row_planes_k(const et_gemm_oc *t, int32_t pairs,
+                                                                       const int8_t *x, int32_t xs, int32_t k,
+                                                                       int8_t *col, int32_t px, int8_t *y, int32_t cs) {
     for (int32_t q = 0; q < px; q += 2) {
         et_col_planes(x + q, xs, k, 1, col);
         et_gemm_pairs_body(t, pairs, col, k, y + q, cs, 0, 0);
     }
+}
+
+/* compiled once more for each of the small input counts of the paper's models (8, 16: the
+ * expansions of the first blocks, where the loop's set-up cost as much as its products), whose
+ * dot-product loops unroll completely */
+static ET_DSP_NOINLINE void et_gemm_row_planes(const et_gemm_oc *t, int32_t pairs, const int8_t *x, int32_t xs,
+                                               int32_t k, int8_t *col, int32_t px, int8_t *y, int32_t cs) {
+    if (k == 8) et_gemm_row_planes_k(t, pairs, x, xs, 8, col, px, y, cs);
+    else if (k == 16) et_gemm_row_planes_k(t, pairs, x, xs, 16, col, px, y, cs);
+    else et_gemm_row_planes_k(t, pairs, x, xs, k, col, px, y, cs);
 }
 
 /* et_gemm_pairs reading pixels x, x + 1 of the k planes (plane q at x + q * cs) directly:
@@ -382,7 +410,12 @@ static inline __attribute__((always_inline)) void et_gemm_planes_px(const et_gem
 /* the first `px` (even) pixels of one output row, two at a time (et_gemm_planes_px) */
 static ET_DSP_NOINLINE void et_gemm_pairs_planes(const et_gemm_oc *t, int32_t pairs, int32_t odd, const int8_t *x,
                                                  int32_t xs, int32_t k, int32_t px, int8_t *y, int32_t cs) {
-    for (int32_t q = 0; q < px; q += 2) et_gemm_planes_px(t, pairs, odd, x + q, xs, k, y + q, cs);
+    if (k == 8)
+        for (int32_t q = 0; q < px; q += 2) et_gemm_planes_px(t, pairs, odd, x + q, xs, 8, y + q, cs);
+    else if (k == 16)
+        for (int32_t q = 0; q < px; q += 2) et_gemm_planes_px(t, pairs, odd, x + q, xs, 16, y + q, cs);
+    else
+        for (int32_t q = 0; q < px; q += 2) et_gemm_planes_px(t, pairs, odd, x + q, xs, k, y + q, cs);
 }
 
 /* et_qconv_rows for an ungrouped conv whose weight rows lie side by side: per output row,
