@@ -220,6 +220,21 @@ def test_apply_rejects_foreign_or_nested_schedules():
         a.prog.apply(sched).apply(sched)
 
 
+def test_fused_updates_give_scheduled_gradients():
+    """A fused gradient+update (bert-tiny's embedding) stores no gradient in the step: the
+    scheduled program's gradient graph is still its own (the scheduled graph's page-ins and
+    recomputations, the fused op's gradient computed whole from what it read), and equals
+    the unscheduled gradients bit for bit (check_run)."""
+    case = zoo_case("bert-tiny")
+    assert "embedding_grad_update" in {n.op for n in case.prog.train_graph.nodes}
+    sched = hand_schedule(case.problem, mixed)
+    prog = case.prog.apply(sched)
+    ops = [n.op for n in prog.grad_graph.nodes]
+    assert "page_in" in ops and "embedding_grad" in ops and "embedding_grad_update" not in ops
+    assert len(ops) > len(case.prog.grad_graph.nodes)  # the recomputations and page-ins
+    check_run(case, sched)
+
+
 # --- every zoo model at three budgets ----------------------------------------------------------
 def test_zoo_table_covers_the_zoo():
     assert set(ZOO) == set(et.models.names())

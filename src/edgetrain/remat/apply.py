@@ -34,7 +34,10 @@ from ..ir import Graph, Node, Role, TensorType, Value, new_value
 from ..memory import ALIGNMENT, storage_roots
 from ..memory.arena import align_up
 from ..ops import get_op, verify
+from ..ops.embedding_update import EMBEDDING_GRAD_UPDATE
+from ..ops.gradupdate import FLOAT_GRAD_UPDATE
 from ..ops.page import STORE_DTYPE
+from ..ops.qgradupdate import GRAD_UPDATE_OP, split_attrs
 from ..passes.dce import eliminate_dead_code
 from ..pipeline import plan_graph
 from .plan import Schedule, ScheduleError
@@ -42,9 +45,14 @@ from .plan import Schedule, ScheduleError
 #: the graph input name of the page store
 STORE_NAME = "page:store"
 #: updates whose gradient is an input (op -> its index): the scheduled gradient graph reads
-#: it there; a fused gradient+update (passes/fuse.fuse_weight_grad_update: int8 and float
-#: convolutions and linear layers, embeddings) never materializes one
+#: it there
 GRADIENT_INPUT = {"sgd_update": 1, "qsgd_update": 1}
+#: a fused gradient+update (passes/fuse.fuse_weight_grad_update: int8 and float convolutions
+#: and linear layers, embeddings) never materializes its gradient; the scheduled gradient
+#: graph runs the gradient op it fuses (fused op -> that op) on its operands (inputs 0 and 1,
+#: the unit copies the schedule made current there), whole
+UNFUSED = {**{fused: op for op, fused in FLOAT_GRAD_UPDATE.items()}, EMBEDDING_GRAD_UPDATE: "embedding_grad",
+           GRAD_UPDATE_OP: "qconv2d_grad_weight"}
 
 
 class PageStore:
@@ -187,22 +195,41 @@ def rewrite_graph(problem, sched: Schedule, offsets: dict, store: Optional[Value
 
 def gradient_graph(prog, train: Graph) -> Optional[Graph]:
     """The scheduled train graph without its updates, returning the gradients they read as
-    `grad:<param>` (the outputs of `prog.grad_graph`; `prog` a compiled program); None when an update is fused with its
-    gradient (no gradient value exists)."""
+    `grad:<param>` (the outputs of `prog.grad_graph`; `prog` a compiled program): a fused
+    gradient+update is replaced by its gradient op (UNFUSED) at its place, reading what the
+    fused node read, so the gradient is the one the scheduled step applies, stored whole.
+    None when a trained parameter's update is neither (no gradient to return)."""
     named = train.named_outputs()
     producer = {o: n for n in train.nodes for o in n.outputs}
-    updates, grads = set(), {}
+    want = dict(zip(prog.grad_graph.output_names, prog.grad_graph.outputs))
+    updates, grads, unfused = set(), {}, {}
     for p in prog.trainable:
         n = producer.get(named.get(p))
-        if n is None or n.op not in GRADIENT_INPUT:
+        if n is None or (n.op not in GRADIENT_INPUT and n.op not in UNFUSED):
             return None
         updates.add(n)
-        grads[grad_name(p)] = n.inputs[GRADIENT_INPUT[n.op]]
+        if n.op in GRADIENT_INPUT:
+            grads[grad_name(p)] = n.inputs[GRADIENT_INPUT[n.op]]
+            continue
+        expect = want.get(grad_name(p))
+        if expect is None:
+            return None
+        op = UNFUSED[n.op]
+        gw = new_value(get_op(op).infer([v.type for v in n.inputs[:2]], split_attrs(n.attrs)[0])[0])
+        unfused[n] = [Node(op, n.inputs[:2], (gw,), split_attrs(n.attrs)[0])]
+        if gw.type.shape != expect.type.shape:  # an int8 linear's (o, k, 1, 1) gradient as its (o, k) weight
+            shaped = new_value(TensorType(expect.type.shape, gw.type.dtype))
+            unfused[n].append(Node("reshape", (gw,), (shaped,), {"shape": expect.type.shape}))
+            gw = shaped
+        grads[grad_name(p)] = gw
+    for k in prog.grad_graph.output_names:  # the loss, as the unscheduled graph returns it
+        if k not in grads and k in named:
+            grads[k] = named[k]
     names = [k for k in prog.grad_graph.output_names if k in grads]
-    if sorted(names) != sorted(grads):
+    if names != list(prog.grad_graph.output_names):
         return None
-    g = train.replace(nodes=tuple(n for n in train.nodes if n not in updates), outputs=tuple(grads[k] for k in names),
-                      output_names=tuple(names))
+    nodes = tuple(m for n in train.nodes for m in unfused.get(n, () if n in updates else (n,)))
+    g = train.replace(nodes=nodes, outputs=tuple(grads[k] for k in names), output_names=tuple(names))
     g = eliminate_dead_code(g)
     used = {v for n in g.nodes for v in n.inputs} | set(g.outputs)
     keep = set(g.inputs_with(Role.DATA, Role.LABEL))  # fed even when unread, as the unscheduled graph takes them
@@ -213,8 +240,8 @@ def apply_schedule(compiled, sched: Schedule, page_file=None):
     """`compiled` (a CompiledProgram) running `sched`: another compiled program whose train
     graph is rewritten (module docstring), with its memory report, its `schedule` and its
     `page_store` (the file pages go to: `page_file`, else a temporary file). Its gradient
-    graph runs the scheduled graph without the updates; for a program whose weight gradients
-    are fused into their updates (passes/fuse.py) it is the unscheduled one. `Program.apply` runs it
+    graph runs the scheduled graph without the updates (gradient_graph: a fused
+    gradient+update's gradient computed whole instead). `Program.apply` runs it
     with a runner of the program's kind."""
     problem = sched.problem
     if compiled.schedule is not None:

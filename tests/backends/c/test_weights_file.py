@@ -122,3 +122,30 @@ def test_bad_files_stop_the_driver_with_a_message(built, tmp_path):
     for name, msg in (("s_short.bin", "truncated"), ("s_wrong.bin", "not this model's sizes")):
         r = _run(out, "weights.bin", tmp_path / name)
         assert r.returncode != 0 and msg in r.stderr, (name, r.stderr)
+
+
+@needs_cc
+def test_save_grads_writes_the_gradients_of_the_next_sample(built):
+    """--save-grads after N steps: the gradients of sample N (modulo the count) at the trained
+    weights, in the weights file format, as the reference computes them."""
+    prog, out = built
+    r = _run(out, "weights.bin", "samples.bin", "--steps", 1, "--save-grads", "grads.bin")
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = wf.read_weights(out / "grads.bin")
+    ref = et.compile(_mlp(), (_samples()[0][0],), optimizer=OPT)
+    x0, y0 = _samples()[0]
+    ref.step(x0, y0)
+    want = ref.gradients(*_samples()[1])
+    assert set(got) == {f"grad:{k}" for k in want} | {"loss"}
+    for k, v in want.items():
+        np.testing.assert_allclose(got[f"grad:{k}"], np.asarray(v).reshape(-1), rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+@needs_cc
+def test_save_grads_without_the_gradient_graph_is_refused(tmp_path):
+    prog = et.compile(_mlp(), (_samples()[0][0],), optimizer=OPT)
+    out = prog.emit_c(tmp_path / "proj", samples=_samples(), embed_weights=False, graphs=("train",))
+    subprocess.run(["make", "-s", "main"], cwd=out, check=True, capture_output=True, timeout=300)
+    r = _run(out, "weights.bin", "samples.bin", "--steps", 1, "--save-grads", "grads.bin")
+    assert r.returncode != 0 and "without the gradient graph" in r.stderr, r.stdout + r.stderr
+    assert not (out / "grads.bin").exists()

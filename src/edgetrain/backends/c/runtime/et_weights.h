@@ -181,6 +181,55 @@ int et_save_weights(const char *path, char *err, size_t errlen) {
     return 0;
 }
 
+static void et_wr32(unsigned char *p, uint32_t v) { for (int k = 0; k < 4; ++k) p[k] = (unsigned char)(v >> (8 * k)); }
+static void et_wr64(unsigned char *p, uint64_t v) { et_wr32(p, (uint32_t)v); et_wr32(p + 4, (uint32_t)(v >> 32)); }
+
+/* write count tensors (name, dtype code of weights_file.DTYPE_CODES, bytes, data) to path in
+   the weights file format (weights_file.weights_blob's layout: read_weights reads it), via
+   path.tmp renamed when whole; the gradients of --save-grads */
+int et_save_tensors(const char *path, int count, const char *const *names, const uint32_t *codes,
+                    const long *nbytes, void *const *data, char *err, size_t errlen) {
+    uint64_t h = 0xCBF29CE484222325ull, table_end = ET_FILE_HEADER;
+    for (int i = 0; i < count; ++i) {
+        unsigned char le[8];
+        et_wr64(le, (uint64_t)nbytes[i]);
+        h = et_fnv(et_fnv(h, names[i], strlen(names[i]) + 1), le, 8);
+        table_end += ET_FILE_ENTRY + ((strlen(names[i]) + 7u) & ~(size_t)7u);
+    }
+    uint64_t end = (table_end + 63) & ~63ull;
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return et_file_fail(err, errlen, "path too long");
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return et_file_fail(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    unsigned char head[ET_FILE_HEADER] = {0}, e[ET_FILE_ENTRY], zeros[64] = {0};
+    uint64_t at = end;
+    for (int i = 0; i < count; ++i) at = (at + (uint64_t)nbytes[i] + 63) & ~63ull;
+    memcpy(head, "ETWEIGHT", 8);
+    et_wr32(head + 8, ET_FILE_VERSION), et_wr32(head + 12, (uint32_t)count), et_wr64(head + 16, h), et_wr64(head + 24, at);
+    int ok = fwrite(head, 1, ET_FILE_HEADER, f) == ET_FILE_HEADER;
+    for (int i = 0; ok && i < count; ++i) {
+        const size_t n = strlen(names[i]), padded = (n + 7u) & ~(size_t)7u;
+        et_wr32(e, (uint32_t)n), et_wr32(e + 4, codes[i]), et_wr64(e + 8, (uint64_t)nbytes[i]), et_wr64(e + 16, end);
+        ok = fwrite(e, 1, ET_FILE_ENTRY, f) == ET_FILE_ENTRY && fwrite(names[i], 1, n, f) == n
+             && fwrite(zeros, 1, padded - n, f) == padded - n;
+        end = (end + (uint64_t)nbytes[i] + 63) & ~63ull;
+    }
+    uint64_t pos = table_end;
+    for (int i = 0; ok && i < count; ++i) {
+        const uint64_t off = (pos + 63) & ~63ull;
+        ok = fwrite(zeros, 1, (size_t)(off - pos), f) == off - pos && fwrite(data[i], 1, (size_t)nbytes[i], f) == (size_t)nbytes[i];
+        pos = off + (uint64_t)nbytes[i];
+    }
+    ok = ok && fwrite(zeros, 1, (size_t)(at - pos), f) == at - pos;
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = (fclose(f) == 0) && ok && rename(tmp, path) == 0;
+    if (!ok) {
+        remove(tmp);
+        return et_file_fail(err, errlen, "cannot write the tensors to %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
 /* a samples file, read one (input, label) record at a time */
 typedef struct {
     FILE *f;
