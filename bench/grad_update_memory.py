@@ -6,7 +6,7 @@ can reach.
         [--fractions 0.5 0.3] [--solver milp] [--time-limit 30] [--device a72] [--momentum 0.9]
         [--step-time 15]
 
-Per case (a zoo model `name:batch`, float32, SGD (--momentum, default 0); or `small-cnn-int8:batch`,
+Per case (a zoo model `name:batch`, or `resnet18-imagenet:batch` (zoo_case), float32, SGD (--momentum, default 0); or `small-cnn-int8:batch`,
 a 3->8 channel 3x3 convolution and a Linear(8192, 16) compiled for int8): the memory report's
 peak and arena (its largest live set and where), the schedule problem's plain activation
 memory and fixed RAM (edgetrain.remat.build.build_problem), the lower bound every schedule
@@ -62,7 +62,22 @@ def compile_case(case: str, args):
         torch.manual_seed(0)
         x = torch.randn(int(batch), 3, 32, 32)
         return et.compile(SmallCNN().eval(), (x,), quantize="int8", optimizer=opt)
-    return et.compile(et.models.get(name), (et.models.example_input(name, batch=int(batch)),), optimizer=opt)
+    model, x = zoo_case(name, int(batch))
+    return et.compile(model, (x,), optimizer=opt)
+
+
+#: "resnet18-imagenet": the zoo's resnet18 (torchvision's architecture) with ImageNet's 1000
+#: classes at 224 x 224 (the zoo's own input is 128 x 128)
+IMAGENET = {"resnet18-imagenet": ("resnet18", 1000, 224)}
+
+
+def zoo_case(name: str, batch: int):
+    """(model, example input) of a zoo model, or of an IMAGENET variant."""
+    if name in IMAGENET:
+        zoo, classes, size = IMAGENET[name]
+        return et.models.get(zoo, num_classes=classes), torch.randn(batch, 3, size, size,
+                                                                    generator=torch.Generator().manual_seed(0))
+    return et.models.get(name), et.models.example_input(name, batch=batch)
 
 
 @contextmanager
@@ -89,8 +104,7 @@ def step_times(case: str, args) -> None:
         return
     progs = {"fused": to_c_program(fused), "unfused": to_c_program(unfused)}
     name, batch = case.split(":")
-    x = (torch.randn(int(batch), 3, 32, 32) if name == "small-cnn-int8"
-         else et.models.example_input(name, batch=int(batch)))
+    x = torch.randn(int(batch), 3, 32, 32) if name == "small-cnn-int8" else zoo_case(name, int(batch))[1]
     y = torch.zeros(int(batch), dtype=torch.int64)
     times = {k: [] for k in progs}
     for i in range(args.step_time + 1):
@@ -102,6 +116,35 @@ def step_times(case: str, args) -> None:
     med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
     print(f"  C host step, median of {args.step_time}: fused {med['fused']:.2f} ms, unfused {med['unfused']:.2f} ms "
           f"({med['fused'] / med['unfused'] - 1:+.1%})")
+
+
+def solver_quality(s) -> str:
+    """The solver's own account of a schedule: its status, its gap (HiGHS's, on the total
+    energy, base included: what the issue's "<= 1 % gap" bounds), the lower bound that gap
+    puts on the extra energy, and its solve time."""
+    if s.status == "heuristic":
+        return f"{s.solver}: a heuristic, no bound; solved in {s.solve_s:.1f} s"
+    base = s.problem.base_energy_j
+    extra_lb = max(0.0, s.energy_j * (1 - s.gap) / base - 1) if base else 0.0
+    return (f"{s.status}, gap {100 * s.gap:.2f}% of the total energy (extra energy >= {100 * extra_lb:+.2f}%), "
+            f"solved in {s.solve_s:.1f} s")
+
+
+def print_decisions(s) -> None:
+    """What a schedule recomputes and pages, by op, with the energy each costs (share of the
+    base energy): where its extra energy goes."""
+    us, base, nodes = s.problem.units, s.problem.base_energy_j, s.problem.graph.nodes
+    by = {}
+    for kind, groups, cost in (("recompute", s.recompute, lambda u: u.energy_j),
+                               ("page_in", s.page_in, lambda u: u.page_in_j),
+                               ("page_out", [sorted(s.page_out)], lambda u: u.page_out_j)):
+        for group in groups:
+            for i in group:
+                key = (kind, "+".join(dict.fromkeys(nodes[k].op for k in us[i].nodes)))
+                n, e, b = by.get(key, (0, 0.0, 0))
+                by[key] = (n + 1, e + cost(us[i]), b + us[i].bytes)
+    for (kind, name), (n, e, b) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+        print(f"    {kind:9s} {name[:40]:40s} x{n:4d}  {b / MB:8.2f} MB  {100 * e / base:+.3f}% energy")
 
 
 def run_case(case: str, args) -> None:
@@ -122,7 +165,9 @@ def run_case(case: str, args) -> None:
             s = et.schedule(prog, device=args.device, ram=ram, solver=args.solver, time_limit=args.time_limit)
             print(f"  {f:.2f}x: budget {ram / MB:.2f} MB -> {args.solver} peak {s.peak_bytes / MB:.2f} MB, "
                   f"extra energy {100 * (s.energy_j / problem.base_energy_j - 1):+.2f}% "
-                  f"({time.perf_counter() - t1:.1f} s)")
+                  f"({time.perf_counter() - t1:.1f} s); {solver_quality(s)}")
+            if args.decisions:
+                print_decisions(s)
         except Infeasible as e:
             print(f"  {f:.2f}x: budget {ram / MB:.2f} MB -> Infeasible: {str(e)[:160]}")
     if args.step_time:
@@ -137,6 +182,7 @@ def main(argv=None) -> None:
     p.add_argument("--time-limit", type=float, default=30.0)
     p.add_argument("--device", default="a72")
     p.add_argument("--step-time", type=int, default=0, help="also time N C host steps, fused against unfused")
+    p.add_argument("--decisions", action="store_true", help="also list what each schedule recomputes and pages")
     p.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (default 0: et.compile's default SGD)")
     args = p.parse_args(argv)
     for case in args.cases:

@@ -2,23 +2,32 @@
 schedule's modelled peak and PyTorch eager's peak for the same step (issue 21).
 
     PYTHONPATH=src python bench/standalone_rss.py [--cases resnet18-cifar:1 resnet18-cifar:8 bert-tiny:8]
-        [--fractions 1 0.5 0.3] [--steps 1] [--time-limit 60] [--work DIR] [--out results.jsonl]
+        [--fractions 1 0.5 0.3] [--steps 1] [--time-limit 60] [--mip-gap 0.01] [--no-grads] [--work DIR]
+        [--out results.jsonl]
 
-A case is `model:batch` (a zoo model, or "bert-base": transformers' BertForSequenceClassification
-from its default config, random init, sequence 128). Each is compiled for float32 training
+A case is `model:batch` (a zoo model; "resnet18-imagenet": the zoo's resnet18, torchvision's
+architecture, with 1000 classes at 224 x 224; or "bert-base": transformers'
+BertForSequenceClassification from its default config, random init, sequence 128). Each is
+compiled for float32 training
 (full update, SGD without momentum), timed; for each fraction f the program is scheduled on
 the A72 profile with ram = fixed_ram + f * activation_bytes (f = 1: plain back-propagation,
 no schedule), applied, emitted as a host project with its weights in weights.bin
-(`emit_c(..., embed_weights=False, graphs=("train",))`), built with `make main` and run
-under /usr/bin/time -v for --steps steps, paging to a real file. Every emit, build and run is
-timed and each measurement runs in its own process, so the RSS is that step's alone:
+(`emit_c(..., embed_weights=False, graphs=("train", "grad"))`; "train" only with --no-grads),
+built with `make main` and run under /usr/bin/time -v for --steps steps, paging to a real file,
+then (`--save-grads`) saving the gradients of the next sample at the trained weights. Every
+emit, build and run is timed and each measurement runs in its own process, so the RSS is that
+step's alone:
 
+- the schedule (MILP, --mip-gap on the total energy, --time-limit): its extra energy over
+  plain back-propagation, the solver's status, gap and solve time;
 - modelled: the schedule's peak (problem.fixed_ram + its activation peak);
 - before_steps: the binary's RSS after loading its weights, before the first step (the fixed
   runtime overhead is this minus the state bytes it loaded);
-- measured: the binary's peak RSS (VmHWM, printed by the binary) and /usr/bin/time's maximum;
+- measured: the binary's peak RSS (VmHWM, printed by the binary before the gradients are
+  computed) and /usr/bin/time's maximum (which includes the gradients' run);
 - bit_equal_to_plain: the weights the binary saved after the steps equal, bit for bit, the
-  unscheduled binary's (f = 1 runs first);
+  unscheduled binary's (f = 1 runs first); grads_bit_equal_to_plain: its gradients too (the
+  scheduled gradient graph: remat/apply.gradient_graph);
 - torch: PyTorch eager's peak RSS for one SGD step of the same model and batch, in a fresh
   interpreter (`--torch-case`), and its RSS before the step (interpreter, torch, model).
 
@@ -56,6 +65,11 @@ def make_case(case: str):
     name, batch = case.split(":")
     batch = int(batch)
     torch.manual_seed(0)
+    if name == "resnet18-imagenet":  # the zoo's resnet18 (torchvision's architecture), ImageNet's 1000 classes
+        import edgetrain as et
+
+        x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+        return et.models.get("resnet18", num_classes=1000).eval(), x, torch.arange(batch) % 1000
     if name == "bert-base":
         sys.modules.setdefault("torchvision", None)  # transformers' image utilities import a torchvision
         from transformers import BertConfig, BertForSequenceClassification  # built for another torch
@@ -91,9 +105,9 @@ def torch_step(case: str) -> dict:
     return {"torch_before_kb": before, "torch_peak_kb": peak_rss_kb()}
 
 
-def run_binary(d: Path, steps: int) -> dict:
+def run_binary(d: Path, steps: int, grads: bool) -> dict:
     cmd = ["/usr/bin/time", "-v", "./main", "weights.bin", "samples.bin", "--steps", str(steps), "--pages",
-           "pages.bin", "--save", "trained.bin"]
+           "pages.bin", "--save", "trained.bin"] + (["--save-grads", "grads.bin"] if grads else [])
     t = time.perf_counter()
     r = subprocess.run(cmd, cwd=d, capture_output=True, text=True)
     wall = time.perf_counter() - t
@@ -102,6 +116,7 @@ def run_binary(d: Path, steps: int) -> dict:
     out = {"run_s": round(wall, 2),
            "before_steps_kb": int(re.search(r"rss_before_steps_kb (\d+)", r.stdout).group(1)),
            "measured_kb": int(re.search(r"peak_rss_kb (\d+)", r.stdout).group(1)),
+           # with --save-grads, /usr/bin/time's maximum includes the gradients' run after the steps
            "time_v_kb": int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1)),
            "losses": [float(v) for v in re.findall(r"loss (\S+)", r.stdout)]}
     m = re.search(r"paged_in_bytes (\d+) paged_out_bytes (\d+)", r.stdout)
@@ -110,7 +125,8 @@ def run_binary(d: Path, steps: int) -> dict:
     return out
 
 
-def run_case(case: str, fractions, steps: int, time_limit: float, work: Path, torch_rss: dict):
+def run_case(case: str, fractions, steps: int, time_limit: float, work: Path, torch_rss: dict, grads: bool = True,
+             mip_gap: float = 0.01):
     """Yield one row per fraction (module docstring), each as soon as it is measured."""
     import edgetrain as et
     from edgetrain.remat.build import build_problem
@@ -119,44 +135,62 @@ def run_case(case: str, fractions, steps: int, time_limit: float, work: Path, to
     from edgetrain.backends.c.weights_file import read_weights
 
     model, x, y = make_case(case)
+    graphs = ("train", "grad") if grads else ("train",)
     t = time.perf_counter()
     prog = et.compile(model, (x,), update=et.Full(), optimizer=et.SGD(lr=0.01))
     compile_s = time.perf_counter() - t
     problem = build_problem(prog, get_device("a72"))
     fixed, act = problem.fixed_ram, problem.activation_bytes
-    plain = None  # plain: the unscheduled binary's weights after the steps
+    plain = plain_grads = None  # the unscheduled binary's weights after the steps, and its gradients
     for f in fractions:
         row = {"case": case, "fraction": f, "compile_s": round(compile_s, 2), "fixed_ram": fixed,
                "activation_bytes": act, **torch_rss}
         ram = fixed + int(f * act)
         t = time.perf_counter()
         try:
-            sched = None if f >= 1 else et.schedule(prog, device="a72", ram=ram, time_limit=time_limit)
+            sched = None if f >= 1 else et.schedule(prog, device="a72", ram=ram, time_limit=time_limit,
+                                                    mip_rel_gap=mip_gap)
         except Infeasible as e:
             row["status"] = f"infeasible: {e}"
             yield row
             continue
         row["schedule_s"] = round(time.perf_counter() - t, 2)
+        if sched is not None:  # the solver's account: status, gap on the total energy, its solve time
+            row.update(solver=sched.solver, solver_status=sched.status, gap=round(sched.gap, 5),
+                       solve_s=round(sched.solve_s, 2),
+                       extra_energy=round(sched.energy_j / problem.base_energy_j - 1, 5),
+                       recomputations=sched.recomputations, page_ins=sched.page_ins)
         run_prog = prog if sched is None else prog.apply(sched)
         row["modelled"] = fixed + act if sched is None else sched.peak_bytes
         d = work / f"{case.replace(':', '-')}-{f}"
         t = time.perf_counter()
-        run_prog.emit_c(d, target="host", samples=[(x.numpy(), y.numpy())], embed_weights=False, graphs=("train",))
+        run_prog.emit_c(d, target="host", samples=[(x.numpy(), y.numpy())], embed_weights=False, graphs=graphs)
         row["emit_s"] = round(time.perf_counter() - t, 2)
         t = time.perf_counter()
         subprocess.run(["make", "-s", "-B", "main"], cwd=d, check=True, capture_output=True)
         row["make_s"] = round(time.perf_counter() - t, 2)
         row["state_bytes"] = (d / "weights.bin").stat().st_size
-        row.update(run_binary(d, steps))
+        row.update(run_binary(d, steps, grads))
         row["overhead_kb"] = row["before_steps_kb"] - row["state_bytes"] // 1024
         row["ratio"] = round(row["measured_kb"] * 1024 / (row["modelled"] + row["overhead_kb"] * 1024), 3)
         trained = read_weights(d / "trained.bin")
+        got_grads = read_weights(d / "grads.bin") if grads else None
         if sched is None:
-            plain = trained
+            plain, plain_grads = trained, got_grads
         elif plain is not None:
             row["bit_equal_to_plain"] = all(np.array_equal(trained[k], plain[k]) for k in plain)
+            if grads:
+                row["grads_bit_equal_to_plain"] = got_grads.keys() == plain_grads.keys() and all(
+                    np.array_equal(got_grads[k], plain_grads[k]) for k in plain_grads)
         row["status"] = "ok"
         yield row
+
+
+def solver_cells(row) -> str:
+    """extra energy | gap | solve s of a scheduled row ("-" for the unscheduled one)."""
+    if "gap" not in row:
+        return "- | - | -"
+    return f"{100 * row['extra_energy']:+.2f}% | {100 * row['gap']:.2f}% ({row['solver_status']}) | {row['solve_s']}"
 
 
 def main(argv=None) -> int:
@@ -167,6 +201,8 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--work", default="/tmp/edgetrain-standalone-rss")
     ap.add_argument("--out")
+    ap.add_argument("--no-grads", action="store_true", help="emit the train graph only (no --save-grads check)")
+    ap.add_argument("--mip-gap", type=float, default=0.01, help="the MILP's relative gap (on the total energy)")
     ap.add_argument("--torch-case", help=argparse.SUPPRESS)  # the eager measurement, in a child
     args = ap.parse_args(argv)
     if args.torch_case:
@@ -174,11 +210,12 @@ def main(argv=None) -> int:
         return 0
     work = Path(args.work)
     print("| case | f | modelled MB | before steps MB | measured MB | time -v MB | overhead MB | ratio | "
-          "torch MB | compile s | emit s | make s |")
+          "torch MB | compile s | emit s | make s | extra energy | gap | solve s | weights / grads = plain |")
     for case in args.cases:
         r = subprocess.run([sys.executable, __file__, "--torch-case", case], capture_output=True, text=True, check=True)
         torch_rss = json.loads(r.stdout.strip().splitlines()[-1])
-        for row in run_case(case, args.fractions, args.steps, args.time_limit, work, torch_rss):
+        for row in run_case(case, args.fractions, args.steps, args.time_limit, work, torch_rss, not args.no_grads,
+                            args.mip_gap):
             print(json.dumps(row), flush=True)
             if args.out:
                 with open(args.out, "a") as fh:
@@ -189,7 +226,9 @@ def main(argv=None) -> int:
             mb = lambda kb: f"{kb / 1024:.1f}"  # noqa: E731
             print(f"| {case} | {row['fraction']} | {row['modelled'] / 2**20:.1f} | {mb(row['before_steps_kb'])} | "
                   f"{mb(row['measured_kb'])} | {mb(row['time_v_kb'])} | {mb(row['overhead_kb'])} | {row['ratio']} | "
-                  f"{mb(row['torch_peak_kb'])} | {row['compile_s']} | {row['emit_s']} | {row['make_s']} |", flush=True)
+                  f"{mb(row['torch_peak_kb'])} | {row['compile_s']} | {row['emit_s']} | {row['make_s']} | "
+                  f"{solver_cells(row)} | {row.get('bit_equal_to_plain', '-')} / {row.get('grads_bit_equal_to_plain', '-')} |",
+                  flush=True)
     return 0
 
 

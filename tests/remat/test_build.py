@@ -130,6 +130,35 @@ def test_schedule_api_checks_its_arguments(skip_prog):
         et.schedule(skip_prog, deadline=-1)
     with pytest.raises(TypeError, match="compiled edgetrain Program"):
         et.schedule(object())
+    with pytest.raises(ValueError, match="mip_rel_gap is for the MILP solvers"):
+        et.schedule(skip_prog, solver="chen", mip_rel_gap=1e-3)
+    with pytest.raises(ValueError, match="mip_rel_gap must be"):
+        et.schedule(skip_prog, mip_rel_gap=1.5)
+
+
+def test_schedule_passes_its_gap_to_the_milp(monkeypatch):
+    """et.schedule(mip_rel_gap=...) reaches the MILP (its default gap is on the total energy, so
+    a user who cares about the extra energy asks for less); the result carries the solver's
+    gap and solve time."""
+    from edgetrain.remat import milp
+    from edgetrain.remat.solvers import SOLVERS
+    from tests.remat.test_apply import budget, tiny_case
+
+    seen = []
+
+    def spy(problem, ram, deadline, time_limit, **kw):
+        seen.append(kw)
+        return milp.solve_milp(problem, ram, deadline, time_limit, **kw)
+
+    monkeypatch.setitem(SOLVERS, "milp", spy)
+    case = tiny_case()
+    ram = budget(case.problem, 0.5)
+    s = et.schedule(case.prog, ram=ram, mip_rel_gap=0.0, time_limit=5)
+    assert seen == [{"mip_rel_gap": 0.0}]
+    assert s.recomputations + s.page_ins > 0 and s.status in ("optimal", "time_limit") and 0 < s.solve_s < 15
+    assert s.status == "time_limit" or s.gap <= 1e-6
+    et.schedule(case.prog, ram=ram, time_limit=1)
+    assert seen[-1] == {}  # the default: milp.MIP_REL_GAP
 
 
 def test_grouped_chains_are_fewer_units_and_still_run_bit_equal():
