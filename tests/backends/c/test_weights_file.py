@@ -149,3 +149,44 @@ def test_save_grads_without_the_gradient_graph_is_refused(tmp_path):
     r = _run(out, "weights.bin", "samples.bin", "--steps", 1, "--save-grads", "grads.bin")
     assert r.returncode != 0 and "without the gradient graph" in r.stderr, r.stdout + r.stderr
     assert not (out / "grads.bin").exists()
+
+
+def test_standalone_makefile_links_the_host_blas_when_there_is_one(monkeypatch):
+    """The standalone trainer links the BLAS the ctypes library uses (its paths on this
+    machine); none found (EDGETRAIN_BLAS=0, not installed): the portable kernels."""
+    from edgetrain.backends.c import blas
+
+    prog = et.compile(_mlp(), (_samples()[0][0],), optimizer=OPT)
+    fake = blas.Blas("fake-blas 1", ("-DET_BLAS", "-I/opt/fake/include", "-DET_BLAS_SGEMM=f_sgemm"),
+                     ("-L/opt/fake/lib", "-lfake"))
+    monkeypatch.setattr(blas, "host_blas", lambda: fake)
+    mk = project_files(prog, _samples(), embed_weights=False)["Makefile"]
+    assert "BLAS_HEADER := /opt/fake/include/cblas.h" in mk and "BLAS_LDFLAGS := -L/opt/fake/lib -lfake" in mk
+    assert "$(CC) $(CFLAGS) $(BLAS_CFLAGS) -o $@ model.c main.c $(BLAS_LDFLAGS)" in mk
+    assert "BLAS" not in project_files(prog, _samples(), embed_weights=True)["Makefile"]  # the embedded driver
+    monkeypatch.setattr(blas, "host_blas", lambda: None)
+    mk = project_files(prog, _samples(), embed_weights=False)["Makefile"]
+    assert "BLAS" not in mk and "$(CC) $(CFLAGS) -o $@ model.c main.c\n" in mk
+
+
+@needs_cc
+def test_standalone_main_links_the_blas_or_says_it_is_missing(built):
+    """`make main` links the host BLAS where one is installed (BLAS=0: the portable kernels);
+    a BLAS header that is not where the project was emitted stops make with a message."""
+    from edgetrain.backends.c.blas import host_blas
+
+    prog, out = built
+    if host_blas() is None:
+        pytest.skip("no host BLAS installed")
+    ldd = subprocess.run(["ldd", "main"], cwd=out, capture_output=True, text=True).stdout
+    assert "openblas" in ldd
+    r = subprocess.run(["make", "-B", "main", "BLAS_HEADER=/nonexistent/cblas.h"], cwd=out, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0 and "is not at /nonexistent/cblas.h" in r.stderr and "BLAS=0" in r.stderr
+    subprocess.run(["make", "-s", "-B", "main", "BLAS=0"], cwd=out, check=True, capture_output=True, timeout=300)
+    try:
+        ldd = subprocess.run(["ldd", "main"], cwd=out, capture_output=True, text=True).stdout
+        assert "openblas" not in ldd
+        assert _run(out, "weights.bin", "samples.bin", "--steps", 1).returncode == 0
+    finally:  # the module's other tests use the default build
+        subprocess.run(["make", "-s", "-B", "main"], cwd=out, check=True, capture_output=True, timeout=300)

@@ -223,8 +223,8 @@ CFLAGS ?= {cflags}
 all: libmodel.so
 libmodel.so: model.c model.h $(wildcard et_*.h)
 \t$(CC) $(CFLAGS) -fPIC -shared -o $@ model.c
-main: model.c main.c model.h {main_deps}
-\t$(CC) $(CFLAGS) -o $@ model.c main.c
+{blas}main: model.c main.c model.h {main_deps}
+{main_check}\t$(CC) $(CFLAGS){main_cflags} -o $@ model.c main.c{main_ldflags}
 run: main
 \t./main{run_args}
 clean:
@@ -255,6 +255,45 @@ def standalone_main(layout) -> str:
     return f"#define ET_GRAD_CODES {{{', '.join(map(str, codes or [0]))}}}\n" + STANDALONE_MAIN
 
 
+#: the standalone trainer's BLAS block of the Makefile (blas_make): the host BLAS the project was
+#: emitted beside (paths on the emitting machine), off with `make main BLAS=0`, a clear error
+#: when its header is not where it was
+BLAS_MAKE = """# the BLAS the standalone trainer links ({name}, found on the machine that emitted this
+# project): convolutions and dense layers as GEMMs; `make main BLAS=0` builds the portable kernels
+BLAS ?= 1
+ifeq ($(BLAS),0)
+BLAS_CFLAGS :=
+BLAS_LDFLAGS :=
+BLAS_HEADER :=
+else
+BLAS_CFLAGS := {cflags}
+BLAS_LDFLAGS := {ldflags}
+BLAS_HEADER := {header}
+endif
+"""
+#: the first line of main's recipe with a BLAS: its header where the project was emitted, or a message
+BLAS_CHECK = ('\t@test -z "$(BLAS_HEADER)" -o -f "$(BLAS_HEADER)" || {{ echo "error: the BLAS this project was '
+              'emitted with ({name}) is not at $(BLAS_HEADER) on this machine: install it there, or build '
+              'without it: make main BLAS=0" >&2; exit 1; }}\n')
+
+
+def blas_make(blas=None) -> tuple[str, str, str, str, str]:
+    """(Makefile block, main's extra dependency, its recipe's check, compiler flags, linker flags) that link the
+    standalone trainer with `blas` (a blas.Blas; default: blas.host_blas(), the BLAS the ctypes
+    library uses, none with EDGETRAIN_BLAS=0); five empty strings without one (portable kernels)."""
+    from .blas import host_blas
+
+    b = blas if blas is not None else host_blas()
+    if b is None:
+        return "", "", "", "", ""
+    inc = [f[2:] for f in b.cflags if f.startswith("-I")]
+    if not inc:
+        raise CBackendError(f"the BLAS {b.name} names no include folder (-I) in its flags {b.cflags}")
+    block = BLAS_MAKE.format(name=b.name, cflags=" ".join(b.cflags), ldflags=" ".join(b.ldflags),
+                             header=f"{inc[0]}/cblas.h")
+    return block, " $(wildcard $(BLAS_HEADER))", BLAS_CHECK.format(name=b.name), " $(BLAS_CFLAGS)", " $(BLAS_LDFLAGS)"
+
+
 def write_project(prog, out_dir, target: str = "host", samples: Iterable = (), embed_weights: Optional[bool] = None,
                   cflags: Optional[str] = None, graphs: tuple = GRAPHS) -> Path:
     """Write the host project of `prog` (project_files) into out_dir, all at once
@@ -277,7 +316,8 @@ def project_files(prog, samples: Iterable = (), embed_weights: Optional[bool] = 
     """{file name: text or bytes} of the host project of `prog`: model.c, model.h, runtime
     headers, Makefile, README.md; with the weights compiled in (embeds_weights) samples.h and
     main.c (HOST_MAIN) when samples are given; else weights.bin, et_weights.h, main.c
-    (STANDALONE_MAIN, built by `make main`) and samples.bin when samples are given. `graphs`:
+    (STANDALONE_MAIN, built by `make main`, linked with the host BLAS when there is one:
+    blas_make) and samples.bin when samples are given. `graphs`:
     as for emit.emit_sources (by default all three: the library's API has et_train_step,
     et_predict and et_gradients; a standalone trainer needs only ("train",))."""
     from .emit import RUNTIME_DIR
@@ -288,6 +328,7 @@ def project_files(prog, samples: Iterable = (), embed_weights: Optional[bool] = 
     files: dict = dict(emit_sources(prog, embed, layout))
     samples = list(samples)
     run_args, main_deps = "", "samples.h"
+    blas = ("", "", "", "", "")  # the embedded-weights driver keeps the portable kernels (as the Cortex-M build)
     if embed and samples:
         files["samples.h"] = samples_header(prog, samples)
         files["main.c"] = HOST_MAIN
@@ -296,11 +337,13 @@ def project_files(prog, samples: Iterable = (), embed_weights: Optional[bool] = 
         files["et_weights.h"] = (RUNTIME_DIR / "et_weights.h").read_text()
         files["main.c"] = standalone_main(layout)
         main_deps = "et_weights.h"
+        blas = blas_make()
         run_args = f" {WEIGHTS_NAME} {SAMPLES_NAME}"
         if samples:
             files[SAMPLES_NAME] = samples_blob(*program_samples(prog, samples))
     files["Makefile"] = MAKEFILE.format(cflags=cflags or " ".join(PROJECT_CFLAGS), run_args=run_args,
-                                        main_deps=main_deps)
+                                        main_deps=main_deps + blas[1], blas=blas[0], main_check=blas[2],
+                                        main_cflags=blas[3], main_ldflags=blas[4])
     files["README.md"] = README.format(graphs=", ".join(layout.graphs), arena=layout.arena_bytes, nstate=len(layout.states),
                                        embed=", initial values compiled in" if embed else "",
                                        weights="" if embed else WEIGHTS_README)
@@ -313,6 +356,7 @@ model.c. `make main` builds the standalone trainer: `./main weights.bin samples.
 [--epochs E] [--pages PATH] [--save PATH] [--save-grads PATH]` checks the files (magic, version,
 size, this model's tensor names and sizes), trains one sample at a time, pages to PATH (default
 pages.bin) when the program pages, saves the trained weights in the same format, and prints the
-peak RSS (KiB). With the gradient graph emitted (graphs including "grad"), --save-grads then
+peak RSS (KiB). It links the host BLAS found where this project was emitted (see the Makefile;
+`make main BLAS=0`: the portable kernels). With the gradient graph emitted (graphs including "grad"), --save-grads then
 saves the gradients of the next sample at the trained weights, each whole, in the same format.
 """
