@@ -54,14 +54,16 @@ class Convs(nn.Module):
 
 
 class Blocks(nn.Module):
-    """Convolutions whose GEMM columns the BLAS path cuts into blocks (et_float_gemm.h
-    et_block_step: about 1 MiB of im2col per block, at least 2 columns per weight row): output
+    """Convolutions whose GEMM columns the BLAS path cuts into blocks (et_float_blas.h
+    et_block_step: about 1 MiB of im2col or of output per block, at least 2 columns per weight row): output
     rows of one image, several whole images and the rest, one image in place, the whole batch."""
 
     def __init__(self):
         super().__init__()
         self.body = nn.Sequential(
             nn.Conv2d(3, 40, 3, 1, 1), nn.ReLU(),  # the whole batch in one block
+            nn.Conv2d(40, 120, 1), nn.ReLU(),  # sized by its 120 output rows: 3 images per block, then 2
+            nn.Conv2d(120, 40, 1), nn.ReLU(),
             nn.Conv2d(40, 48, 5, 1, 2), nn.ReLU(),  # 1000 x 576 columns per image: 10-row blocks
             nn.Conv2d(48, 64, 3, 2, 1), nn.ReLU(),  # 432 x 144 per image: 4 images per block, then 1
             nn.Conv2d(64, 600, 1), nn.ReLU(),

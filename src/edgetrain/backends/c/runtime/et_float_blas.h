@@ -94,9 +94,13 @@ static float *et_scratch(int slot, size_t n) {
 /* and at least this many columns (a GEMM narrower than that runs far below the peak) */
 #define ET_BLOCK_MIN_COLS 64
 
-/* whole images per block (> 0), or minus the output rows of one image per block (< 0) */
+/* whole images per block (> 0), or minus the output rows of one image per block (< 0): a block's
+ * im2col (CK rows) and its output or output gradient (O rows) each about ET_COL_BLOCK_FLOATS (a
+ * 1x1 convolution of 8 channels into 48 at 64x64 had gathered its whole batch's 6 MiB output in
+ * scratch, then scattered it back) */
 ET_HOST_INLINE int et_block_step(int N, int HO, int WO, int CK, int O) {
-    long w = ET_COL_BLOCK_FLOATS / (CK > 0 ? CK : 1);
+    const int rows = CK > O ? CK : O;
+    long w = ET_COL_BLOCK_FLOATS / (rows > 0 ? rows : 1);
     if (w < (long)ET_BLOCK_COLS_PER_O * O) w = (long)ET_BLOCK_COLS_PER_O * O;
     if (w < ET_BLOCK_MIN_COLS) w = ET_BLOCK_MIN_COLS;
     const long P = (long)HO * WO;
