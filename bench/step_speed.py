@@ -13,7 +13,9 @@ lr 0.01 momentum 0.9): the median wall time of one training step of
   cross-entropy + backward + torch.optim.SGD step;
 - `torch_compile` (with --torch-compile): the same step under torch.compile.
 The runs alternate (C, torch, C, torch, ...) so that a shared machine's load hits both alike,
-the order rotated by one each repeat (a step right after PyTorch's finds the caches cold);
+in a new random order each repeat (seeded), so that no system always follows the same one (a step
+right after PyTorch's finds the caches cold, one right after its own warm: with the order rotated by
+one each repeat, the raw C step always ran right after the public one and was timed warm);
 with one thread each row also gives the medians of the calling thread's CPU time (`*_cpu_ms`,
 the GFLOP/s are computed from them), which a loaded machine disturbs less than wall time.
 With the paper's model file (../shared/assets/tiny-training/mbv2-w0.35.pkl), also the int8 step (quantize="int8", SGD
@@ -162,11 +164,13 @@ def bench_float(args, name, scheme_key, batch, out):
     for _ in range(args.warmup):
         for f in runs.values():
             f()
-    # each repeat starts one system later, so that every system follows every other alike (a step
-    # right after PyTorch's finds the caches cold, one right after its own warm)
-    order = list(runs.items())
-    for i in range(args.repeats):
-        for k, f in order[i % len(order):] + order[:i % len(order)]:
+    # a new order each repeat, so that every system follows every other alike (a step right after
+    # PyTorch's finds the caches cold, one right after its own warm); a rotation kept each system's
+    # predecessor fixed
+    order, rng = list(runs.items()), np.random.default_rng(0)
+    for _ in range(args.repeats):
+        for j in rng.permutation(len(order)):
+            k, f = order[j]
             t, tc = time.perf_counter(), time.thread_time()
             f()
             times[k].append(time.perf_counter() - t)
