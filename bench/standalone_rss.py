@@ -28,6 +28,9 @@ step's alone:
 - bit_equal_to_plain: the weights the binary saved after the steps equal, bit for bit, the
   unscheduled binary's (f = 1 runs first); grads_bit_equal_to_plain: its gradients too (the
   scheduled gradient graph: remat/apply.gradient_graph);
+- kernels: "blas" when main links the host BLAS (project.blas_make; EDGETRAIN_BLAS=0: "portable");
+  run_s: the binary's wall time (loading the weights, the steps, saving); step_s: the median
+  step's wall time (printed by the binary);
 - torch: PyTorch eager's peak RSS for one SGD step of the same model and batch, in a fresh
   interpreter (`--torch-case`), and its RSS before the step (interpreter, torch, model).
 
@@ -119,6 +122,8 @@ def run_binary(d: Path, steps: int, grads: bool) -> dict:
            # with --save-grads, /usr/bin/time's maximum includes the gradients' run after the steps
            "time_v_kb": int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1)),
            "losses": [float(v) for v in re.findall(r"loss (\S+)", r.stdout)]}
+    step_s = sorted(float(v) for v in re.findall(r"elapsed_s \d+ (\S+)", r.stdout))
+    out["step_s"] = round(step_s[len(step_s) // 2], 3)  # the median step's wall time
     m = re.search(r"paged_in_bytes (\d+) paged_out_bytes (\d+)", r.stdout)
     if m:
         out["paged_in"], out["paged_out"] = int(m.group(1)), int(m.group(2))
@@ -169,6 +174,7 @@ def run_case(case: str, fractions, steps: int, time_limit: float, work: Path, to
         t = time.perf_counter()
         subprocess.run(["make", "-s", "-B", "main"], cwd=d, check=True, capture_output=True)
         row["make_s"] = round(time.perf_counter() - t, 2)
+        row["kernels"] = "blas" if "BLAS_LDFLAGS" in (d / "Makefile").read_text() else "portable"
         row["state_bytes"] = (d / "weights.bin").stat().st_size
         row.update(run_binary(d, steps, grads))
         row["overhead_kb"] = row["before_steps_kb"] - row["state_bytes"] // 1024
@@ -210,7 +216,8 @@ def main(argv=None) -> int:
         return 0
     work = Path(args.work)
     print("| case | f | modelled MB | before steps MB | measured MB | time -v MB | overhead MB | ratio | "
-          "torch MB | compile s | emit s | make s | extra energy | gap | solve s | weights / grads = plain |")
+          "torch MB | compile s | emit s | make s | kernels | step s | extra energy | gap | solve s | "
+          "weights / grads = plain |")
     for case in args.cases:
         r = subprocess.run([sys.executable, __file__, "--torch-case", case], capture_output=True, text=True, check=True)
         torch_rss = json.loads(r.stdout.strip().splitlines()[-1])
@@ -227,7 +234,7 @@ def main(argv=None) -> int:
             print(f"| {case} | {row['fraction']} | {row['modelled'] / 2**20:.1f} | {mb(row['before_steps_kb'])} | "
                   f"{mb(row['measured_kb'])} | {mb(row['time_v_kb'])} | {mb(row['overhead_kb'])} | {row['ratio']} | "
                   f"{mb(row['torch_peak_kb'])} | {row['compile_s']} | {row['emit_s']} | {row['make_s']} | "
-                  f"{solver_cells(row)} | {row.get('bit_equal_to_plain', '-')} / {row.get('grads_bit_equal_to_plain', '-')} |",
+                  f"{row['kernels']} | {row['step_s']} | {solver_cells(row)} | {row.get('bit_equal_to_plain', '-')} / {row.get('grads_bit_equal_to_plain', '-')} |",
                   flush=True)
     return 0
 

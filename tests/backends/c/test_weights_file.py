@@ -92,6 +92,8 @@ def test_standalone_driver_trains_from_the_files_as_the_reference(built):
     for k, v in ref.state.items():
         np.testing.assert_allclose(got[k], np.asarray(v).reshape(-1), rtol=1e-5, atol=1e-6, err_msg=k)
     assert "peak_rss_kb" in r.stdout and "rss_before_steps_kb" in r.stdout
+    times = [float(line.split()[2]) for line in r.stdout.splitlines() if line.startswith("elapsed_s")]
+    assert len(times) == len(losses) and all(t >= 0 for t in times)  # each step's wall time
     # the saved file loads again (same layout): training resumes from it
     r = _run(out, "trained.bin", "samples.bin", "--steps", 1)
     assert r.returncode == 0 and "step 1 loss" in r.stdout, r.stderr
