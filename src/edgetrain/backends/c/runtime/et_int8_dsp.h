@@ -75,11 +75,14 @@ typedef struct {
  * (2^(right-1) + y_zero * 2^right) in the same instruction; the rounding right shift takes
  * one off a negative hi. hi < 0 exactly when acc < 0, because mult > 2^30 (acc <= -1 gives
  * 2*acc*mult + 2^31 < 0; acc >= 0 gives hi >= 0), and 2*acc has acc's sign (|acc| < 2^29). */
-static inline int32_t et_level(int32_t acc, int32_t mult, int32_t add, int32_t right) {
-    const int32_t a2 = acc * 2;
+static inline int32_t et_level2(int32_t a2, int32_t mult, int32_t add, int32_t right) { /* a2 = 2 * acc */
     int32_t v;
     __asm__("smmlar %0, %1, %2, %3" : "=r"(v) : "r"(a2), "r"(mult), "r"(add)); /* add + hi */
     return __ssat((v - (int32_t)((uint32_t)a2 >> 31)) >> right, 8);
+}
+
+static inline int32_t et_level(int32_t acc, int32_t mult, int32_t add, int32_t right) {
+    return et_level2(acc * 2, mult, add, right);
 }
 
 static inline int32_t et_rq_fast(const et_rq *r, int32_t acc) { return et_level(acc, r->mult, r->add, r->right); }
@@ -132,12 +135,12 @@ static inline void et_rq_put(const et_qconv_p *P, const int32_t *bias, const et_
 static inline int32_t et_col_at(int32_t j, int32_t t) { return (j & 1) * 4 + (j & 2) + t; }
 
 /* a loop over groups of 4 inputs, unrolled completely when the input count k is a constant of
- * at most 16 (the instantiations of et_gemm_row_planes and et_gemm_pairs_planes for k = 8, 16):
+ * at most 32 (et_gemm_row_wide's instantiations for k = 8, 16, 24, 32, and et_gemm_pairs' for 28):
  * no loop counter, no set-up, the weight offsets immediates */
 #define ET_GROUPS(k, ...)                                                                  \
     do {                                                                                   \
-        if (__builtin_constant_p(k) && (k) <= 16) {                                        \
-            _Pragma("GCC unroll 4") for (; q + 4 <= (k); q += 4) { __VA_ARGS__ }           \
+        if (__builtin_constant_p(k) && (k) <= 32) {                                        \
+            _Pragma("GCC unroll 8") for (; q + 4 <= (k); q += 4) { __VA_ARGS__ }           \
         } else {                                                                           \
             for (; q + 4 <= (k); q += 4) { __VA_ARGS__ }                                   \
         }                                                                                  \
@@ -322,12 +325,114 @@ static inline __attribute__((always_inline)) void et_gemm_pairs_body(const et_ge
 
 static ET_DSP_NOINLINE void et_gemm_pairs(const et_gemm_oc *t, int32_t pairs, const int8_t *col, int32_t k, int8_t *y,
                                           int32_t cs, const int8_t *col2, int32_t k2) {
-    et_gemm_pairs_body(t, pairs, col, k, y, cs, col2, k2);
+    if (k == 28 && k2 == 0) et_gemm_pairs_body(t, pairs, col, 28, y, cs, 0, 0); /* a 3x3 conv of 3 channels, padded */
+    else et_gemm_pairs_body(t, pairs, col, k, y, cs, col2, k2);
 }
 
 /* the first `px` (even) pixels of one output row of a 1x1 (k planes, plane q at x + q * xs),
  * two at a time packed into col and run through `pairs` fast output channel pairs: one call
  * per row, not per pixel pair */
+/* sxtab16 of v rotated by 8: a + the sign-extended bytes 1 and 3 of v, per halfword */
+static inline int32_t et_sxtab16_ror8(int32_t a, uint32_t v) {
+    int32_t r;
+    __asm__("sxtab16 %0, %1, %2, ror #8" : "=r"(r) : "r"(a), "r"(v));
+    return r;
+}
+
+/* The wide column of pixels x, x + 1 of a 1x1 (input q at x + q * cs; pixel x twice when
+ * !two): per 4 inputs k..k+3 the int16 pairs (v0[k], v0[k+2]), (v0[k+1], v0[k+3]), (v1[k],
+ * v1[k+2]), (v1[k+1], v1[k+3]) of v = 2 * (x - x_zero) (|v| <= 510), nz = (-x_zero, -x_zero):
+ * the dot products below need no __sxtb16 of the column, start from 2 * bias (no sum of the
+ * weights per call) and end with 2 * sum, et_level2's operand. k a multiple of 4. */
+static inline __attribute__((always_inline)) void et_col_planes16(const int8_t *x, int32_t cs, int32_t k, int32_t nz,
+                                                                  int32_t two, int32_t *c) {
+    int32_t q = 0;
+    ET_GROUPS(k, {
+        const int8_t *p = x + q * cs;
+        uint32_t u02, u13;
+        if (two) {
+            u02 = et_ld16u(p) | (et_ld16u(p + 2 * cs) << 16);
+            u13 = et_ld16u(p + cs) | (et_ld16u(p + 3 * cs) << 16);
+        } else {
+            u02 = ((uint32_t)(uint8_t)p[0] | ((uint32_t)(uint8_t)p[2 * cs] << 16)) * 0x101u;
+            u13 = ((uint32_t)(uint8_t)p[cs] | ((uint32_t)(uint8_t)p[3 * cs] << 16)) * 0x101u;
+        }
+        const int32_t x0e = __sxtab16(nz, (int32_t)u02), x0o = __sxtab16(nz, (int32_t)u13);
+        const int32_t x1e = et_sxtab16_ror8(nz, u02), x1o = et_sxtab16_ror8(nz, u13);
+        c[q] = __sadd16(x0e, x0e);
+        c[q + 1] = __sadd16(x0o, x0o);
+        c[q + 2] = __sadd16(x1e, x1e);
+        c[q + 3] = __sadd16(x1o, x1o);
+    });
+}
+
+/* the output channel pairs of a fast chunk over a wide column (et_col_planes16): 2 x 2 sums
+ * from 2 * init (init: the bias), stored as et_gemm_store's, the second pixel only when two */
+static inline __attribute__((always_inline)) void et_gemm_pairs16(const et_gemm_oc *t, int32_t pairs, const int32_t *c,
+                                                                  int32_t k, int8_t *y, int32_t cs, const int two) {
+    for (; pairs > 0; pairs--, t += 2, y += 2 * cs) {
+        const int8_t *wa = t[0].w, *wb = t[1].w;
+        int32_t s00 = 2 * t[0].init, s01 = s00, s10 = 2 * t[1].init, s11 = s10;
+        int32_t q = 0;
+        ET_GROUPS(k, {
+            const int32_t va = et_ld32s(wa + q), vb = et_ld32s(wb + q);
+            const int32_t a02 = __sxtb16(va), a13 = et_sxtb16_ror8((uint32_t)va);
+            const int32_t b02 = __sxtb16(vb), b13 = et_sxtb16_ror8((uint32_t)vb);
+            const int32_t x0e = c[q], x0o = c[q + 1], x1e = c[q + 2], x1o = c[q + 3];
+            s00 = __smlad(a02, x0e, s00);
+            s00 = __smlad(a13, x0o, s00);
+            s01 = __smlad(a02, x1e, s01);
+            s01 = __smlad(a13, x1o, s01);
+            s10 = __smlad(b02, x0e, s10);
+            s10 = __smlad(b13, x0o, s10);
+            s11 = __smlad(b02, x1e, s11);
+            s11 = __smlad(b13, x1o, s11);
+        });
+        const int32_t ma = t[0].mult, aa = t[0].add, ra = t[0].right, mb = t[1].mult, ab = t[1].add, rb = t[1].right;
+        const int8_t y00 = et_level2(s00, ma, aa, ra), y01 = et_level2(s01, ma, aa, ra);
+        const int8_t y10 = et_level2(s10, mb, ab, rb), y11 = et_level2(s11, mb, ab, rb);
+        y[0] = y00;
+        y[cs] = y10;
+        if (two) {
+            y[1] = y01;
+            y[cs + 1] = y11;
+        }
+    }
+}
+
+/* one output row of `px` pixels of a 1x1 over wide columns, two pixels at a time (the last
+ * alone when px is odd), for a chunk of fast channel pairs whose init is the bias alone
+ * (k a small constant: the column is 4 k bytes of col) */
+static inline __attribute__((always_inline)) void et_gemm_row_wide_k(const et_gemm_oc *t, int32_t pairs,
+                                                                     const int8_t *x, int32_t xs, int32_t k, int32_t nz,
+                                                                     int8_t *col, int32_t px, int8_t *y, int32_t cs) {
+    int32_t *c = (int32_t *)(void *)col; /* 4-byte aligned */
+    int32_t q = 0;
+    for (; q + 2 <= px; q += 2) {
+        et_col_planes16(x + q, xs, k, nz, 1, c);
+        et_gemm_pairs16(t, pairs, c, k, y + q, cs, 1);
+    }
+    if (q < px) {
+        et_col_planes16(x + q, xs, k, nz, 0, c);
+        et_gemm_pairs16(t, pairs, c, k, y + q, cs, 0);
+    }
+}
+
+/* the input counts of the wide path (the paper's models' small 1x1s: the expansions of the
+ * first blocks, where a loop's set-up cost as much as its products), each compiled with its
+ * dot-product loops unrolled completely */
+static inline int et_gemm_wide_k(int32_t k) { return k == 8 || k == 16 || k == 24 || k == 32; }
+
+static ET_DSP_NOINLINE void et_gemm_row_wide(const et_gemm_oc *t, int32_t pairs, const int8_t *x, int32_t xs,
+                                             int32_t k, int32_t x_zero, int8_t *col, int32_t px, int8_t *y,
+                                             int32_t cs) {
+    const int32_t nz = et_pack16(-x_zero, -x_zero);
+    if (k == 8) et_gemm_row_wide_k(t, pairs, x, xs, 8, nz, col, px, y, cs);
+    else if (k == 16) et_gemm_row_wide_k(t, pairs, x, xs, 16, nz, col, px, y, cs);
+    else if (k == 24) et_gemm_row_wide_k(t, pairs, x, xs, 24, nz, col, px, y, cs);
+    else et_gemm_row_wide_k(t, pairs, x, xs, 32, nz, col, px, y, cs);
+}
+
 static inline __attribute__((always_inline)) void et_gemm_row_planes_k(const et_gemm_oc *t, int32_t pairs,
                                                                        const int8_t *x, int32_t xs, int32_t k,
                                                                        int8_t *col, int32_t px, int8_t *y, int32_t cs) {
@@ -337,14 +442,9 @@ static inline __attribute__((always_inline)) void et_gemm_row_planes_k(const et_
     }
 }
 
-/* compiled once more for each of the small input counts of the paper's models (8, 16: the
- * expansions of the first blocks, where the loop's set-up cost as much as its products), whose
- * dot-product loops unroll completely */
 static ET_DSP_NOINLINE void et_gemm_row_planes(const et_gemm_oc *t, int32_t pairs, const int8_t *x, int32_t xs,
                                                int32_t k, int8_t *col, int32_t px, int8_t *y, int32_t cs) {
-    if (k == 8) et_gemm_row_planes_k(t, pairs, x, xs, 8, col, px, y, cs);
-    else if (k == 16) et_gemm_row_planes_k(t, pairs, x, xs, 16, col, px, y, cs);
-    else et_gemm_row_planes_k(t, pairs, x, xs, k, col, px, y, cs);
+    et_gemm_row_planes_k(t, pairs, x, xs, k, col, px, y, cs);
 }
 
 /* et_gemm_pairs reading pixels x, x + 1 of the k planes (plane q at x + q * cs) directly:
@@ -434,6 +534,9 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
     const int pad = !split && k != base2 && ET_WPAD / base2 >= 2;
     const int32_t chunk = pad && ET_WPAD / base2 < ET_RQ_CHUNK ? ET_WPAD / base2 : ET_RQ_CHUNK;
     const int32_t k1 = split ? w->nsel : pad ? base2 : k;
+    /* a small 1x1 whose column takes x_zero out (et_gemm_row_wide): its chunks' init is the bias
+     * alone, x_zero * sum(w) added only to a chunk that cannot take that path */
+    const int wide = planes && !split && !pad && !yf && et_gemm_wide_k(k);
     int8_t wpad[ET_WPAD] __attribute__((aligned(4)));
     int8_t col[2 * ET_COL_K] __attribute__((aligned(4)));
     int8_t win[2][ET_GATHER_K] __attribute__((aligned(4)));
@@ -452,7 +555,7 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                     memset(row + k, 0, (size_t)(base2 - k));
                     r1 = row;
                 }
-                const et_rq r = et_rq_make(P, bias, o, k, et_wsum(r1, k1) + et_wsum(r2, k2), yf);
+                const et_rq r = et_rq_make(P, bias, o, k, wide ? 0 : et_wsum(r1, k1) + et_wsum(r2, k2), yf);
                 const et_gemm_oc f = {r1, r2, r.init, r.mult, r.add, r.right, r.fast};
                 fast[o - oc] = f;
             }
@@ -460,9 +563,12 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
             int32_t fast_end = oc;
             while (fast_end + 1 < oe && fast[fast_end - oc].fast && fast[fast_end + 1 - oc].fast) fast_end += 2;
             /* a chunk of at most 4 channels of a plain 1x1 reads the planes in its dot products */
-            const int direct = planes && !split && !pad && oe - oc <= 4;
             int all_fast = 1;
             for (int32_t o = oc; o < oe; o++) all_fast &= fast[o - oc].fast;
+            const int wide_rows = wide && all_fast && ((oe - oc) & 1) == 0;
+            const int direct = planes && !split && !pad && oe - oc <= 4 && !wide_rows;
+            if (wide && !wide_rows)
+                for (int32_t o = oc; o < oe; o++) fast[o - oc].init -= P->x_zero * et_wsum(fast[o - oc].w, k);
             for (int32_t ho = r0; ho < r1; ho++) {
                 const int8_t *xn = x.p + n * x.nstride - xc_off * x.cstride, *xr = 0;
                 if (planes) xr = xn + ((ho * P->sh) % x.cap) * P->w;
@@ -475,8 +581,12 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                 const int32_t at = n * y.nstride + (ho % y.cap) * wo - yo_off * y.cstride;
                 int8_t *yp = yf ? 0 : y.p + at;
                 float *yfp = yf ? yf + at : 0;
-                int32_t q0 = 0; /* pixels done by et_gemm_row_planes or et_gemm_pairs_planes */
-                if (direct && all_fast && wo >= 2) {
+                int32_t q0 = 0; /* pixels done by et_gemm_row_wide, et_gemm_row_planes or et_gemm_pairs_planes */
+                if (wide_rows) {
+                    q0 = wo;
+                    et_gemm_row_wide(fast, (oe - oc) / 2, xr, x.cstride, k, P->x_zero, col, wo, yp + oc * y.cstride,
+                                     y.cstride);
+                } else if (direct && all_fast && wo >= 2) {
                     q0 = wo & ~1;
                     et_gemm_pairs_planes(fast, (oe - oc) / 2, (oe - oc) & 1, xr, x.cstride, k, q0,
                                          yp + oc * y.cstride, y.cstride);
