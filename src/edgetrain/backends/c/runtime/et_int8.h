@@ -178,8 +178,9 @@ static inline void et_qrow_put(const et_qrow *r, int32_t q, int32_t acc) {
 }
 
 #if defined(__ARM_FEATURE_DSP)
-#include "et_int8_dsp.h" /* the Cortex-M DSP kernels of et_qconv_rows: GEMM */
-#include "et_int8_dw.h"  /* and depthwise */
+#include "et_int8_dsp.h"  /* the Cortex-M DSP kernels of et_qconv_rows: GEMM columns, requantization */
+#include "et_int8_gemm.h" /* the GEMM's rows and driver */
+#include "et_int8_dw.h"   /* and depthwise */
 #endif
 
 /* Output rows [r0, r1) of output channels [o0, o1) of a qconv2d. y (int8) or yf (float32,

@@ -1,0 +1,325 @@
+/* edgetrain int8 qconv2d forward on the Cortex-M DSP extension, part 2 (included by et_int8.h
+ * after et_int8_dsp.h, whose words, columns, dot products and requantization it uses, where
+ * __ARM_FEATURE_DSP is defined): the rows of a pointwise conv read across the NCHW planes, and
+ * et_qconv_gemm_rows, which runs every ungrouped conv whose weight rows lie side by side.
+ * - et_gemm_row_wide: a 1x1 of 8, 16, 24 or 32 inputs (the expansions of the first blocks,
+ *   where a loop's set-up cost as much as its products), compiled once per input count with
+ *   its loops unrolled, over a column of int16 pairs with x_zero taken out and doubled, so the
+ *   sums start from 2 * bias and feed et_level2 directly;
+ * - et_gemm_row_planes: any other 1x1, two pixels packed into a column per step;
+ * - et_gemm_pairs_planes: a chunk of at most 4 output channels of a 1x1 reads the planes in its
+ *   dot products (the packing would cost as much as it saves). */
+#ifndef ET_INT8_GEMM_H
+#define ET_INT8_GEMM_H
+#if defined(__ARM_FEATURE_DSP)
+/* sxtab16 of v rotated by 8: a + the sign-extended bytes 1 and 3 of v, per halfword */
+static inline int32_t et_sxtab16_ror8(int32_t a, uint32_t v) {
+    int32_t r;
+    __asm__("sxtab16 %0, %1, %2, ror #8" : "=r"(r) : "r"(a), "r"(v));
+    return r;
+}
+
+/* The wide column of pixels x, x + 1 of a 1x1 (input q at x + q * cs; pixel x twice when
+ * !two): per 4 inputs k..k+3 the int16 pairs (v0[k], v0[k+2]), (v0[k+1], v0[k+3]), (v1[k],
+ * v1[k+2]), (v1[k+1], v1[k+3]) of v = 2 * (x - x_zero) (|v| <= 510), nz = (-x_zero, -x_zero):
+ * the dot products below need no __sxtb16 of the column, start from 2 * bias (no sum of the
+ * weights per call) and end with 2 * sum, et_level2's operand. k a multiple of 4. */
+static inline __attribute__((always_inline)) void et_col_planes16(const int8_t *x, int32_t cs, int32_t k, int32_t nz,
+                                                                  int32_t two, int32_t *c) {
+    int32_t q = 0;
+    ET_GROUPS(k, {
+        const int8_t *p = x + q * cs;
+        uint32_t u02, u13;
+        if (two) {
+            u02 = et_ld16u(p) | (et_ld16u(p + 2 * cs) << 16);
+            u13 = et_ld16u(p + cs) | (et_ld16u(p + 3 * cs) << 16);
+        } else {
+            u02 = ((uint32_t)(uint8_t)p[0] | ((uint32_t)(uint8_t)p[2 * cs] << 16)) * 0x101u;
+            u13 = ((uint32_t)(uint8_t)p[cs] | ((uint32_t)(uint8_t)p[3 * cs] << 16)) * 0x101u;
+        }
+        const int32_t x0e = __sxtab16(nz, (int32_t)u02), x0o = __sxtab16(nz, (int32_t)u13);
+        const int32_t x1e = et_sxtab16_ror8(nz, u02), x1o = et_sxtab16_ror8(nz, u13);
+        c[q] = __sadd16(x0e, x0e);
+        c[q + 1] = __sadd16(x0o, x0o);
+        c[q + 2] = __sadd16(x1e, x1e);
+        c[q + 3] = __sadd16(x1o, x1o);
+    });
+}
+
+/* the output channel pairs of a fast chunk over a wide column (et_col_planes16): 2 x 2 sums
+ * from 2 * init (init: the bias), stored as et_gemm_store's, the second pixel only when two */
+static inline __attribute__((always_inline)) void et_gemm_pairs16(const et_gemm_oc *t, int32_t pairs, const int32_t *c,
+                                                                  int32_t k, int8_t *y, int32_t cs, const int two) {
+    for (; pairs > 0; pairs--, t += 2, y += 2 * cs) {
+        const int8_t *wa = t[0].w, *wb = t[1].w;
+        int32_t s00 = 2 * t[0].init, s01 = s00, s10 = 2 * t[1].init, s11 = s10;
+        int32_t q = 0;
+        ET_GROUPS(k, {
+            const int32_t va = et_ld32s(wa + q), vb = et_ld32s(wb + q);
+            const int32_t a02 = __sxtb16(va), a13 = et_sxtb16_ror8((uint32_t)va);
+            const int32_t b02 = __sxtb16(vb), b13 = et_sxtb16_ror8((uint32_t)vb);
+            const int32_t x0e = c[q], x0o = c[q + 1], x1e = c[q + 2], x1o = c[q + 3];
+            s00 = __smlad(a02, x0e, s00);
+            s00 = __smlad(a13, x0o, s00);
+            s01 = __smlad(a02, x1e, s01);
+            s01 = __smlad(a13, x1o, s01);
+            s10 = __smlad(b02, x0e, s10);
+            s10 = __smlad(b13, x0o, s10);
+            s11 = __smlad(b02, x1e, s11);
+            s11 = __smlad(b13, x1o, s11);
+        });
+        const int32_t ma = t[0].mult, aa = t[0].add, ra = t[0].right, mb = t[1].mult, ab = t[1].add, rb = t[1].right;
+        const int8_t y00 = et_level2(s00, ma, aa, ra), y01 = et_level2(s01, ma, aa, ra);
+        const int8_t y10 = et_level2(s10, mb, ab, rb), y11 = et_level2(s11, mb, ab, rb);
+        y[0] = y00;
+        y[cs] = y10;
+        if (two) {
+            y[1] = y01;
+            y[cs + 1] = y11;
+        }
+    }
+}
+
+/* one output row of `px` pixels of a 1x1 over wide columns, two pixels at a time (the last
+ * alone when px is odd), for a chunk of fast channel pairs whose init is the bias alone
+ * (k a small constant: the column is 4 k bytes of col) */
+static inline __attribute__((always_inline)) void et_gemm_row_wide_k(const et_gemm_oc *t, int32_t pairs,
+                                                                     const int8_t *x, int32_t xs, int32_t k, int32_t nz,
+                                                                     int8_t *col, int32_t px, int8_t *y, int32_t cs) {
+    int32_t *c = (int32_t *)(void *)col; /* 4-byte aligned */
+    int32_t q = 0;
+    for (; q + 2 <= px; q += 2) {
+        et_col_planes16(x + q, xs, k, nz, 1, c);
+        et_gemm_pairs16(t, pairs, c, k, y + q, cs, 1);
+    }
+    if (q < px) {
+        et_col_planes16(x + q, xs, k, nz, 0, c);
+        et_gemm_pairs16(t, pairs, c, k, y + q, cs, 0);
+    }
+}
+
+/* the input counts of the wide path (the paper's models' small 1x1s: the expansions of the
+ * first blocks, where a loop's set-up cost as much as its products), each compiled with its
+ * dot-product loops unrolled completely */
+static inline int et_gemm_wide_k(int32_t k) { return k == 8 || k == 16 || k == 24 || k == 32; }
+
+static ET_DSP_NOINLINE void et_gemm_row_wide(const et_gemm_oc *t, int32_t pairs, const int8_t *x, int32_t xs,
+                                             int32_t k, int32_t x_zero, int8_t *col, int32_t px, int8_t *y,
+                                             int32_t cs) {
+    const int32_t nz = et_pack16(-x_zero, -x_zero);
+    if (k == 8) et_gemm_row_wide_k(t, pairs, x, xs, 8, nz, col, px, y, cs);
+    else if (k == 16) et_gemm_row_wide_k(t, pairs, x, xs, 16, nz, col, px, y, cs);
+    else if (k == 24) et_gemm_row_wide_k(t, pairs, x, xs, 24, nz, col, px, y, cs);
+    else et_gemm_row_wide_k(t, pairs, x, xs, 32, nz, col, px, y, cs);
+}
+
+/* the first `px` (even) pixels of one output row of a 1x1 (k planes, plane q at x + q * xs),
+ * two at a time packed into col and run through `pairs` fast output channel pairs: one call
+ * per row, not per pixel pair */
+static inline __attribute__((always_inline)) void et_gemm_row_planes_k(const et_gemm_oc *t, int32_t pairs,
+                                                                       const int8_t *x, int32_t xs, int32_t k,
+                                                                       int8_t *col, int32_t px, int8_t *y, int32_t cs) {
+    for (int32_t q = 0; q < px; q += 2) {
+        et_col_planes(x + q, xs, k, 1, col);
+        et_gemm_pairs_body(t, pairs, col, k, y + q, cs, 0, 0);
+    }
+}
+
+static ET_DSP_NOINLINE void et_gemm_row_planes(const et_gemm_oc *t, int32_t pairs, const int8_t *x, int32_t xs,
+                                               int32_t k, int8_t *col, int32_t px, int8_t *y, int32_t cs) {
+    et_gemm_row_planes_k(t, pairs, x, xs, k, col, px, y, cs);
+}
+
+/* et_gemm_pairs reading pixels x, x + 1 of the k planes (plane q at x + q * cs) directly:
+ * for a chunk of at most 4 output channels the packing would cost as much as it saves */
+static inline __attribute__((always_inline)) void et_gemm_planes_px(const et_gemm_oc *t, int32_t pairs, int32_t odd,
+                                                                    const int8_t *x, int32_t xs, int32_t k, int8_t *y,
+                                                                    int32_t cs) {
+    for (; pairs > 0; pairs--, t += 2, y += 2 * cs) {
+        int32_t s00 = t[0].init, s01 = t[0].init, s10 = t[1].init, s11 = t[1].init;
+        const int8_t *wa = t[0].w, *wb = t[1].w, *p = x;
+        int32_t q = 0;
+        for (; q + 4 <= k; q += 4, p += 4 * xs) {
+            const uint32_t u02 = et_ld16u(p) | (et_ld16u(p + 2 * xs) << 16);
+            const uint32_t u13 = et_ld16u(p + xs) | (et_ld16u(p + 3 * xs) << 16);
+            const int32_t va = et_ld32s(wa + q), vb = et_ld32s(wb + q);
+            const int32_t a02 = __sxtb16(va), a13 = et_sxtb16_ror8((uint32_t)va);
+            const int32_t b02 = __sxtb16(vb), b13 = et_sxtb16_ror8((uint32_t)vb);
+            const int32_t x0e = __sxtb16((int32_t)u02), x1e = et_sxtb16_ror8(u02);
+            const int32_t x0o = __sxtb16((int32_t)u13), x1o = et_sxtb16_ror8(u13);
+            s00 = __smlad(a02, x0e, s00);
+            s00 = __smlad(a13, x0o, s00);
+            s01 = __smlad(a02, x1e, s01);
+            s01 = __smlad(a13, x1o, s01);
+            s10 = __smlad(b02, x0e, s10);
+            s10 = __smlad(b13, x0o, s10);
+            s11 = __smlad(b02, x1e, s11);
+            s11 = __smlad(b13, x1o, s11);
+        }
+        for (; q < k; q++, p += xs) {
+            s00 += wa[q] * p[0];
+            s01 += wa[q] * p[1];
+            s10 += wb[q] * p[0];
+            s11 += wb[q] * p[1];
+        }
+        const int32_t s[2][2] = {{s00, s01}, {s10, s11}};
+        et_gemm_store(t, s, y, cs);
+    }
+    if (odd) { /* one more channel: (x[q], x[q+2]) and (x[q+1], x[q+3]) of each pixel */
+        int32_t s0 = t[0].init, s1 = t[0].init;
+        const int8_t *wa = t[0].w, *p = x;
+        int32_t q = 0;
+        for (; q + 4 <= k; q += 4, p += 4 * xs) {
+            const uint32_t u02 = et_ld16u(p) | (et_ld16u(p + 2 * xs) << 16);
+            const uint32_t u13 = et_ld16u(p + xs) | (et_ld16u(p + 3 * xs) << 16);
+            const int32_t va = et_ld32s(wa + q);
+            const int32_t a02 = __sxtb16(va), a13 = et_sxtb16_ror8((uint32_t)va);
+            s0 = __smlad(a02, __sxtb16((int32_t)u02), s0);
+            s0 = __smlad(a13, __sxtb16((int32_t)u13), s0);
+            s1 = __smlad(a02, et_sxtb16_ror8(u02), s1);
+            s1 = __smlad(a13, et_sxtb16_ror8(u13), s1);
+        }
+        for (; q < k; q++, p += xs) {
+            s0 += wa[q] * p[0];
+            s1 += wa[q] * p[1];
+        }
+        const int32_t m = t[0].mult, a = t[0].add, r = t[0].right;
+        const int8_t y0 = et_level(s0, m, a, r), y1 = et_level(s1, m, a, r);
+        y[0] = y0;
+        y[1] = y1;
+    }
+}
+
+/* the first `px` (even) pixels of one output row, two at a time (et_gemm_planes_px) */
+static ET_DSP_NOINLINE void et_gemm_pairs_planes(const et_gemm_oc *t, int32_t pairs, int32_t odd, const int8_t *x,
+                                                 int32_t xs, int32_t k, int32_t px, int8_t *y, int32_t cs) {
+    if (k == 8)
+        for (int32_t q = 0; q < px; q += 2) et_gemm_planes_px(t, pairs, odd, x + q, xs, 8, y + q, cs);
+    else if (k == 16)
+        for (int32_t q = 0; q < px; q += 2) et_gemm_planes_px(t, pairs, odd, x + q, xs, 16, y + q, cs);
+    else
+        for (int32_t q = 0; q < px; q += 2) et_gemm_planes_px(t, pairs, odd, x + q, xs, k, y + q, cs);
+}
+
+/* et_qconv_rows for an ungrouped conv whose weight rows lie side by side: per output row,
+ * pixel pairs packed into a column (a 1x1 unpadded column-stride-1 conv reads the planes,
+ * any other gathers its windows), then the output channels two by two (ET_RQ_CHUNK at a
+ * time, their requantization set up once per call and chunk) */
+static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
+                                           const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0,
+                                           int32_t r1, int32_t o0, int32_t o1) {
+    const int32_t kh = P->kh, cg = P->cg, khkw = kh * P->kw, k = cg * khkw, wo = P->wo;
+    const int planes = khkw == 1 && P->ph == 0 && P->pw == 0 && P->sw == 1;
+    const int split = w->map && w->dim == 1; /* by input channel: two dot products per pair */
+    const int32_t k2 = split ? w->nrest : 0, base2 = ((split ? w->nsel : k) + 3) & ~3;
+    /* k not a multiple of 4: a chunk's rows copied with zero weights up to base2, when they fit,
+     * so no product runs on the scalar remainder path */
+    const int pad = !split && k != base2 && ET_WPAD / base2 >= 2;
+    const int32_t chunk = pad && ET_WPAD / base2 < ET_RQ_CHUNK ? ET_WPAD / base2 : ET_RQ_CHUNK;
+    const int32_t k1 = split ? w->nsel : pad ? base2 : k;
+    /* a small 1x1 whose column takes x_zero out (et_gemm_row_wide): its chunks' init is the bias
+     * alone, x_zero * sum(w) added only to a chunk that cannot take that path */
+    const int wide = planes && !split && !pad && !yf && et_gemm_wide_k(k);
+    int8_t wpad[ET_WPAD] __attribute__((aligned(4)));
+    int8_t col[2 * ET_COL_K] __attribute__((aligned(4)));
+    int8_t win[2][ET_GATHER_K] __attribute__((aligned(4)));
+    const int8_t *rows[ET_GATHER_ROWS];
+    et_gemm_oc fast[ET_RQ_CHUNK];
+    for (int32_t n = 0; n < P->n; n++)
+        for (int32_t oc = o0; oc < o1; oc += chunk) {
+            const int32_t oe = oc + chunk < o1 ? oc + chunk : o1;
+            if (pad) memset(col + 2 * (base2 - 4), 0, 8); /* the last group's unused inputs: 0 */
+            for (int32_t o = oc; o < oe; o++) {
+                const int8_t *r1 = split ? w->sel + o * k1 : et_w8_taps(w, o, 0, cg, khkw);
+                const int8_t *r2 = split ? w->rest + o * k2 : 0;
+                if (pad) {
+                    int8_t *row = wpad + (o - oc) * base2;
+                    memcpy(row, r1, (size_t)k);
+                    memset(row + k, 0, (size_t)(base2 - k));
+                    r1 = row;
+                }
+                const et_rq r = et_rq_make(P, bias, o, k, wide ? 0 : et_wsum(r1, k1) + et_wsum(r2, k2), yf);
+                const et_gemm_oc f = {r1, r2, r.init, r.mult, r.add, r.right, r.fast};
+                fast[o - oc] = f;
+            }
+            /* the output channel pairs from oc on whose requantization is all on the fast path */
+            int32_t fast_end = oc;
+            while (fast_end + 1 < oe && fast[fast_end - oc].fast && fast[fast_end + 1 - oc].fast) fast_end += 2;
+            /* a chunk of at most 4 channels of a plain 1x1 reads the planes in its dot products */
+            int all_fast = 1;
+            for (int32_t o = oc; o < oe; o++) all_fast &= fast[o - oc].fast;
+            const int wide_rows = wide && all_fast && ((oe - oc) & 1) == 0;
+            const int direct = planes && !split && !pad && oe - oc <= 4 && !wide_rows;
+            if (wide && !wide_rows)
+                for (int32_t o = oc; o < oe; o++) fast[o - oc].init -= P->x_zero * et_wsum(fast[o - oc].w, k);
+            for (int32_t ho = r0; ho < r1; ho++) {
+                const int8_t *xn = x.p + n * x.nstride - xc_off * x.cstride, *xr = 0;
+                if (planes) xr = xn + ((ho * P->sh) % x.cap) * P->w;
+                else
+                    for (int32_t c = 0; c < cg; c++)
+                        for (int32_t i = 0; i < kh; i++) {
+                            const int32_t hi = ho * P->sh - P->ph + i * P->dh;
+                            rows[c * kh + i] = hi >= 0 && hi < P->h ? xn + c * x.cstride + (hi % x.cap) * P->w : 0;
+                        }
+                const int32_t at = n * y.nstride + (ho % y.cap) * wo - yo_off * y.cstride;
+                int8_t *yp = yf ? 0 : y.p + at;
+                float *yfp = yf ? yf + at : 0;
+                int32_t q0 = 0; /* pixels done by et_gemm_row_wide, et_gemm_row_planes or et_gemm_pairs_planes */
+                if (wide_rows) {
+                    q0 = wo;
+                    et_gemm_row_wide(fast, (oe - oc) / 2, xr, x.cstride, k, P->x_zero, col, wo, yp + oc * y.cstride,
+                                     y.cstride);
+                } else if (direct && all_fast && wo >= 2) {
+                    q0 = wo & ~1;
+                    et_gemm_pairs_planes(fast, (oe - oc) / 2, (oe - oc) & 1, xr, x.cstride, k, q0,
+                                         yp + oc * y.cstride, y.cstride);
+                } else if (planes && !split && !pad && !direct && fast_end == oe && wo >= 2) {
+                    q0 = wo & ~1;
+                    et_gemm_row_planes(fast, (oe - oc) / 2, xr, x.cstride, k, col, q0, yp + oc * y.cstride,
+                                       y.cstride);
+                }
+                for (int32_t q = q0; q < wo; q += 2) {
+                    const int32_t two = q + 1 < wo;
+                    if (split) et_col_planes_map(xr + q, x.cstride, k, two, w->map, base2, col);
+                    else if (planes) et_col_planes(xr + q, x.cstride, k, two, col);
+                    else {
+                        et_gather(P, rows, q, win[0]);
+                        if (two) et_gather(P, rows, q + 1, win[1]);
+                        et_col_windows(win[0], two ? win[1] : win[0], k, col);
+                    }
+                    int32_t o = oc;
+                    if (two && fast_end > oc) {
+                        et_gemm_pairs(fast, (fast_end - oc) / 2, col, k1, yp + oc * y.cstride + q, y.cstride,
+                                      col + 2 * base2, k2);
+                        o = fast_end;
+                    }
+                    for (; o < oe; o += 2) {
+                        const et_gemm_oc *fa = &fast[o - oc];
+                        const et_rq ra_ = et_gemm_rq(fa), *ra = &ra_;
+                        const int32_t ya = o * y.cstride + q;
+                        if (o + 1 < oe) {
+                            const et_rq rb_ = et_gemm_rq(fa + 1), *rb = &rb_;
+                            int32_t s[2][2] = {{ra->init, ra->init}, {rb->init, rb->init}};
+                            et_dot22(fa[0].w, fa[1].w, col, k1, s);
+                            if (split) et_dot22(fa[0].w2, fa[1].w2, col + 2 * base2, k2, s);
+                            et_rq_put(P, bias, ra, o, s[0][0], yp, yfp, ya);
+                            et_rq_put(P, bias, rb, o + 1, s[1][0], yp, yfp, ya + y.cstride);
+                            if (two) {
+                                et_rq_put(P, bias, ra, o, s[0][1], yp, yfp, ya + 1);
+                                et_rq_put(P, bias, rb, o + 1, s[1][1], yp, yfp, ya + y.cstride + 1);
+                            }
+                        } else {
+                            int32_t s[2] = {ra->init, ra->init};
+                            et_dot12(fa->w, col, k1, s);
+                            if (split) et_dot12(fa->w2, col + 2 * base2, k2, s);
+                            et_rq_put(P, bias, ra, o, s[0], yp, yfp, ya);
+                            if (two) et_rq_put(P, bias, ra, o, s[1], yp, yfp, ya + 1);
+                        }
+                    }
+                }
+            }
+        }
+}
+
+#endif /* __ARM_FEATURE_DSP */
+#endif /* ET_INT8_GEMM_H */
