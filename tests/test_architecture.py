@@ -52,7 +52,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("torch_backend",),
     ("edgetrain",),
     # application wing
-    ("reports", "data"),
+    ("reports", "data", "federated"),
     ("app",),
 ]
 

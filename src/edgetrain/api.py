@@ -68,7 +68,8 @@ def _program(model: torch.nn.Module, front: pipeline.Build, options: Options) ->
                    optimizer=options.optimizer,
                    state_aliases=_state_aliases(model, set(cap.params) | set(cap.buffers)),
                    export=pipeline.export_of(b), quantize=options.quantize, scheme=options.update,
-                   op_sources=_op_sources(cap), source_lines=cap.source)
+                   op_sources=_op_sources(cap), source_lines=cap.source,
+                   quant_layers=b.quantized.layers if b.quantized is not None else None)
 
 
 def _op_sources(cap) -> dict[str, tuple[str, ...]]:

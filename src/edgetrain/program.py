@@ -19,8 +19,9 @@ from .runtime.compiled import COMPILED_FIELDS, CompiledProgram
 from .backends.reference_runner import ReferenceRunner
 from .runtime.runner import (MAX_TRAIN_MAGNITUDE, NonFiniteLossError, Runner, as_array,
                      check_trainable)
+from .runtime.trained import TrainedTensor, trained_tensors, with_trained
 
-__all__ = ["Program", "NonFiniteLossError", "MAX_TRAIN_MAGNITUDE", "as_array", "check_trainable"]
+__all__ = ["Program", "NonFiniteLossError", "MAX_TRAIN_MAGNITUDE", "TrainedTensor", "as_array", "check_trainable"]
 
 
 class Program:
@@ -79,6 +80,17 @@ class Program:
     def load_state(self, state: Mapping[str, np.ndarray] = (), steps: Optional[int] = None) -> None:
         """Replace state entries by `state`'s and the step count by `steps` (a checkpoint's)."""
         self.runner.load_state(state, steps)
+
+    def trained_tensors(self) -> dict[str, TrainedTensor]:
+        """{name: TrainedTensor}: a copy of the part of each tensor the scheme trains, at its
+        storage dtype, with (int8) the scale and zero point giving its real values
+        (runtime/trained.py). What a federated client sends."""
+        return trained_tensors(self.compiled, self.state)
+
+    def load_trained(self, values: Mapping[str, np.ndarray]) -> None:
+        """Write the trained parts `values` ({name: array} of the shapes and dtypes that
+        `trained_tensors` gives) into the state; the rest of each tensor is kept."""
+        self.load_state(with_trained(self.compiled, self.state, values))
 
     def state_dict(self) -> dict:
         """The current weights as torch tensors under the original model's state_dict keys.

@@ -235,6 +235,7 @@ def _texts(description: str, *examples: str) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
+    from .cli_federate import add_federate
     from .cli_program import EXIT_CODES, add_commands
 
     p = argparse.ArgumentParser(prog="edgetrain", description="Compile PyTorch models into on-device training "
@@ -244,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--traceback", action="store_true", help="print the Python traceback of an error too")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_commands(sub)
+    add_federate(sub)
     i = sub.add_parser("inspect", help="print a model's captured graph, trained parameters and memory report",
                        **_texts("Capture MODEL, compile its training program for --update and print the captured "
                                 "graph (op by op, with shapes), the parameters the scheme trains and the memory of "

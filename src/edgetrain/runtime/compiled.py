@@ -64,12 +64,15 @@ class CompiledProgram:
     op_sources: Mapping[str, tuple] = field(default_factory=dict)
     #: node index of stages['captured'] -> the model source line it came from
     source_lines: Mapping[int, str] = field(default_factory=dict)
+    #: int8: weight name -> its layer's quantization (quantize.convert.QuantLayer: the weight's
+    #: per-channel scales, the input's scale), what gives integer parameters their real values
+    quant_layers: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         set_ = object.__setattr__
         set_(self, "inputs", tuple(self.inputs))
         set_(self, "graph_inputs", tuple(self.graph_inputs))
-        for name in ("stages", "trainable", "state_aliases", "op_sources", "source_lines"):
+        for name in ("stages", "trainable", "state_aliases", "op_sources", "source_lines", "quant_layers"):
             set_(self, name, _frozen_map(getattr(self, name)))
         st = self.initial_state
         if not (isinstance(st, MappingProxyType) and all(not a.flags.writeable for a in st.values())):
@@ -79,7 +82,7 @@ class CompiledProgram:
     def build(cls, *, inputs, state: Mapping[str, np.ndarray], stages, forward: Graph, grad_graph: Graph,
               train_graph: Graph, trainable, layers, memory: MemoryReport, loss: str, optimizer, state_aliases,
               export=None, quantize=None, graph_inputs=None, input_transform=None, scheme=None, op_sources=None,
-              source_lines=None, search=None) -> "CompiledProgram":
+              source_lines=None, search=None, quant_layers=None) -> "CompiledProgram":
         """The compiled program of compile()'s results; `state` the weights and buffers (the
         optimizer's momenta are added, at zero)."""
         init = dict(state)
@@ -92,7 +95,7 @@ class CompiledProgram:
                    grad_graph=grad_graph, train_graph=train_graph, trainable=trainable, layers=tuple(layers),
                    memory=memory, loss=loss, optimizer=optimizer, state_aliases=state_aliases, initial_state=init,
                    export=export, quantize=quantize, scheme=scheme, search=search, op_sources=op_sources or {},
-                   source_lines=source_lines or {})
+                   source_lines=source_lines or {}, quant_layers=quant_layers or {})
 
     def fresh_state(self) -> dict[str, np.ndarray]:
         """A writable copy of the initial state (what a new runner starts from)."""
