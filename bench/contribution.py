@@ -3,6 +3,7 @@ budgeted search (update="auto") on the result.
 
     PYTHONPATH=src python bench/contribution.py [--models mbv2-w0.35 ...] [--train 2000] [--test 2000]
         [--epochs 2] [--lr 0.001] [--batch 8] [--seed 0] [--last-layers 20] [--budgets 128KB 160KB]
+        [--ray [ADDRESS]] [--results DIR]
 
 For each model (`from_tiny_training(..., num_classes=10, seed)`: the paper's ImageNet
 weights, a new classifier) `edgetrain.sparse.analyze_contributions` fine-tunes, in float32
@@ -18,6 +19,11 @@ quantize="int8", contributions=table)` (SGD without momentum, as the paper's eng
 each budget, sharing one cache of compiled pieces across budgets
 (`sparse.search_scheme`), and the chosen scheme's real top-1 with the same trainer
 beside the table's prediction.
+
+With --ray, each fine-tune (of the analysis and of the chosen schemes' top-1) is a Ray task:
+on a local Ray using every core, or on the cluster at ADDRESS (`ray start --head`); the
+table is the same bit for bit (docs/scale.md). With --results DIR, each fine-tune is
+appended to DIR/contrib-<model>.jsonl as it finishes and a rerun skips those already there.
 
 Prints one JSON line per model (and per budget), then a markdown summary.
 """
@@ -65,7 +71,11 @@ def analyse(name: str, path: Path, train, test, args):
 
     return analyze_contributions(model, train, test, name=name, last=args.last_layers, config=config,
                                  bias_ks=args.bias_ks, weight_base=args.weight_base, meta={"dataset": "cifar10", "resolution": RES},
-                                 progress=progress)
+                                 progress=progress, executor=args.executor, results=results_file(args, name))
+
+
+def results_file(args, name: str):
+    return None if args.results is None else args.results / f"contrib-{name}.jsonl"
 
 
 def search(name: str, path: Path, table, budgets, train, test, args) -> list[dict]:
@@ -101,7 +111,8 @@ def search(name: str, path: Path, table, budgets, train, test, args) -> list[dic
     if chosen and not args.no_accuracy:
         config = FineTune(epochs=args.epochs, batch=args.batch, lr=args.lr, momentum=args.momentum, seed=args.seed,
                           threads=args.threads)
-        acc = scheme_accuracies(model, chosen, train, test, config=config)
+        acc = scheme_accuracies(model, chosen, train, test, config=config, executor=args.executor,
+                                results=results_file(args, name))
         for r in rows:
             if r["budget"] in acc:
                 r["top1"] = acc[r["budget"]]
@@ -129,7 +140,15 @@ def main(argv=None) -> int:
     p.add_argument("--no-accuracy", action="store_true", help="with --budgets: skip the chosen schemes' top-1")
     p.add_argument("--from-json", action="store_true", help="reuse docs/results/contrib-<model>.json")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="run the fine-tunes as Ray tasks: on a local Ray, or on the cluster at ADDRESS (HOST:PORT)")
+    p.add_argument("--results", type=Path, metavar="DIR",
+                   help="append each fine-tune to DIR/contrib-<model>.jsonl as it finishes; a rerun skips those")
     args = p.parse_args(argv)
+    args.executor = None
+    if args.ray is not None:
+        from edgetrain.scale import RayExecutor
+        args.executor = RayExecutor(address=None if args.ray == "local" else args.ray)
 
     from edgetrain.data.assets import default_assets_dir
     from edgetrain.sparse import ContributionTable
@@ -167,6 +186,8 @@ def main(argv=None) -> int:
     print("| model | top-1 % (classifier only) | seconds | largest gains (points of top-1) |")
     print("|---|---|---|---|")
     print("\n".join(summary))
+    if args.executor is not None:
+        args.executor.close()
     return 0
 
 

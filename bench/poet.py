@@ -4,6 +4,7 @@ on ResNet-18, MobileNetV2 and a BERT-style encoder and the A72 / M4F / M7 profil
     PYTHONPATH=src python bench/poet.py [--cases resnet18-cifar:8 resnet18:1:224 ...]
         [--devices a72 m4f m7] [--fractions 1 0.8 0.6 0.5 0.4 0.3] [--solvers milp checkmate ...]
         [--time-limit 60] [--deadline-factor F] [--out docs/results/poet.jsonl] [--charts docs/results]
+        [--ray [ADDRESS]]
     PYTHONPATH=src python bench/poet.py --summarize docs/results/poet.jsonl   # the markdown tables
 
 A case is `model:batch[:size]` (a zoo model, its batch, and for image models the input
@@ -20,7 +21,10 @@ Prints and writes one JSON line per (case, device, fraction, solver): energy and
 relative to plain back-propagation's, the model's peak, recomputations, page traffic,
 solve seconds, optimality gap and status ("infeasible" when nothing fits); draws
 energy-vs-budget charts per case and device and the time x layer schedule map of the
-MILP at the --map-fraction budget (PNG).
+MILP at the --map-fraction budget (PNG). With --ray, the solves of one case and device run
+as Ray tasks (a local Ray using every core, or the cluster at ADDRESS), each printed as it
+finishes and written in the grid's order; the rows equal the serial ones except where a
+MILP stops at --time-limit (its incumbent then depends on the speed of the core).
 """
 from __future__ import annotations
 
@@ -55,7 +59,30 @@ def compile_case(case: str):
     return et.compile(model, (x,))
 
 
+def solve_piece(shared, piece) -> tuple[dict, object]:
+    """One (fraction, solver) of one problem: (its row's measured fields, the schedule when a
+    map is to be drawn of it, else None). A piece of scale.run_pieces: runs here or on Ray."""
+    problem, deadline, args = shared
+    frac, solver, ram = piece
+    t0 = time.perf_counter()
+    try:
+        s = SOLVERS[solver](problem, ram, deadline, args.time_limit)
+    except Infeasible as err:
+        return dict(status="infeasible", message=str(err)[:200], solve_s=round(time.perf_counter() - t0, 3)), None
+    row = dict(status=s.status, energy_rel=s.energy_j / problem.base_energy_j,
+               time_rel=s.time_s / problem.base_time_s, energy_j=s.energy_j, time_s=s.time_s,
+               peak_bytes=s.peak_bytes, activation_bytes=s.activation_bytes,
+               recomputations=s.recomputations, page_ins=s.page_ins,
+               page_outs=len(s.page_out), page_in_bytes=s.page_in_bytes,
+               page_out_bytes=s.page_out_bytes, solve_s=round(s.solve_s, 3), gap=s.gap)
+    assert s.peak_bytes <= ram or solver == "none"
+    mapped = solver == "milp" and abs(frac - args.map_fraction) < 1e-9 and args.charts
+    return row, (s if mapped else None)
+
+
 def run(args) -> list[dict]:
+    from edgetrain.scale import run_pieces
+
     rows = []
     out = Path(args.out) if args.out else None
     if out:
@@ -69,39 +96,31 @@ def run(args) -> list[dict]:
             problem = build_problem(prog, get_device(dev_name))
             deadline = args.deadline_factor * problem.base_time_s if args.deadline_factor else None
             series: dict[str, list] = {s: [] for s in args.solvers}
-            for frac in args.fractions:
-                ram = problem.fixed_ram + int(frac * problem.activation_bytes)
-                for solver in args.solvers:
-                    row = dict(case=case, device=dev_name, fraction=frac, ram=ram, solver=solver,
-                               units=len(problem.units), stages=len(problem.stages),
-                               plain_activation_bytes=problem.activation_bytes, fixed_ram=problem.fixed_ram,
-                               deadline_s=deadline)
-                    t0 = time.perf_counter()
-                    try:
-                        s = SOLVERS[solver](problem, ram, deadline, args.time_limit)
-                    except Infeasible as err:
-                        row.update(status="infeasible", message=str(err)[:200],
-                                   solve_s=round(time.perf_counter() - t0, 3))
-                    else:
-                        row.update(status=s.status, energy_rel=s.energy_j / problem.base_energy_j,
-                                   time_rel=s.time_s / problem.base_time_s, energy_j=s.energy_j, time_s=s.time_s,
-                                   peak_bytes=s.peak_bytes, activation_bytes=s.activation_bytes,
-                                   recomputations=s.recomputations, page_ins=s.page_ins,
-                                   page_outs=len(s.page_out), page_in_bytes=s.page_in_bytes,
-                                   page_out_bytes=s.page_out_bytes, solve_s=round(s.solve_s, 3), gap=s.gap)
-                        assert s.peak_bytes <= ram or solver == "none"
-                        if s.peak_bytes <= ram:
-                            series[solver].append((frac, row["energy_rel"]))
-                        if solver == "milp" and abs(frac - args.map_fraction) < 1e-9 and args.charts:
-                            path = Path(args.charts) / f"poet-map-{case.replace(':', '-')}-{dev_name}.png"
-                            plot_schedule(s, path, title=f"{case} on {dev_name}, activations ≤ {frac:.0%} of plain: "
-                                          + s.summary().split(": ", 1)[1])
-                    rows.append(row)
-                    line = json.dumps(row)
-                    print(line, flush=True)
-                    if out:
-                        with out.open("a") as f:
-                            f.write(line + "\n")
+            pieces = {(frac, solver): (frac, solver, problem.fixed_ram + int(frac * problem.activation_bytes))
+                      for frac in args.fractions for solver in args.solvers}
+
+            def row_of(key, result, problem=problem, deadline=deadline):
+                (frac, solver), (measured, _) = key, result
+                return dict(case=case, device=dev_name, fraction=frac, ram=pieces[key][2], solver=solver,
+                            units=len(problem.units), stages=len(problem.stages),
+                            plain_activation_bytes=problem.activation_bytes, fixed_ram=problem.fixed_ram,
+                            deadline_s=deadline, **measured)
+
+            # each solve is independent: printed as it finishes, written in the order of the grid
+            done = run_pieces(solve_piece, (problem, deadline, args), pieces, executor=args.executor,
+                              progress=lambda key, result: print(json.dumps(row_of(key, result)), flush=True))
+            for key, (measured, schedule) in done.items():
+                (frac, solver), row = key, row_of(key, (measured, schedule))
+                if row["status"] != "infeasible" and row["peak_bytes"] <= row["ram"]:
+                    series[solver].append((frac, row["energy_rel"]))
+                if schedule is not None:
+                    path = Path(args.charts) / f"poet-map-{case.replace(':', '-')}-{dev_name}.png"
+                    plot_schedule(schedule, path, title=f"{case} on {dev_name}, activations ≤ {frac:.0%} of plain: "
+                                  + schedule.summary().split(": ", 1)[1])
+                rows.append(row)
+                if out:
+                    with out.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
             if args.charts:
                 path = Path(args.charts) / f"poet-energy-{case.replace(':', '-')}-{dev_name}.png"
                 plot_energy_vs_budget(series, path, title=f"{case} on {problem.device.title}: energy vs RAM budget")
@@ -156,12 +175,22 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="docs/results/poet.jsonl")
     ap.add_argument("--charts", default="docs/results")
     ap.add_argument("--summarize", metavar="JSONL", help="only print the markdown tables of a results file")
+    ap.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                    help="solve as Ray tasks: on a local Ray, or on the cluster at ADDRESS (HOST:PORT)")
     args = ap.parse_args(argv)
     if args.summarize:
         print(markdown([json.loads(line) for line in Path(args.summarize).read_text().splitlines() if line.strip()]))
         return 0
     torch.manual_seed(0)
-    run(args)
+    args.executor = None
+    if args.ray is not None:
+        from edgetrain.scale import RayExecutor
+        args.executor = RayExecutor(address=None if args.ray == "local" else args.ray)
+    try:
+        run(args)
+    finally:
+        if args.executor is not None:
+            args.executor.close()
     return 0
 
 

@@ -2,7 +2,7 @@
 at the test configs (tests/realmodels/conftest.py: images 2x3x64x64, 16 tokens, hidden sizes
 about 32), each cell measured in one run.
 
-    python bench/real_models.py [--models NAME ...] [--json out.jsonl] [--timeout 600]
+    python bench/real_models.py [--models NAME ...] [--json out.jsonl] [--timeout 600] [--ray [ADDRESS]]
     python bench/real_models.py --summarize out.jsonl
 
 Columns, one row per model (a cell that fails records the first line of its error and the
@@ -27,7 +27,9 @@ row goes on):
   PyTorch / edgetrain.
 
 Each model runs in its own subprocess with a time limit (--timeout seconds); cells finished
-before the limit are kept, the rest read "timeout". One thread.
+before the limit are kept, the rest read "timeout". One thread. With --ray the models are
+measured as Ray tasks (one CPU each: a local Ray using every core, or the cluster at ADDRESS);
+rows print as they finish, the table keeps the order asked.
 """
 from __future__ import annotations
 
@@ -315,6 +317,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="append one JSON line per model to this file as it finishes")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per model (default 600)")
     ap.add_argument("--summarize", help="print the markdown table of a JSONL file and exit")
+    ap.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                    help="measure the models as Ray tasks: on a local Ray, or on the cluster at ADDRESS (HOST:PORT)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--partial", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -330,17 +334,29 @@ def main(argv=None) -> int:
     unknown = [m for m in args.models if m not in MODELS]
     if unknown:
         ap.error(f"unknown models {unknown}; known: {list(MODELS)}")
-    rows = []
-    for name in args.models:
-        r = run_one(name, args.timeout)
-        rows.append(r)
+    from edgetrain.scale import RayExecutor, run_pieces
+
+    def finished(name, r):
         print(json.dumps(r), flush=True)
         if args.json:
             with open(args.json, "a") as f:
                 f.write(json.dumps(r) + "\n")
+
+    executor = None if args.ray is None else RayExecutor(address=None if args.ray == "local" else args.ray)
+    try:  # each model is independent: printed and appended as it finishes, tabled in the order asked
+        rows = list(run_pieces(model_piece, args.timeout, {name: name for name in args.models},
+                               executor=executor, progress=finished).values())
+    finally:
+        if executor is not None:
+            executor.close()
     print()
     print(table(rows))
     return 0
+
+
+def model_piece(timeout: float, name: str) -> dict:
+    """One model's row (a piece of scale.run_pieces: here or a Ray task)."""
+    return run_one(name, timeout)
 
 
 if __name__ == "__main__":
