@@ -4,6 +4,7 @@ non-finite leaves every state tensor as it was, names the tensor, and the next s
 The guard is compiled only into the ctypes library (-DET_STEP_GUARD), never into a project."""
 from __future__ import annotations
 
+import re
 import subprocess
 
 import numpy as np
@@ -13,7 +14,8 @@ from torch import nn
 
 import edgetrain as et
 from edgetrain.backends.c import host
-from edgetrain.backends.c.step_guard import GUARD_FLAG, guarded_arrays
+from edgetrain.backends.c.step_guard import GUARD_FLAG, guarded_arrays, row_guarded
+from edgetrain.ops import gradupdate
 from edgetrain.program import NonFiniteLossError
 
 X = torch.randn(2, 1, 6, 6, generator=torch.Generator().manual_seed(0))
@@ -79,3 +81,38 @@ def test_guard_only_in_the_host_library(prog, tmp_path):
     assert "et_backup" not in plain and "et_train_step_checked" not in plain and "et_train_step" in plain
     guarded = _symbols(tmp_path, prog.runner.c_files, ("-O1", "-std=gnu11", GUARD_FLAG))
     assert "et_backup" in guarded and "et_train_step_checked" in guarded
+
+
+@pytest.fixture
+def fused(monkeypatch):
+    """_net with both weights' gradients fused with their update (blocks of 16 bytes): the fused
+    kernels save and check each row they write (step_guard.row_guarded, et_float_fused.h)."""
+    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 16)
+    p = et.compile(_net(), (X,), optimizer=et.SGD(lr=0.1, momentum=0.9), backend="c")
+    rows = [n for n in p.runner.c_layout.graphs["train"].graph.nodes if row_guarded(p.runner.c_layout, n)]
+    assert {n.op for n in rows} == {"conv2d_grad_weight_update", "linear_grad_weight_update"}
+    assert len(re.findall(r"^ +ET_GUARD_ROWS\(", p.runner.c_files["model.c"], re.M)) == 2
+    p.step(X, Y)  # momentum non-zero from here on
+    return p
+
+
+@pytest.mark.parametrize("name, index", [("4.weight", (0, 0)), ("0.bias", (0,))])
+def test_overflow_undoes_the_rows_the_fused_kernels_saved(fused, name, index):
+    """A fused weight overflowing under a finite loss is named by its kernel's row check; one
+    updated after both fused weights (the first convolution's bias: its channel is 0 after the
+    ReLU, so the loss stays finite) is named by the array check: either way every array, the fused
+    weights and momenta saved row by row included, is as it was, and the next step trains."""
+    mom = f"momentum:{name}"
+    fused.state[name][index] = -3.3e38
+    fused.state[mom][index] = 3.4e38  # w - 0.1 * 0.9 * 3.4e38 < -float32 max
+    saved = {k: v.copy() for k, v in fused.state.items()}
+    steps = fused.steps
+    with pytest.raises(NonFiniteLossError, match=f"{name} became non-finite"):
+        fused.step(X, Y)
+    assert fused.steps == steps
+    for k, v in saved.items():
+        np.testing.assert_array_equal(fused.state[k], v, err_msg=k)
+    fused.state[name][index], fused.state[mom][index] = 0.0, 0.0
+    before = {k: v.copy() for k, v in fused.state.items()}
+    assert np.isfinite(fused.step(X, Y)) and fused.steps == steps + 1
+    assert all(not np.array_equal(fused.state[k], before[k]) for k in ("0.weight", "4.weight"))

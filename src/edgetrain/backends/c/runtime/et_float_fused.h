@@ -10,9 +10,62 @@
 
 #include <string.h>
 
+#ifdef ET_STEP_GUARD
+/* The checked step's guard inside the fused updates (the ctypes library only: backends/c/step_guard.py
+ * sets it up around a conv2d/linear_grad_weight_update). While `on`, et_sgd_row copies each row of W
+ * (and M) it is about to overwrite to the same offset of wb (mb; 0 when the array was saved before)
+ * and ORs 1 (W) or 2 (M) into `bad` when the row's new values are not all finite: the backup and
+ * the scan made while the row is in cache, instead of two passes over the whole arrays from memory
+ * before and after the node (ResNet-18's 88 MB of weights and momentum). Weak: one definition in the
+ * library, whether the kernels are compiled with model.c or apart. */
+#if defined(__AVX512F__) || defined(__AVX__)
+#include <immintrin.h>
+#endif
+typedef struct {
+    const float *w, *m;
+    float *wb, *mb;
+    int on, bad;
+} et_row_guard_t;
+__attribute__((weak)) et_row_guard_t et_row_guard;
+
+static int et_row_nonfinite(const float *x, int len) {
+    const uint32_t *u = (const uint32_t *)x;
+    uint32_t acc = 0;
+    for (int i = 0; i < len; ++i) acc |= (u[i] & 0x7f800000u) == 0x7f800000u;
+    return acc != 0;
+}
+
+/* dst[0..n) = src[0..n), the aligned part with non-temporal stores where the CPU has them: the
+ * backup is read again only to restore, so it need not take cache lines from the kernel */
+static void et_guard_copy(float *ET_RESTRICT dst, const float *ET_RESTRICT src, int n) {
+    int i = 0;
+#if defined(__AVX512F__)
+    for (; i < n && ((uintptr_t)(dst + i) & 63); ++i) dst[i] = src[i];
+    for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+#elif defined(__AVX__)
+    for (; i < n && ((uintptr_t)(dst + i) & 31); ++i) dst[i] = src[i];
+    for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+#endif
+    for (; i < n; ++i) dst[i] = src[i];
+}
+
+static void et_guard_row_save(const float *W, const float *M, int len) {
+    if (et_row_guard.wb) et_guard_copy(et_row_guard.wb + (W - et_row_guard.w), W, len);
+    if (M && et_row_guard.mb) et_guard_copy(et_row_guard.mb + (M - et_row_guard.m), M, len);
+}
+
+static void et_guard_row_check(const float *W, const float *M, int len) {
+    if (et_row_nonfinite(W, len)) et_row_guard.bad |= 1;
+    if (M && et_row_nonfinite(M, len)) et_row_guard.bad |= 2;
+}
+#endif
+
 /* one row of sgd_update: W (and M) updated in place from the gradient row D (D == 0: a zero gradient) */
 ET_INLINE void et_sgd_row(float *ET_RESTRICT W, float *ET_RESTRICT M, const float *ET_RESTRICT D, int len,
                           float lr, float mu, float wd) {
+#ifdef ET_STEP_GUARD
+    if (et_row_guard.on) et_guard_row_save(W, M, len);
+#endif
     for (int i = 0; i < len; ++i) {
         float d = D ? D[i] : 0.f;
         if (wd != 0.f) d = d + wd * W[i];
@@ -22,6 +75,9 @@ ET_INLINE void et_sgd_row(float *ET_RESTRICT W, float *ET_RESTRICT M, const floa
         }
         W[i] = W[i] - lr * d;
     }
+#ifdef ET_STEP_GUARD
+    if (et_row_guard.on) et_guard_row_check(W, M, len);
+#endif
 }
 
 #ifdef ET_BLAS
