@@ -8,7 +8,8 @@ as hex lines; the cases have odd channel and pixel counts (the 2-channel x 2-pix
 the 4-input group's remainders), padded edges, 5x5 and 7x7 taps (two words per tap row),
 strides, channel and row sub-ranges (the fused and streamed callers), weights split by output
 or input channel, a float output and accumulators that saturate with the bias (the general
-requantization path)."""
+requantization path). The same firmware runs et_qadd on its 32-bit path (each input shifted or
+not) and on the general one."""
 from __future__ import annotations
 
 import shutil
@@ -19,6 +20,7 @@ import pytest
 
 from edgetrain.backends.c import cortexm
 from edgetrain.ops.fixed_point import quantize_multiplier
+from edgetrain.ops.qelementwise import qadd_attrs, qadd_ref
 from edgetrain.ops.qconv import qconv2d_ref
 
 RUNTIME = Path(__file__).resolve().parents[3] / "src" / "edgetrain" / "backends" / "c" / "runtime"
@@ -78,6 +80,40 @@ CASES = [
     ("dw7_per_row", 1, 2, 8, 8, 2, 7, 1, 3, 2, False, "per_row"),
     ("dw3_narrow_range", 1, 3, 5, 6, 3, 3, 1, 1, 3, False, "narrow"),
 ]
+
+
+# qadd: (name, count, a_scale, a_zero, b_scale, b_zero, y_scale, y_zero, qmin, qmax, overrides)
+# of qadd_attrs (TFLite's multipliers: the larger input's is 2^30 with shift 0); the overrides
+# shift both inputs; a narrow range and y's multiplier at 2^30 take the general path
+QADD_CASES = [
+    ("qadd_b_larger", 37, 0.05, 3, 0.08, -7, 0.1, 5, -128, 127, {}),
+    ("qadd_equal_scales", 64, 0.05, -20, 0.05, 20, 0.07, -3, -128, 127, {}),
+    ("qadd_a_larger", 33, 0.2, -128, 0.01, 127, 0.15, 0, -128, 127, {}),
+    ("qadd_both_shifted", 40, 0.05, 9, 0.06, -9, 0.09, 1, -128, 127,
+     {"a_mult": 1500000000, "a_shift": -2, "b_mult": 1300000000, "b_shift": -3}),
+    ("qadd_narrow", 16, 0.05, 0, 0.06, 0, 0.08, 0, -100, 90, {}),
+    # small multipliers and y's shift 1: every rounding of the inputs shows in y
+    ("qadd_rounding_a", 96, 0.05, 7, 0.06, -5, 0.08, 3, -128, 127,
+     {"a_mult": 3 << 10, "a_shift": -1, "b_mult": 5 << 9, "b_shift": 0, "y_mult": (1 << 31) - 1, "y_shift": -1}),
+    ("qadd_rounding_both", 96, 0.05, -7, 0.06, 5, 0.08, -3, -128, 127,
+     {"a_mult": 3 << 10, "a_shift": -1, "b_mult": 5 << 9, "b_shift": -2, "y_mult": (1 << 31) - 1, "y_shift": -1}),
+    ("qadd_y_mult_2_30", 16, 0.05, 4, 0.06, 0, 0.08, -2, -128, 127, {"y_mult": 1 << 30}),
+]
+
+
+def _qadd_c(i, case, rng):
+    """`run{i}`: et_qadd of two random int8 vectors (the ends of int8 first), and the reference."""
+    name, count, sa, za, sb, zb, sy, zy, lo, hi, over = case
+    at = {**qadd_attrs(sa, za, sb, zb, sy, zy, lo, hi), **over}
+    a, b = rng.integers(-128, 128, (2, count)).astype(np.int8)
+    a[:2], b[:2] = (-128, 127), (127, -128)
+    keys = ("a_zero", "b_zero", "y_zero", "a_mult", "a_shift", "b_mult", "b_shift", "y_mult", "y_shift", "qmin", "qmax")
+    lines = [_c_array("int8_t", f"qa{i}", [str(int(v)) for v in a]), _c_array("int8_t", f"qb{i}", [str(int(v)) for v in b]),
+             f"static const et_qadd_p QP{i} = {{{', '.join(str(int(at[k])) for k in keys)}}};",
+             f"static int8_t qy{i}[{count}];",
+             f"static void run{i}(void) {{ et_qadd(&QP{i}, qa{i}, qb{i}, qy{i}, {count}); "
+             f"dump({i}, (const uint8_t *)qy{i}, sizeof qy{i}); }}"]
+    return lines, qadd_ref(a, b, at).tobytes()
 
 
 def drawn_cases(count: int, seed: int) -> list[tuple]:
@@ -220,7 +256,10 @@ def _firmware_cases(d: Path):
         ref = qconv2d_ref(x, wt, b, a)
         want[i] = np.ascontiguousarray(ref).tobytes()
         parts += _case_c(i, case, x, wt, b, a, ref.shape[2], ref.shape[3])
-    parts.append("static void run_all(void) {\n" + "\n".join(f"    run{i}();" for i in range(len(CASES))) + "\n}")
+    for j, case in enumerate(QADD_CASES):
+        lines, want[len(CASES) + j] = _qadd_c(len(CASES) + j, case, rng)
+        parts += lines
+    parts.append("static void run_all(void) {\n" + "\n".join(f"    run{i}();" for i in range(len(want))) + "\n}")
     parts.append(MODEL_TAIL)
     shutil.copy(FIXTURE / "model.h", d / "model.h")
     for header in ("et_int8.h", "et_int8_dsp.h", "et_int8_gemm.h", "et_int8_dw.h"):
@@ -253,7 +292,7 @@ def test_dsp_qconv_kernels_equal_the_reference(tmp_path, target):
     run = cortexm.run_qemu(d, target)
     assert run.exit_code == 0, run.lines
     got = _got(run.lines)
-    for i, case in enumerate(CASES):
+    for i, case in enumerate(CASES + QADD_CASES):
         assert bytes(got.get(i, b"")) == want[i], f"case {case[0]}"
 
 

@@ -257,7 +257,25 @@ typedef struct {
     int32_t a_zero, b_zero, y_zero, a_mult, a_shift, b_mult, b_shift, y_mult, y_shift, qmin, qmax;
 } et_qadd_p;
 
+#if defined(__ARM_FEATURE_DSP)
+/* On the DSP extension, in 32 bits (et_qadd_fast, et_int8_dsp.h) when the shifts are right
+ * shifts, y's multiplier is above 2^30 and the range is int8's (every qadd of the paper's
+ * models); the same integers as below. */
+static inline int et_qadd_fast_ok(const et_qadd_p *P) {
+    return P->a_shift <= 0 && P->a_shift >= -30 && P->b_shift <= 0 && P->b_shift >= -30 && P->a_mult >= 0 &&
+           P->b_mult >= 0 && P->y_shift <= -1 && P->y_shift >= -ET_RQ_MAX_RIGHT && P->y_mult > (1 << 30) &&
+           P->qmin == -128 && P->qmax == 127;
+}
+#endif
+
 static inline void et_qadd(const et_qadd_p *P, const int8_t *a, const int8_t *b, int8_t *y, int32_t count) {
+#if defined(__ARM_FEATURE_DSP)
+    if (et_qadd_fast_ok(P)) {
+        et_qadd_fast(P->a_zero, P->a_mult, -P->a_shift, P->b_zero, P->b_mult, -P->b_shift, P->y_zero, P->y_mult,
+                     -P->y_shift, a, b, y, count);
+        return;
+    }
+#endif
     for (int32_t k = 0; k < count; k++) {
         int32_t xa = et_mbqm(((int32_t)a[k] - P->a_zero) * (1 << 20), P->a_mult, P->a_shift);
         int32_t xb = et_mbqm(((int32_t)b[k] - P->b_zero) * (1 << 20), P->b_mult, P->b_shift);

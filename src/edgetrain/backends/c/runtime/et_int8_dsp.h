@@ -122,6 +122,40 @@ static inline void et_rq_put(const et_qconv_p *P, const int32_t *bias, const et_
     else et_rq_slow(P, bias, o, acc, y ? y + at : 0, yf ? yf + at : 0);
 }
 
+/* ---- qadd (et_int8.h's et_qadd on its fast path) ------------------------------------------
+ * Each input: et_mbqm((x - zero) * 2^20, mult, -r) is SRDHM = SMMULR of 2 * (x - zero) * 2^20
+ * (|.| < 2^29), then for r >= 1 the rounding right shift (hi + 2^(r-1) - (hi < 0)) >> r; their
+ * sum (|.| < 2^29, no saturation) requantized as et_level2 (y_mult > 2^30). Compiled once for
+ * each of r_a, r_b zero or not. */
+static inline int32_t et_srdhm_shift(int32_t v2, int32_t mult, int32_t half, int32_t r, const int shifted) {
+    int32_t hi;
+    __asm__("smmulr %0, %1, %2" : "=r"(hi) : "r"(v2), "r"(mult));
+    return shifted ? (hi + half - (int32_t)((uint32_t)hi >> 31)) >> r : hi;
+}
+
+static inline __attribute__((always_inline)) void et_qadd_fast_k(int32_t az, int32_t am, int32_t ar, int32_t bz,
+                                                                 int32_t bm, int32_t br, int32_t yadd, int32_t ym,
+                                                                 int32_t yr, const int8_t *a, const int8_t *b,
+                                                                 int8_t *y, int32_t count, const int sa, const int sb) {
+    const int32_t az21 = az * (1 << 21), bz21 = bz * (1 << 21);
+    const int32_t ah = sa ? 1 << (ar - 1) : 0, bh = sb ? 1 << (br - 1) : 0;
+    for (int32_t k = 0; k < count; k++) {
+        const int32_t xa = et_srdhm_shift((int32_t)a[k] * (1 << 21) - az21, am, ah, ar, sa);
+        const int32_t xb = et_srdhm_shift((int32_t)b[k] * (1 << 21) - bz21, bm, bh, br, sb);
+        y[k] = (int8_t)et_level2((xa + xb) * 2, ym, yadd, yr);
+    }
+}
+
+static ET_DSP_NOINLINE void et_qadd_fast(int32_t az, int32_t am, int32_t ar, int32_t bz, int32_t bm, int32_t br,
+                                         int32_t yz, int32_t ym, int32_t yr, const int8_t *a, const int8_t *b,
+                                         int8_t *y, int32_t count) {
+    const int32_t yadd = (1 << (yr - 1)) + yz * (1 << yr);
+    if (ar && br) et_qadd_fast_k(az, am, ar, bz, bm, br, yadd, ym, yr, a, b, y, count, 1, 1);
+    else if (ar) et_qadd_fast_k(az, am, ar, bz, bm, br, yadd, ym, yr, a, b, y, count, 1, 0);
+    else if (br) et_qadd_fast_k(az, am, ar, bz, bm, br, yadd, ym, yr, a, b, y, count, 0, 1);
+    else et_qadd_fast_k(az, am, ar, bz, bm, br, yadd, ym, yr, a, b, y, count, 0, 0);
+}
+
 /* ---- GEMM over packed columns --------------------------------------------------------------
  * Two pixels' K inputs interleaved as bytes: per 4 inputs k = 4m.. two words, (v0[k], v1[k],
  * v0[k+2], v1[k+2]) and (v0[k+1], v1[k+1], v0[k+3], v1[k+3]), so __sxtb16 of a word gives
