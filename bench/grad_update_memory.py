@@ -3,17 +3,20 @@ items 1-2: passes/fuse.fuse_weight_grad_update), and the RAM budgets its schedul
 can reach.
 
     PYTHONPATH=src python bench/grad_update_memory.py [--cases resnet18-cifar:1 bert-tiny:8 small-cnn-int8:1]
-        [--fractions 0.5 0.3] [--solver milp] [--time-limit 30] [--device a72] [--momentum 0.9]
-        [--step-time 15]
+        [--fractions 0.5 0.3] [--solver milp] [--time-limit 30] [--mip-gap 0.001] [--decisions]
+        [--device a72] [--momentum 0.9] [--step-time 15]
 
-Per case (a zoo model `name:batch`, or `resnet18-imagenet:batch` (zoo_case), float32, SGD (--momentum, default 0); or `small-cnn-int8:batch`,
-a 3->8 channel 3x3 convolution and a Linear(8192, 16) compiled for int8): the memory report's
-peak and arena (its largest live set and where), the schedule problem's plain activation
-memory and fixed RAM (edgetrain.remat.build.build_problem), the lower bound every schedule
-needs (greedy.ram_lower_bound) as a fraction of the activations (the smallest budget a
-schedule can reach), and `et.schedule` at `fixed RAM + f x activations` for each fraction:
-its modelled peak, or Infeasible. Run the same command on a checkout before the fusion to
-compare (the figures are deterministic: no timing).
+Per case (a zoo model `name:batch`, or `resnet18-imagenet:batch` (zoo_case), float32, SGD
+(--momentum, default 0); or `small-cnn-int8:batch`, a 3->8 channel 3x3 convolution and a
+Linear(8192, 16) compiled for int8): the memory report's peak and arena (its largest live set
+and where), the schedule problem's plain activation memory and fixed RAM
+(edgetrain.remat.build.build_problem), the lower bound every schedule needs
+(greedy.ram_lower_bound) as a fraction of the activations (the smallest budget a schedule can
+reach), and `et.schedule` at `fixed RAM + f x activations` for each fraction: its modelled
+peak, extra energy, the solver's status, gap (on the total energy; --mip-gap asks for another)
+and solve time (solver_quality), what it recomputes and pages (--decisions), or Infeasible.
+Run the same command on a checkout before the fusion to compare (the figures are
+deterministic but for the solve times and what a time limit cuts short).
 
 With --step-time N: also the C host step time (`prog.step`, median of N steps after one
 warm-up) of the program with the fusion and of the same program compiled without it (the
@@ -162,7 +165,8 @@ def run_case(case: str, args) -> None:
         ram = int(fixed + f * act)
         t1 = time.perf_counter()
         try:
-            s = et.schedule(prog, device=args.device, ram=ram, solver=args.solver, time_limit=args.time_limit)
+            gap = {"mip_rel_gap": args.mip_gap} if args.mip_gap is not None else {}
+            s = et.schedule(prog, device=args.device, ram=ram, solver=args.solver, time_limit=args.time_limit, **gap)
             print(f"  {f:.2f}x: budget {ram / MB:.2f} MB -> {args.solver} peak {s.peak_bytes / MB:.2f} MB, "
                   f"extra energy {100 * (s.energy_j / problem.base_energy_j - 1):+.2f}% "
                   f"({time.perf_counter() - t1:.1f} s); {solver_quality(s)}")
@@ -182,6 +186,7 @@ def main(argv=None) -> None:
     p.add_argument("--time-limit", type=float, default=30.0)
     p.add_argument("--device", default="a72")
     p.add_argument("--step-time", type=int, default=0, help="also time N C host steps, fused against unfused")
+    p.add_argument("--mip-gap", type=float, help="the MILP's relative gap, on the total energy (default 1 %%)")
     p.add_argument("--decisions", action="store_true", help="also list what each schedule recomputes and pages")
     p.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (default 0: et.compile's default SGD)")
     args = p.parse_args(argv)
