@@ -9,7 +9,7 @@ the 4-input group's remainders), padded edges, 5x5 and 7x7 taps (two words per t
 strides, channel and row sub-ranges (the fused and streamed callers), weights split by output
 or input channel, a float output and accumulators that saturate with the bias (the general
 requantization path). The same firmware runs et_qadd on its 32-bit path (each input shifted or
-not) and on the general one."""
+not) and on the general one, and et_qmask_pack four levels a word."""
 from __future__ import annotations
 
 import shutil
@@ -114,6 +114,25 @@ def _qadd_c(i, case, rng):
              f"static void run{i}(void) {{ et_qadd(&QP{i}, qa{i}, qb{i}, qy{i}, {count}); "
              f"dump({i}, (const uint8_t *)qy{i}, sizeof qy{i}); }}"]
     return lines, qadd_ref(a, b, at).tobytes()
+
+
+# qmask_pack: (name, count, lo, hi): whole bytes on the DSP path, the rest and a bound that is no
+# int8 neighbour (lo = 127) on the portable loop
+MASK_CASES = [("mask_int8_range", 61, -128, 127), ("mask_inner", 40, -20, 60), ("mask_lo_127", 19, 127, 127),
+              ("mask_empty_inside", 16, 5, 6)]
+
+
+def _mask_c(i, case, rng):
+    """`run{i}`: et_qmask_pack of random levels (each bound and its neighbours among them)."""
+    name, count, lo, hi = case
+    y = rng.integers(-128, 128, count).astype(np.int8)
+    edges = [v for v in (lo - 1, lo, lo + 1, hi - 1, hi, hi + 1) if -128 <= v <= 127]
+    y[:len(edges)] = edges
+    nb = (count + 7) // 8
+    lines = [_c_array("int8_t", f"my{i}", [str(int(v)) for v in y]), f"static uint8_t mm{i}[{nb}];",
+             f"static void run{i}(void) {{ et_qmask_pack(my{i}, mm{i}, {count}, {lo}, {hi}); "
+             f"dump({i}, mm{i}, sizeof mm{i}); }}"]
+    return lines, np.packbits((y > lo) & (y < hi), bitorder="little").tobytes()
 
 
 def drawn_cases(count: int, seed: int) -> list[tuple]:
@@ -259,6 +278,10 @@ def _firmware_cases(d: Path):
     for j, case in enumerate(QADD_CASES):
         lines, want[len(CASES) + j] = _qadd_c(len(CASES) + j, case, rng)
         parts += lines
+    for j, case in enumerate(MASK_CASES):
+        at = len(CASES) + len(QADD_CASES) + j
+        lines, want[at] = _mask_c(at, case, rng)
+        parts += lines
     parts.append("static void run_all(void) {\n" + "\n".join(f"    run{i}();" for i in range(len(want))) + "\n}")
     parts.append(MODEL_TAIL)
     shutil.copy(FIXTURE / "model.h", d / "model.h")
@@ -292,7 +315,7 @@ def test_dsp_qconv_kernels_equal_the_reference(tmp_path, target):
     run = cortexm.run_qemu(d, target)
     assert run.exit_code == 0, run.lines
     got = _got(run.lines)
-    for i, case in enumerate(CASES + QADD_CASES):
+    for i, case in enumerate(CASES + QADD_CASES + MASK_CASES):
         assert bytes(got.get(i, b"")) == want[i], f"case {case[0]}"
 
 

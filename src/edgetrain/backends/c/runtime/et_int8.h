@@ -449,7 +449,11 @@ static inline void et_dequantize(const int8_t *q, float *y, int32_t count, float
 
 /* ---- saturation masks ------------------------------------------------------------------ */
 static inline void et_qmask_pack(const int8_t *y, uint8_t *m, int32_t count, int32_t lo, int32_t hi) {
-    for (int32_t b = 0; b < (count + 7) / 8; b++) {
+    int32_t b = 0;
+#if defined(__ARM_FEATURE_DSP)
+    b = et_qmask_pack_dsp(y, m, count, lo, hi); /* the whole bytes of 8 elements */
+#endif
+    for (; b < (count + 7) / 8; b++) {
         uint32_t byte = 0;
         for (int32_t k = 0; k < 8 && b * 8 + k < count; k++) {
             int32_t v = y[b * 8 + k];
@@ -459,8 +463,14 @@ static inline void et_qmask_pack(const int8_t *y, uint8_t *m, int32_t count, int
     }
 }
 
+/* g times 1.0f or 0.0f, the float made from the bit's pattern (0x3F800000 or 0) */
 static inline void et_qmask_grad(const float *g, const uint8_t *m, float *out, int32_t count) {
-    for (int32_t k = 0; k < count; k++) out[k] = g[k] * (float)((m[k >> 3] >> (k & 7)) & 1u);
+    for (int32_t k = 0; k < count; k++) {
+        const uint32_t bits = (0u - ((uint32_t)(m[k >> 3] >> (k & 7)) & 1u)) & 0x3F800000u;
+        float f;
+        memcpy(&f, &bits, 4);
+        out[k] = g[k] * f;
+    }
 }
 
 /* ---- index_select along one dim: outer x [len(index) of dim] x inner elements ------------ */

@@ -156,6 +156,30 @@ static ET_DSP_NOINLINE void et_qadd_fast(int32_t az, int32_t am, int32_t ar, int
     else et_qadd_fast_k(az, am, ar, bz, bm, br, yadd, ym, yr, a, b, y, count, 0, 0);
 }
 
+/* ---- saturation masks (et_int8.h's et_qmask_pack) -------------------------------------------
+ * Four levels a word: SSUB8 against lo + 1 and from hi - 1 set the GE bits of the bytes inside
+ * (lo, hi), SEL turns them into 0xFF bytes, and a multiply gathers the four bytes' low bits:
+ * (b0 + b1 2^8 + b2 2^16 + b3 2^24) * 0x10204080 has b0..b3 at bits 28..31 with no carries.
+ * Returns the mask bytes written (count / 8); the rest are et_qmask_pack's. */
+static ET_DSP_NOINLINE int32_t et_qmask_pack_dsp(const int8_t *y, uint8_t *m, int32_t count, int32_t lo, int32_t hi) {
+    if (lo >= 127 || hi <= -128) return 0; /* lo + 1 or hi - 1 not an int8 */
+    const uint32_t lo1 = (uint32_t)(uint8_t)(lo + 1) * 0x01010101u, hi1 = (uint32_t)(uint8_t)(hi - 1) * 0x01010101u;
+    const int32_t bytes = count / 8;
+    for (int32_t b = 0; b < bytes; b++, y += 8) {
+        uint32_t nib[2];
+        for (int32_t h = 0; h < 2; h++) {
+            const uint32_t v = (uint32_t)et_ld32s(y + 4 * h);
+            (void)__ssub8(v, lo1);
+            const uint32_t above = __sel(0xFFFFFFFFu, 0u);
+            (void)__ssub8(hi1, v);
+            const uint32_t below = __sel(0x01010101u, 0u);
+            nib[h] = ((above & below) * 0x10204080u) >> 28;
+        }
+        m[b] = (uint8_t)(nib[0] | (nib[1] << 4));
+    }
+    return bytes;
+}
+
 /* ---- GEMM over packed columns --------------------------------------------------------------
  * Two pixels' K inputs interleaved as bytes: per 4 inputs k = 4m.. two words, (v0[k], v1[k],
  * v0[k+2], v1[k+2]) and (v0[k+1], v1[k+1], v0[k+3], v1[k+3]), so __sxtb16 of a word gives
