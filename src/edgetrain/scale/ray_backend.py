@@ -53,6 +53,7 @@ class RayExecutor(Executor):
             raise ScaleError(f"num_cpus must be None or an int >= 1, got {num_cpus!r}")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ScaleError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        import_ray()  # without Ray, fail here, before any work, saying how to install it
         self.address, self.num_cpus, self.max_retries = address, num_cpus, max_retries
         self._started = False
 

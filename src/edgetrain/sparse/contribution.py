@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from ..scale import Executor, run_pieces
+from ..scale import Executor, as_executor, run_pieces
 from ..trainable import BiasOnly, Full, LastK, SchemeError, Sparse, UpdateScheme
 from .finetune import FineTune, Trainable
 from .pieces import TuneJob, correct_of, in_cut_order, piece_key, release, tune_job, tune_piece
@@ -188,6 +188,9 @@ def analyze_contributions(model: torch.nn.Module, train, test, *, name: str = "m
     for bit. With `results` (a path), each fine-tune is appended to that file as it
     finishes and a rerun takes the finished ones from it (docs/scale.md)."""
     t0 = time.perf_counter()
+    # resolved once, before any work: a bad name or a missing Ray fails here, and a local Ray
+    # started for "ray" (on first use) serves both rounds of fine-tunes
+    executor, owned = as_executor(executor)
     x0 = torch.as_tensor(train[0][:1]).float() if isinstance(train, (tuple, list)) and len(train) == 2 else None
     if x0 is None:
         raise ContributionError("train must be a pair (images, labels)")
@@ -224,6 +227,8 @@ def analyze_contributions(model: torch.nn.Module, train, test, *, name: str = "m
         acc = {key: top1 for key, (top1, _) in kept.items()}
     finally:
         release()
+        if owned:
+            executor.close()
     # a gain is a paired difference on the same test images: its standard error is that of
     # the per-image differences (-1, 0, 1) over the test set; the table keeps the median
     errors = [_paired_stderr(kept[key][1], kept["base" if key[0] == "bias" else w_ref][1])
@@ -277,13 +282,16 @@ def scheme_accuracies(model: torch.nn.Module, schemes: Mapping[Any, UpdateScheme
     bad = [s for s in schemes.values() if not isinstance(s, (Full, BiasOnly, LastK, Sparse))]
     if bad:
         raise SchemeError(f"not an update scheme: {bad[0]!r}")
+    executor, owned = as_executor(executor)
     x0 = torch.as_tensor(train[0][:1]).float()
-    sl = scheme_layers(model, (x0,), quantize)
     try:
+        sl = scheme_layers(model, (x0,), quantize)
         done = _run_all(tune_job(model, train, test, config), {k: sl.resolve(s) for k, s in schemes.items()},
                         executor, results, None)
     finally:
         release()
+        if owned:
+            executor.close()
     return {k: done[k][0] for k in schemes}
 
 
