@@ -104,6 +104,24 @@ class StrideOne(nn.Module):
         return self.body(x)
 
 
+class SamePlanes(nn.Module):
+    """Convolutions of strides 1 whose output is as wide as their input, whose im2col rows are one
+    copy per kernel tap (et_float_blas.h et_im2col_plane_rows): on a 3x3 plane, a dilation of 4
+    (taps whose rows or columns all lie outside it), "same" 3x3 and 1x3, a rectangular 3x5."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 8, 3, 1, 4, dilation=4), nn.ReLU(),
+            nn.Conv2d(8, 8, 3, 1, 1), nn.ReLU(),
+            nn.Conv2d(8, 8, (1, 3), 1, (0, 1)),
+            nn.Conv2d(8, 6, (3, 5), 1, (1, 2)), nn.ReLU(),
+            nn.Flatten(), nn.Linear(6 * 3 * 3, 7))
+
+    def forward(self, x):
+        return self.body(x)
+
+
 def _programs(batch: int, flags, net=Convs, size=21):
     torch.manual_seed(0)
     model = net().eval()
@@ -217,3 +235,15 @@ def test_a_gradient_on_the_float64_side_of_a_relu_threshold_is_accepted():
     assert gradient_mismatches(ref32, ref32, lambda: pytest.fail("float64 reference not needed"), RTOL) == {}
     wrong = dict(on64, **{"0.weight": on64["0.weight"] * np.float32(1.001)})  # a fault: neither reference
     assert set(gradient_mismatches(wrong, ref32, lambda: ref64, RTOL)) == {"0.weight"}
+
+
+@needs_blas
+@pytest.mark.parametrize("batch", [1, 5])
+def test_plane_rows_im2col_matches_the_reference(batch):
+    ref, c, x, y = _programs(batch, FAST, SamePlanes, 3)
+    gr, gc = ref.gradients(x, y), c.gradients(x, y)
+    for k in gr:
+        close(gc[k], gr[k])
+    close(c.step(x, y), ref.step(x, y))
+    for k in ref.state:
+        close(c.state[k], ref.state[k])

@@ -83,34 +83,42 @@ ET_INLINE void et_sgd_row(float *ET_RESTRICT W, float *ET_RESTRICT M, const floa
 #ifdef ET_BLAS
 /* the host BLAS build's one-group conv2d_grad_weight_update: the batch's im2col (at most this many
  * floats, a host scratch buffer like et_float_blas.h's blocks) is built once per call, and the
- * gradient computed a chunk of CH = B*len/O weight columns at a time for all O output rows (R
- * holds B rows of len floats, or as many: O rows of CH), one GEMM per chunk, each chunk applied
+ * gradient computed a chunk of CH = B*len/O weight columns at a time for all O output rows (into
+ * a host scratch of O x CH floats, as many as R's B x len), one GEMM per chunk, each chunk applied
  * to its columns of every row of W. A GEMM of all O rows over a chunk packs the batch's GY
  * (O x N*P) and CH rows of the im2col, where a block of B rows packed the whole im2col (len x N*P)
  * per block: ResNet-18's 512x512x3x3 gradient at 4x4, batch 8, 92 -> 169 GFLOP/s in its GEMMs.
+ * R and T end as the op's (ops/gradupdate.py): the last block's gradient rows, and its rows of GY.
  * Returns 0, having done nothing, past that size or when R holds fewer than O floats. */
 #define ET_FUSED_COL_FLOATS ((size_t)4 << 20)
 ET_BLAS_FN int et_conv2d_grad_weight_update_blas(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *W,
-                                                 float *M, float *ET_RESTRICT R, int B, float lr, float mu, float wd,
-                                                 int N, int C, int H, int Wd, int O, int HO, int WO, int KH, int KW,
-                                                 int SH, int SW, int PH, int PW, int DH, int DW) {
+                                                 float *M, float *ET_RESTRICT R, float *ET_RESTRICT T, int B,
+                                                 float lr, float mu, float wd, int N, int C, int H, int Wd, int O,
+                                                 int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW,
+                                                 int DH, int DW) {
     const size_t P = (size_t)HO * WO, NP = (size_t)N * P, len = (size_t)C * KH * KW, ch = (size_t)B * len / O;
     if (len * NP > ET_FUSED_COL_FLOATS || ch == 0) return 0;
     float *col = et_scratch(0, len * NP); /* col[(c*KH + ki)*KW + kj][n*P + p] */
-    const float *g = GY;                  /* GY as [O][N*P]: in place for one image, else gathered */
+    float *G = et_scratch(2, (size_t)O * ch); /* a chunk's gradient: G[o][j - j0] */
+    const float *g = GY;                      /* GY as [O][N*P]: in place for one image, else gathered */
     if (N > 1) {
         float *t = et_scratch(1, (size_t)O * NP);
         if (t) et_batch_cols(GY, t, N, O, (int)P);
         g = t;
     }
-    if (!col || !g) return 0;
+    if (!col || !G || !g) return 0;
     et_im2col(X, col, 0, N, 0, HO, C, H, Wd, WO, KH, KW, SH, SW, PH, PW, DH, DW);
     for (size_t j0 = 0; j0 < len; j0 += ch) {
         const int cw = (int)(j0 + ch < len ? ch : len - j0);
-        et_sgemm(0, 1, O, cw, (int)NP, g, (int)NP, col + j0 * NP, (int)NP, 0.f, R, cw);
+        et_sgemm(0, 1, O, cw, (int)NP, g, (int)NP, col + j0 * NP, (int)NP, 0.f, G, cw);
         for (int o = 0; o < O; ++o)
-            et_sgd_row(W + o * len + j0, M ? M + o * len + j0 : 0, R + (size_t)o * cw, cw, lr, mu, wd);
+            et_sgd_row(W + o * len + j0, M ? M + o * len + j0 : 0, G + (size_t)o * cw, cw, lr, mu, wd);
+        for (int r = 0; r < B; ++r)
+            memcpy(R + r * len + j0, G + (size_t)(O - B + r) * cw, (size_t)cw * sizeof(float));
     }
+    if (T && N > 1)
+        for (int n = 0; n < N; ++n)
+            memcpy(T + (size_t)n * B * P, GY + ((size_t)n * O + O - B) * P, (size_t)B * P * sizeof(float));
     return 1;
 }
 #endif
@@ -129,8 +137,8 @@ ET_INLINE void et_conv2d_grad_weight_update(const float *ET_RESTRICT X, const fl
     const size_t size = (size_t)rows * len, P = (size_t)HO * WO;
 #ifdef ET_BLAS
     if (G == 1 && rows < O &&
-        et_conv2d_grad_weight_update_blas(X, GY, W, M, R, B, lr, mu, wd, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH,
-                                          PW, DH, DW))
+        et_conv2d_grad_weight_update_blas(X, GY, W, M, R, T, B, lr, mu, wd, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW,
+                                          PH, PW, DH, DW))
         return;
 #endif
     for (int o0 = 0; o0 < O; o0 += rows) {
