@@ -65,6 +65,7 @@ def emit_source(g: Graph, state: dict, splits: dict) -> tuple[str, Layout]:
     layout = Layout({"train": gl}, states, frozenset(ram), tuple(sorted(ram)), max(gl.size, 16))
     ctx = EmitContext(layout, "train")
     src = ['#include <stdint.h>', '#include <string.h>', '#include "et_int8.h"', '#include "et_int8_grad.h"',
+           '#include "et_int8_update.h"',
            f"uint8_t et_arena[{layout.arena_bytes}] __attribute__((aligned(16)));", "int32_t et_step;"]
     for name, st in states.items():
         for cname, part in _parts(state[name], st).items():
@@ -78,7 +79,8 @@ def emit_source(g: Graph, state: dict, splits: dict) -> tuple[str, Layout]:
 def build(source: str, extra_flags=()) -> ctypes.CDLL:
     key = hashlib.sha256((source + " ".join(CFLAGS + list(extra_flags))).encode()
                          + (RUNTIME / "et_int8.h").read_bytes()
-                         + (RUNTIME / "et_int8_grad.h").read_bytes()).hexdigest()[:16]
+                         + (RUNTIME / "et_int8_grad.h").read_bytes()
+                         + (RUNTIME / "et_int8_update.h").read_bytes()).hexdigest()[:16]
     out = Path(tempfile.gettempdir()) / f"et_int8_test_{key}.so"
     if not out.exists():
         d = Path(tempfile.mkdtemp())

@@ -1,4 +1,4 @@
-"""et_floor_level (runtime/et_int8_grad.h), the rounding step of the qsgd update: the floor of
+"""et_floor_level (runtime/et_int8_update.h), the rounding step of the qsgd update: the floor of
 v + u clamped to [qmin, qmax] as an int32, as ops/qoptim.py's clip(floor(v + u), qmin, qmax).
 Both of its forms, the portable truncate-and-correct one (host, Cortex-M4) and the FPv5 one
 (Cortex-M7: -DET_FPV5, floorf, one VRINTM there), compiled here for the host and checked
@@ -20,7 +20,7 @@ CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler")
 
 SOURCE = """
-#include "et_int8_grad.h"
+#include "et_int8_update.h"
 int32_t level(float t, int32_t qmin, int32_t qmax) {
     const float lo = (float)qmin, hi = (float)qmax;
     if (t < lo) t = lo;
