@@ -366,14 +366,28 @@ typedef struct {
     int32_t gn, gr, xn, xr, xs, cs, nimg, r0, r1, q0, q1, xz;
 } et_gw_tap;
 
+/* (float)x - x_zero for every int8 level x, indexed by x's byte: one load instead of a move to
+ * the FPU, a conversion and a subtract per element (the same float: both are small integers,
+ * so the subtraction is exact). Built when a call's x_zero differs from the last one's (once per
+ * layer: 1 KB of static storage, beside the arena). */
+static float et_gw_levels[256];
+static int32_t et_gw_levels_zero = INT32_MIN;
+static inline const float *et_gw_levels_of(int32_t x_zero) {
+    if (et_gw_levels_zero != x_zero) {
+        for (int32_t u = 0; u < 256; u++) et_gw_levels[u] = (float)(int8_t)(uint8_t)u - (float)x_zero;
+        et_gw_levels_zero = x_zero;
+    }
+    return et_gw_levels;
+}
+
 /* out[c * os] = scale * the sequential float32 sum over images, rows, columns of
  * g * (x - x_zero) for the tap's cg channels, from 0. ET_GW_CB channels at a time: each
- * gradient load serves four sums and each x element is widened once ((float)x - x_zero is
- * exact: both are small integers). Out of line: the inner loop gets the registers to itself. */
+ * gradient load serves four sums and each x element is read as its float once
+ * (et_gw_levels_of). Out of line: the inner loop gets the registers to itself. */
 #define ET_GW_CB 4
 __attribute__((noinline)) static void et_gw_tap_sums(const et_gw_tap *T, int32_t cg, float scale, float *out,
                                                      int32_t os) {
-    const float zf = (float)T->xz;
+    const float *ET_RESTRICT lv = et_gw_levels_of(T->xz);
     const int32_t xs = T->xs;
     for (int32_t c = 0; c < cg;) {
         const int8_t *xc = T->x + c * T->cs;
@@ -386,8 +400,8 @@ __attribute__((noinline)) static void et_gw_tap_sums(const et_gw_tap *T, int32_t
                     const int8_t *x1 = x0 + T->cs, *x2 = x1 + T->cs, *x3 = x2 + T->cs;
                     for (; gp < ge; gp++, x0 += xs, x1 += xs, x2 += xs, x3 += xs) {
                         const float gv = *gp;
-                        const float f0 = (float)*x0 - zf, f1 = (float)*x1 - zf, f2 = (float)*x2 - zf;
-                        const float f3 = (float)*x3 - zf;
+                        const float f0 = lv[(uint8_t)*x0], f1 = lv[(uint8_t)*x1], f2 = lv[(uint8_t)*x2];
+                        const float f3 = lv[(uint8_t)*x3];
                         const float p0 = gv * f0, p1 = gv * f1, p2 = gv * f2, p3 = gv * f3;
                         a0 = a0 + p0;
                         a1 = a1 + p1;
@@ -407,7 +421,7 @@ __attribute__((noinline)) static void et_gw_tap_sums(const et_gw_tap *T, int32_t
                     const float *gp = T->g + n * T->gn + r * T->gr + T->q0, *ge = gp + (T->q1 - T->q0);
                     const int8_t *x0 = xc + n * T->xn + r * T->xr + T->q0 * xs;
                     for (; gp < ge; gp++, x0 += xs) {
-                        const float p = *gp * ((float)*x0 - zf);
+                        const float p = *gp * lv[(uint8_t)*x0];
                         acc = acc + p;
                     }
                 }
