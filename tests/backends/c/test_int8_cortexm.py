@@ -41,6 +41,8 @@ CASES = [
     ("pw_k16_rows", 2, 16, 2, 5, 8, 1, 1, 0, 1, False, "per_row"),
     ("pw_k24_odd_out", 1, 24, 3, 5, 7, 1, 1, 0, 1, False, "whole"),
     ("pw_k32_per_channel", 1, 32, 2, 3, 4, 1, 1, 0, 1, False, "per_channel"),
+    ("pw_k44_two_chunks", 1, 44, 2, 3, 40, 1, 1, 0, 1, False, "whole"),
+    ("pw_k320_widest", 1, 320, 1, 3, 4, 1, 1, 0, 1, False, "whole"),
     ("pw_mult_pow2", 1, 8, 3, 4, 6, 1, 1, 0, 1, False, "pow2"),
     ("dw3_mult_pow2", 1, 3, 5, 6, 3, 3, 1, 1, 3, False, "pow2"),
     ("pw_odd", 1, 7, 5, 7, 5, 1, 1, 0, 1, False, "whole"),

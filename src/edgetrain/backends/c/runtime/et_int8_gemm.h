@@ -2,10 +2,11 @@
  * after et_int8_dsp.h, whose words, columns, dot products and requantization it uses, where
  * __ARM_FEATURE_DSP is defined): the rows of a pointwise conv read across the NCHW planes, and
  * et_qconv_gemm_rows, which runs every ungrouped conv whose weight rows lie side by side.
- * - et_gemm_row_wide: a 1x1 of 8, 16, 24 or 32 inputs (the expansions of the first blocks,
- *   where a loop's set-up cost as much as its products), compiled once per input count with
- *   its loops unrolled, over a column of int16 pairs with x_zero taken out and doubled, so the
- *   sums start from 2 * bias and feed et_level2 directly;
+ * - et_gemm_row_wide: a 1x1 of a multiple of 4 inputs, at most ET_COL_K / 2, over a column of
+ *   int16 pairs with x_zero taken out and doubled, so the dot products widen only the weights,
+ *   the sums start from 2 * bias and feed et_level2 directly; compiled once more for 8, 16, 24
+ *   and 32 inputs (the expansions of the first blocks, where a loop's set-up cost as much as
+ *   its products) with its loops unrolled;
  * - et_gemm_row_planes: any other 1x1, two pixels packed into a column per step;
  * - et_gemm_pairs_planes: a chunk of at most 4 output channels of a 1x1 reads the planes in its
  *   dot products (the packing would cost as much as it saves). */
@@ -98,10 +99,9 @@ static inline __attribute__((always_inline)) void et_gemm_row_wide_k(const et_ge
     }
 }
 
-/* the input counts of the wide path (the paper's models' small 1x1s: the expansions of the
- * first blocks, where a loop's set-up cost as much as its products), each compiled with its
- * dot-product loops unrolled completely */
-static inline int et_gemm_wide_k(int32_t k) { return k == 8 || k == 16 || k == 24 || k == 32; }
+/* the input counts of the wide path (its column, 4 k bytes, fits col); 8, 16, 24 and 32 each
+ * compiled with the dot-product loops unrolled completely */
+static inline int et_gemm_wide_k(int32_t k) { return (k & 3) == 0 && k >= 8 && 4 * k <= 2 * ET_COL_K; }
 
 static ET_DSP_NOINLINE void et_gemm_row_wide(const et_gemm_oc *t, int32_t pairs, const int8_t *x, int32_t xs,
                                              int32_t k, int32_t x_zero, int8_t *col, int32_t px, int8_t *y,
@@ -110,7 +110,8 @@ static ET_DSP_NOINLINE void et_gemm_row_wide(const et_gemm_oc *t, int32_t pairs,
     if (k == 8) et_gemm_row_wide_k(t, pairs, x, xs, 8, nz, col, px, y, cs);
     else if (k == 16) et_gemm_row_wide_k(t, pairs, x, xs, 16, nz, col, px, y, cs);
     else if (k == 24) et_gemm_row_wide_k(t, pairs, x, xs, 24, nz, col, px, y, cs);
-    else et_gemm_row_wide_k(t, pairs, x, xs, 32, nz, col, px, y, cs);
+    else if (k == 32) et_gemm_row_wide_k(t, pairs, x, xs, 32, nz, col, px, y, cs);
+    else et_gemm_row_wide_k(t, pairs, x, xs, k, nz, col, px, y, cs);
 }
 
 /* the first `px` (even) pixels of one output row of a 1x1 (k planes, plane q at x + q * xs),
