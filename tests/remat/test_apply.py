@@ -275,7 +275,7 @@ def test_c_backend_pages_to_a_file_as_planned():
     for k in want:
         assert np.array_equal(got[k], want[k]), k
         np.testing.assert_allclose(got[k], case.grads[k], rtol=1e-4, atol=1e-6)
-    # (the gradient graph has no loss node: a page-in only the loss reads is dropped with it)
+    # (the gradient graph runs no update: a page-in only an update reads is dropped with it)
     assert sp.last_paged_in_bytes <= sched.page_in_bytes and sp.last_paged_out_bytes == sched.page_out_bytes
     loss = sp.step(case.x, case.y)
     assert (sp.last_paged_in_bytes, sp.last_paged_out_bytes) == (sched.page_in_bytes, sched.page_out_bytes)
