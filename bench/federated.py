@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(row, indent=1) + "\n")
-    print(f"\n| round | federated top-1 | centralized top-1 | sent per client | full model |")
+    print("\n| round | federated top-1 | centralized top-1 | sent per client | full model |")
     print("|---|---|---|---|---|")
     for i, r in enumerate(fed.rounds):
         c = f"{cen.rounds[i].accuracy:.1%}" if cen else "-"

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from edgetrain.app.cli import main
-from edgetrain.federated import FederatedJob, FlowerMissing, require_flower, run_flower, run_serial, setup_of
+from edgetrain.federated import (FederatedJob, FlowerMissing, require_flower, run_centralized, run_flower, run_serial,
+                                 setup_of)
 from edgetrain.federated.rounds import initial_values
 
 JOB = FederatedJob("digitnet", "mnist", clients=3, rounds=2, partition="dirichlet:0.5", train_images=120,
@@ -65,6 +66,18 @@ def test_serial_run_equals_hand_fedavg():
     first = initial_values(setup_of(JOB))
     assert any(not np.array_equal(first[n], res.values[n]) for n in first)  # training moved something
     assert sorted(len(s) for s in setup_of(JOB).shards) == sorted(res.shard_sizes) and sum(res.shard_sizes) == 120
+
+
+def test_centralized_baseline_takes_the_federations_sample_steps():
+    res = run_centralized(JOB)
+    prog = setup_of(JOB).prog
+    assert [r.round for r in res.rounds] == [0, 1, 2] and res.shard_sizes == [120]
+    # 3 clients x 2 local steps per round, on one program whose step count runs on
+    assert prog.steps == JOB.rounds * JOB.clients * JOB.local_steps
+    trained = prog.trained_tensors()
+    assert all(np.array_equal(trained[n].values, v) for n, v in res.values.items())  # the final values reported
+    first = initial_values(setup_of(JOB))
+    assert any(not np.array_equal(first[n], res.values[n]) for n in first)
 
 
 def test_cli_serial_run_writes_per_round_figures(tmp_path, capsys):
