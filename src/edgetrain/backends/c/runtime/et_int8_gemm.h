@@ -7,6 +7,8 @@
  *   the sums start from 2 * bias and feed et_level2 directly; compiled once more for 8, 16, 24
  *   and 32 inputs (the expansions of the first blocks, where a loop's set-up cost as much as
  *   its products) with its loops unrolled;
+ * - et_gemm_windows_wide: the same column built from two gathered KxK windows (the inputs
+ *   padded to a multiple of 4 with weight 0), for a dense conv such as the models' first;
  * - et_gemm_row_planes: any other 1x1, two pixels packed into a column per step;
  * - et_gemm_pairs_planes: a chunk of at most 4 output channels of a 1x1 reads the planes in its
  *   dot products (the packing would cost as much as it saves). */
@@ -97,6 +99,36 @@ static inline __attribute__((always_inline)) void et_gemm_row_wide_k(const et_ge
         et_col_planes16(x + q, xs, k, nz, 0, c);
         et_gemm_pairs16(t, pairs, c, k, y + q, cs, 0);
     }
+}
+
+/* The wide column of two gathered windows v0, v1 (k a multiple of 4; pixel v0 twice when v1 is
+ * v0): et_col_planes16's layout from the windows' words, then the fast channel pairs over it */
+static inline __attribute__((always_inline)) void et_gemm_windows_wide_k(const et_gemm_oc *t, int32_t pairs,
+                                                                         const int8_t *v0, const int8_t *v1,
+                                                                         int32_t k, int32_t nz, int32_t *c,
+                                                                         int8_t *y, int32_t cs, const int two) {
+    int32_t q = 0;
+    ET_GROUPS(k, {
+        const uint32_t a = (uint32_t)et_ld32s(v0 + q), b = (uint32_t)et_ld32s(v1 + q);
+        const int32_t x0e = __sxtab16(nz, (int32_t)a), x0o = et_sxtab16_ror8(nz, a);
+        const int32_t x1e = __sxtab16(nz, (int32_t)b), x1o = et_sxtab16_ror8(nz, b);
+        c[q] = __sadd16(x0e, x0e);
+        c[q + 1] = __sadd16(x0o, x0o);
+        c[q + 2] = __sadd16(x1e, x1e);
+        c[q + 3] = __sadd16(x1o, x1o);
+    });
+    if (two) et_gemm_pairs16(t, pairs, c, k, y, cs, 1);
+    else et_gemm_pairs16(t, pairs, c, k, y, cs, 0);
+}
+
+/* compiled once more for 28 inputs (a 3x3 of 3 channels, padded: the models' first conv) */
+static ET_DSP_NOINLINE void et_gemm_windows_wide(const et_gemm_oc *t, int32_t pairs, const int8_t *v0,
+                                                 const int8_t *v1, int32_t k, int32_t x_zero, int8_t *col,
+                                                 int8_t *y, int32_t cs, int32_t two) {
+    const int32_t nz = et_pack16(-x_zero, -x_zero);
+    int32_t *c = (int32_t *)(void *)col; /* 4-byte aligned */
+    if (k == 28) et_gemm_windows_wide_k(t, pairs, v0, v1, 28, nz, c, y, cs, two);
+    else et_gemm_windows_wide_k(t, pairs, v0, v1, k, nz, c, y, cs, two);
 }
 
 /* the input counts of the wide path (its column, 4 k bytes, fits col); 8, 16, 24 and 32 each
@@ -221,6 +253,8 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
     /* a small 1x1 whose column takes x_zero out (et_gemm_row_wide): its chunks' init is the bias
      * alone, x_zero * sum(w) added only to a chunk that cannot take that path */
     const int wide = planes && !split && !pad && !yf && et_gemm_wide_k(k);
+    /* and a gathered window's (et_gemm_windows_wide; padded weights' extra inputs have weight 0) */
+    const int wide_win = !planes && !split && !yf && et_gemm_wide_k(k1);
     int8_t wpad[ET_WPAD] __attribute__((aligned(4)));
     int8_t col[2 * ET_COL_K] __attribute__((aligned(4)));
     int8_t win[2][ET_GATHER_K] __attribute__((aligned(4)));
@@ -239,7 +273,7 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                     memset(row + k, 0, (size_t)(base2 - k));
                     r1 = row;
                 }
-                const et_rq r = et_rq_make(P, bias, o, k, wide ? 0 : et_wsum(r1, k1) + et_wsum(r2, k2), yf);
+                const et_rq r = et_rq_make(P, bias, o, k, wide || wide_win ? 0 : et_wsum(r1, k1) + et_wsum(r2, k2), yf);
                 const et_gemm_oc f = {r1, r2, r.init, r.mult, r.add, r.right, r.fast};
                 fast[o - oc] = f;
             }
@@ -249,10 +283,10 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
             /* a chunk of at most 4 channels of a plain 1x1 reads the planes in its dot products */
             int all_fast = 1;
             for (int32_t o = oc; o < oe; o++) all_fast &= fast[o - oc].fast;
-            const int wide_rows = wide && all_fast && ((oe - oc) & 1) == 0;
+            const int wide_rows = (wide || wide_win) && all_fast && ((oe - oc) & 1) == 0;
             const int direct = planes && !split && !pad && oe - oc <= 4 && !wide_rows;
-            if (wide && !wide_rows)
-                for (int32_t o = oc; o < oe; o++) fast[o - oc].init -= P->x_zero * et_wsum(fast[o - oc].w, k);
+            if ((wide || wide_win) && !wide_rows)
+                for (int32_t o = oc; o < oe; o++) fast[o - oc].init -= P->x_zero * et_wsum(fast[o - oc].w, k1);
             for (int32_t ho = r0; ho < r1; ho++) {
                 const int8_t *xn = x.p + n * x.nstride - xc_off * x.cstride, *xr = 0;
                 if (planes) xr = xn + ((ho * P->sh) % x.cap) * P->w;
@@ -266,7 +300,16 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                 int8_t *yp = yf ? 0 : y.p + at;
                 float *yfp = yf ? yf + at : 0;
                 int32_t q0 = 0; /* pixels done by et_gemm_row_wide, et_gemm_row_planes or et_gemm_pairs_planes */
-                if (wide_rows) {
+                if (wide_rows && wide_win) {
+                    q0 = wo;
+                    for (int32_t q = 0; q < wo; q += 2) {
+                        const int32_t two = q + 1 < wo;
+                        et_gather(P, rows, q, win[0]);
+                        if (two) et_gather(P, rows, q + 1, win[1]);
+                        et_gemm_windows_wide(fast, (oe - oc) / 2, win[0], two ? win[1] : win[0], k1, P->x_zero, col,
+                                             yp + oc * y.cstride + q, y.cstride, two);
+                    }
+                } else if (wide_rows) {
                     q0 = wo;
                     et_gemm_row_wide(fast, (oe - oc) / 2, xr, x.cstride, k, P->x_zero, col, wo, yp + oc * y.cstride,
                                      y.cstride);
