@@ -9,16 +9,14 @@ from pathlib import Path
 import pytest
 
 from edgetrain.scale import RayExecutor, SerialExecutor, run_pieces
-from edgetrain.sparse import FineTune, analyze_contributions
+from edgetrain.sparse import analyze_contributions
 
-from ..sparse.nets import task, tiny_net
+from ..sparse.nets import GRID, task, tiny_net
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # a local Ray starts (5-10 s) and runs three analyses: half a minute
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 
-FAST = FineTune(epochs=1, batch=8, lr=0.05, momentum=0.9, seed=0)
-GRID = dict(layers=[2, 5, 6], ratios=[0.5, 1.0], bias_ks=[2, 4], config=FAST)
 
 
 def same_table(a, b) -> bool:

@@ -8,26 +8,14 @@ import pytest
 
 from edgetrain.scale import (Executor, RayExecutor, ResultsFile, ScaleError, SerialExecutor, as_executor,
                              run_pieces)
-from edgetrain.sparse import FineTune, analyze_contributions
+from edgetrain.sparse import analyze_contributions
 
-from ..sparse.nets import task, tiny_net
+from ..sparse.nets import FAST, Counting, task, tiny_net
 
-FAST = FineTune(epochs=1, batch=8, lr=0.05, momentum=0.9, seed=0)
 
 
 def square(shared, arg):
     return shared * arg * arg
-
-
-class Counting(SerialExecutor):
-    """The serial executor, counting the pieces it runs."""
-
-    def __init__(self):
-        self.ran = []
-
-    def map(self, fn, shared, pieces):
-        self.ran += list(pieces)
-        yield from super().map(fn, shared, pieces)
 
 
 def test_serial_results_in_order_of_the_pieces():

@@ -6,6 +6,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgetrain.scale import SerialExecutor
+from edgetrain.sparse import FineTune
+
 CLASSES = 4
 SIZE = 16
 
@@ -69,3 +72,21 @@ def tiny_auto_case():
     table = ContributionTable("tiny", names, 0.4, {8: 0.06}, {(3, 1.0): 0.04, (6, 0.25): 0.02, (7, 1.0): 0.03})
     base = et.compile(model, (x,), update=et.Sparse(), quantize="int8").memory.peak_bytes
     return model, x, table, base
+
+
+
+#: a fine-tune of one short epoch, and a small grid of the tiny net's layers, ratios and bias
+#: depths: the contribution analyses of tests/sparse and tests/scale share them
+FAST = FineTune(epochs=1, batch=8, lr=0.05, momentum=0.9, seed=0)
+GRID = dict(layers=[2, 5, 6], ratios=[0.5, 1.0], bias_ks=[2, 4], config=FAST)
+
+
+class Counting(SerialExecutor):
+    """The serial executor, recording the pieces it runs (a rerun from a results file runs none)."""
+
+    def __init__(self):
+        self.ran = []
+
+    def map(self, fn, shared, pieces):
+        self.ran += list(pieces)
+        yield from super().map(fn, shared, pieces)

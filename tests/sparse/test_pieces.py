@@ -8,26 +8,15 @@ import pytest
 import torch
 
 import edgetrain as et
-from edgetrain.scale import ScaleError, SerialExecutor
+from edgetrain.scale import ScaleError
 from edgetrain.sparse import FineTune, analyze_contributions, scheme_accuracies, scheme_layers
 from edgetrain.sparse.finetune import FineTuner
 from edgetrain.sparse.pieces import correct_of, piece_key, release, tune_job, tune_piece
 
-from .nets import task, tiny_net
+from .nets import FAST, GRID, Counting, task, tiny_net
 
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 
-FAST = FineTune(epochs=1, batch=8, lr=0.05, momentum=0.9, seed=0)
-GRID = dict(layers=[2, 5, 6], ratios=[0.5, 1.0], bias_ks=[2, 4], config=FAST)
-
-
-class Counting(SerialExecutor):
-    def __init__(self):
-        self.ran = []
-
-    def map(self, fn, shared, pieces):
-        self.ran += list(pieces)
-        yield from super().map(fn, shared, pieces)
 
 
 @pytest.fixture(scope="module")
