@@ -131,6 +131,18 @@ def _programs(batch: int, flags, net=Convs, size=21):
     return make(), to_c_program(make(), flags), x, y
 
 
+def _agrees(ref, c, x, y, steps: int) -> None:
+    """c's gradients, then `steps` steps' losses and the state after them, close to ref's."""
+    gr, gc = ref.gradients(x, y), c.gradients(x, y)
+    assert set(gr) == set(gc)
+    for k in gr:
+        close(gc[k], gr[k])
+    for _ in range(steps):
+        close(c.step(x, y), ref.step(x, y))
+    for k in ref.state:
+        close(c.state[k], ref.state[k])
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("kernels", ["blas", "portable"])
 def test_convolutions_and_dense_layers_match_the_reference(batch, kernels):
@@ -138,40 +150,21 @@ def test_convolutions_and_dense_layers_match_the_reference(batch, kernels):
         pytest.skip("no BLAS installed")
     ref, c, x, y = _programs(batch, FAST if kernels == "blas" else PORTABLE)
     assert c.runner.kernels.startswith("BLAS" if kernels == "blas" else "portable")
-    gr, gc = ref.gradients(x, y), c.gradients(x, y)
-    assert set(gr) == set(gc)
-    for k in gr:
-        close(gc[k], gr[k])
-    for _ in range(3):
-        close(c.step(x, y), ref.step(x, y))
-    for k in ref.state:
-        close(c.state[k], ref.state[k])
+    _agrees(ref, c, x, y, steps=3)
 
 
 @needs_blas
 @pytest.mark.parametrize("batch", [1, 5])
 def test_gemm_blocks_match_the_reference(batch):
     ref, c, x, y = _programs(batch, FAST, Blocks, 24)
-    gr, gc = ref.gradients(x, y), c.gradients(x, y)
-    for k in gr:
-        close(gc[k], gr[k])
-    close(c.step(x, y), ref.step(x, y))
-    for k in ref.state:
-        close(c.state[k], ref.state[k])
+    _agrees(ref, c, x, y, steps=1)
 
 
 @needs_blas
 @pytest.mark.parametrize("batch", [1, 5])
 def test_kernel_row_windows_match_the_reference(batch):
     ref, c, x, y = _programs(batch, FAST, StrideOne, 32)
-    gr, gc = ref.gradients(x, y), c.gradients(x, y)
-    assert set(gr) == set(gc)
-    for k in gr:
-        close(gc[k], gr[k])
-    for _ in range(2):
-        close(c.step(x, y), ref.step(x, y))
-    for k in ref.state:
-        close(c.state[k], ref.state[k])
+    _agrees(ref, c, x, y, steps=2)
 
 
 @needs_blas
@@ -241,9 +234,4 @@ def test_a_gradient_on_the_float64_side_of_a_relu_threshold_is_accepted():
 @pytest.mark.parametrize("batch", [1, 5])
 def test_plane_rows_im2col_matches_the_reference(batch):
     ref, c, x, y = _programs(batch, FAST, SamePlanes, 3)
-    gr, gc = ref.gradients(x, y), c.gradients(x, y)
-    for k in gr:
-        close(gc[k], gr[k])
-    close(c.step(x, y), ref.step(x, y))
-    for k in ref.state:
-        close(c.state[k], ref.state[k])
+    _agrees(ref, c, x, y, steps=1)
