@@ -55,7 +55,10 @@ class KillingRay(RayExecutor):
 
 @pytest.fixture(scope="module")
 def local_ray():
-    executor = RayExecutor(num_cpus=2)  # starts a local Ray of 2 workers on first use
+    executor = RayExecutor(num_cpus=2)  # starts a local Ray of 2 workers on first use:
+    # use it now, so that every test of the module finds it running whichever pytest-xdist
+    # worker runs that test (the killed-worker test's own executor then joins it, not starts one)
+    assert run_pieces(echo, None, {"up": 1}, executor=executor) == {"up": 1}
     yield executor
     executor.close()
     assert not ray.is_initialized()  # the Ray it started is stopped
@@ -107,3 +110,7 @@ def divide(log: str, arg):
     with open(log, "a") as f:
         f.write("ab"[arg == 0])
     return 1 / arg
+
+
+def echo(shared, arg):
+    return arg
