@@ -38,6 +38,7 @@ from .passes.batchnorm import batchnorm_momenta, insert_stat_updates, use_batch_
 from .passes.fold import fold_batchnorm
 from .passes.fuse import fuse_pointwise_depthwise, fuse_weight_grad_update
 from .passes.fuse_batchnorm_backward import fuse_batchnorm_backward
+from .passes.fuse_bn_activation import fuse_bn_activation
 from .passes.input_split import split_input_transform
 from .passes.reorder import reorder_for_memory
 from .passes.stream import stream_frozen_chains
@@ -166,6 +167,11 @@ def _fuse_bn_backward(b: Build, o: Options) -> Build:
     return replace(b, graph=g, grads=g)
 
 
+def _fuse_bn_activation(b: Build, o: Options) -> Build:
+    g = fuse_bn_activation(b.graph)  # in the gradient graph and the training step alike
+    return replace(b, graph=g, grads=g)
+
+
 def _updates(b: Build, o: Options) -> Build:
     opt = o.optimizer
     scales = qas_scales(b.quantized.layers, opt.qas) if b.quantized is not None else None
@@ -189,6 +195,7 @@ STEPS: tuple[Step, ...] = (
     Step("gradient_outputs", VJP, _gradient_outputs),  # the gradients alone, not the forward's outputs
     Step("pruned", TRAIN + VJP, _prune),
     Step("fused_bn_backward", TRAIN + VJP, _fuse_bn_backward),
+    Step("fused_bn_activations", TRAIN, _fuse_bn_activation),  # batch norm [+ add] + ReLU / clamp in one pass
     Step("updates", TRAIN, _updates),
     Step("batch_stat_updates", TRAIN, lambda b, o: replace(b, graph=insert_stat_updates(b.graph, b.batch_stats)),
          _batch_train),

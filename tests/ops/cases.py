@@ -424,6 +424,28 @@ def _torch_batch_norm_backward_fused(t, a):
     gx, gw, gb = torch.autograd.grad(y, (x, w, b), g.detach())
     return (gx,) + ((gw,) if a["grad_weight"] else ()) + ((gb,) if a["grad_bias"] else ())
 
+@st.composite
+def _batch_norm_act(draw):
+    """Batch norm, an optional residual add and a ReLU / clamp as one op (ops/bnact.py)."""
+    x = draw(shapes(min_dims=2, max_dims=4))
+    c = x[1]
+    attrs = {"eps": draw(st.sampled_from([1e-5, 1e-3])), "affine": draw(st.booleans()),
+             "residual": draw(st.booleans()), "act": draw(st.sampled_from(["relu", "clamp"]))}
+    if attrs["act"] == "clamp":  # ReLU6, a lower bound only, an upper bound only
+        attrs.update(draw(st.sampled_from([{"min": 0.0, "max": 6.0}, {"min": 0.0}, {"max": 0.5}])))
+    args = [real(*x), real(c), positive(c)] + ([real(c), real(c)] if attrs["affine"] else [])
+    return args + ([real(*x)] if attrs["residual"] else []), attrs
+
+
+def _torch_batch_norm_act(t, a):
+    """torch's eval-mode batch norm, the residual added, then relu / clamp."""
+    w, b = (t[3], t[4]) if a["affine"] else (None, None)
+    y = F.batch_norm(t[0], t[1], t[2], w, b, training=False, eps=a["eps"])
+    if a["residual"]:
+        y = y + t[-1]
+    return torch.relu(y) if a["act"] == "relu" else torch.clamp(y, a.get("min"), a.get("max"))
+
+
 # --- optimizer ------------------------------------------------------------------------------
 @st.composite
 def _sgd_update(draw):
@@ -587,6 +609,7 @@ CASES: dict[str, Case] = {
     "batch_norm_train": Case(_batch_norm_train(), _torch_batch_norm_train),
     "batch_norm_update_stats": Case(_batch_norm_update_stats(), _torch_update_stats, diff=()),  # in place
     "batch_norm_backward_fused": Case(_batch_norm_backward_fused(), _torch_batch_norm_backward_fused, diff=()),
+    "batch_norm_act": Case(_batch_norm_act(), _torch_batch_norm_act, diff=()),
     "layer_norm": Case(_layer_norm(), _torch_layer_norm),
     "avg_pool2d": Case(_pool2d(avg=True), _torch_avg_pool2d),
     "max_pool2d": Case(_pool2d(avg=False), _torch_max_pool2d),

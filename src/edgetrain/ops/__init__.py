@@ -1,5 +1,5 @@
 """The op table: one OpDef per op, registered by the family modules imported here."""
-from . import (bnfused, compare, conv, elementwise, embedding, embedding_update, gather, gradupdate,  # noqa: F401
+from . import (bnact, bnfused, compare, conv, elementwise, embedding, embedding_update, gather, gradupdate,  # noqa: F401
                linear, loss, norm, optim, page, pad, pool, qconv, qelementwise, qfused, qgradupdate, qoptim, qpool,
                qstream, reduce, shape, softmax)
 from .base import (ACTIVATION_TAG, GRAD_MASK_TAG, LAYER_TAG, NORM_TAG, OPS, SAME_SCALE_TAG, TAGS, UPDATE_TAG, WHOLE,

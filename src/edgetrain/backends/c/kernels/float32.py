@@ -274,6 +274,24 @@ def _batch_norm(node, ctx):
                    f"{n}, {c}, {hw}, {ctx.c_float(node.attrs['eps'])});")
 
 
+@register("batch_norm_act")
+def _batch_norm_act(node, ctx):
+    """One et_bn_act_fwd call: batch norm [+ residual] and ReLU / clamp in one pass (ops/bnact.py)."""
+    f32_only(node)
+    a, cnull = node.attrs, "(const float *)0"
+    x, mean, var = node.inputs[:3]
+    w, b = (ctx.ptr(v) for v in node.inputs[3:5]) if a["affine"] else (cnull, cnull)
+    r = ctx.ptr(node.inputs[-1]) if a["residual"] else cnull
+    kind, lo, hi = 0, "0.0f", "0.0f"
+    if a["act"] == "clamp":
+        kind = 1
+        lo = ctx.c_float(a["min"] if a.get("min") is not None else float("-inf"))
+        hi = ctx.c_float(a["max"] if a.get("max") is not None else float("inf"))
+    n, c, hw = _nchw(x.shape)
+    return c_block(f"et_bn_act_fwd({ctx.ptr(x)}, {ctx.ptr(mean)}, {ctx.ptr(var)}, {w}, {b}, {r}, "
+                   f"{ctx.ptr(node.out)}, {n}, {c}, {hw}, {ctx.c_float(a['eps'])}, {kind}, {lo}, {hi});")
+
+
 @register("batch_norm_grad_input")
 def _batch_norm_grad_input(node, ctx):
     f32_only(node)

@@ -352,6 +352,44 @@ ET_INLINE void et_bn_fwd(const float *ET_RESTRICT X, const float *ET_RESTRICT me
         }
 }
 
+/* act(batch norm [+ R]) in one pass (ops/bnact.py): each element as et_bn_fwd computes it, plus
+ * R's element when R is not 0, then ReLU (act 0: v > 0 ? v : 0, as the relu kernel) or clamp
+ * to [lo, hi] (act 1, as the clamp kernel; an absent bound is an infinity). Y may be X (the op's
+ * in-place effect: each element is read before it is written), so X, R and Y are not restrict */
+ET_INLINE void et_bn_act_fwd(const float *X, const float *ET_RESTRICT mean, const float *ET_RESTRICT var,
+                             const float *ET_RESTRICT w, const float *ET_RESTRICT b, const float *R, float *Y, int N, int C, int HW, float eps, int act, float lo, float hi) {
+    for (int n = 0; n < N; ++n)
+        for (int c = 0; c < C; ++c) {
+            const float inv = 1.f / ET_SQRTF(var[c] + eps), m = mean[c];
+            const float a = w ? w[c] * inv : inv, sh = b ? b[c] : 0.f;
+            const size_t off = ((size_t)n * C + c) * HW;
+            const float *x = X + off;
+            float *y = Y + off;
+            if (R) {
+                const float *r = R + off;
+                if (act == 0) {
+                    ET_SIMD
+                    for (int i = 0; i < HW; ++i) { const float v = (x[i] - m) * a + sh + r[i]; y[i] = v > 0.f ? v : 0.f; }
+                } else {
+                    ET_SIMD
+                    for (int i = 0; i < HW; ++i) {
+                        float v = (x[i] - m) * a + sh + r[i];
+                        v = v < lo ? lo : v; y[i] = v > hi ? hi : v;
+                    }
+                }
+            } else if (act == 0) {
+                ET_SIMD
+                for (int i = 0; i < HW; ++i) { const float v = (x[i] - m) * a + sh; y[i] = v > 0.f ? v : 0.f; }
+            } else {
+                ET_SIMD
+                for (int i = 0; i < HW; ++i) {
+                    float v = (x[i] - m) * a + sh;
+                    v = v < lo ? lo : v; y[i] = v > hi ? hi : v;
+                }
+            }
+        }
+}
+
 ET_INLINE void et_bn_grad_input(const float *ET_RESTRICT G, const float *ET_RESTRICT var,
                                 const float *ET_RESTRICT w, float *ET_RESTRICT GX, int N, int C, int HW, float eps) {
     for (int n = 0; n < N; ++n)
