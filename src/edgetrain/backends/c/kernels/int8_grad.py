@@ -11,6 +11,7 @@ from ....ops.qgradupdate import split_attrs as split_grad_update
 from ....ops.qoptim import row_scales
 from ..layout import CBackendError
 from .int8_params import block, c_floats, c_int, c_ints, conv_params, numel, weight_decl
+from .int8_scales import fscale_decls, weight_scale_tables
 from .registry import register
 
 
@@ -37,7 +38,9 @@ def qconv2d_dw_grad_input(node: Node, ctx) -> str:
 
 
 def _grad_weight_params(ctx, name, x, g, a) -> list[str]:
-    return conv_params(ctx, name, x.shape, a["weight_shape"], g.shape, a) + [c_floats(ctx, name + "_sc", a["scales"])]
+    """The layer's et_qconv_p `name` and its gradient scales `name`_sc (an et_fscale)."""
+    return (conv_params(ctx, name, x.shape, a["weight_shape"], g.shape, a)
+            + fscale_decls(ctx, name + "_sc", a["scales"], weight_scale_tables(ctx.gl.graph)))
 
 
 @register("qconv2d_grad_weight")
@@ -48,7 +51,7 @@ def qconv2d_grad_weight(node: Node, ctx) -> str:
     row = numel(a["weight_shape"][1:])
     lines = _grad_weight_params(ctx, "P", x, g, a) + [
         f"for (int32_t o = 0; o < {o}; o++)",
-        f"    et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, o, P_sc[o], "
+        f"    et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, o, et_fscale_at(&P_sc, o), "
         f"{ctx.ptr(node.outputs[0])} + o * {row});"]
     return block(lines)
 
@@ -57,9 +60,9 @@ def qconv2d_grad_weight(node: Node, ctx) -> str:
 def qconv2d_grad_bias(node: Node, ctx) -> str:
     g = node.inputs[0]
     n, o = g.shape[:2]
-    return block([c_floats(ctx, "SC", node.attrs["scales"]),
-                   f"et_qconv_grad_bias({ctx.ptr(g)}, {ctx.ptr(node.outputs[0])}, {n}, {o}, "
-                   f"{numel(g.shape[2:])}, SC);"])
+    return block(fscale_decls(ctx, "SC", node.attrs["scales"], weight_scale_tables(ctx.gl.graph))
+                 + [f"et_qconv_grad_bias({ctx.ptr(g)}, {ctx.ptr(node.outputs[0])}, {n}, {o}, "
+                    f"{numel(g.shape[2:])}, &SC);"])
 
 
 # --- integer SGD ------------------------------------------------------------------------------
@@ -80,17 +83,19 @@ def _update(ctx, w: Value, a, grad_row: str, m: Value | None, rows: int, row_len
     else:
         wq = ctx.ptr(w)
     inner = numel(w.shape[2:]) if w.type.rank > 2 else 1
-    lines = [c_floats(ctx, "SC", row_scales(a)),
-             f"static const et_qsgd_p Q = {{{ctx.c_float(a['lr'])}, {ctx.c_float(a.get('momentum', 0.0))}, "
-             f"{ctx.c_float(a.get('weight_decay', 0.0))}, {c_int(a['qmin'])}, {c_int(a['qmax'])}, "
-             f"{int(a['seed']) & 0xFFFFFFFF}u, {int(a['param_id']) & 0xFFFFFFFF}u}};",
-             f"const uint32_t key = et_hash_key(Q.seed, Q.param_id, {ctx.step});"]
-    idx = "0"
+    # the gradient factors of every row of w (ops/qoptim.row_scales), read at the row's channel
+    lines = fscale_decls(ctx, "SC", row_scales({**a, "index": None}), weight_scale_tables(ctx.gl.graph))
+    lines += [f"static const et_qsgd_p Q = {{{ctx.c_float(a['lr'])}, {ctx.c_float(a.get('momentum', 0.0))}, "
+              f"{ctx.c_float(a.get('weight_decay', 0.0))}, {c_int(a['qmin'])}, {c_int(a['qmax'])}, "
+              f"{int(a['seed']) & 0xFFFFFFFF}u, {int(a['param_id']) & 0xFFFFFFFF}u}};",
+              f"const uint32_t key = et_hash_key(Q.seed, Q.param_id, {ctx.step});"]
+    idx, channel = "0", "k"
     if index is None:
         flat0 = f"(uint32_t)(k * {row_len})"
     elif dim == 0:
         lines.append(c_ints("uint16_t", "IDX", index))
         flat0 = f"(uint32_t)IDX[k] * {row_len}u"
+        channel = "IDX[k]"
     elif dim == 1:
         lines.append(c_ints("uint16_t", "IDX", index))
         flat0 = f"(uint32_t)(k * {w.shape[1] * inner})"
@@ -101,7 +106,7 @@ def _update(ctx, w: Value, a, grad_row: str, m: Value | None, rows: int, row_len
     mptr = f"{ctx.ptr(m)} + k * {row_len}" if m is not None else "0"
     lines += [f"for (int32_t k = 0; k < {rows}; k++) {{", *("    " + s for s in before_row),
               f"    et_qsgd_row(&Q, key, (void *){wq}, {int(w.dtype == 'int8')}, {full}, k * {row_len}, {grad_row}, "
-              f"{mptr}, SC[k], {row_len}, {flat0}, {idx}, {inner});", "}"]
+              f"{mptr}, et_fscale_at(&SC, {channel}), {row_len}, {flat0}, {idx}, {inner});", "}"]
     return lines
 
 
@@ -125,5 +130,6 @@ def qconv2d_grad_weight_update(node: Node, ctx) -> str:
     row_len = numel(gw["weight_shape"][1:])
     lines = _grad_weight_params(ctx, "P", x, g, gw)
     lines += _update(ctx, w, up, scratch, m, rows, row_len,
-                     before_row=[f"et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, k, P_sc[k], {scratch});"])
+                     before_row=[f"et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, k, et_fscale_at(&P_sc, k), "
+                                 f"{scratch});"])
     return block(lines)

@@ -71,6 +71,26 @@ static inline float et_rintf_(float x) {
     return t - 12582912.0f;
 }
 
+/* ---- per-channel float32 factors of the backward and updates (kernels/int8_scales.py) ----
+ * value[c] = the float32 k * base[c] (inv_sq 0) or k / (base[c] * base[c]) (inv_sq 1), its bit
+ * pattern moved by fix[c] (0: none): the compiler checked, channel by channel, that this is the
+ * table's value exactly, so a layer's factors are stored as one byte a channel beside its
+ * weight scales instead of four. A table kept whole is {table, 0, 1.0f, 0}. */
+typedef struct {
+    const float *base;
+    const int8_t *fix;
+    float k;
+    int32_t inv_sq;
+} et_fscale;
+
+static inline float et_fscale_at(const et_fscale *S, int32_t c) {
+    const float b = S->base[c];
+    union { float f; int32_t i; } u;
+    u.f = S->inv_sq ? S->k / (b * b) : S->k * b;
+    if (S->fix) u.i += S->fix[c];
+    return u.f;
+}
+
 /* ---- the counter hash of ops/qoptim.py ----------------------------------------------- */
 static inline uint32_t et_hash_key(uint32_t seed, uint32_t param_id, int32_t step) {
     return seed + (uint32_t)step * 0x85EBCA77u + param_id * 0xC2B2AE3Du;
@@ -463,9 +483,23 @@ static inline void et_qmask_pack(const int8_t *y, uint8_t *m, int32_t count, int
     }
 }
 
-/* g times 1.0f or 0.0f, the float made from the bit's pattern (0x3F800000 or 0) */
-static inline void et_qmask_grad(const float *g, const uint8_t *m, float *out, int32_t count) {
-    for (int32_t k = 0; k < count; k++) {
+/* g times 1.0f or 0.0f, the float made from the bit's pattern (0x3F800000 or 0); eight
+ * elements a mask byte, the bit spread to a word by one signed bit-field extract (SBFX); kept
+ * out of line, so the unrolled loop is in flash once, not at every call */
+__attribute__((noinline, unused)) static void et_qmask_grad(const float *g, const uint8_t *m, float *out,
+                                                            int32_t count) {
+    int32_t k = 0;
+    for (; k + 8 <= count; k += 8) {
+        const uint32_t byte = m[k >> 3];
+#pragma GCC unroll 8
+        for (int32_t j = 0; j < 8; j++) {
+            const uint32_t bits = (uint32_t)((int32_t)(byte << (31 - j)) >> 31) & 0x3F800000u;
+            float f;
+            memcpy(&f, &bits, 4);
+            out[k + j] = g[k + j] * f;
+        }
+    }
+    for (; k < count; k++) {
         const uint32_t bits = (0u - ((uint32_t)(m[k >> 3] >> (k & 7)) & 1u)) & 0x3F800000u;
         float f;
         memcpy(&f, &bits, 4);

@@ -457,14 +457,14 @@ static inline void et_qconv_grad_weight_row(const et_qconv_p *P, const int8_t *x
 
 /* qconv2d_grad_bias: sequential float32 sum over (n, h, w), times scale[o] */
 static inline void et_qconv_grad_bias(const float *g, float *gb, int32_t n, int32_t o, int32_t hw,
-                                      const float *scale) {
+                                      const et_fscale *scale) {
     for (int32_t k = 0; k < o; k++) {
         float acc = 0.0f;
         for (int32_t b = 0; b < n; b++) {
             const float *r = g + (b * o + k) * hw;
             for (int32_t t = 0; t < hw; t++) acc = acc + r[t];
         }
-        gb[k] = acc * scale[k];
+        gb[k] = acc * et_fscale_at(scale, k);
     }
 }
 
