@@ -122,6 +122,25 @@ class SamePlanes(nn.Module):
         return self.body(x)
 
 
+class Depthwise(nn.Module):
+    """Depthwise convolutions on the host's padded-plane kernels at widths whose weight gradient
+    takes register-held column chunks of 16, 8 and 4 and a scalar tail (et_float_gemm.h
+    et_dw_gw_chunk), at strides 1 and 2 (constant-stride builds) and kernel sizes 3, 5 and 7."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 8, 3, 1, 1), nn.ReLU(),
+            nn.Conv2d(8, 8, 3, 1, 1, groups=8), nn.ReLU(),  # 37 columns: 16 + 16 + 4 + 1
+            nn.Conv2d(8, 8, 3, 2, 1, groups=8, bias=False),  # stride 2: 19 columns, 16 + 3
+            nn.Conv2d(8, 8, 7, 1, 3, groups=8), nn.ReLU(),  # 7x7
+            nn.Conv2d(8, 8, 5, 2, 2, groups=8),  # 5x5 stride 2: 10 columns, 8 + 2
+            nn.Flatten(), nn.Linear(8 * 10 * 10, 7))
+
+    def forward(self, x):
+        return self.body(x)
+
+
 def _programs(batch: int, flags, net=Convs, size=21):
     torch.manual_seed(0)
     model = net().eval()
@@ -158,6 +177,13 @@ def test_convolutions_and_dense_layers_match_the_reference(batch, kernels):
 def test_gemm_blocks_match_the_reference(batch):
     ref, c, x, y = _programs(batch, FAST, Blocks, 24)
     _agrees(ref, c, x, y, steps=1)
+
+
+@needs_blas
+@pytest.mark.parametrize("batch", [1, 3])
+def test_depthwise_widths_match_the_reference(batch):
+    ref, c, x, y = _programs(batch, FAST, Depthwise, 37)
+    _agrees(ref, c, x, y, steps=2)
 
 
 @needs_blas

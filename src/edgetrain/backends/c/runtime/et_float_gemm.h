@@ -71,11 +71,34 @@ ET_HOST_INLINE void et_dw_fwd(const float *ET_RESTRICT X, const float *ET_RESTRI
         }
 }
 
+/* columns [ow0, ow0 + L) of one image's et_dw_grad_weight partial sums: each tap's sums over the
+ * output rows held in registers (KH*KW vectors of L lanes), added to ACC[tap][ow] once (L, the
+ * shapes and strides are constants where it is inlined) */
+ET_HOST_INLINE void et_dw_gw_chunk(const float *ET_RESTRICT g, const float *ET_RESTRICT XP, float *ET_RESTRICT ACC,
+                                   int ow0, int L, int HO, int WO, int SH, int SW, int DH, int DW, int KH, int KW,
+                                   int HP, int LP) {
+    float acc[KH * KW][L];
+    for (int t = 0; t < KH * KW; ++t)
+        for (int j = 0; j < L; ++j) acc[t][j] = 0.f;
+    g += ow0;
+    for (int oh = 0; oh < HO; ++oh, g += WO)
+        for (int ki = 0; ki < KH; ++ki)
+            for (int kj = 0; kj < KW; ++kj) {
+                const float *ET_RESTRICT r =
+                    XP + ((size_t)((kj * DW) % SW) * HP + oh * SH + ki * DH) * LP + (kj * DW) / SW + ow0;
+                ET_SIMD
+                for (int j = 0; j < L; ++j) acc[ki * KW + kj][j] += g[j] * r[j];
+            }
+    for (int t = 0; t < KH * KW; ++t)
+        for (int j = 0; j < L; ++j) ACC[(size_t)t * WO + ow0 + j] += acc[t][j];
+}
+
 ET_HOST_INLINE void et_dw_grad_weight(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *ET_RESTRICT GW,
                                       int N, int C, int H, int Wd, int HO, int WO, int SH, int SW, int PH, int PW,
                                       int DH, int DW, int KH, int KW) {
     /* per tap, a row of WO partial sums accumulated over the batch and the output rows (vector
-     * multiply-adds, no horizontal sum per row), summed once per channel */
+     * multiply-adds, no horizontal sum per row; chunks of 16, 8 and 4 columns summed over an
+     * image's rows in registers, et_dw_gw_chunk), summed once per channel */
     const int HP = et_dw_rows(HO, KH, SH, DH), LP = ET_ROW_LEN(WO, KW, SW, DW), T = KH * KW;
     float *XP = et_scratch(0, (size_t)SW * HP * LP), *ACC = et_scratch(1, (size_t)T * WO);
     if (!XP || !ACC) return;
@@ -83,7 +106,13 @@ ET_HOST_INLINE void et_dw_grad_weight(const float *ET_RESTRICT X, const float *E
         memset(ACC, 0, (size_t)T * WO * sizeof(float));
         for (int n = 0; n < N; ++n) {
             et_dw_phases(X + ((size_t)n * C + c) * H * Wd, XP, H, Wd, PH, PW, SW, HP, LP);
-            const float *g = GY + ((size_t)n * C + c) * HO * WO;
+            const float *g0 = GY + ((size_t)n * C + c) * HO * WO;
+            int ow0 = 0;
+            for (; ow0 + 16 <= WO; ow0 += 16) et_dw_gw_chunk(g0, XP, ACC, ow0, 16, HO, WO, SH, SW, DH, DW, KH, KW, HP, LP);
+            for (; ow0 + 8 <= WO; ow0 += 8) et_dw_gw_chunk(g0, XP, ACC, ow0, 8, HO, WO, SH, SW, DH, DW, KH, KW, HP, LP);
+            for (; ow0 + 4 <= WO; ow0 += 4) et_dw_gw_chunk(g0, XP, ACC, ow0, 4, HO, WO, SH, SW, DH, DW, KH, KW, HP, LP);
+            if (ow0 == WO) continue;
+            const float *g = g0;
             for (int oh = 0; oh < HO; ++oh, g += WO)
                 for (int ki = 0; ki < KH; ++ki)
                     for (int kj = 0; kj < KW; ++kj) {
@@ -91,7 +120,7 @@ ET_HOST_INLINE void et_dw_grad_weight(const float *ET_RESTRICT X, const float *E
                             XP + ((size_t)((kj * DW) % SW) * HP + oh * SH + ki * DH) * LP + (kj * DW) / SW;
                         float *ET_RESTRICT a = ACC + (size_t)(ki * KW + kj) * WO;
                         ET_SIMD
-                        for (int ow = 0; ow < WO; ++ow) a[ow] += g[ow] * r[ow];
+                        for (int ow = ow0; ow < WO; ++ow) a[ow] += g[ow] * r[ow];
                     }
         }
         for (int t = 0; t < T; ++t) {
@@ -165,6 +194,17 @@ ET_HOST_INLINE void et_dw_grad_input_s1(const float *ET_RESTRICT GY, const float
         else if ((KH) == 7 && (KW) == 7) fn(__VA_ARGS__, 7, 7);                                             \
         else fn(__VA_ARGS__, KH, KW);                                                                      \
     } while (0)
+/* and for strides 1 and 2 without dilation (the padded-plane offsets and phases then constants:
+ * a division and a remainder per tap and output row less) */
+#define ET_DW_STRIDED(fn, KH, KW, SH, SW, PH, PW, DH, DW, ...)                                               \
+    do {                                                                                                   \
+        if ((SH) == 1 && (SW) == 1 && (DH) == 1 && (DW) == 1)                                              \
+            ET_DW_SPECIALISE(fn, KH, KW, __VA_ARGS__, 1, 1, PH, PW, 1, 1);                                 \
+        else if ((SH) == 2 && (SW) == 2 && (DH) == 1 && (DW) == 1)                                         \
+            ET_DW_SPECIALISE(fn, KH, KW, __VA_ARGS__, 2, 2, PH, PW, 1, 1);                                 \
+        else                                                                                               \
+            ET_DW_SPECIALISE(fn, KH, KW, __VA_ARGS__, SH, SW, PH, PW, DH, DW);                             \
+    } while (0)
 #endif /* ET_BLAS */
 
 /* ---- what the emitted code calls ------------------------------------------------------- */
@@ -177,7 +217,7 @@ ET_INLINE void et_conv2d(const float *ET_RESTRICT X, const float *ET_RESTRICT W,
         return;
     }
     if (G == C && G == O) {
-        ET_DW_SPECIALISE(et_dw_fwd, KH, KW, X, W, B, Y, N, C, H, Wd, HO, WO, SH, SW, PH, PW, DH, DW);
+        ET_DW_STRIDED(et_dw_fwd, KH, KW, SH, SW, PH, PW, DH, DW, X, W, B, Y, N, C, H, Wd, HO, WO);
         return;
     }
 #endif
@@ -199,9 +239,9 @@ ET_INLINE void et_conv2d_grad_input(const float *ET_RESTRICT GY, const float *ET
     }
     if (G == C && G == O) {
         if (SH == 1 && SW == 1 && (KH - 1) * DH >= PH && (KW - 1) * DW >= PW)
-            ET_DW_SPECIALISE(et_dw_grad_input_s1, KH, KW, GY, W, GX, N, C, H, Wd, HO, WO, SH, SW, PH, PW, DH, DW);
+            ET_DW_STRIDED(et_dw_grad_input_s1, KH, KW, SH, SW, PH, PW, DH, DW, GY, W, GX, N, C, H, Wd, HO, WO);
         else
-            ET_DW_SPECIALISE(et_dw_grad_input, KH, KW, GY, W, GX, N, C, H, Wd, HO, WO, SH, SW, PH, PW, DH, DW);
+            ET_DW_STRIDED(et_dw_grad_input, KH, KW, SH, SW, PH, PW, DH, DW, GY, W, GX, N, C, H, Wd, HO, WO);
         return;
     }
 #endif
@@ -227,7 +267,7 @@ ET_INLINE void et_conv2d_grad_weight(const float *ET_RESTRICT X, const float *ET
         return;
     }
     if (G == C && G == O) {
-        ET_DW_SPECIALISE(et_dw_grad_weight, KH, KW, X, GY, GW, N, C, H, Wd, HO, WO, SH, SW, PH, PW, DH, DW);
+        ET_DW_STRIDED(et_dw_grad_weight, KH, KW, SH, SW, PH, PW, DH, DW, X, GY, GW, N, C, H, Wd, HO, WO);
         return;
     }
 #endif
