@@ -1,7 +1,9 @@
 """The host library's checked step (backends/c/step_guard.py): each array a step writes is backed
-up just before its first writer and checked just after; a step whose loss or a weight turns
-non-finite leaves every state tensor as it was, names the tensor, and the next step runs normally.
-The guard is compiled only into the ctypes library (-DET_STEP_GUARD), never into a project."""
+up just before its first writer and checked just after, or, written by a fused update alone,
+double-buffered (the new rows go to the other copy, which the step commits by a pointer flip); a
+step whose loss or a weight turns non-finite leaves every state tensor as it was, names the
+tensor, and the next step runs normally. The guard is compiled only into the ctypes library
+(-DET_STEP_GUARD), never into a project."""
 from __future__ import annotations
 
 import re
@@ -14,7 +16,7 @@ from torch import nn
 
 import edgetrain as et
 from edgetrain.backends.c import host
-from edgetrain.backends.c.step_guard import GUARD_FLAG, guarded_arrays, row_guarded
+from edgetrain.backends.c.step_guard import GUARD_FLAG, double_buffered, guarded_arrays, row_guarded
 from edgetrain.ops import gradupdate
 from edgetrain.program import NonFiniteLossError
 
@@ -83,17 +85,55 @@ def test_guard_only_in_the_host_library(prog, tmp_path):
     assert "et_backup" in guarded and "et_train_step_checked" in guarded
 
 
-@pytest.fixture
-def fused(monkeypatch):
-    """_net with both weights' gradients fused with their update (blocks of 16 bytes): the fused
-    kernels save and check each row they write (step_guard.row_guarded, et_float_fused.h)."""
-    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 16)
-    p = et.compile(_net(), (X,), optimizer=et.SGD(lr=0.1, momentum=0.9), backend="c")
+def _fused_program(monkeypatch, block: int, **sgd):
+    """_net with both weights' gradients fused with their update (blocks of `block` bytes)."""
+    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", block)
+    return et.compile(_net(), (X,), optimizer=et.SGD(lr=0.1, **sgd), backend="c")
+
+
+@pytest.fixture(params=[16, 64])
+def fused(monkeypatch, request):
+    """The fused kernels write each row of the double-buffered weights and momenta into their
+    other copies and check it (step_guard.row_guarded, et_float_fused.h): blocks of 16 bytes
+    (rows of 4 and 9 floats, element by element), 64 bytes (the linear layer's rows of 144 floats
+    through the vector loop with its non-temporal stores)."""
+    p = _fused_program(monkeypatch, request.param, momentum=0.9)
     rows = [n for n in p.runner.c_layout.graphs["train"].graph.nodes if row_guarded(p.runner.c_layout, n)]
     assert {n.op for n in rows} == {"conv2d_grad_weight_update", "linear_grad_weight_update"}
     assert len(re.findall(r"^ +ET_GUARD_ROWS\(", p.runner.c_files["model.c"], re.M)) == 2
+    assert {st.name for st in double_buffered(p.runner.c_layout)} == {
+        "0.weight", "momentum:0.weight", "4.weight", "momentum:4.weight"}
     p.step(X, Y)  # momentum non-zero from here on
     return p
+
+
+def test_double_buffers_only_in_the_host_library(fused, tmp_path):
+    """The fused weights are two arrays each with ET_STEP_GUARD, one without (a project's)."""
+    plain = _symbols(tmp_path, fused.runner.c_files, ("-O1", "-std=gnu11"))
+    guarded = _symbols(tmp_path, fused.runner.c_files, ("-O1", "-std=gnu11", GUARD_FLAG))
+    assert re.search(r"\bet_s\d+_4_weight$", plain, re.M) and "_4_weight_b1" not in plain
+    assert re.search(r"\bet_s\d+_4_weight_b1$", guarded, re.M)
+
+
+@pytest.mark.parametrize("block, sgd", [(16, {"momentum": 0.9}), (64, {"momentum": 0.9}),
+                                        (64, {"weight_decay": 0.01}), (16, {"momentum": 0.5, "weight_decay": 0.1})])
+def test_checked_step_equals_the_raw_step_bit_for_bit(monkeypatch, block, sgd):
+    """Three checked steps (the fused updates out of place into the other copies, flipped to after
+    each) leave every state tensor bit for bit where three raw steps (in place) leave a copy of the
+    program, with and without momentum and weight decay; `prog.state` follows the flips."""
+    checked = _fused_program(monkeypatch, block, **sgd)
+    raw = checked.replace()
+    g = raw.compiled.train_graph
+    xin = raw.runner.input_bytes(g, X, training=True)
+    yin = np.ascontiguousarray(raw.runner.label_feed(g, Y))
+    moved = {st.name: checked.state[st.name].ctypes.data for st in double_buffered(checked.runner.c_layout)}
+    for _ in range(3):
+        loss = checked.step(X, Y)
+        assert raw.runner.raw_step(xin, yin) == loss
+    for name, addr in moved.items():
+        assert checked.state[name].ctypes.data != addr, name  # an odd number of flips: the other copy
+    for k, v in raw.state.items():
+        np.testing.assert_array_equal(checked.state[k], v, err_msg=k)
 
 
 @pytest.mark.parametrize("name, index", [("4.weight", (0, 0)), ("0.bias", (0,))])

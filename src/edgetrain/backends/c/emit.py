@@ -14,7 +14,7 @@ from .banks import BANK_API, BANK_FUNCS, bank_arrays, bank_decls, bank_fresh_sta
 from .constpool import ConstPool
 from .emit_graphs import PROFILE, SPLIT_HELPERS, gather_call, graph_function, scatter_call, state_decls, value_ptr
 from .layout import GRAPHS, CBackendError, Layout, build_layout
-from .step_guard import checked_step, guard_declarations, node_hooks, slots_for
+from .step_guard import checked_step, double_buffer_decls, double_for, guard_declarations, node_hooks, slots_for
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 #: runtime headers every program includes (et_int8.h: the int8 forward, et_int8_dsp.h,
@@ -44,6 +44,7 @@ class _Unit:
     out_v: object  # the forward graph's output
     grad: Optional[object]  # the gradient graph, when emitted
     banked: list  # banks.bank_arrays: the arrays held twice (weight_banks=2), else []
+    double: list  # step_guard.double_for: the arrays the host library holds twice (its checked step)
     headers: list  # the runtime headers model.c includes
 
     @property
@@ -87,7 +88,8 @@ def _unit(prog, layout: Layout, embed: bool, weight_banks: int) -> _Unit:
     return _Unit(prog=prog, layout=layout, embed=embed, keys=keys,
                  data=[train.input(n) for n in layout.data_inputs], label=train.the_input(Role.LABEL),
                  out_v=prog.forward_graph.output("output"),
-                 grad=layout.graphs["grad"].graph if "grad" in keys else None, banked=banked, headers=headers)
+                 grad=layout.graphs["grad"].graph if "grad" in keys else None, banked=banked,
+                 double=double_for(layout, bool(banked), embed), headers=headers)
 
 
 # --- model.h ----------------------------------------------------------------------------------
@@ -174,7 +176,10 @@ def _arena_and_state(u: _Unit) -> list[str]:
         "/* state tensors: trainable (SRAM), frozen (const: flash), split (selected channels in SRAM, the rest",
         "   in flash) */",
     ]
-    c += state_decls(u.layout, u.prog.state, u.embed, frozenset(a[0] for a in u.banked))
+    c += state_decls(u.layout, u.prog.state, u.embed, frozenset(a[0] for a in u.banked),
+                     frozenset(st.name for st in u.double))
+    if u.double:
+        c += double_buffer_decls(u.double)
     if u.banks:
         c += bank_decls(u.banked)
     return c
@@ -370,14 +375,15 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
     gather_bufs: list = []  # filled by the graph functions, declared before them
     pool = ConstPool()  # the kernels' constant tables, one copy of each, declared before the functions
     slots = slots_for(u.layout, u.banks)  # the checked step's guarded arrays (step_guard.py)
-    hooks = node_hooks(u.layout, slots) if slots else None
+    hooks = node_hooks(u.layout, slots, u.double) if slots else None
     funcs = [graph_function(u.layout, k, gather_bufs, u.banks and k == "train", pool, hooks if k == "train" else None)
              for k in u.keys]
     consts = ["", f"/* the kernels' constant tables ({len(pool)}, each once: backends/c/constpool.py) */"]
     c = _includes(u) + _arena_and_state(u) + _helpers(u, gather_bufs) + consts + pool.declarations()
-    c += (guard_declarations(slots) if slots is not None else []) + funcs
+    c += (guard_declarations(slots, u.double) if slots is not None else []) + funcs
     c += _init(u) + _guard_check(u) + _train_step(u) + _predict(u)
-    c += ["", "#ifndef ET_NO_STATE_IO"] + _state_io(u) + (_checked_step(u) if u.banks else checked_step(slots))
+    c += ["", "#ifndef ET_NO_STATE_IO"] + _state_io(u)
+    c += _checked_step(u) if u.banks else checked_step(slots, u.double)
     c += _gradients(u)
     c += ["#endif /* ET_NO_STATE_IO */", ""]
     files = {"model.h": "\n".join(_model_h(u)), "model.c": "\n".join(c)}

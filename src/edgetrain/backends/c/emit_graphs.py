@@ -21,8 +21,10 @@ def _array(ctype: str, name: str, n: int, const: bool, init: Optional[np.ndarray
     return f"static {q}{ctype} {name}[{n}] ET_ALIGNED(16){body};"
 
 
-def state_decls(layout: Layout, state: dict, embed: bool, banked: frozenset = frozenset()) -> list[str]:
-    """The C arrays of the state tensors; those named in `banked` (weight banks) are left out."""
+def state_decls(layout: Layout, state: dict, embed: bool, banked: frozenset = frozenset(),
+                double: frozenset = frozenset()) -> list[str]:
+    """The C arrays of the state tensors; those named in `banked` (weight banks: C names) and
+    `double` (step_guard.double_buffer_decls: state names) are left out."""
     out = []
     for st in layout.states.values():
         t, full = st.ctype, state[st.name]
@@ -37,7 +39,7 @@ def state_decls(layout: Layout, state: dict, embed: bool, banked: frozenset = fr
             out.append(f"static const uint16_t {st.rest_index}[{max(len(st.rest), 1)}] = "
                        f"{{{', '.join(map(str, st.rest)) or '0'}}};")
         else:
-            if st.c_name in banked:
+            if st.c_name in banked or st.name in double:
                 continue
             const = st.kind == "flash" and embed
             out.append(_array(t, st.c_name, st.numel, const, init))

@@ -22,7 +22,7 @@ from .blas import default_flags as blas_default_flags, describe as blas_describe
 from .cache import cache_path, publish_build
 from .kernel_lib import front_source, kernels_object
 from .layout import CBackendError, Layout, build_layout
-from .step_guard import with_guard
+from .step_guard import double_buffered, with_guard
 from .toolchain import run_tool
 
 #: the ctypes library: optimised for this machine, no implicit FMA contraction (int8 kernels'
@@ -134,7 +134,10 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
 class CRunner(RunnerBase):
     """Runs a compiled program's emitted C through ctypes (its own copy of the library).
     Unsplit state tensors in `self.state` are numpy views of the library's arrays; a weight
-    stored split is copied in before and out after each call."""
+    stored split is copied in before and out after each call. The arrays a fused weight-gradient
+    update writes are double-buffered (step_guard.py): each step commits by moving them to their
+    other copy, and `self.state`'s entries for them are re-pointed after it, so an array taken
+    from `self.state` before a step holds the weights before it (read `self.state` again)."""
 
     backend = "c"
 
@@ -151,21 +154,36 @@ class CRunner(RunnerBase):
         self._lib = _bind(load_private(self.c_library))
         self._lib.et_init()
         self._views: dict[str, np.ndarray] = {}
+        self._view_at: dict[tuple[str, int], np.ndarray] = {}  # (name, address) -> view
         for st in self.c_layout.states.values():
             arr = np.ascontiguousarray(self.state[st.name], dtype=st.dtype)
             if self._lib.et_set_state(st.index, arr.ctypes.data) != 0:
                 raise CBackendError(f"could not load state tensor {st.name!r}")
             if st.kind != "split":
-                ptr = self._lib.et_state_ptr(st.index)
-                buf = (ctypes.c_uint8 * (st.numel * np.dtype(st.dtype).itemsize)).from_address(ptr)
-                view = np.frombuffer(buf, dtype=st.dtype).reshape(st.shape)
-                self.state[st.name] = self._views[st.name] = view
+                self.state[st.name] = self._views[st.name] = self._view(st, self._lib.et_state_ptr(st.index))
+        self._double = double_buffered(self.c_layout)  # their arrays move with each checked step
         self.state = _TrackedState(self.state)
         self._state_obj = self.state
         if self.c_layout.page_bytes:
             self._open_pages()
         self._split = [st for st in self.c_layout.states.values() if st.kind == "split"]
         self.c_layout_names = list(self.c_layout.states)
+
+    def _view(self, st, ptr: int) -> np.ndarray:
+        """The numpy view of state `st`'s array at address `ptr` (one per copy, kept)."""
+        view = self._view_at.get((st.name, ptr))
+        if view is None:
+            buf = (ctypes.c_uint8 * (st.numel * np.dtype(st.dtype).itemsize)).from_address(ptr)
+            view = self._view_at[st.name, ptr] = np.frombuffer(buf, dtype=st.dtype).reshape(st.shape)
+        return view
+
+    def _follow_flips(self) -> None:
+        """Point `self.state`'s double-buffered entries at their committed copies (et_state_ptr)."""
+        for st in self._double:
+            view = self._view(st, self._lib.et_state_ptr(st.index))
+            if view is not self._views[st.name]:
+                self._views[st.name] = view
+                dict.__setitem__(self.state, st.name, view)
 
     def rebind(self, compiled: CompiledProgram) -> "CRunner":
         """A C runner (same flags, its own library) for `compiled`, from a copy of this state."""
@@ -237,6 +255,7 @@ class CRunner(RunnerBase):
         loss_c = ctypes.c_float()
         paged = self.paged_bytes()
         bad = self._lib.et_train_step_checked(xin.ctypes.data, yin.ctypes.data, ctypes.byref(loss_c))
+        self._follow_flips()
         self._check_pages(paged)
         loss = float(loss_c.value)
         if bad:

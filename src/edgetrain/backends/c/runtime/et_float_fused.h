@@ -12,59 +12,127 @@
 
 #ifdef ET_STEP_GUARD
 /* The checked step's guard inside the fused updates (the ctypes library only: backends/c/step_guard.py
- * sets it up around a conv2d/linear_grad_weight_update). While `on`, et_sgd_row copies each row of W
- * (and M) it is about to overwrite to the same offset of wb (mb; 0 when the array was saved before)
- * and ORs 1 (W) or 2 (M) into `bad` when the row's new values are not all finite: the backup and
- * the scan made while the row is in cache, instead of two passes over the whole arrays from memory
- * before and after the node (ResNet-18's 88 MB of weights and momentum). Weak: one definition in the
- * library, whether the kernels are compiled with model.c or apart. */
-#if defined(__AVX512F__) || defined(__AVX__)
-#include <immintrin.h>
-#endif
+ * sets it up around a conv2d/linear_grad_weight_update whose weight and momentum are double-buffered).
+ * While `on`, et_sgd_row reads each row of W (and M) from the committed copy and writes its new values
+ * to the same offset of the other copy, wo (mo), ORing 1 (W) or 2 (M) into `bad` when a new value is
+ * not finite; the committed copy is never written, so a failed step keeps it by not flipping to the
+ * other copy (step_guard.py). The same memory traffic as the update in place (read the row, write the
+ * row), no backup: ResNet-18's 84 MB of weights and momenta were copied aside row by row before.
+ * Weak: one definition in the library, whether the kernels are compiled with model.c or apart. */
 typedef struct {
-    const float *w, *m;
-    float *wb, *mb;
+    const float *w, *m; /* the node's weight and momentum: the committed copies (m: 0 without momentum) */
+    float *wo, *mo;     /* their other copies, where the new rows go */
     int on, bad;
 } et_row_guard_t;
 __attribute__((weak)) et_row_guard_t et_row_guard;
 
-static int et_row_nonfinite(const float *x, int len) {
-    const uint32_t *u = (const uint32_t *)x;
-    uint32_t acc = 0;
-    for (int i = 0; i < len; ++i) acc |= (u[i] & 0x7f800000u) == 0x7f800000u;
-    return acc != 0;
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+#define ET_NONFINITE_BITS(u) (((u) & 0x7f800000u) == 0x7f800000u)
+
+/* elements [i0, i1) of et_sgd_row out of place, one at a time: from W (M) into w2 (m2); returns
+ * the non-finite flags (1: a new W value, 2: a new M value) */
+static int et_sgd_span_out(const float *ET_RESTRICT W, const float *ET_RESTRICT M, const float *ET_RESTRICT D,
+                           float *ET_RESTRICT w2, float *ET_RESTRICT m2, int i0, int i1, float lr, float mu,
+                           float wd) {
+    uint32_t bw = 0, bm = 0;
+    for (int i = i0; i < i1; ++i) {
+        float d = D ? D[i] : 0.f;
+        if (wd != 0.f) d = d + wd * W[i];
+        if (M) {
+            d = mu * M[i] + d;
+            m2[i] = d;
+            uint32_t u;
+            memcpy(&u, &d, 4);
+            bm |= ET_NONFINITE_BITS(u);
+        }
+        const float w = W[i] - lr * d;
+        w2[i] = w;
+        uint32_t u;
+        memcpy(&u, &w, 4);
+        bw |= ET_NONFINITE_BITS(u);
+    }
+    return (bw ? 1 : 0) | (bm ? 2 : 0);
 }
 
-/* dst[0..n) = src[0..n), the aligned part with non-temporal stores where the CPU has them: the
- * backup is read again only to restore, so it need not take cache lines from the kernel */
-static void et_guard_copy(float *ET_RESTRICT dst, const float *ET_RESTRICT src, int n) {
-    int i = 0;
+/* et_sgd_row's arithmetic out of place: the row at W (M) of the committed copy, its new values into
+ * the other copy; returns the rows' non-finite flags (1: W, 2: M). Where the CPU has them the new
+ * values go out with non-temporal stores from the other copy's 64-byte boundaries on: an ordinary
+ * store would first read the line it fills (the other copy is not in cache), one more pass over
+ * the state than the update in place makes. The vector steps compute the scalar ones' float
+ * operations in the same order (a product, then a sum; no fused multiply-add): the same bits. */
+static int et_sgd_row_out(const float *ET_RESTRICT W, const float *ET_RESTRICT M, const float *ET_RESTRICT D,
+                          int len, float lr, float mu, float wd) {
+    float *ET_RESTRICT w2 = et_row_guard.wo + (W - et_row_guard.w);
+    float *ET_RESTRICT m2 = M ? et_row_guard.mo + (M - et_row_guard.m) : 0;
+#if defined(__AVX512F__) || defined(__AVX2__)
+    /* m2 sits at W's offset of its own copy: the same boundaries when both copies are so aligned */
+    const int head = (int)(((64 - ((uintptr_t)w2 & 63)) & 63) / 4);
+    if (head >= len || ((uintptr_t)w2 & 3) || (m2 && (((uintptr_t)m2 ^ (uintptr_t)w2) & 63)))
+        return et_sgd_span_out(W, M, D, w2, m2, 0, len, lr, mu, wd);
+    int bad = et_sgd_span_out(W, M, D, w2, m2, 0, head, lr, mu, wd), i = head;
 #if defined(__AVX512F__)
-    for (; i < n && ((uintptr_t)(dst + i) & 63); ++i) dst[i] = src[i];
-    for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
-#elif defined(__AVX__)
-    for (; i < n && ((uintptr_t)(dst + i) & 31); ++i) dst[i] = src[i];
-    for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+    const __m512 vlr = _mm512_set1_ps(lr), vmu = _mm512_set1_ps(mu), vwd = _mm512_set1_ps(wd);
+    const __m512i ex = _mm512_set1_epi32(0x7f800000);
+    __mmask16 kw = 0, km = 0;
+    for (; i + 16 <= len; i += 16) {
+        const __m512 w0 = _mm512_loadu_ps(W + i);
+        __m512 d = D ? _mm512_loadu_ps(D + i) : _mm512_setzero_ps();
+        if (wd != 0.f) d = _mm512_add_ps(d, _mm512_mul_ps(vwd, w0));
+        if (M) {
+            d = _mm512_add_ps(_mm512_mul_ps(vmu, _mm512_loadu_ps(M + i)), d);
+            _mm512_stream_ps(m2 + i, d);
+            km |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(d), ex), ex);
+        }
+        const __m512 w = _mm512_sub_ps(w0, _mm512_mul_ps(vlr, d));
+        _mm512_stream_ps(w2 + i, w);
+        kw |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(w), ex), ex);
+    }
+    bad |= (kw ? 1 : 0) | (km ? 2 : 0);
+#else
+    const __m256 vlr = _mm256_set1_ps(lr), vmu = _mm256_set1_ps(mu), vwd = _mm256_set1_ps(wd);
+    const __m256i ex = _mm256_set1_epi32(0x7f800000);
+    __m256i aw = _mm256_setzero_si256(), am = _mm256_setzero_si256();
+    for (; i + 8 <= len; i += 8) {
+        const __m256 w0 = _mm256_loadu_ps(W + i);
+        __m256 d = D ? _mm256_loadu_ps(D + i) : _mm256_setzero_ps();
+        if (wd != 0.f) d = _mm256_add_ps(d, _mm256_mul_ps(vwd, w0));
+        if (M) {
+            d = _mm256_add_ps(_mm256_mul_ps(vmu, _mm256_loadu_ps(M + i)), d);
+            _mm256_stream_ps(m2 + i, d);
+            am = _mm256_or_si256(am, _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(d), ex), ex));
+        }
+        const __m256 w = _mm256_sub_ps(w0, _mm256_mul_ps(vlr, d));
+        _mm256_stream_ps(w2 + i, w);
+        aw = _mm256_or_si256(aw, _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(w), ex), ex));
+    }
+    bad |= (_mm256_testz_si256(aw, aw) ? 0 : 1) | (_mm256_testz_si256(am, am) ? 0 : 2);
 #endif
-    for (; i < n; ++i) dst[i] = src[i];
+    return bad | et_sgd_span_out(W, M, D, w2, m2, i, len, lr, mu, wd);
+#else
+    return et_sgd_span_out(W, M, D, w2, m2, 0, len, lr, mu, wd);
+#endif
 }
 
-static void et_guard_row_save(const float *W, const float *M, int len) {
-    if (et_row_guard.wb) et_guard_copy(et_row_guard.wb + (W - et_row_guard.w), W, len);
-    if (M && et_row_guard.mb) et_guard_copy(et_row_guard.mb + (M - et_row_guard.m), M, len);
-}
-
-static void et_guard_row_check(const float *W, const float *M, int len) {
-    if (et_row_nonfinite(W, len)) et_row_guard.bad |= 1;
-    if (M && et_row_nonfinite(M, len)) et_row_guard.bad |= 2;
+/* after a guarded node: its non-temporal stores ordered before whatever follows (another thread
+ * reading the state after the step included) */
+static void et_row_guard_fence(void) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+    _mm_sfence();
+#endif
 }
 #endif
 
-/* one row of sgd_update: W (and M) updated in place from the gradient row D (D == 0: a zero gradient) */
+/* one row of sgd_update: W (and M) updated in place from the gradient row D (D == 0: a zero gradient);
+ * in the checked step, out of place into the other copies (et_row_guard) */
 ET_INLINE void et_sgd_row(float *ET_RESTRICT W, float *ET_RESTRICT M, const float *ET_RESTRICT D, int len,
                           float lr, float mu, float wd) {
 #ifdef ET_STEP_GUARD
-    if (et_row_guard.on) et_guard_row_save(W, M, len);
+    if (et_row_guard.on) {
+        et_row_guard.bad |= et_sgd_row_out(W, M, D, len, lr, mu, wd);
+        return;
+    }
 #endif
     for (int i = 0; i < len; ++i) {
         float d = D ? D[i] : 0.f;
@@ -75,9 +143,6 @@ ET_INLINE void et_sgd_row(float *ET_RESTRICT W, float *ET_RESTRICT M, const floa
         }
         W[i] = W[i] - lr * d;
     }
-#ifdef ET_STEP_GUARD
-    if (et_row_guard.on) et_guard_row_check(W, M, len);
-#endif
 }
 
 #ifdef ET_BLAS
