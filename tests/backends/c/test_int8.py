@@ -18,7 +18,7 @@ from edgetrain.ops.qelementwise import qadd_attrs
 from edgetrain.ops.qfused import fuse_attrs as fuse_pw_dw
 from edgetrain.ops.qgradupdate import fuse_attrs as fuse_grad_update
 
-from .int8_harness import build, graph_of, run_c, run_ref
+from .int8_harness import build, emit_source, graph_of, run_c, run_ref
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                                 reason="no C compiler")
@@ -262,6 +262,30 @@ def test_qsgd_update(mode, momentum):
     check(build, feeds, state, splits, steps=3)
 
 
+@pytest.mark.parametrize("mode, kernel", [("plain", "et_qsgd_rows_i8"), ("split0", "et_qsgd_rows_i8"),
+                                          ("bias", "et_qsgd_rows_i32"), ("dim0", "et_qsgd_row(")])
+def test_qsgd_update_common_rows(mode, kernel):
+    """Updates without momentum or weight decay within passes/updates.py's bounds (int8 +-127,
+    int32 +-2^24) go through et_qsgd_rows_i8 / _i32, all rows in one call; a selection of rows
+    of a weight stored whole through et_qsgd_row: each bit for bit as the reference."""
+    rng = np.random.default_rng(8)
+    o, c = 5, 6
+    if mode == "bias":
+        w = rng.integers(-2 ** 24, 2 ** 24, o).astype(np.int32)
+        w[:2] = (2 ** 24 - 3, -2 ** 24 + 3)  # at the bounds: the update clamps them
+        up = _update_attrs(rng, o, qmin=-2 ** 24, qmax=2 ** 24, lr=40.0)
+    else:
+        w = rng.integers(-127, 128, (o, c, 3, 3)).astype(np.int8)
+        up = _update_attrs(rng, o, None if mode == "plain" else (0, 2, 3), 0, qmin=-127, qmax=127, lr=2.0)
+    gshape = (len(up["index"]),) + w.shape[1:] if up["index"] else w.shape
+    splits = {"w": ChannelSelect(0, up["index"])} if mode == "split0" else {}
+    feeds = {"g": (_f32(rng, gshape) * 20).astype(np.float32), "step": np.array(0, np.int32)}
+    build = lambda e, v: list(e.emit_multi("qsgd_update", v["w"], v["g"], v["step"], **up))  # noqa: E731
+    g = graph_of(build, {**feeds, "w": w})
+    assert kernel in emit_source(g, {"w": w}, splits)[0]
+    check(build, feeds, {"w": w}, splits, steps=3)
+
+
 @pytest.mark.parametrize("case", ["dense", "dw", "dense_sel", "dw_sel", "split_sel"])
 def test_qconv2d_grad_weight_update(case):
     rng = np.random.default_rng(6)
@@ -287,6 +311,30 @@ def test_qconv2d_grad_weight_update(case):
     splits = {"w": ChannelSelect(dim, index)} if case == "split_sel" else {}
     check(lambda e, v: list(e.emit_multi("qconv2d_grad_weight_update", v["x"], v["g"], v["w"], v["step"], v["m"],
                                          **fuse_grad_update(gw, up))[:2]), feeds, state, splits, steps=3)
+
+
+@pytest.mark.parametrize("case", ["dense", "split_dw_sel"])
+def test_qconv2d_grad_weight_update_common_rows(case):
+    """The fused weight gradient and update without momentum, int8 +-127: each row's gradient
+    then et_qsgd_rows_i8 on that row, bit for bit as the reference."""
+    rng = np.random.default_rng(9)
+    c = o = 6
+    dw = case != "dense"
+    w = rng.integers(-127, 128, (o, 1 if dw else c, 3, 3)).astype(np.int8)
+    index = (1, 3, 4) if dw else None
+    x, g = _i8(rng, (1, c, 5, 5)), _f32(rng, (1, o, 5, 5))
+    if dw:
+        x, g = x[:, list(index)], g[:, list(index)]
+    wshape = (len(index), 1, 3, 3) if dw else w.shape
+    geo = dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=len(index) if dw else 1)
+    gw = dict(geo, weight_shape=wshape, x_zero=-3, scales=tuple(float(v) for v in rng.uniform(0.01, 0.1, wshape[0])))
+    up = _update_attrs(rng, o, index, 0, qmin=-127, qmax=127, lr=3.0)
+    feeds = {"x": x, "g": g, "step": np.array(0, np.int32)}
+    splits = {"w": ChannelSelect(0, index)} if dw else {}
+    build = lambda e, v: [e.emit_multi("qconv2d_grad_weight_update", v["x"], v["g"], v["w"], v["step"],  # noqa: E731
+                                       **fuse_grad_update(gw, up))[0]]
+    assert "et_qsgd_rows_i8" in emit_source(graph_of(build, {**feeds, "w": w}), {"w": w}, splits)[0]
+    check(build, feeds, {"w": w}, splits, steps=3)
 
 
 def test_qstream_rows_through_ring_buffers():

@@ -8,7 +8,7 @@ import pytest
 from edgetrain.backends.c.emit import RUNTIME_DIR
 from edgetrain.backends.c.host import find_cc
 from edgetrain.backends.c.kernels.context import EmitContext
-from edgetrain.backends.c.kernels.int8_scales import MAX_FIX, fit, fscale_decls, weight_scale_tables
+from edgetrain.backends.c.kernels.int8_scales import MAX_FIX, fit, fix_bits, fscale_decls, weight_scale_tables
 from edgetrain.ir import Graph, Node, TensorType, new_value
 
 
@@ -54,13 +54,25 @@ def test_a_factor_table_is_fitted_to_the_weight_scales_and_c_rebuilds_it_bit_for
     assert np.array_equal(_c_values(tmp_path, decls, len(v)).view(np.uint32), v.view(np.uint32))
 
 
-def test_the_fit_stores_one_byte_a_channel_and_no_fix_when_none_is_needed():
-    ws, tables = _layer(seed=5)
-    decls = fscale_decls(_Ctx(), "S", tables["qas_weight"], [tuple(float(s) for s in ws)])
-    assert any(d.startswith("static const int8_t S_f[96]") for d in decls)
+@pytest.mark.parametrize("spread, bits", [(1, 2), (6, 4), (100, 8)])
+def test_fixes_are_packed_in_the_narrowest_field_and_c_unpacks_them(tmp_path, spread, bits):
+    """Tables k * base moved by random fixes of +-spread ulps: 2-, 4- or 8-bit fields."""
+    ws, _ = _layer(seed=11, o=37)  # an odd count: the last byte holds a part of its fields
+    fix = np.random.default_rng(spread).integers(-spread, spread + 1, ws.size)
+    fix[:2] = (-spread, spread)
+    v = ((np.float32(0.75) * ws).view(np.int32) + fix.astype(np.int32)).view(np.float32)
+    assert 0 < fix_bits(fit(v, ws)[2]) <= bits
+    decls = fscale_decls(_Ctx(), "S", v, [tuple(float(s) for s in ws)])
+    packed = [d for d in decls if d.startswith("static const uint8_t S_f[")]
+    assert len(packed) == 1 and f"[{(37 * fix_bits(fit(v, ws)[2]) + 7) // 8}]" in packed[0]
+    assert np.array_equal(_c_values(tmp_path, decls, ws.size).view(np.uint32), v.view(np.uint32))
+
+
+def test_no_fix_is_stored_when_none_is_needed():
+    ws, _ = _layer(seed=5)
     exact = (np.float32(0.25) * ws).astype(np.float32)  # exactly k * base: nothing to fix
     decls = fscale_decls(_Ctx(), "S", exact, [tuple(float(s) for s in ws)])
-    assert decls[-1] == "static const et_fscale S = {S_b, 0, 0.25f, 0};" and len(decls) == 2
+    assert decls[-1] == "static const et_fscale S = {S_b, 0, 0.25f, 0, 0};" and len(decls) == 2
 
 
 def test_a_table_no_base_fits_is_stored_whole_and_read_unchanged(tmp_path):
@@ -69,7 +81,7 @@ def test_a_table_no_base_fits_is_stored_whole_and_read_unchanged(tmp_path):
     assert fit(other, ws) is None
     assert fit(np.r_[other[:7], 0.0].astype(np.float32), np.ones(8, np.float32)) is None  # a zero
     decls = fscale_decls(_Ctx(), "S", other, [tuple(float(s) for s in ws), (1.0,) * 5])  # no base of its length fits
-    assert decls[-1] == "static const et_fscale S = {S_t, 0, 1.0f, 0};"
+    assert decls[-1] == "static const et_fscale S = {S_t, 0, 1.0f, 0, 0};"
     assert np.array_equal(_c_values(tmp_path, decls, 8).view(np.uint32), other.view(np.uint32))
 
 

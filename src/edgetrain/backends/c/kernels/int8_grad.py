@@ -9,7 +9,7 @@ from __future__ import annotations
 from ....ir import Node, Value
 from ....ops.qgradupdate import split_attrs as split_grad_update
 from ....ops.qoptim import row_scales
-from ..layout import CBackendError
+from ..layout import C_TYPES, CBackendError
 from .int8_params import block, c_floats, c_int, c_ints, conv_params, numel, weight_decl
 from .int8_scales import fscale_decls, weight_scale_tables
 from .registry import register
@@ -51,7 +51,7 @@ def qconv2d_grad_weight(node: Node, ctx) -> str:
     row = numel(a["weight_shape"][1:])
     lines = _grad_weight_params(ctx, "P", x, g, a) + [
         f"for (int32_t o = 0; o < {o}; o++)",
-        f"    et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, o, et_fscale_at(&P_sc, o), "
+        f"    et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, o, &P_sc, "
         f"{ctx.ptr(node.outputs[0])} + o * {row});"]
     return block(lines)
 
@@ -66,9 +66,16 @@ def qconv2d_grad_bias(node: Node, ctx) -> str:
 
 
 # --- integer SGD ------------------------------------------------------------------------------
-def _update(ctx, w: Value, a, grad_row: str, m: Value | None, rows: int, row_len: int, before_row=()) -> list[str]:
-    """The C statements updating `w` row by row (`k` the row) from gradient rows at
-    `grad_row` (a C expression of k), as qsgd_update with attributes `a`."""
+#: the C kernels of the common update rows (no momentum, no weight decay, no channel selection),
+#: each for the integer bounds its loop has as constants (passes/updates.INT_RANGES)
+PLAIN_ROWS = {"int8": ("et_qsgd_rows_i8", (-127, 127)), "int32": ("et_qsgd_rows_i32", (-(2 ** 24), 2 ** 24))}
+
+
+def _update(ctx, w: Value, a, grad: str, m: Value | None, rows: int, row_len: int, before_row=()) -> list[str]:
+    """The C statements updating `w` row by row (`k` the row) from the gradient rows at `grad`,
+    as qsgd_update with attributes `a`; with `before_row` (the statements computing row k's
+    gradient into `grad`) one row at `grad` each, else all rows one after another."""
+    grad_row = grad if before_row else f"{grad} + k * {row_len}"
     st = ctx.state_of(w)
     if st is None:
         raise CBackendError(f"qsgd_update: {w} is not a state tensor")
@@ -102,12 +109,20 @@ def _update(ctx, w: Value, a, grad_row: str, m: Value | None, rows: int, row_len
         idx = "IDX"
     else:
         raise CBackendError(f"qsgd_update: channel selection on dim {dim} is not supported")
+    loop = [f"for (int32_t k = 0; k < {rows}; k++) {{", *("    " + s for s in before_row)]
+    plain = PLAIN_ROWS.get(w.dtype)
+    if (m is None and not a.get("weight_decay", 0.0) and plain is not None and (a["qmin"], a["qmax"]) == plain[1]
+            and (index is None or dim == 0 and split)):  # row k stored at w + k * row_len
+        def rows_at(g: str, k0, n: int) -> str:
+            return (f"{plain[0]}(&Q, key, ({C_TYPES[w.dtype]} *){wq}, {g}, &SC, {'IDX' if split else '0'}, {k0}, "
+                    f"{n}, {row_len});")
+        if not before_row:  # every row in one call
+            return lines + [rows_at(grad, 0, rows)]
+        return lines + loop + ["    " + rows_at(grad_row, "k", 1), "}"]
     full = 0 if split or index is None else 1
     mptr = f"{ctx.ptr(m)} + k * {row_len}" if m is not None else "0"
-    lines += [f"for (int32_t k = 0; k < {rows}; k++) {{", *("    " + s for s in before_row),
-              f"    et_qsgd_row(&Q, key, (void *){wq}, {int(w.dtype == 'int8')}, {full}, k * {row_len}, {grad_row}, "
-              f"{mptr}, et_fscale_at(&SC, {channel}), {row_len}, {flat0}, {idx}, {inner});", "}"]
-    return lines
+    return lines + loop + [f"    et_qsgd_row(&Q, key, (void *){wq}, {int(w.dtype == 'int8')}, {full}, k * {row_len}, "
+                           f"{grad_row}, {mptr}, &SC, {channel}, {row_len}, {flat0}, {idx}, {inner});", "}"]
 
 
 @register("qsgd_update", split_aware=True)
@@ -116,7 +131,7 @@ def qsgd_update(node: Node, ctx) -> str:
     m = node.inputs[3] if len(node.inputs) > 3 else None
     rows = g.shape[0]
     row_len = g.type.numel // max(rows, 1)
-    return block(_update(ctx, w, node.attrs, f"{ctx.ptr(g)} + k * {row_len}", m, rows, row_len))
+    return block(_update(ctx, w, node.attrs, ctx.ptr(g), m, rows, row_len))
 
 
 @register("qconv2d_grad_weight_update", split_aware=True)
@@ -130,6 +145,5 @@ def qconv2d_grad_weight_update(node: Node, ctx) -> str:
     row_len = numel(gw["weight_shape"][1:])
     lines = _grad_weight_params(ctx, "P", x, g, gw)
     lines += _update(ctx, w, up, scratch, m, rows, row_len,
-                     before_row=[f"et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, k, et_fscale_at(&P_sc, k), "
-                                 f"{scratch});"])
+                     before_row=[f"et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, k, &P_sc, {scratch});"])
     return block(lines)

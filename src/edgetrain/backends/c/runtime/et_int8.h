@@ -73,21 +73,26 @@ static inline float et_rintf_(float x) {
 
 /* ---- per-channel float32 factors of the backward and updates (kernels/int8_scales.py) ----
  * value[c] = the float32 k * base[c] (inv_sq 0) or k / (base[c] * base[c]) (inv_sq 1), its bit
- * pattern moved by fix[c] (0: none): the compiler checked, channel by channel, that this is the
- * table's value exactly, so a layer's factors are stored as one byte a channel beside its
- * weight scales instead of four. A table kept whole is {table, 0, 1.0f, 0}. */
+ * pattern moved by fix[c], a signed field of fix_bits (2, 4 or 8; 0: no fix) bits packed from
+ * the lowest bit of fix[0] up: the compiler checked, channel by channel, that this is the
+ * table's value exactly, so a layer's factors are stored as a quarter byte to a byte a channel
+ * beside its weight scales instead of four. A table kept whole is {table, 0, 1.0f, 0, 0}. */
 typedef struct {
     const float *base;
-    const int8_t *fix;
+    const uint8_t *fix;
     float k;
-    int32_t inv_sq;
+    int16_t inv_sq, fix_bits;
 } et_fscale;
 
 static inline float et_fscale_at(const et_fscale *S, int32_t c) {
     const float b = S->base[c];
     union { float f; int32_t i; } u;
     u.f = S->inv_sq ? S->k / (b * b) : S->k * b;
-    if (S->fix) u.i += S->fix[c];
+    if (S->fix_bits) {
+        const int32_t bit = c * S->fix_bits; /* the field's lowest bit */
+        const uint32_t field = (uint32_t)S->fix[bit >> 3] << (32 - S->fix_bits - (bit & 7));
+        u.i += (int32_t)field >> (32 - S->fix_bits); /* sign-extended */
+    }
     return u.f;
 }
 
@@ -468,7 +473,9 @@ static inline void et_dequantize(const int8_t *q, float *y, int32_t count, float
 }
 
 /* ---- saturation masks ------------------------------------------------------------------ */
-static inline void et_qmask_pack(const int8_t *y, uint8_t *m, int32_t count, int32_t lo, int32_t hi) {
+/* out of line: one copy for every layer */
+__attribute__((noinline, unused)) static void et_qmask_pack(const int8_t *y, uint8_t *m, int32_t count, int32_t lo,
+                                                            int32_t hi) {
     int32_t b = 0;
 #if defined(__ARM_FEATURE_DSP)
     b = et_qmask_pack_dsp(y, m, count, lo, hi); /* the whole bytes of 8 elements */

@@ -432,13 +432,14 @@ __attribute__((noinline)) static void et_gw_tap_sums(const et_gw_tap *T, int32_t
 }
 
 /* Row o of qconv2d_grad_weight into gw_row (CG*KH*KW floats): each element is the
- * sequential float32 sum over (n, ho, wo) of g * (x - x_zero), times scale (the padded
+ * sequential float32 sum over (n, ho, wo) of g * (x - x_zero), times S[o] (the padded
  * taps, zero terms, are skipped: adding +-0 to a sum that starts at +0 changes nothing).
  * x holds the layer input (C channels; group of o). Per tap (i, j) the in-range rows and
  * columns are found once and one call sums every channel (et_gw_tap_sums). A 1x1 unpadded
  * stride-1 kernel reads each plane as one row. */
 static inline void et_qconv_grad_weight_row(const et_qconv_p *P, const int8_t *x, const float *g, int32_t o,
-                                            float scale, float *ET_RESTRICT gw_row) {
+                                            const et_fscale *S, float *ET_RESTRICT gw_row) {
+    const float scale = et_fscale_at(S, o);
     const int32_t opg = P->o / P->groups, hw = P->h * P->w, howo = P->ho * P->wo, khkw = P->kh * P->kw;
     const int flat = P->kh == 1 && P->kw == 1 && P->ph == 0 && P->pw == 0 && P->sh == 1 && P->sw == 1 &&
                      P->ho == P->h && P->wo == P->w;
@@ -455,14 +456,22 @@ static inline void et_qconv_grad_weight_row(const et_qconv_p *P, const int8_t *x
     }
 }
 
-/* qconv2d_grad_bias: sequential float32 sum over (n, h, w), times scale[o] */
-static inline void et_qconv_grad_bias(const float *g, float *gb, int32_t n, int32_t o, int32_t hw,
-                                      const et_fscale *scale) {
+/* qconv2d_grad_bias: sequential float32 sum over (n, h, w), times scale[o] (out of line: one
+ * copy for every layer) */
+__attribute__((noinline, unused)) static void et_qconv_grad_bias(const float *g, float *gb, int32_t n, int32_t o,
+                                                                 int32_t hw, const et_fscale *scale) {
     for (int32_t k = 0; k < o; k++) {
         float acc = 0.0f;
         for (int32_t b = 0; b < n; b++) {
             const float *r = g + (b * o + k) * hw;
-            for (int32_t t = 0; t < hw; t++) acc = acc + r[t];
+            int32_t t = 0;
+            for (; t + 4 <= hw; t += 4) { /* in order: the four adds one after another */
+                acc = acc + r[t];
+                acc = acc + r[t + 1];
+                acc = acc + r[t + 2];
+                acc = acc + r[t + 3];
+            }
+            for (; t < hw; t++) acc = acc + r[t];
         }
         gb[k] = acc * et_fscale_at(scale, k);
     }
