@@ -216,6 +216,29 @@ def test_the_default_build_takes_the_blas_unless_the_environment_says_0(monkeypa
         blas.host_blas.cache_clear()
 
 
+@pytest.mark.skipif(blas.mkl_blas() is None, reason="MKL not installed (pip install mkl)")
+def test_mkl_is_the_library_blas_where_installed():
+    flags = blas.compile_flags()
+    assert blas.library_blas() == blas.mkl_blas() and blas.MKL_FLAG in flags
+    assert blas.describe(flags).startswith("BLAS (MKL") and any("libmkl_core" in f for f in blas.link_flags(flags))
+    assert blas.host_blas() is None or blas.MKL_FLAG not in blas.host_blas().cflags  # projects: a BLAS with a header
+
+
+@needs_blas
+def test_openblas_is_taken_on_request_and_agrees(monkeypatch):
+    """EDGETRAIN_BLAS=openblas: the library links OpenBLAS even where MKL is installed, and its
+    results agree with the reference (so both BLAS builds stay tested where both are installed)."""
+    if blas.host_blas() is None:
+        pytest.skip("OpenBLAS (scipy-openblas32) not installed")
+    monkeypatch.setenv(blas.ENABLE_ENV, "openblas")
+    assert blas.library_blas() == blas.host_blas() and blas.MKL_FLAG not in blas.compile_flags()
+    flags = PORTABLE + blas.compile_flags()
+    assert "openblas" in " ".join(blas.link_flags(flags))
+    ref, c, x, y = _programs(3, flags)
+    assert c.runner.kernels.startswith("BLAS (scipy-openblas32")
+    _agrees(ref, c, x, y, steps=1)
+
+
 def test_disabled_by_environment(monkeypatch):
     blas.host_blas.cache_clear()
     try:

@@ -13,12 +13,20 @@ order of their sums only: torchvision's resnet50 at 64x64, batch 2, whose layer2
 were 2.4e-2 away from the float32 reference on the BLAS, has a ReLU input within float32
 rounding of zero; the BLAS result is the one within 1.7e-6 of the float64 reference
 (tests/backends/c/float_agreement.py). Tests and benches may ask for it
-explicitly (`compile_flags()`). The BLAS is OpenBLAS from the PyPI package
-scipy-openblas32 (a pinned dependency: symbols prefixed scipy_, 32-bit indices, its kernels
-picked at run time for the CPU). It runs on one thread unless EDGETRAIN_BLAS_THREADS says more
-(read by the library at its first GEMM)."""
+explicitly (`compile_flags()`). The BLAS is Intel MKL from the PyPI package mkl where it is
+installed (`pip install mkl`: LP64, its GNU OpenMP threading layer, its kernels picked at run
+time for the CPU; on a 2-core Xeon it ran ResNet-18's convolution GEMMs 20-40 % faster than
+OpenBLAS), else OpenBLAS from the PyPI package scipy-openblas32 (a pinned dependency: symbols
+prefixed scipy_, 32-bit indices, its kernels picked at run time for the CPU);
+EDGETRAIN_BLAS=openblas takes OpenBLAS even where MKL is installed. It runs on one thread unless
+EDGETRAIN_BLAS_THREADS says more (read by the library at its first GEMM).
+
+`host_blas()` is the BLAS with a C header, which an emitted project's Makefile links
+(project.py): OpenBLAS (MKL's wheel ships no headers); `library_blas()` the one the ctypes
+library links."""
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -27,8 +35,13 @@ from typing import Optional, Sequence
 
 #: the flag that selects the BLAS kernels of et_float_gemm.h
 BLAS_FLAG = "-DET_BLAS"
-#: environment: "0" never finds a BLAS (the host library then builds the portable kernels)
+#: environment: "0" never finds a BLAS (the host library then builds the portable kernels),
+#: "openblas" takes OpenBLAS where MKL is installed too
 ENABLE_ENV = "EDGETRAIN_BLAS"
+#: the flag that selects MKL's declarations in et_float_blas.h
+MKL_FLAG = "-DET_BLAS_MKL"
+#: MKL's libraries, in link order (LP64 interface, GNU OpenMP threading, core)
+MKL_LIBS = ("libmkl_intel_lp64.so", "libmkl_gnu_thread.so", "libmkl_core.so")
 
 
 @dataclass(frozen=True)
@@ -56,16 +69,55 @@ def _scipy_openblas32() -> Optional[Blas]:
 
 
 @lru_cache(maxsize=1)
+def mkl_blas() -> Optional[Blas]:
+    """MKL from the PyPI package mkl, or None: its libraries (versioned names only) in one folder."""
+    try:
+        dist = importlib.metadata.distribution("mkl")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    found = {}
+    for f in dist.files or ():
+        name = Path(str(f)).name
+        for lib in MKL_LIBS:
+            if name.startswith(lib + "."):
+                found[lib] = Path(f.locate()).resolve()
+    if len(found) != len(MKL_LIBS) or len({p.parent for p in found.values()}) != 1:
+        return None
+    libdir = found[MKL_LIBS[0]].parent
+    return Blas(name=f"MKL {dist.version}", cflags=(BLAS_FLAG, MKL_FLAG),
+                ldflags=(f"-L{libdir}", f"-Wl,-rpath,{libdir}", *(f"-l:{found[lib].name}" for lib in MKL_LIBS),
+                         "-lgomp", "-lpthread", "-lm", "-ldl"))
+
+
+@lru_cache(maxsize=1)
 def host_blas() -> Optional[Blas]:
-    """The installed BLAS, or None (not installed, or EDGETRAIN_BLAS=0)."""
+    """The installed BLAS with a C header (OpenBLAS), or None (not installed, or EDGETRAIN_BLAS=0)."""
     if os.environ.get(ENABLE_ENV) == "0":
         return None
     return _scipy_openblas32()
 
 
+def library_blas() -> Optional[Blas]:
+    """The BLAS the ctypes library links: MKL where installed (unless EDGETRAIN_BLAS=openblas),
+    else host_blas(); None with EDGETRAIN_BLAS=0 or none installed."""
+    env = os.environ.get(ENABLE_ENV)
+    if env == "0":
+        return None
+    m = mkl_blas() if env != "openblas" else None
+    return m if m is not None else host_blas()
+
+
+def _blas_of(flags: Sequence[str]) -> Optional[Blas]:
+    """The BLAS a build with `flags` links: MKL's flag names MKL, else OpenBLAS (none with
+    EDGETRAIN_BLAS=0)."""
+    if BLAS_FLAG not in flags or os.environ.get(ENABLE_ENV) == "0":
+        return None
+    return mkl_blas() if MKL_FLAG in flags else host_blas()
+
+
 def compile_flags() -> tuple:
     """The compiler flags that select and find the BLAS (none without one)."""
-    b = host_blas()
+    b = library_blas()
     return b.cflags if b else ()
 
 
@@ -77,13 +129,13 @@ def default_flags() -> tuple:
 
 def link_flags(flags: Sequence[str]) -> tuple:
     """The linker flags a build with `flags` needs after its sources (the BLAS when selected)."""
-    b = host_blas()
-    return b.ldflags if b and BLAS_FLAG in flags else ()
+    b = _blas_of(flags)
+    return b.ldflags if b else ()
 
 
 def describe(flags: Sequence[str]) -> str:
     """Which kernels a build with `flags` uses, in words (the benchmarks print it)."""
-    b = host_blas()
-    if BLAS_FLAG in flags and b:
+    b = _blas_of(flags)
+    if b:
         return f"BLAS ({b.name}, {os.environ.get('EDGETRAIN_BLAS_THREADS', '1')} thread(s))"
     return "portable kernels (no BLAS)"

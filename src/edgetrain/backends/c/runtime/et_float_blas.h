@@ -29,7 +29,19 @@ ET_INLINE int et_conv_pointwise(int KH, int KW, int SH, int SW, int PH, int PW, 
 
 #ifdef ET_BLAS
 #include <stdlib.h>
+#ifdef ET_BLAS_MKL
+/* Intel MKL's CBLAS (the PyPI package mkl: LP64, 32-bit indices; it ships no headers): the two
+ * functions used, declared as mkl_cblas.h and mkl_service.h declare them */
+typedef enum { CblasRowMajor = 101, CblasColMajor = 102 } CBLAS_LAYOUT;
+typedef enum { CblasNoTrans = 111, CblasTrans = 112, CblasConjTrans = 113 } CBLAS_TRANSPOSE;
+void cblas_sgemm(const CBLAS_LAYOUT, const CBLAS_TRANSPOSE, const CBLAS_TRANSPOSE, const int, const int, const int,
+                 const float, const float *, const int, const float *, const int, const float, float *, const int);
+void MKL_Set_Num_Threads(int);
+#define ET_BLAS_SGEMM cblas_sgemm
+#define ET_BLAS_SET_THREADS MKL_Set_Num_Threads
+#else
 #include <cblas.h>
+#endif
 #ifndef ET_BLAS_SGEMM
 #define ET_BLAS_SGEMM cblas_sgemm
 #endif
