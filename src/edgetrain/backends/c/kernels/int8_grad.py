@@ -10,8 +10,8 @@ from ....ir import Node, Value
 from ....ops.qgradupdate import split_attrs as split_grad_update
 from ....ops.qoptim import row_scales
 from ..layout import C_TYPES, CBackendError
-from .int8_params import block, c_floats, c_int, c_ints, conv_params, numel, weight_decl
-from .int8_scales import fscale_decls, weight_scale_tables
+from .int8_params import block, c_int, c_ints, conv_params, numel, weight_decl
+from .int8_scales import fscale_decls, layer_bases
 from .registry import register
 
 
@@ -21,8 +21,8 @@ def qconv2d_grad_input(node: Node, ctx) -> str:
     g, w = node.inputs
     a = node.attrs
     lines = (conv_params(ctx, "P", a["input_shape"], w.shape, g.shape, a) + weight_decl(ctx, w, "W")
-             + [c_floats(ctx, "WS", a["w_scales"]),
-                f"et_qconv_grad_input(&P, {ctx.ptr(g)}, &W, WS, {ctx.ptr(node.outputs[0])});"])
+             + fscale_decls(ctx, "WS", a["w_scales"], layer_bases(ctx.gl.graph))
+             + [f"et_qconv_grad_input_fs(&P, {ctx.ptr(g)}, &W, &WS, {ctx.ptr(node.outputs[0])});"])
     return block(lines)
 
 
@@ -32,15 +32,15 @@ def qconv2d_dw_grad_input(node: Node, ctx) -> str:
     gx, plane = node.outputs
     a = node.attrs
     lines = (conv_params(ctx, "P", a["input_shape"], w.shape, g.shape, a) + weight_decl(ctx, w, "W")
-             + [c_floats(ctx, "WS", a["w_scales"]),
-                f"et_qconv_dw_grad_input(&P, {ctx.ptr(g)}, &W, WS, {ctx.ptr(gx)}, {ctx.ptr(plane)});"])
+             + fscale_decls(ctx, "WS", a["w_scales"], layer_bases(ctx.gl.graph))
+             + [f"et_qconv_dw_grad_input_fs(&P, {ctx.ptr(g)}, &W, &WS, {ctx.ptr(gx)}, {ctx.ptr(plane)});"])
     return block(lines)
 
 
 def _grad_weight_params(ctx, name, x, g, a) -> list[str]:
     """The layer's et_qconv_p `name` and its gradient scales `name`_sc (an et_fscale)."""
     return (conv_params(ctx, name, x.shape, a["weight_shape"], g.shape, a)
-            + fscale_decls(ctx, name + "_sc", a["scales"], weight_scale_tables(ctx.gl.graph)))
+            + fscale_decls(ctx, name + "_sc", a["scales"], layer_bases(ctx.gl.graph)))
 
 
 @register("qconv2d_grad_weight")
@@ -60,7 +60,7 @@ def qconv2d_grad_weight(node: Node, ctx) -> str:
 def qconv2d_grad_bias(node: Node, ctx) -> str:
     g = node.inputs[0]
     n, o = g.shape[:2]
-    return block(fscale_decls(ctx, "SC", node.attrs["scales"], weight_scale_tables(ctx.gl.graph))
+    return block(fscale_decls(ctx, "SC", node.attrs["scales"], layer_bases(ctx.gl.graph))
                  + [f"et_qconv_grad_bias({ctx.ptr(g)}, {ctx.ptr(node.outputs[0])}, {n}, {o}, "
                     f"{numel(g.shape[2:])}, &SC);"])
 
@@ -91,7 +91,7 @@ def _update(ctx, w: Value, a, grad: str, m: Value | None, rows: int, row_len: in
         wq = ctx.ptr(w)
     inner = numel(w.shape[2:]) if w.type.rank > 2 else 1
     # the gradient factors of every row of w (ops/qoptim.row_scales), read at the row's channel
-    lines = fscale_decls(ctx, "SC", row_scales({**a, "index": None}), weight_scale_tables(ctx.gl.graph))
+    lines = fscale_decls(ctx, "SC", row_scales({**a, "index": None}), layer_bases(ctx.gl.graph))
     lines += [f"static const et_qsgd_p Q = {{{ctx.c_float(a['lr'])}, {ctx.c_float(a.get('momentum', 0.0))}, "
               f"{ctx.c_float(a.get('weight_decay', 0.0))}, {c_int(a['qmin'])}, {c_int(a['qmax'])}, "
               f"{int(a['seed']) & 0xFFFFFFFF}u, {int(a['param_id']) & 0xFFFFFFFF}u}};",

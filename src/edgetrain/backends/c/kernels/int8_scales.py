@@ -1,36 +1,39 @@
 """The per-output-channel float32 factors of the int8 backward and updates (`et_fscale`), stored
-as a fit to the layer's weight scales where one holds, instead of as a table of their own.
+as a fit to a table the firmware holds anyway instead of as tables of their own.
 
-A trained int8 layer of O channels needs, besides its weight scales w_scale[c] (the input
-gradient's WS), up to three more float32 factors per channel: x_scale * w_scale[c] (the weight
-and bias gradients), w_scale[c]^-2 and (x_scale * w_scale[c])^-2 (QAS, the update's gradient
-factors). They are computed in float64 by the compiler and rounded to float32 once, so in C
-they are not exactly k * w or k / (w * w) in float32 arithmetic: a rounding or two apart. On a
-Cortex-M they were 4 bytes a channel each, repeated for every trained layer (mbv2's 49 KB
-scheme: 31 KB of such tables beside 12 KB of weight scales).
+A trained int8 layer of O channels needs, per channel, its weight scale w_scale[c] (the input
+gradient), x_scale * w_scale[c] (the weight and bias gradients), w_scale[c]^-2 and
+(x_scale * w_scale[c])^-2 (QAS, the update's gradient factors): four float32 tables, computed
+in float64 by the compiler and rounded to float32 once, 16 bytes a channel beside the forward's
+requantization multiplier and shift (mult[c] * 2^(shift[c] - 31) = x_scale * w_scale[c] /
+y_scale to 31 bits: quantize/convert.py), which the forward reads anyway. On a Cortex-M they
+were a third of the constant tables (mbv2's 49 KB scheme: 44 of 80 KB).
 
-`fscale_decls` stores a factor table v as {base, fix, k, inv_sq, fix_bits}: base the layer's
-weight scales (the table the input gradient reads anyway: backends/c/constpool.py keeps one
-copy), k a float32 constant, and fix[c] the difference, in units in the last place, between
-v[c] and the float32 k * base[c] (or k / (base[c] * base[c])), a signed field of 2, 4 or 8
-bits (the fewest that hold the table's fixes; mostly -1, 0 or 1), packed. The C
-(`et_fscale_at`, et_int8.h) computes the same float32 operations and adds fix[c] to the bit
-pattern: the result is v[c]'s bits, checked here, channel by channel, by computing it exactly
-as C does (numpy float32 arithmetic is IEEE single precision, as the C builds are:
--ffp-contract=off, no fast-math). A table no fit reproduces (no weight scales of its length in
-the graph, a difference beyond int8, a zero, negative or subnormal value) is stored whole:
-{table, 0, 1.0f, 0, 0}, read as 1.0f * v[c] = v[c]. A quarter byte a channel instead of four,
-none when every fix is zero; the cost is a multiply (and a divide for the squares) per channel
-and call.
+`fscale_decls` stores a factor table v as an et_fscale {base, mult, shift, fix, k, inv_sq,
+fix_bits}: b[c] is the layer's float32 mult[c] * 2^shift[c] (exact: a power-of-two scaling of
+mult rounded to float32), or, for a layer without them (a float-output classifier), its weight
+scales base[c]; v[c] is the float32 k * b[c] (or k / (b[c] * b[c])) moved by fix[c] units in
+the last place, a signed field of 2, 4 or 8 bits (the fewest that hold the table's fixes;
+mostly -1, 0 or 1), packed. The C (`et_fscale_at`, et_int8.h) computes the same float32
+operations and adds fix[c] to the bit pattern: the result is v[c]'s bits, checked here, channel
+by channel, by computing it exactly as C does (numpy float32 arithmetic and int32 -> float32
+conversion round to nearest as the C builds do: -ffp-contract=off, no fast-math). The mult and
+shift tables are the forward's own (conv_params' literals: backends/c/constpool.py keeps one
+copy). A table no fit reproduces (a difference beyond int8, a zero, negative or subnormal
+value) is stored whole: {table, 0, 0, 0, 1.0f, 0, 0}, read as 1.0f * v[c] = v[c]. A quarter
+byte a channel instead of four; the cost is a conversion and a multiply or two (and a divide
+for the squares) per channel and call, and the input gradient's scales are written to the
+stack once per call (et_qconv_grad_input_fs).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from ....ops.qfused import split_attrs as split_pw_dw
-from .int8_params import c_floats, c_ints
+from .int8_params import I32, c_floats, c_ints
 
 #: the largest correction a fit may need, in units in the last place (an 8-bit field)
 MAX_FIX = 127
@@ -38,30 +41,68 @@ MAX_FIX = 127
 FIX_BITS = (2, 4, 8)
 #: the smallest positive normal float32: below it a C build might flush to zero
 FLT_MIN = np.float32(np.finfo(np.float32).tiny)
+#: a requantization shift's bound (et_qconv_p: -31..30): 2^shift is a normal float32 (et_pow2f)
+MAX_SHIFT = 31
 
 
-def weight_scale_tables(graph) -> list[tuple[float, ...]]:
-    """Every layer's float32 weight scales in `graph` (forward convolutions, the fused
-    pointwise+depthwise and row-streamed forms, input gradients), each once, in node order:
-    the bases a factor table may be fitted to."""
-    out, seen = [], set()
+@dataclass(frozen=True, eq=False)
+class Base:
+    """A per-channel table a factor may be fitted to: the float32 values b[c] the C computes
+    from it, and how it is declared (its arrays, as conv_params or the input gradient writes
+    them, so the constant pool shares them)."""
 
-    def add(attrs):
-        ws = attrs.get("w_scales")
-        if ws is not None and tuple(ws) not in seen:
-            seen.add(tuple(ws))
-            out.append(tuple(ws))
+    values: np.ndarray
+    mult: Optional[tuple] = None  # the forward's requantization multipliers (int32) ...
+    shift: Optional[tuple] = None  # ... and shifts (int8): b[c] = float32(mult[c]) * 2^shift[c]
+    scales: Optional[tuple] = None  # else the float32 weight scales: b[c] = scales[c]
 
+    def decls(self, ctx, name: str) -> tuple[list[str], str]:
+        """(declarations, the et_fscale fields base, mult, shift)."""
+        if self.mult is not None:
+            return ([c_ints(I32, name + "_m", self.mult), c_ints("int8_t", name + "_s", self.shift)],
+                    f"0, {name}_m, {name}_s")
+        return [c_floats(ctx, name + "_b", self.scales)], f"{name}_b, 0, 0"
+
+
+def _requant_base(a) -> Optional[Base]:
+    """The base of a layer's requantization multipliers (None for a float-output layer or one
+    whose multiplier is zero or out of the float32 range)."""
+    if a.get("float_out") or "mult" not in a:
+        return None
+    mult = np.asarray(a["mult"], dtype=np.int64)
+    shift = np.asarray(a["shift"], dtype=np.int64)
+    if np.any(mult <= 0) or np.any(np.abs(shift) > MAX_SHIFT):
+        return None
+    with np.errstate(all="ignore"):
+        b = mult.astype(np.float32) * np.ldexp(np.float32(1), shift.astype(np.int32)).astype(np.float32)
+    if not _usable(b):
+        return None
+    return Base(b.astype(np.float32), mult=tuple(int(m) for m in a["mult"]), shift=tuple(int(x) for x in a["shift"]))
+
+
+def layer_bases(graph) -> list[Base]:
+    """The bases a factor table of `graph` may be fitted to, each once, in node order: every
+    layer's requantization multipliers (forward convolutions, the fused pointwise+depthwise and
+    row-streamed forms), then every layer's float32 weight scales."""
+    layers = []
     for n in graph.nodes:
         if n.op == "qconv2d_pw_dw":
-            for a in split_pw_dw(n.attrs):
-                add(a)
+            layers += split_pw_dw(n.attrs)
         elif n.op == "qstream":
-            for b in n.attrs["body"].nodes:
-                add(b.attrs)
-        else:
-            add(n.attrs)
-    return out
+            layers += [b.attrs for b in n.attrs["body"].nodes]
+        elif "w_scales" in n.attrs:
+            layers.append(n.attrs)
+    requant, scales, seen = [], [], set()
+    for a in (a for a in layers if "w_scales" in a):
+        base = _requant_base(a)
+        if base is not None and (base.mult, base.shift) not in seen:
+            seen.add((base.mult, base.shift))
+            requant.append(base)
+        ws = tuple(a["w_scales"])
+        if ws not in seen:
+            seen.add(ws)
+            scales.append(Base(np.asarray(ws, dtype=np.float32), scales=ws))
+    return requant + scales
 
 
 def _computed(base: np.ndarray, k: np.float32, inv_sq: bool) -> np.ndarray:
@@ -118,21 +159,21 @@ def pack_fix(fix, bits: int) -> list[int]:
     return out
 
 
-def fscale_decls(ctx, name: str, values, bases) -> list[str]:
+def fscale_decls(ctx, name: str, values, bases: list[Base]) -> list[str]:
     """`static const et_fscale name` (and its tables) reading the float32 `values` per channel:
-    fitted to the first of `bases` (weight_scale_tables) that fits, else stored whole."""
+    fitted to the first of `bases` (layer_bases) that fits, else stored whole."""
     v = np.asarray(values, dtype=np.float32)
     for base in bases:
-        if len(base) != len(v):
+        if len(base.values) != len(v):
             continue
-        got = fit(v, base)
+        got = fit(v, base.values)
         if got is None:
             continue
         k, inv_sq, fix = got
         bits = fix_bits(fix)
-        lines = [c_floats(ctx, name + "_b", base)]
+        lines, fields = base.decls(ctx, name)
         if bits:
             lines.append(c_ints("uint8_t", name + "_f", pack_fix(fix, bits)))
-        return lines + [f"static const et_fscale {name} = {{{name}_b, {name + '_f' if bits else '0'}, "
+        return lines + [f"static const et_fscale {name} = {{{fields}, {name + '_f' if bits else '0'}, "
                         f"{ctx.c_float(k)}, {int(inv_sq)}, {bits}}};"]
-    return [c_floats(ctx, name + "_t", v), f"static const et_fscale {name} = {{{name}_t, 0, 1.0f, 0, 0}};"]
+    return [c_floats(ctx, name + "_t", v), f"static const et_fscale {name} = {{{name}_t, 0, 0, 0, 1.0f, 0, 0}};"]

@@ -352,6 +352,24 @@ static inline void et_qconv_dw_grad_input(const et_qconv_p *P, const float *g, c
     memcpy(plane, gx + (P->n * P->c - 1) * hw, sizeof(float) * (size_t)hw);
 }
 
+/* The input gradients with their weight scales as an et_fscale (kernels/int8_scales.py): the
+ * O scales written to the stack once per call, then the kernel above. */
+__attribute__((noinline, unused)) static void et_qconv_grad_input_fs(const et_qconv_p *P, const float *g,
+                                                                     const et_w8 *w, const et_fscale *S,
+                                                                     float *gx) {
+    float ws[P->o];
+    for (int32_t o = 0; o < P->o; o++) ws[o] = et_fscale_at(S, o);
+    et_qconv_grad_input(P, g, w, ws, gx);
+}
+
+__attribute__((noinline, unused)) static void et_qconv_dw_grad_input_fs(const et_qconv_p *P, const float *g,
+                                                                        const et_w8 *w, const et_fscale *S,
+                                                                        float *gx, float *ET_RESTRICT plane) {
+    float ws[P->o];
+    for (int32_t o = 0; o < P->o; o++) ws[o] = et_fscale_at(S, o);
+    et_qconv_dw_grad_input(P, g, w, ws, gx, plane);
+}
+
 /* output rows [lo, hi) whose tap row i reads an in-range input row (et_col_range's rows) */
 static inline void et_row_range(const et_qconv_p *P, int32_t i, int32_t *lo, int32_t *hi) {
     et_tap_range(i * P->dh - P->ph, P->sh, P->h, P->ho, lo, hi);
