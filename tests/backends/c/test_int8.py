@@ -262,6 +262,16 @@ def test_qsgd_update(mode, momentum):
     check(build, feeds, state, splits, steps=3)
 
 
+def test_a_convolution_beyond_the_int16_parameter_fields_is_refused():
+    from edgetrain.backends.c.kernels.int8_params import conv_params
+    from edgetrain.backends.c.layout import CBackendError
+
+    a = _conv_attrs(np.random.default_rng(0), 2, 1, 1, 0, 1)
+    assert conv_params(None, "P", (1, 3, 8, 8), (2, 3, 1, 1), (1, 2, 8, 8), a)[-1].startswith("static const et_qconv_p P")
+    with pytest.raises(CBackendError, match="int16"):
+        conv_params(None, "P", (1, 3, 40000, 1), (2, 3, 1, 1), (1, 2, 40000, 1), a)
+
+
 @pytest.mark.parametrize("mode, kernel", [("plain", "et_qsgd_rows_i8"), ("split0", "et_qsgd_rows_i8"),
                                           ("bias", "et_qsgd_rows_i32"), ("dim0", "et_qsgd_row(")])
 def test_qsgd_update_common_rows(mode, kernel):

@@ -10,9 +10,14 @@ import numpy as np
 
 from ....ir import Value
 from ....ops.qconv import out_scales
+from ..layout import CBackendError
 
 #: C element type name of the int32 per-channel multipliers
 I32 = "int32_t"
+#: et_qconv_p's scalar fields are int16 (runtime/et_int8.h: 56 bytes of flash a layer, not 96)
+INT16_MIN, INT16_MAX = -2 ** 15, 2 ** 15 - 1
+#: the zero points and clamp bounds of et_qconv_p, in its order
+QUANT_KEYS = ("x_zero", "y_zero", "qmin", "qmax")
 
 
 # --- literals -------------------------------------------------------------------------------
@@ -78,7 +83,11 @@ def conv_params(ctx, name: str, x_shape, w_shape, y_shape, a, groups=None, out_c
     elif a.get("float_out"):
         lines.append(c_floats(ctx, name + "_os", out_scales(a)))
         q = f"0, 0, {name}_os"
-    quant = ", ".join(c_int(a.get(k, 0)) for k in ("x_zero", "y_zero", "qmin", "qmax"))
+    quant = ", ".join(c_int(a.get(k, 0)) for k in QUANT_KEYS)
+    fields = (n, c, h, w, o, cg, kh, kw, ho, wo, *s, *p, *d, g) + tuple(int(a.get(k, 0)) for k in QUANT_KEYS)
+    if any(not INT16_MIN <= int(f) <= INT16_MAX for f in fields):
+        raise CBackendError(f"{name}: a convolution's sizes and zero points must fit et_qconv_p's int16 fields, "
+                            f"got {fields}")
     lines.append(f"static const et_qconv_p {name} = {{{n}, {c}, {h}, {w}, {o}, {cg}, {kh}, {kw}, {ho}, {wo}, "
                  f"{s[0]}, {s[1]}, {p[0]}, {p[1]}, {d[0]}, {d[1]}, {g}, {quant}, {q}}};")
     return lines

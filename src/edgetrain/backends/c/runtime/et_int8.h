@@ -145,13 +145,15 @@ static inline const int8_t *et_w8_taps(const et_w8 *w, int32_t o, int32_t c, int
 }
 
 /* ---- qconv2d: geometry and quantization of one layer ----------------------------------- */
+/* The geometry and zero points as int16 (kernels/int8_params.py checks the range): 56 bytes of
+ * flash a layer instead of 96; the kernels widen them as they read them. */
 typedef struct {
-    int32_t n, c, h, w;        /* input */
-    int32_t o, cg, kh, kw;     /* weight (cg = c / groups) */
-    int32_t ho, wo;            /* output */
-    int32_t sh, sw, ph, pw, dh, dw;
-    int32_t groups;
-    int32_t x_zero, y_zero, qmin, qmax;
+    int16_t n, c, h, w;        /* input */
+    int16_t o, cg, kh, kw;     /* weight (cg = c / groups) */
+    int16_t ho, wo;            /* output */
+    int16_t sh, sw, ph, pw, dh, dw;
+    int16_t groups;
+    int16_t x_zero, y_zero, qmin, qmax;
     const int32_t *mult;         /* per output channel (int8 output) */
     const int8_t *shift;         /* per output channel: -31..30 */
     const float *out_scale;      /* per output channel (float output: x_scale * w_scale[o]) */

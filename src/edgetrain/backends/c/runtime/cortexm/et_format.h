@@ -36,14 +36,18 @@ static int et_format_u(char *out, unsigned long v)
     return n;
 }
 
-/* big[0..*len) (base 1e9, least significant first) times k (2 or 5) */
+/* big[0..*len) (base 1e9, least significant first) times k (2 or 5). A limb's product t is
+   below 5e9 + 5 < 2^33: t / 1e9 = (t >> 9) / 1953125 (1e9 = 2^9 * 1953125) in 32 bits, and the
+   remainder below 1e9 is exact modulo 2^32, so no 64-bit division (libgcc's __udivmoddi4,
+   0.7 KB of flash) is linked. */
 static void et_big_mul(uint32_t *big, int *len, uint32_t k)
 {
     uint32_t carry = 0;
     for (int i = 0; i < *len; ++i) {
-        uint64_t t = (uint64_t)big[i] * k + carry;
-        big[i] = (uint32_t)(t % ET_BIG_BASE);
-        carry = (uint32_t)(t / ET_BIG_BASE);
+        const uint64_t t = (uint64_t)big[i] * k + carry;
+        const uint32_t q = (uint32_t)(t >> 9) / (ET_BIG_BASE >> 9);
+        big[i] = (uint32_t)t - q * ET_BIG_BASE;
+        carry = q;
     }
     if (carry)
         big[(*len)++] = carry;
