@@ -22,6 +22,13 @@
 #define ET_SQRT(x) sqrt(x)
 #endif
 
+/* attributes of a graph's chunk functions (emit_graphs.py): none by default; the Cortex-M
+ * firmware optimises them for size (runtime/cortexm/Makefile): they run once per step and only
+ * call the kernels */
+#ifndef ET_GRAPH_ATTR
+#define ET_GRAPH_ATTR
+#endif
+
 /* arena guard: ET_GUARD_WORDS words of ET_GUARD_VALUE before and after the arena */
 #define ET_GUARD_VALUE 0xE7A5C0DEu
 #define ET_GUARD_WORDS 4
