@@ -54,7 +54,8 @@ def test_peak_equals_runtime_recount(model, update):
 
 def test_every_stage_verifies(model):
     prog = et.compile(model, (X,), update=et.Sparse(1, {2: 0.25}))
-    assert list(prog.stages) == ["captured", "with_loss", "backward", "pruned", "fused_bn_backward", "updates",
+    assert list(prog.stages) == ["captured", "with_loss", "backward", "pruned", "fused_bn_backward",
+                                 "fused_bn_activations", "updates",
                                  "updates_early", "fused_grad_updates", "reordered"]
     for g in prog.stages.values():
         verify(g)
