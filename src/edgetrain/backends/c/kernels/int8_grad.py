@@ -94,8 +94,8 @@ def _update(ctx, w: Value, a, grad: str, m: Value | None, rows: int, row_len: in
     lines = fscale_decls(ctx, "SC", row_scales({**a, "index": None}), layer_bases(ctx.gl.graph))
     lines += [f"static const et_qsgd_p Q = {{{ctx.c_float(a['lr'])}, {ctx.c_float(a.get('momentum', 0.0))}, "
               f"{ctx.c_float(a.get('weight_decay', 0.0))}, {c_int(a['qmin'])}, {c_int(a['qmax'])}, "
-              f"{int(a['seed']) & 0xFFFFFFFF}u, {int(a['param_id']) & 0xFFFFFFFF}u}};",
-              f"const uint32_t key = et_hash_key(Q.seed, Q.param_id, {ctx.step});"]
+              f"{int(a['seed']) & 0xFFFFFFFF}u}};",
+              f"const uint32_t key = et_hash_key(Q.seed, {int(a['param_id']) & 0xFFFFFFFF}u, {ctx.step});"]
     idx, channel = "0", "k"
     if index is None:
         flat0 = f"(uint32_t)(k * {row_len})"

@@ -9,10 +9,12 @@
 #include "et_int8.h"
 
 /* ---- qsgd_update: one row of the (selected) gradient ----------------------------------- */
+/* The optimizer's settings, the same for every parameter of a program (so the constant pool
+ * keeps one copy of each kind); the parameter's number goes into the hash key at the call. */
 typedef struct {
     float lr, momentum, weight_decay;
     int32_t qmin, qmax;
-    uint32_t seed, param_id;
+    uint32_t seed;
 } et_qsgd_p;
 
 /* floor(t) as an int32 for t < 2^31 already clamped to [qmin, qmax] (integers, so clamping
