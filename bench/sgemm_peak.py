@@ -1,5 +1,6 @@
 """This core's single-thread float32 matmul roofline: the GFLOP/s of a large sgemm through the
-BLAS the host C library links (backends/c/blas.py: scipy-openblas32), one thread.
+BLAS the host C library links (backends/c/blas.py library_blas(): MKL where the package mkl is
+installed, else scipy-openblas32), one thread; also with EDGETRAIN_BLAS=openblas.
 
     PYTHONPATH=src python bench/sgemm_peak.py [--n 2048] [--repeats 7]
 
@@ -19,22 +20,34 @@ import numpy as np
 ROW_MAJOR, NO_TRANS = 101, 111
 
 
-def _library() -> Optional[ctypes.CDLL]:
+def _library() -> Optional[tuple]:
+    """(the library, its sgemm, its set-threads function) of the BLAS the host C library links;
+    None without one."""
+    from edgetrain.backends.c import blas
+
+    b = blas.library_blas()
+    if b is not None and blas.MKL_FLAG in b.cflags:  # MKL: its single dynamic library holds both
+        libdir = next(f[2:] for f in b.ldflags if f.startswith("-L"))
+        rt = sorted(Path(libdir).glob("libmkl_rt.so*"))
+        if rt:
+            lib = ctypes.CDLL(str(rt[0]))
+            return lib, lib.cblas_sgemm, lib.MKL_Set_Num_Threads
     try:
         import scipy_openblas32 as sob
     except ImportError:
         return None
-    return ctypes.CDLL(str(Path(sob.get_lib_dir()) / f"lib{sob.get_library()}.so"))
+    lib = ctypes.CDLL(str(Path(sob.get_lib_dir()) / f"lib{sob.get_library()}.so"))
+    prefix = "scipy_" if hasattr(lib, "scipy_cblas_sgemm") else ""
+    return lib, getattr(lib, f"{prefix}cblas_sgemm"), getattr(lib, f"{prefix}openblas_set_num_threads")
 
 
 def sgemm_peak_gflops(n: int = 2048, repeats: int = 7, threads: int = 1) -> Optional[float]:
     """Median GFLOP/s of C = A B (n x n float32) on `threads` threads; None without the BLAS."""
-    lib = _library()
-    if lib is None:
+    found = _library()
+    if found is None:
         return None
-    prefix = "scipy_" if hasattr(lib, "scipy_cblas_sgemm") else ""
-    getattr(lib, f"{prefix}openblas_set_num_threads")(ctypes.c_int(threads))
-    sgemm = getattr(lib, f"{prefix}cblas_sgemm")
+    _, sgemm, set_threads = found
+    set_threads(ctypes.c_int(threads))
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
     c = np.zeros((n, n), np.float32)

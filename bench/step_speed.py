@@ -22,7 +22,7 @@ With the paper's model file (../shared/assets/tiny-training/mbv2-w0.35.pkl), als
 without momentum) in C against the reference runtime. The C library is built with the
 backend's default flags (explicit FMA in the float GEMM / convolution kernels), or without
 FMA (--no-fma). Convolutions and dense layers run on the host's BLAS (backends/c/blas.py,
-scipy-openblas32) where installed: --kernels portable builds the dependency-free kernels instead,
+MKL or scipy-openblas32) where installed: --kernels portable builds the dependency-free kernels instead,
 --kernels both builds the two libraries and times them side by side (`c` and `c_portable`).
 --threads N runs the BLAS on N threads (EDGETRAIN_BLAS_THREADS=N, read by the library at its
 first GEMM) and PyTorch on N threads; the default is one. Each row gives the convolution and
