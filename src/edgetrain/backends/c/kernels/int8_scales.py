@@ -27,6 +27,7 @@ stack once per call (et_qconv_grad_input_fs).
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Optional
 
@@ -80,10 +81,26 @@ def _requant_base(a) -> Optional[Base]:
     return Base(b.astype(np.float32), mult=tuple(int(m) for m in a["mult"]), shift=tuple(int(x) for x in a["shift"]))
 
 
+#: layer_bases of the graphs being emitted: id -> (a weak reference to the graph, its bases)
+_BASES: dict = {}
+
+
 def layer_bases(graph) -> list[Base]:
     """The bases a factor table of `graph` may be fitted to, each once, in node order: every
     layer's requantization multipliers (forward convolutions, the fused pointwise+depthwise and
-    row-streamed forms), then every layer's float32 weight scales."""
+    row-streamed forms), then every layer's float32 weight scales. Kept while the graph lives
+    (every kernel of a program asks for them)."""
+    got = _BASES.get(id(graph))
+    if got is not None and got[0]() is graph:
+        return got[1]
+    for key in [k for k, (ref, _) in _BASES.items() if ref() is None]:
+        del _BASES[key]
+    bases = _layer_bases(graph)
+    _BASES[id(graph)] = (weakref.ref(graph), bases)
+    return bases
+
+
+def _layer_bases(graph) -> list[Base]:
     layers = []
     for n in graph.nodes:
         if n.op == "qconv2d_pw_dw":

@@ -75,7 +75,7 @@ static inline float et_rintf_(float x) {
  * value[c] = the float32 k * b[c] (inv_sq 0) or k / (b[c] * b[c]) (inv_sq 1), its bit pattern
  * moved by fix[c], a signed field of fix_bits (2, 4 or 8; 0: no fix) bits packed from the lowest
  * bit of fix[0] up; b[c] = base[c], or, with base 0, the layer's requantization multiplier
- * (float)mult[c] * 2^shift[c] (exact). The compiler checked, channel by channel, that this is
+ * (float)mult[c] (rounded to nearest) times 2^shift[c] (exact). The compiler checked, channel by channel, that this is
  * the table's value exactly, so a layer's gradient and update factors take a quarter byte to a
  * byte a channel beside the forward's multipliers instead of four. A table kept whole is
  * {table, 0, 0, 0, 1.0f, 0, 0}. */
