@@ -229,6 +229,34 @@ def test_conv_gradients(case):
     check(build, feeds, state)
 
 
+@pytest.mark.parametrize("groups", [1, 6])
+def test_the_backward_of_a_layer_reuses_its_forward_parameter_struct(groups):
+    """The input and weight gradients of a layer whose forward is in the graph declare the
+    forward's et_qconv_p (the same literal, kept once by the constant pool), and compute the
+    reference's values with it."""
+    from edgetrain.ops.qconv import out_scales
+
+    rng = np.random.default_rng(12)
+    c = o = 6
+    a = _conv_attrs(rng, o, 3, 1, 1, groups)
+    feeds = {"x": _i8(rng, (1, c, 6, 6)), "b": rng.integers(-50, 50, o).astype(np.int32),
+             "g": _f32(rng, (1, o, 6, 6))}
+    w = _i8(rng, (o, c // groups, 3, 3))
+    geo = dict(stride=a["stride"], padding=a["padding"], dilation=a["dilation"], groups=groups)
+
+    def build(e, v):
+        y = e.emit("qconv2d", v["x"], v["w"], v["b"], **a)
+        op = "qconv2d_dw_grad_input" if groups == c else "qconv2d_grad_input"
+        gx = e.emit_multi(op, v["g"], v["w"], input_shape=(1, c, 6, 6), w_scales=a["w_scales"], **geo)[0]
+        gw = e.emit("qconv2d_grad_weight", v["x"], v["g"], weight_shape=w.shape,
+                    scales=tuple(float(s) for s in out_scales(a)), x_zero=a["x_zero"], **geo)
+        return [y, gx, gw]
+    src = emit_source(graph_of(build, {**feeds, "w": w}), {"w": w}, {})[0]
+    structs = [ln.strip() for ln in src.splitlines() if "static const et_qconv_p" in ln]
+    assert len(structs) == 3 and len(set(structs)) == 1, structs
+    check(build, feeds, {"w": w})
+
+
 def _update_attrs(rng, rows, index=None, dim=0, momentum=0.0, wd=0.0, qmin=-128, qmax=127, lr=0.5):
     return dict(lr=lr, momentum=momentum, weight_decay=wd, dim=dim, index=index, seed=11, param_id=3,
                 scale=tuple(float(v) for v in rng.uniform(0.5, 4.0, rows)), qmin=qmin, qmax=qmax)

@@ -8,19 +8,44 @@ from __future__ import annotations
 
 from ....ir import Node, Value
 from ....ops.qgradupdate import split_attrs as split_grad_update
+from ....ops.qconv import out_scales
 from ....ops.qoptim import row_scales
 from ..layout import C_TYPES, CBackendError
 from .int8_params import block, c_int, c_ints, conv_params, numel, weight_decl
-from .int8_scales import fscale_decls, layer_bases
+from .int8_scales import forward_layers, fscale_decls, layer_bases
 from .registry import register
 
 
 # --- backward -------------------------------------------------------------------------------
+#: the attributes that fix a convolution's geometry
+GEOMETRY = ("stride", "padding", "dilation", "groups")
+
+
+def _layer_params(ctx, name: str, x_shape, w_shape, y_shape, a, same) -> list[str]:
+    """conv_params of a backward node (attributes `a`) with the attributes of its forward layer
+    (the first of the graph with its geometry for which same(layer) holds), so that its
+    et_qconv_p is the forward's own, kept once by the constant pool; the backward kernels read
+    its geometry and x_zero only. Without such a layer, of `a`."""
+    for layer in forward_layers(ctx.gl.graph):
+        if all(_norm(layer.get(k)) == _norm(a.get(k)) for k in GEOMETRY) and same(layer):
+            return conv_params(ctx, name, x_shape, w_shape, y_shape, layer)
+    return conv_params(ctx, name, x_shape, w_shape, y_shape, a)
+
+
+def _norm(v):
+    return tuple(int(x) for x in v) if isinstance(v, (tuple, list)) else v
+
+
+def _same_scales(a):
+    """same() of an input gradient: the layer of these weight scales."""
+    return lambda layer: tuple(layer["w_scales"]) == tuple(a["w_scales"])
+
+
 @register("qconv2d_grad_input", split_aware=True)
 def qconv2d_grad_input(node: Node, ctx) -> str:
     g, w = node.inputs
     a = node.attrs
-    lines = (conv_params(ctx, "P", a["input_shape"], w.shape, g.shape, a) + weight_decl(ctx, w, "W")
+    lines = (_layer_params(ctx, "P", a["input_shape"], w.shape, g.shape, a, _same_scales(a)) + weight_decl(ctx, w, "W")
              + fscale_decls(ctx, "WS", a["w_scales"], layer_bases(ctx.gl.graph))
              + [f"et_qconv_grad_input_fs(&P, {ctx.ptr(g)}, &W, &WS, {ctx.ptr(node.outputs[0])});"])
     return block(lines)
@@ -31,15 +56,19 @@ def qconv2d_dw_grad_input(node: Node, ctx) -> str:
     g, w = node.inputs
     gx, plane = node.outputs
     a = node.attrs
-    lines = (conv_params(ctx, "P", a["input_shape"], w.shape, g.shape, a) + weight_decl(ctx, w, "W")
+    lines = (_layer_params(ctx, "P", a["input_shape"], w.shape, g.shape, a, _same_scales(a)) + weight_decl(ctx, w, "W")
              + fscale_decls(ctx, "WS", a["w_scales"], layer_bases(ctx.gl.graph))
              + [f"et_qconv_dw_grad_input_fs(&P, {ctx.ptr(g)}, &W, &WS, {ctx.ptr(gx)}, {ctx.ptr(plane)});"])
     return block(lines)
 
 
 def _grad_weight_params(ctx, name, x, g, a) -> list[str]:
-    """The layer's et_qconv_p `name` and its gradient scales `name`_sc (an et_fscale)."""
-    return (conv_params(ctx, name, x.shape, a["weight_shape"], g.shape, a)
+    """The layer's et_qconv_p `name` (its forward's: the same x_zero and gradient scales) and
+    its gradient scales `name`_sc (an et_fscale)."""
+    def same(layer):
+        return (int(layer.get("x_zero", 0)) == int(a["x_zero"])
+                and tuple(float(v) for v in out_scales(layer)) == tuple(a["scales"]))
+    return (_layer_params(ctx, name, x.shape, a["weight_shape"], g.shape, a, same)
             + fscale_decls(ctx, name + "_sc", a["scales"], layer_bases(ctx.gl.graph)))
 
 

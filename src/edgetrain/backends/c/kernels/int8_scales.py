@@ -81,34 +81,46 @@ def _requant_base(a) -> Optional[Base]:
     return Base(b.astype(np.float32), mult=tuple(int(m) for m in a["mult"]), shift=tuple(int(x) for x in a["shift"]))
 
 
-#: layer_bases of the graphs being emitted: id -> (a weak reference to the graph, its bases)
-_BASES: dict = {}
+#: what the kernels of a graph being emitted ask for: id -> (a weak reference to it, its
+#: forward layers' attributes, their bases)
+_LAYERS: dict = {}
 
 
-def layer_bases(graph) -> list[Base]:
-    """The bases a factor table of `graph` may be fitted to, each once, in node order: every
-    layer's requantization multipliers (forward convolutions, the fused pointwise+depthwise and
-    row-streamed forms), then every layer's float32 weight scales. Kept while the graph lives
-    (every kernel of a program asks for them)."""
-    got = _BASES.get(id(graph))
+def _of_graph(graph) -> tuple[list, list]:
+    """(forward layers, bases) of `graph`, kept while the graph lives (every kernel of a
+    program asks for them)."""
+    got = _LAYERS.get(id(graph))
     if got is not None and got[0]() is graph:
-        return got[1]
-    for key in [k for k, (ref, _) in _BASES.items() if ref() is None]:
-        del _BASES[key]
-    bases = _layer_bases(graph)
-    _BASES[id(graph)] = (weakref.ref(graph), bases)
-    return bases
-
-
-def _layer_bases(graph) -> list[Base]:
+        return got[1], got[2]
+    for key in [k for k, (ref, _, _) in _LAYERS.items() if ref() is None]:
+        del _LAYERS[key]
     layers = []
     for n in graph.nodes:
         if n.op == "qconv2d_pw_dw":
             layers += split_pw_dw(n.attrs)
         elif n.op == "qstream":
-            layers += [b.attrs for b in n.attrs["body"].nodes]
-        elif "w_scales" in n.attrs:
-            layers.append(n.attrs)
+            layers += [b.attrs for b in n.attrs["body"].nodes if b.op == "qconv2d"]
+        elif n.op == "qconv2d":
+            layers.append(dict(n.attrs))
+    bases = _layer_bases(layers + [dict(n.attrs) for n in graph.nodes if "w_scales" in n.attrs])
+    _LAYERS[id(graph)] = (weakref.ref(graph), layers, bases)
+    return layers, bases
+
+
+def forward_layers(graph) -> list[dict]:
+    """The attributes of every int8 convolution of `graph`'s forward (qconv2d, the fused
+    pointwise+depthwise and row-streamed forms), in node order."""
+    return _of_graph(graph)[0]
+
+
+def layer_bases(graph) -> list[Base]:
+    """The bases a factor table of `graph` may be fitted to, each once, in node order: every
+    layer's requantization multipliers (forward convolutions, the fused pointwise+depthwise and
+    row-streamed forms), then every layer's float32 weight scales (input gradients too)."""
+    return _of_graph(graph)[1]
+
+
+def _layer_bases(layers) -> list[Base]:
     requant, scales, seen = [], [], set()
     for a in (a for a in layers if "w_scales" in a):
         base = _requant_base(a)
