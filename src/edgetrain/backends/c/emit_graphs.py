@@ -170,7 +170,8 @@ def graph_function(layout: Layout, key: str, gather_bufs: list, abort_points: bo
     out, calls = [], []
     for j in range(0, len(blocks), CHUNK_NODES):
         name = f"et_run_{key}_{j // CHUNK_NODES}"
-        out += [f"static ET_NOINLINE void {name}(void) {{", *(ln for b in blocks[j:j + CHUNK_NODES] for ln in b), "}"]
+        out += [f"static ET_NOINLINE ET_GRAPH_ATTR void {name}(void) {{",
+                *(ln for b in blocks[j:j + CHUNK_NODES] for ln in b), "}"]
         calls.append(f"  {name}();")
     return "\n".join(out + [f"static void et_run_{key}(void) {{", *calls, "}"])
 
