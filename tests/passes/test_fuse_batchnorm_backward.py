@@ -14,13 +14,14 @@ import torch
 from torch import nn
 
 import edgetrain as et
-from edgetrain.backends.reference import run_graph
 from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.memory.liveness import inplace_merges, lifetimes
 from edgetrain.ops import Emitter, verify
 from edgetrain.ops.bnfused import BN_BACKWARD_OP
 from edgetrain.passes.fuse_batchnorm_backward import fuse_batchnorm_backward
 from edgetrain.passes.loss import LABEL
+
+from .graph_values import graph_values, same_outputs
 
 N, C, H = 2, 3, 4
 EPS = 1e-5
@@ -50,27 +51,6 @@ def _model():
     return m.eval()
 
 
-def _values(g: Graph, fixed: dict, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for v in g.inputs:
-        if v.name in fixed:
-            out[v.name] = np.array(fixed[v.name], copy=True)
-        elif v.name.startswith("var"):
-            out[v.name] = (np.abs(rng.standard_normal(v.shape)) + 0.5).astype(v.dtype)
-        else:
-            out[v.name] = rng.standard_normal(v.shape).astype(v.dtype)
-    return out
-
-
-def _same_outputs(a: Graph, b: Graph, feeds: dict) -> None:
-    got_a = run_graph(a, {k: v.copy() for k, v in feeds.items()})[0]
-    got_b = run_graph(b, {k: v.copy() for k, v in feeds.items()})[0]
-    assert got_a.keys() == got_b.keys()
-    for k in got_a:
-        assert np.array_equal(got_a[k], got_b[k]), k
-
-
 def _fused(g: Graph) -> list:
     return [n for n in g.nodes if n.op == BN_BACKWARD_OP]
 
@@ -91,8 +71,8 @@ def test_conv_bn_act_model_fuses_every_batch_norm_with_its_mask(prog):
     left = {n.op for n in fused.nodes}
     assert not left & {"batch_norm_grad_input", "batch_norm_grad_weight", "relu_grad", "clamp_grad"}
     assert len(fused.nodes) == len(pruned.nodes) - 3 * len(nodes)  # four nodes each became one
-    feeds = _values(pruned, {**p.state, p.graph_inputs[0]: x, LABEL: np.array([1, 4])})
-    _same_outputs(pruned, fused, feeds)
+    feeds = graph_values(pruned, {**p.state, p.graph_inputs[0]: x, LABEL: np.array([1, 4])})
+    same_outputs(pruned, fused, feeds)
 
 
 def test_compile_stages_the_fusion_and_trains_with_it(prog):
@@ -147,7 +127,7 @@ def test_group_with_its_mask_is_one_node(mask, weight, bias):
     (node,) = _fused(f)
     assert len(f.nodes) == 1 and node.attrs["mask"] == mask
     assert (node.attrs["grad_weight"], node.attrs["grad_bias"]) == (weight, bias)
-    _same_outputs(g, f, _values(g, {}))
+    same_outputs(g, f, graph_values(g, {}))
 
 
 @pytest.mark.parametrize("case", ["extra_reader", "grad_output"])
@@ -156,7 +136,7 @@ def test_mask_read_elsewhere_stays_its_own_node(case):
     f = verify(fuse_batchnorm_backward(g))
     (node,) = _fused(f)
     assert node.attrs["mask"] == "" and [n.op for n in f.nodes].count("relu_grad") == 1
-    _same_outputs(g, f, _values(g, {}))
+    same_outputs(g, f, graph_values(g, {}))
 
 
 def test_two_batch_norms_reading_one_gradient_are_fused_each():
@@ -171,7 +151,7 @@ def test_two_batch_norms_reading_one_gradient_are_fused_each():
     gr = verify(Graph((g, x1, x2, *stats), tuple(e.nodes), tuple(outs), tuple(f"o{i}" for i in range(6))))
     f = verify(fuse_batchnorm_backward(gr))
     assert [n.op for n in f.nodes] == [BN_BACKWARD_OP] * 2
-    _same_outputs(gr, f, _values(gr, {}))
+    same_outputs(gr, f, graph_values(gr, {}))
 
 
 @pytest.mark.parametrize("why", ["frozen", "late_operand", "update_between"])
@@ -188,7 +168,7 @@ def test_weight_gradient_of_another_eps_is_not_taken():
     (node,) = _fused(f)
     assert not node.attrs["grad_weight"] and node.attrs["grad_bias"] and node.attrs["mask"] == ""
     assert [n.op for n in f.nodes].count("batch_norm_grad_weight") == 1
-    _same_outputs(g, f, _values(g, {}))
+    same_outputs(g, f, graph_values(g, {}))
 
 
 def test_input_gradient_is_planned_over_the_incoming_gradient():

@@ -15,13 +15,14 @@ from torch import nn
 
 import edgetrain as et
 from edgetrain.backends.c.host import to_c_program
-from edgetrain.backends.reference import run_graph
 from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.ops import Emitter, verify
 from edgetrain.ops.bnact import BN_ACT_OP
 from edgetrain.ops.bnfused import BN_BACKWARD_OP
 from edgetrain.passes.fuse_bn_activation import fuse_bn_activation
 from edgetrain.passes.loss import LABEL
+
+from .graph_values import graph_values, same_outputs
 
 N, C, H = 2, 3, 4
 EPS = 1e-5
@@ -56,25 +57,8 @@ def _model():
     return m.eval()
 
 
-def _values(g: Graph, fixed: dict, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for v in g.inputs:
-        if v.name in fixed:
-            out[v.name] = np.array(fixed[v.name], copy=True)
-        elif v.name.startswith("var"):
-            out[v.name] = (np.abs(rng.standard_normal(v.shape)) + 0.5).astype(v.dtype)
-        else:
-            out[v.name] = (4 * rng.standard_normal(v.shape)).astype(v.dtype)  # past ReLU6's top too
-    return out
-
-
-def _same_outputs(a: Graph, b: Graph, feeds: dict) -> None:
-    got_a = run_graph(a, {k: v.copy() for k, v in feeds.items()})[0]
-    got_b = run_graph(b, {k: v.copy() for k, v in feeds.items()})[0]
-    assert got_a.keys() == got_b.keys()
-    for k in got_a:
-        assert np.array_equal(got_a[k], got_b[k]), k
+def _feeds(g: Graph, fixed: dict) -> dict:
+    return graph_values(g, fixed, spread=4.0)  # past ReLU6's top too
 
 
 def _fused(g: Graph) -> list:
@@ -99,8 +83,8 @@ def test_model_fuses_every_chain_and_computes_the_same(prog):
     (clamp,) = [n for n in nodes if n.attrs["act"] == "clamp"]
     masks = [n for n in after.nodes if n.op == BN_BACKWARD_OP and n.attrs["mask"] == "clamp_grad"]
     assert len(masks) == 1 and clamp.out in masks[0].inputs  # the mask reads the fused output
-    feeds = _values(before, {**p.state, p.graph_inputs[0]: x, LABEL: np.array([1, 4])})
-    _same_outputs(before, after, feeds)
+    feeds = _feeds(before, {**p.state, p.graph_inputs[0]: x, LABEL: np.array([1, 4])})
+    same_outputs(before, after, feeds)
 
 
 def test_compile_stages_the_fusion_and_c_trains_like_the_reference(prog):
@@ -162,14 +146,14 @@ def test_chain_is_one_node_and_masks_read_its_output(act, mask, residual):
     for m in f.nodes:
         if m.op in ("clamp_grad", BN_BACKWARD_OP):
             assert node.out in m.inputs
-    _same_outputs(g, f, _values(g, {}))
+    same_outputs(g, f, _feeds(g, {}))
 
 
 def test_add_of_two_batch_norms_is_fused_once():
     g = bn_act("relu", residual=True, mask="", two_bns=True)
     f = verify(fuse_bn_activation(g))
     assert [n.op for n in f.nodes].count(BN_ACT_OP) == 1 and [n.op for n in f.nodes].count("batch_norm") == 1
-    _same_outputs(g, f, _values(g, {}))
+    same_outputs(g, f, _feeds(g, {}))
 
 
 @pytest.mark.parametrize("why", ["extra_reader", "y_output", "other_bounds", "empty_clamp", "update_between",
