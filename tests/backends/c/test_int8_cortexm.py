@@ -287,7 +287,7 @@ def _firmware_cases(d: Path):
     parts.append("static void run_all(void) {\n" + "\n".join(f"    run{i}();" for i in range(len(want))) + "\n}")
     parts.append(MODEL_TAIL)
     shutil.copy(FIXTURE / "model.h", d / "model.h")
-    for header in ("et_int8.h", "et_int8_dsp.h", "et_int8_gemm.h", "et_int8_dw.h"):
+    for header in ("et_int8.h", "et_int8_scales.h", "et_int8_pool.h", "et_int8_dsp.h", "et_int8_gemm.h", "et_int8_dw.h"):
         shutil.copy(RUNTIME / header, d / header)
     (d / "model.c").write_text("\n".join(parts))
     return want

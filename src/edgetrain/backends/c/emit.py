@@ -17,14 +17,15 @@ from .layout import GRAPHS, CBackendError, Layout, build_layout
 from .step_guard import checked_step, double_buffer_decls, double_for, guard_declarations, node_hooks, slots_for
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
-#: runtime headers every program includes (et_int8.h: the int8 forward, et_int8_dsp.h,
+#: runtime headers every program includes (et_int8.h: the int8 forward, with et_int8_scales.h
+#: (the backward's per-channel factors) and et_int8_pool.h (pooling, concatenation), et_int8_dsp.h,
 #: et_int8_gemm.h and et_int8_dw.h: its Cortex-M DSP kernels, et_int8_grad.h: its backward,
 #: et_int8_update.h: its integer SGD;
-#: et_float_nn.h: activations, softmax, layer norm, pooling, embedding;
+#: et_float_nn.h: activations, softmax, layer norm, pooling, embedding; et_float_bn.h: batch norm;
 #: et_float_gemm.h: convolutions and dense layers through the host's BLAS or the portable kernels;
 #: et_float_fused.h: float weight gradients fused with their update)
 RUNTIME_HEADERS = ("et_common.h", "et_float.h", "et_float_blas.h", "et_float_gemm.h", "et_float_nn.h",
-                   "et_float_bn.h", "et_int8.h",
+                   "et_float_bn.h", "et_int8.h", "et_int8_scales.h", "et_int8_pool.h",
                    "et_int8_dsp.h", "et_int8_gemm.h", "et_int8_dw.h", "et_int8_grad.h", "et_int8_update.h",
                    "et_float_shape.h", "et_float_fused.h")
 #: the storage API of page_in / page_out, included by programs that page
