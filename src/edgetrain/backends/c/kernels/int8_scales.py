@@ -14,7 +14,7 @@ fix_bits}: b[c] is the layer's float32 mult[c] * 2^shift[c] (exact: a power-of-t
 mult rounded to float32), or, for a layer without them (a float-output classifier), its weight
 scales base[c]; v[c] is the float32 k * b[c] (or k / (b[c] * b[c])) moved by fix[c] units in
 the last place, a signed field of 2, 4 or 8 bits (the fewest that hold the table's fixes;
-mostly -1, 0 or 1), packed. The C (`et_fscale_at`, et_int8.h) computes the same float32
+mostly -1, 0 or 1), packed. The C (`et_fscale_at`, et_int8_scales.h) computes the same float32
 operations and adds fix[c] to the bit pattern: the result is v[c]'s bits, checked here, channel
 by channel, by computing it exactly as C does (numpy float32 arithmetic and int32 -> float32
 conversion round to nearest as the C builds do: -ffp-contract=off, no fast-math). The mult and
