@@ -22,8 +22,8 @@ shift tables are the forward's own (conv_params' literals: backends/c/constpool.
 copy). A table no fit reproduces (a difference beyond int8, a zero, negative or subnormal
 value) is stored whole: {table, 0, 0, 0, 1.0f, 0, 0}, read as 1.0f * v[c] = v[c]. A quarter
 byte a channel instead of four; the cost is a conversion and a multiply or two (and a divide
-for the squares) per channel and call, and the input gradient's scales are written to the
-stack once per call (et_qconv_grad_input_fs).
+for the squares) per channel and call (the 1x1 input gradient computes its scales once per
+block of 64 output channels and image: et_qconv_grad_input_1x1).
 """
 from __future__ import annotations
 

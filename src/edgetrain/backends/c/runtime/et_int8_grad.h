@@ -15,23 +15,24 @@
  * from 0 (the reference's (o, i, j) order with one tap). Blocks of ET_GI_CB input channels x
  * ET_GI_PB pixels keep their sums in FPU registers across o: per o, ET_GI_CB weights and
  * ET_GI_PB gradients feed ET_GI_CB * ET_GI_PB multiplies and adds (separate, as the reference:
- * no fused multiply-add). The weights, widened to float and scaled once per (o, c) and call,
- * are held for ET_GI_OCHUNK output channels at a time (1 KB of stack); between chunks the
- * partial sums wait in gx (stored and reloaded exactly). */
+ * no fused multiply-add). The weight scales of ET_GI_OCHUNK output channels (et_fscale_at) are
+ * computed once per chunk and image; the weights, widened to float and scaled once per (o, c)
+ * and image, are held for the chunk (1.25 KB of stack with the scales); between chunks the
+ * partial sums wait in gx (stored and reloaded exactly), so every sum still runs in ascending o. */
 #define ET_GI_CB 4
 #define ET_GI_PB 4
 #define ET_GI_OCHUNK 64
 
-/* wf[t * ET_GI_CB + k] = (float)w[o0 + t, c + k] * w_scale[o0 + t] for t < no, k < nc; 0 for k >= nc
+/* wf[t * ET_GI_CB + k] = (float)w[o0 + t, c + k] * ws[t] for t < no, k < nc; 0 for k >= nc
  * (read from a zero byte). Unless the weight is split by output channel, column c + k is one
  * pointer and stride, so each output channel costs one scale load and four widenings. */
 static const int8_t et_gi_zero = 0;
 static inline void et_gi_widen(const et_w8 *w, int32_t o0, int32_t no, int32_t c, int32_t nc, int32_t cg,
-                               const float *w_scale, float *ET_RESTRICT wf) {
+                               const float *ws, float *ET_RESTRICT wf) {
     if (w->map && w->dim == 0) { /* split by output channel: row o is whole in one array */
         for (int32_t t = 0; t < no; t++) {
             const int8_t *row = et_w8_taps(w, o0 + t, c, cg, 1);
-            const float s = w_scale[o0 + t];
+            const float s = ws[t];
             for (int32_t k = 0; k < ET_GI_CB; k++) wf[t * ET_GI_CB + k] = k < nc ? (float)row[k] * s : 0.0f;
         }
         return;
@@ -44,7 +45,7 @@ static inline void et_gi_widen(const et_w8 *w, int32_t o0, int32_t no, int32_t c
     }
     const int8_t *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3];
     for (int32_t t = 0; t < no; t++, wf += ET_GI_CB, p0 += st[0], p1 += st[1], p2 += st[2], p3 += st[3]) {
-        const float s = w_scale[o0 + t];
+        const float s = ws[t];
         wf[0] = (float)*p0 * s;
         wf[1] = (float)*p1 * s;
         wf[2] = (float)*p2 * s;
@@ -116,23 +117,24 @@ static inline void et_gi_block4x1(const float *ET_RESTRICT wf, const float *g, i
 }
 
 static inline void et_qconv_grad_input_1x1(const et_qconv_p *P, const float *g, const et_w8 *w,
-                                           const float *w_scale, float *ET_RESTRICT gx) {
+                                           const et_fscale *S, float *ET_RESTRICT gx) {
     const int32_t opg = P->o / P->groups, hw = P->h * P->w, howo = P->ho * P->wo;
     /* stride 1 and the same size: g's pixels map one to one onto gx's, as one flat row */
     const int flat = P->sh == 1 && P->sw == 1 && P->ho == P->h && P->wo == P->w;
     const int32_t rows = flat ? 1 : P->ho, cols = flat ? howo : P->wo;
-    float wf[ET_GI_OCHUNK * ET_GI_CB];
+    float wf[ET_GI_OCHUNK * ET_GI_CB], ws[ET_GI_OCHUNK];
     if (!flat) memset(gx, 0, sizeof(float) * (size_t)(P->n * P->c * hw)); /* the pixels no tap reaches */
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t grp = 0; grp < P->groups; grp++)
-            for (int32_t c = 0; c < P->cg; c += ET_GI_CB) {
-                const int32_t nc = P->cg - c < ET_GI_CB ? P->cg - c : ET_GI_CB;
-                float *gxc = gx + (n * P->c + grp * P->cg + c) * hw;
-                for (int32_t o0 = grp * opg; o0 < (grp + 1) * opg; o0 += ET_GI_OCHUNK) {
-                    const int32_t no = (grp + 1) * opg - o0 < ET_GI_OCHUNK ? (grp + 1) * opg - o0 : ET_GI_OCHUNK;
-                    const int first = o0 == grp * opg;
-                    et_gi_widen(w, o0, no, c, nc, P->cg, w_scale, wf);
-                    const float *go = g + (n * P->o + o0) * howo;
+            for (int32_t o0 = grp * opg; o0 < (grp + 1) * opg; o0 += ET_GI_OCHUNK) {
+                const int32_t no = (grp + 1) * opg - o0 < ET_GI_OCHUNK ? (grp + 1) * opg - o0 : ET_GI_OCHUNK;
+                const int first = o0 == grp * opg;
+                for (int32_t t = 0; t < no; t++) ws[t] = et_fscale_at(S, o0 + t);
+                const float *go = g + (n * P->o + o0) * howo;
+                for (int32_t c = 0; c < P->cg; c += ET_GI_CB) {
+                    const int32_t nc = P->cg - c < ET_GI_CB ? P->cg - c : ET_GI_CB;
+                    float *gxc = gx + (n * P->c + grp * P->cg + c) * hw;
+                    et_gi_widen(w, o0, no, c, nc, P->cg, ws, wf);
                     for (int32_t r = 0; r < rows; r++) {
                         const float *gr = go + r * cols;
                         float *xr = gxc + r * P->sh * P->w;
@@ -148,11 +150,13 @@ static inline void et_qconv_grad_input_1x1(const et_qconv_p *P, const float *g, 
 /* qconv2d_grad_input: gx = conv-transpose(g, w * w_scale[o]); each gx element adds its
  * contributions in (o, i, j) order starting from 0 (ops/qconv.py: _grad_input_ref). 1x1
  * kernels without padding (every dense layer of the paper's models) take the register-blocked
- * gather above; the others scatter each (o, i, j) tap's products over gx in turn. */
-static inline void et_qconv_grad_input(const et_qconv_p *P, const float *g, const et_w8 *w, const float *w_scale,
-                                       float *ET_RESTRICT gx) {
+ * gather above; the others scatter each (o, i, j) tap's products over gx in turn. S: the weight
+ * scales per output channel (kernels/int8_scales.py). Out of line: one copy for every layer. */
+__attribute__((noinline, unused)) static void et_qconv_grad_input_fs(const et_qconv_p *P, const float *g,
+                                                                     const et_w8 *w, const et_fscale *S,
+                                                                     float *ET_RESTRICT gx) {
     if (P->kh == 1 && P->kw == 1 && P->ph == 0 && P->pw == 0) {
-        et_qconv_grad_input_1x1(P, g, w, w_scale, gx);
+        et_qconv_grad_input_1x1(P, g, w, S, gx);
         return;
     }
     const int32_t opg = P->o / P->groups, khkw = P->kh * P->kw, hw = P->h * P->w, howo = P->ho * P->wo;
@@ -161,12 +165,13 @@ static inline void et_qconv_grad_input(const et_qconv_p *P, const float *g, cons
         for (int32_t o = 0; o < P->o; o++) {
             const int32_t c0 = (o / opg) * P->cg;
             const float *go = g + (n * P->o + o) * howo;
+            const float so = et_fscale_at(S, o);
             for (int32_t i = 0; i < P->kh; i++)
                 for (int32_t j = 0; j < P->kw; j++) {
                     int32_t lo, hi;
                     et_col_range(P, j, &lo, &hi);
                     for (int32_t c = 0; c < P->cg; c++) {
-                        const float wr = (float)et_w8_taps(w, o, c, P->cg, khkw)[i * P->kw + j] * w_scale[o];
+                        const float wr = (float)et_w8_taps(w, o, c, P->cg, khkw)[i * P->kw + j] * so;
                         float *gxc = gx + (n * P->c + c0 + c) * hw + j * P->dw - P->pw;
                         for (int32_t ho = 0; ho < P->ho; ho++) {
                             const int32_t h = ho * P->sh - P->ph + i * P->dh;
@@ -186,16 +191,17 @@ static inline void et_qconv_grad_input(const et_qconv_p *P, const float *g, cons
 /* qconv2d_dw_grad_input by scattering each tap's products over the plane in (i, j) order (a
  * plane too large for et_qconv_dw_grad_input's padded copy) */
 static inline void et_qconv_dw_grad_input_scatter(const et_qconv_p *P, const float *g, const et_w8 *w,
-                                                  const float *w_scale, float *gx, float *ET_RESTRICT plane) {
+                                                  const et_fscale *S, float *gx, float *ET_RESTRICT plane) {
     const int32_t khkw = P->kh * P->kw, hw = P->h * P->w, howo = P->ho * P->wo;
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t c = 0; c < P->c; c++) {
             const float *gc = g + (n * P->c + c) * howo;
             const int8_t *taps = et_w8_taps(w, c, 0, 1, khkw);
+            const float sc = et_fscale_at(S, c);
             for (int32_t t = 0; t < hw; t++) plane[t] = 0.0f;
             for (int32_t i = 0; i < P->kh; i++)
                 for (int32_t j = 0; j < P->kw; j++) {
-                    const float wr = (float)taps[i * P->kw + j] * w_scale[c];
+                    const float wr = (float)taps[i * P->kw + j] * sc;
                     int32_t lo, hi;
                     et_col_range(P, j, &lo, &hi);
                     for (int32_t ho = 0; ho < P->ho; ho++) {
@@ -318,11 +324,12 @@ static inline void et_dwg_plane4(const et_qconv_p *P, const et_dwg_taps *T, cons
  * through interleaved stack copies of their taps and gradient planes (up to ET_DWG_PIX
  * pixels), read before any of their gx is written; the rest one at a time through `plane`. */
 #define ET_DWG_PIX 64
-static inline void et_qconv_dw_grad_input(const et_qconv_p *P, const float *g, const et_w8 *w, const float *w_scale,
-                                          float *gx, float *ET_RESTRICT plane) {
+__attribute__((noinline, unused)) static void et_qconv_dw_grad_input_fs(const et_qconv_p *P, const float *g,
+                                                                        const et_w8 *w, const et_fscale *S,
+                                                                        float *gx, float *ET_RESTRICT plane) {
     const int32_t khkw = P->kh * P->kw, hw = P->h * P->w, howo = P->ho * P->wo;
     if (P->h > ET_DWG_MAX || P->w > ET_DWG_MAX || khkw > ET_DWG_TAPS || P->ho > 127 || P->wo > 127) {
-        et_qconv_dw_grad_input_scatter(P, g, w, w_scale, gx, plane);
+        et_qconv_dw_grad_input_scatter(P, g, w, S, gx, plane);
         return;
     }
     et_dwg_taps T;
@@ -336,38 +343,22 @@ static inline void et_qconv_dw_grad_input(const et_qconv_p *P, const float *g, c
             if (four && P->c - c >= 4) {
                 for (int32_t k = 0; k < 4; k++) {
                     const int8_t *taps = et_w8_taps(w, c + k, 0, 1, khkw);
-                    for (int32_t t = 0; t < khkw; t++) wf[t * 4 + k] = (float)taps[t] * w_scale[c + k];
+                    const float sc = et_fscale_at(S, c + k);
+                    for (int32_t t = 0; t < khkw; t++) wf[t * 4 + k] = (float)taps[t] * sc;
                     for (int32_t q = 0; q < howo; q++) gi[q * 4 + k] = gc[k * howo + q];
                 }
                 et_dwg_plane4(P, &T, wf, gi, gxc, gxc + hw, gxc + 2 * hw, gxc + 3 * hw);
                 c += 4;
             } else {
                 const int8_t *taps = et_w8_taps(w, c, 0, 1, khkw);
-                for (int32_t t = 0; t < khkw; t++) wf[t] = (float)taps[t] * w_scale[c];
+                const float sc = et_fscale_at(S, c);
+                for (int32_t t = 0; t < khkw; t++) wf[t] = (float)taps[t] * sc;
                 et_dwg_plane1(P, &T, wf, gc, plane);
                 memcpy(gxc, plane, sizeof(float) * (size_t)hw);
                 c += 1;
             }
         }
     memcpy(plane, gx + (P->n * P->c - 1) * hw, sizeof(float) * (size_t)hw);
-}
-
-/* The input gradients with their weight scales as an et_fscale (kernels/int8_scales.py): the
- * O scales written to the stack once per call, then the kernel above. */
-__attribute__((noinline, unused)) static void et_qconv_grad_input_fs(const et_qconv_p *P, const float *g,
-                                                                     const et_w8 *w, const et_fscale *S,
-                                                                     float *gx) {
-    float ws[P->o];
-    for (int32_t o = 0; o < P->o; o++) ws[o] = et_fscale_at(S, o);
-    et_qconv_grad_input(P, g, w, ws, gx);
-}
-
-__attribute__((noinline, unused)) static void et_qconv_dw_grad_input_fs(const et_qconv_p *P, const float *g,
-                                                                        const et_w8 *w, const et_fscale *S,
-                                                                        float *gx, float *ET_RESTRICT plane) {
-    float ws[P->o];
-    for (int32_t o = 0; o < P->o; o++) ws[o] = et_fscale_at(S, o);
-    et_qconv_dw_grad_input(P, g, w, ws, gx, plane);
 }
 
 /* output rows [lo, hi) whose tap row i reads an in-range input row (et_col_range's rows) */
