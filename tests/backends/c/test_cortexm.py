@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgetrain.backends.c import cortexm
+from edgetrain.backends.c import cortexm, firmware_reserves
+from edgetrain.backends.c.stack_bound import stack_bound
 
 FIXTURE = Path(__file__).parent / "cortexm_fixture"
 LR = np.float32(0.05)  # cortexm_fixture/model.c
@@ -61,9 +62,10 @@ def test_fixture_trains_under_qemu(tmp_path, target):
     assert run.exit_code == 0, run.lines
     want = [cortexm.format_step_line(i, l) for i, l in enumerate(fixture_losses(x, y), start=1)]
     assert list(run.step_lines) == want
-    # stack painting measured something plausible, inside the reserve
-    assert run.stack_reserve == cortexm.DEFAULT_STACK_BYTES
-    assert 0 < run.stack_high_water < run.stack_reserve
+    # stack painting measured something plausible, inside the reserve: the static bound
+    bound = stack_bound(elf)
+    assert run.stack_reserve == firmware_reserves.stack_reserve_for(bound) < cortexm.DEFAULT_STACK_BYTES
+    assert 0 < run.stack_high_water <= bound.chain_bytes < bound.bytes < run.stack_reserve
     # the plugin counted each step: the same straight-line code every step
     assert run.instructions_per_step is not None and len(run.instructions_per_step) == len(x)
     assert len(set(run.instructions_per_step)) == 1 and 10 < run.instructions_per_step[0] < 200
@@ -71,6 +73,7 @@ def test_fixture_trains_under_qemu(tmp_path, target):
     assert size.stack_high_water == run.stack_high_water
     assert size.instructions_per_step == run.instructions_per_step[0]
     assert size.sram == size.data + size.bss + size.heap_reserve + size.stack_reserve
+    assert size.heap_reserve == 0 and size.stack_bound == bound.bytes  # nothing linked allocates
     assert size.flash >= size.text + size.rodata + size.data
     assert size.sram_used < size.sram <= cortexm.SRAM_BYTES
     # the embedded samples are in flash: 6 * (2 + 1) floats

@@ -133,7 +133,7 @@ def test_normal_firmware_output_and_status_arrive(tmp_path):
     run = cortexm.run_qemu(d, "cortex-m4")
     assert run.exit_code == 0
     want = [cortexm.format_step_line(i, l) for i, l in enumerate(fixture_losses(x, y), start=1)]
-    assert list(run.lines) == want + [f"stack high water {run.stack_high_water} of {cortexm.DEFAULT_STACK_BYTES} bytes"]
+    assert list(run.lines) == want + [f"stack high water {run.stack_high_water} of {run.stack_reserve} bytes"]
     # a failing firmware's status arrives too
     bad = tmp_path / "smash"
     shutil.copytree(FIXTURE, bad)

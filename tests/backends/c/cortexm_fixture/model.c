@@ -13,6 +13,15 @@ static volatile int smash = 1;
 #ifdef ET_FIXTURE_BSS_BYTES /* a program whose SRAM does not fit */
 uint8_t et_fixture_big[ET_FIXTURE_BSS_BYTES];
 #endif
+#ifdef ET_FIXTURE_STACK_BYTES /* a kernel with a stack buffer of that many bytes */
+__attribute__((noinline)) static float fixture_stack_kernel(float v)
+{
+    volatile uint8_t buf[ET_FIXTURE_STACK_BYTES];
+    for (uint32_t i = 0; i < sizeof buf; i++)
+        buf[i] = (uint8_t)i;
+    return v + buf[sizeof buf - 1] * 0.0f;
+}
+#endif
 
 void et_init(void)
 {
@@ -28,6 +37,14 @@ float et_train_step(const void *input, const void *label)
     scratch[0] = w[0] * x[0] + w[1] * x[1] + b;
     scratch[1] = scratch[0] - y;
     float loss = scratch[1] * scratch[1];
+#ifdef ET_FIXTURE_STACK_BYTES
+    loss = fixture_stack_kernel(loss);
+#endif
+#ifdef ET_FIXTURE_VLA /* a stack buffer sized at run time: no static bound */
+    volatile float vla[1 + (step & 7)];
+    vla[0] = loss;
+    loss = vla[0];
+#endif
 #ifdef ET_FIXTURE_BSS_BYTES
     et_fixture_big[(uint32_t)loss % ET_FIXTURE_BSS_BYTES] = 1;
 #endif
