@@ -28,8 +28,10 @@ kernels' constant tables, model.o's code, and the rest (startup, main, newlib's 
 its ratio to the frozen weights (prog.memory's flash_bytes, the issue's figure) and to all
 weights (frozen + trained), with and without the samples (the final table), and its distance
 from issue 20's bound (FLASH_BOUND times the frozen weights);
-SRAM = .data + .bss (arena, trained weights) + heap and stack reserves; stack = measured
-high-water mark; prog.memory peak = the compiler's planned peak (arena + trained weights).
+SRAM = .data + .bss (arena, trained weights) + heap and stack reserves (cortexm.build sizes
+the stack to its static bound, backends/c/stack_bound.py, and drops the heap when nothing
+allocates); stack = measured high-water mark beside the static bound and its deepest chain;
+prog.memory peak = the compiler's planned peak (arena + trained weights).
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ import edgetrain as et
 from edgetrain.backends.c import cortexm, cycles
 from edgetrain.backends.c.export import emit_c
 from edgetrain.backends.c.firmware_flash import flash_contents
+from edgetrain.backends.c.stack_bound import StackBoundError, stack_bound
 from edgetrain.data.assets import require_assets
 from edgetrain.models import from_tiny_training
 
@@ -118,7 +121,11 @@ def measure(model: str, args, table: dict) -> dict:
     row.update(flash_kb=size.flash / KB, sram_kb=size.sram / KB, sram_used_kb=size.sram_used / KB,
                text_kb=size.text / KB, rodata_kb=size.rodata / KB, data_kb=size.data / KB, bss_kb=size.bss / KB,
                stack_reserve_kb=size.stack_reserve / KB, heap_reserve_kb=size.heap_reserve / KB,
-               stack_high_water_b=size.stack_high_water)
+               stack_high_water_b=size.stack_high_water, stack_bound_b=size.stack_bound)
+    try:
+        row["stack_chain"] = stack_bound(elf).describe()
+    except StackBoundError as err:
+        row["stack_chain"] = f"no static bound: {err}"
     row.update(flash_ratios(flash_contents(d, size.flash), prog.memory.flash_bytes))
     if args.check_host and run is not None:
         host = host_lines(prog, data, Path(args.out) / f"{model}-host")
@@ -147,6 +154,7 @@ def show(r: dict) -> None:
     print(f"  flash {r['flash_kb']:.1f} KB (text {r['text_kb']:.1f}, rodata {r['rodata_kb']:.1f}, data {r['data_kb']:.1f})"
           f"; SRAM {r['sram_kb']:.1f} KB (data {r['data_kb']:.1f}, bss {r['bss_kb']:.1f}, heap {r['heap_reserve_kb']:.1f}, "
           f"stack reserve {r['stack_reserve_kb']:.1f})")
+    print(f"  stack bound (static, exception frame included; the reserve is it + the guard word): {r['stack_chain']}")
     print(f"  flash holds: frozen weights {r['flash_frozen_weights_kb']:.1f} KB, trained weights' initial values "
           f"{r['flash_trained_weights_kb']:.1f}, samples {r['flash_samples_kb']:.1f}, constant tables "
           f"{r['flash_constants_kb']:.1f}, model code {r['flash_model_code_kb']:.1f}, other (startup, main, newlib, "
