@@ -43,6 +43,10 @@ DISASSEMBLY = """
     1400:	push	{r4, lr}
     1402:	blx	r3
 
+00001410 <tail_pointer>:
+    1410:	ldr.w	pc, [sp], #4
+    1414:	bx	r3
+
 00001500 <loop_a>:
     1500:	push	{lr}
     1502:	bl	1600 <loop_b>
@@ -63,6 +67,7 @@ def test_frames_and_calls_from_disassembly():
     assert f["caller"] == Frame(16 + 9 * 4 + 3644, False, ("leaf", "tail"))
     assert f["tail"] == Frame(4 + 620, False, ())
     assert f["vla"].dynamic and f["pointer"].callees == ("<indirect>",)
+    assert f["tail_pointer"].callees == ("<indirect>",)  # bx r3; ldr pc, [sp], #4 is a return
 
 
 def test_deepest_chain_and_the_cases_without_a_bound():

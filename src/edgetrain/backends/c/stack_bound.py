@@ -38,8 +38,8 @@ class StackBoundError(Exception):
 
 @dataclass(frozen=True)
 class Frame:
-    bytes: Optional[int]  # None: unknown here (an external function)
-    dynamic: bool = False
+    bytes: int  # pushes and sp subtractions, summed
+    dynamic: bool = False  # sp lowered by a register's value
     callees: tuple[str, ...] = ()
 
 
@@ -59,7 +59,7 @@ class StackBound:
                 + (f" + exception {' > '.join(self.handler)} ({self.handler_bytes} B)" if self.handler else ""))
 
 
-# --- the ELF's disassembly (library functions) -------------------------------------------------
+# --- the ELF's disassembly -------------------------------------------------------------------
 _FUNC = re.compile(r"^([0-9a-f]+) <([^>]+)>:$")
 _INSN = re.compile(r"^\s*[0-9a-f]+:\s+(\S+)\s*(.*)$")
 _REGLIST = re.compile(r"\{([^}]*)\}")
@@ -112,7 +112,7 @@ def parse_disassembly(text: str) -> dict[str, Frame]:
         for mnemonic, args in insns:
             op = mnemonic.split(".")[0]
             regs = _REGLIST.search(args)
-            if (op in ("push", "vpush") or (op in ("stmdb", "vstmdb") and args.startswith("sp!"))) and regs:
+            if (op in ("push", "vpush") or (op in ("stmdb", "stmfd", "vstmdb") and args.startswith("sp!"))) and regs:
                 per = 8 if regs.group(1).strip().startswith("d") else 4
                 size += per * _reg_count(regs.group(1))
             elif op.startswith("str") and (w := _PREDEC.search(args)):
@@ -124,8 +124,10 @@ def parse_disassembly(text: str) -> dict[str, Frame]:
                 else:
                     dynamic = True
             elif op in ("blx", "bx") and not _TARGET.search(args):
-                if op == "blx":
+                if op == "blx" or args.split()[0] != "lr":  # a call, or a tail call, through a register
                     callees.append("<indirect>")
+            elif op in ("mov", "ldr") and args.startswith("pc,") and "[sp" not in args:
+                callees.append("<indirect>")  # a jump through a register or memory (ldr pc, [sp]...: a return)
             elif op.startswith("b") and (t := _TARGET.search(args)):
                 callee = owner(int(t.group(1), 16))
                 if callee is not None and callee != name:
