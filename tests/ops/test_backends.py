@@ -330,4 +330,6 @@ def test_nn_kernels_on_cortex_m_print_the_host_builds_losses(tmp_path):
     host = [line for line in r.stdout.splitlines() if line.startswith("step ")]
     fw = cortexm.run_firmware(prog, tmp_path / "m4", "cortex-m4", data)
     assert len(host) == len(data) and list(fw.run.step_lines) == host
+    # every float kernel's stack buffers are fixed once its shapes are: a static bound exists
+    assert fw.size.stack_bound is not None and fw.run.stack_high_water <= fw.size.stack_bound
     np.testing.assert_allclose(fw.run.losses, [prog.step(x, y) for x, y in data], rtol=1e-5)

@@ -278,6 +278,7 @@ def test_cortex_m_firmware_trains_as_the_host_build(tmp_path):
     fw = cortexm.run_firmware(prog, tmp_path / "m4", "cortex-m4", data)
     assert fw.run.exit_code == 0, fw.run.lines
     assert len(host) == len(data) and list(fw.run.step_lines) == host
+    assert fw.size.stack_bound is not None and fw.run.stack_high_water <= fw.size.stack_bound
 
 
 # --- (d) training still works ------------------------------------------------------------------

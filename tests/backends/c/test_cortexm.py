@@ -189,4 +189,7 @@ def test_compiled_program_matches_host_build(tmp_path, quantize, target):
     size = fw.size
     assert size.flash <= cortexm.FLASH_BYTES and size.sram <= cortexm.SRAM_BYTES
     assert size.bss >= prog.memory.arena_bytes  # the arena is a zero-initialised static buffer
+    # the generated code has a static stack bound, the reserve is sized to it, nothing allocates
+    assert size.stack_bound is not None and run.stack_high_water <= size.stack_bound < size.stack_reserve
+    assert size.heap_reserve == 0
     assert run.instructions_per_step and min(run.instructions_per_step) > 1000
