@@ -14,7 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from edgetrain.backends.c import cortexm, cycles
+from edgetrain.backends.c import cortexm, cycles, qemu_run
 from edgetrain.devices.targets import FIRMWARE_TARGETS
 
 def test_one_cost_table_per_firmware_target_with_a_source_for_each_number():
@@ -128,7 +128,7 @@ def decode(lib, encoding: bytes, in_it: bool = False) -> tuple[str, int]:
 def plugin_lib():
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no host C compiler")
-    return ctypes.CDLL(str(cortexm._plugin_path()))
+    return ctypes.CDLL(str(qemu_run._plugin_path()))
 
 
 def test_a_16bit_instruction_given_with_the_next_halfword_decodes_as_itself(plugin_lib):

@@ -6,10 +6,12 @@ Cortex-M4 or Cortex-M7: startup code (vector table, .data/.bss set-up, FPU on, s
 a linker script with a 1 MiB flash and a 256 KiB SRAM region (a program that does not fit
 fails to link), output on the board's UART and exit through its watchdog (board.c), a main.c
 that trains on the samples embedded in flash and prints `step <i> loss <value>` per step, and a
-Makefile (`make`, `make run`, `make size`). `build` runs make, `run_qemu` runs the firmware on
-QEMU's MPS2 board of the target (optionally counting instructions per step, by class and per
-function, with a small TCG plugin, and estimating cycles from them: cycles.py),
-`firmware_size` reports flash and SRAM from the ELF's sections.
+Makefile (`make`, `make run`, `make size`). `build` runs make and sizes the stack and heap
+reserves (firmware_reserves.py), `run_qemu` (qemu_run.py) runs the firmware on QEMU's MPS2
+board of the target (optionally counting instructions per step, by class and per function,
+with a small TCG plugin, and estimating cycles from them: cycles.py), `firmware_size`
+(firmware_size.py) reports flash and SRAM from the ELF's sections; `run_firmware` does all
+three. The targets and the memory map are cortexm_target.py's.
 
 The firmware runs confined: without semihosting (which would let it open host files and run
 host commands: SYS_OPEN, SYS_SYSTEM), so all it can do is compute, print on the UART and end
@@ -18,81 +20,33 @@ seccomp sandbox (no exec, no privilege change) in a fresh empty directory, as de
 """
 from __future__ import annotations
 
-import hashlib
-import os
-import re
 import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from string import Template
-from types import MappingProxyType
 from typing import Optional, Sequence
 
 import numpy as np
 
-from ...devices.targets import MCU_FLASH_BYTES, MCU_SRAM_BYTES, TARGETS as ALL_TARGETS, Target
-from . import cycles, firmware_reserves as reserves
-from .cache import cache_path
-from .layout import CBackendError
-from .stack_bound import StackBoundError, stack_bound
+from ...devices.targets import Target
+from . import firmware_reserves as reserves
+# the targets, the memory map, the run and the size report, importable from here too
+from .cortexm_target import (FLASH_BYTES, FLASH_ORIGIN, RAM_ORIGIN, RUNTIME_DIR, SRAM_BYTES, TARGETS, TOOLS,  # noqa: F401
+                             CortexMError, get_target, missing_tools)
+from .firmware_size import FirmwareSize, firmware_size  # noqa: F401
+from .qemu_run import QEMU_TIMEOUT_S, QemuRun, qemu_command, run_qemu  # noqa: F401
 from .staging import write_files
 from .toolchain import ToolTimeout, run_tool
 
-RUNTIME_DIR = Path(__file__).parent / "runtime" / "cortexm"
 # Copied verbatim into the project (main.c includes model.h and the generated samples.h).
 RUNTIME_FILES = ("startup.c", "main.c", "board.c", "board.h", "cortexm.h", "et_format.h", "Makefile")
-
-# Both QEMU boards (mps2-an386, mps2-an500) have 4 MiB of RAM at each of these addresses
-# (ZBT SSRAM1 at 0, ZBT SSRAM2/3 at 0x20000000); the regions are cut to the device budget.
-FLASH_ORIGIN = 0x0000_0000
-RAM_ORIGIN = 0x2000_0000
-# the regions' default sizes (each target's in devices.targets: the paper's STM32F746 has 1 MB
-# flash and 320 KB SRAM, of which the paper budgets 256 KB)
-FLASH_BYTES = MCU_FLASH_BYTES
-SRAM_BYTES = MCU_SRAM_BYTES
 # Stack and heap reserves of a project linked by `make` alone; `build` sizes them
 # (firmware_reserves.py) unless the project was written with explicit ones.
 DEFAULT_STACK_BYTES = reserves.DEFAULT_STACK_BYTES
 DEFAULT_HEAP_BYTES = reserves.DEFAULT_HEAP_BYTES
 DEFAULT_OPT = "-O2"
-QEMU_TIMEOUT_S = 600.0
 #: seconds `make firmware.elf` may take; past it its process group (make and the compilers) is killed
 BUILD_TIMEOUT = 900
-ICOUNT_MARKER = "et_icount_mark"
-# QEMU's seccomp filter: no obsolete system calls, no setuid/setgid, no fork/exec, no
-# scheduler or resource-limit changes (the guest has no way to the host without semihosting;
-# this bounds what a bug in QEMU's device models could do).
-QEMU_SANDBOX = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
-
-#: the firmware targets of the target registry (devices.targets: CPU, FPU, QEMU machine, regions,
-#: cost profile)
-TARGETS = MappingProxyType({name: t for name, t in ALL_TARGETS.items() if t.firmware})
-
-
-class CortexMError(CBackendError):
-    """A firmware project could not be written, built or run."""
-
-
-def get_target(target: str) -> Target:
-    """The registry's record of a firmware target (CortexMError for any other name)."""
-    try:
-        return TARGETS[target]
-    except KeyError:
-        raise CortexMError(f"unknown Cortex-M target {target!r}; expected one of {sorted(TARGETS)}") from None
-
-
-# --- tools -----------------------------------------------------------------------------------
-TOOLS = ("arm-none-eabi-gcc", "arm-none-eabi-size", "arm-none-eabi-readelf", "arm-none-eabi-nm",
-         "qemu-system-arm", "make")
-
-
-def missing_tools() -> list[str]:
-    """The tools building and running a firmware needs that are not on PATH (Debian:
-    gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm make)."""
-    return [t for t in TOOLS if shutil.which(t) is None]
 
 
 # --- samples ---------------------------------------------------------------------------------
@@ -248,237 +202,6 @@ def _make(cmd, out):
         return run_tool(cmd, timeout=BUILD_TIMEOUT)
     except ToolTimeout as err:
         raise CortexMError(f"firmware build in {out}: {err}") from None
-
-
-# --- running ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class QemuRun:
-    exit_code: int  # the firmware's status: its last line, `edgetrain: exit <status>`
-    lines: tuple[str, ...]  # the firmware's output lines
-    losses: tuple[float, ...]  # from the `step <i> loss <v>` lines
-    stack_high_water: Optional[int]  # bytes, measured by stack painting
-    stack_reserve: Optional[int]
-    instructions_per_step: Optional[tuple[int, ...]]  # guest instructions of each step (icount=True)
-    instructions_total: Optional[int]  # from reset to the end of the last step (icount=True)
-    # (counts are per translation block entered: a block left early by an exception still
-    # counts whole; training code raises none)
-    counts_per_step: Optional[tuple[cycles.StepCounts, ...]] = None  # by class and per function (icount=True)
-    cycles_per_step: Optional[tuple[float, ...]] = None  # estimated with the target's table (cycles.TIMINGS)
-
-    @property
-    def step_lines(self) -> tuple[str, ...]:
-        return tuple(l for l in self.lines if l.startswith("step "))
-
-
-_STEP_RE = re.compile(r"^step (\d+) loss (\S+)$")
-# board.c's last line: the firmware's exit status
-_EXIT_RE = re.compile(r"^edgetrain: exit (-?\d+)$")
-_STACK_RE = re.compile(r"^stack high water (\d+) of (\d+) bytes$")
-
-
-def _plugin_path() -> Path:
-    """The instruction-count plugin, built with the host cc into the cache (keyed by its
-    source's hash). It also exports its decoder, et_decode, for tests (ctypes)."""
-    src = RUNTIME_DIR / "icount_plugin.c"
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
-    cache = cache_path("qemu")
-    so = cache / f"qemu-icount-{digest}.so"
-    if so.exists():
-        return so
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise CortexMError("instruction counting needs a host C compiler (cc) to build the QEMU plugin")
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = so.with_suffix(f".{os.getpid()}.tmp")
-    r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(tmp), str(src)], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise CortexMError(f"building the QEMU instruction-count plugin failed:\n{r.stderr}")
-    os.replace(tmp, so)
-    return so
-
-
-def _symbol_address(elf: Path, symbol: str) -> int:
-    r = subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True, check=True)
-    for line in r.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[2] == symbol:
-            return int(parts[0], 16) & ~1  # clear the Thumb bit
-    raise CortexMError(f"{elf} has no symbol {symbol}")
-
-
-@lru_cache(maxsize=None)
-def _qemu_has_sandbox(qemu: str) -> bool:
-    """Whether this QEMU was built with seccomp (Debian's is; macOS has none): `-sandbox` is
-    parsed before `-version` exits, and refused by a QEMU without it."""
-    r = subprocess.run([qemu, "-sandbox", "on", "-version"], capture_output=True, text=True)
-    return r.returncode == 0
-
-
-def qemu_command(target: str, elf) -> list[str]:
-    """The QEMU command line that runs `elf` confined: console on UART0 (stdout), semihosting
-    off, the watchdog's reset ending the emulation (board.c's exit; a reset the firmware asks
-    for through SYSRESETREQ still restarts it), seccomp on where QEMU has it."""
-    t = get_target(target)
-    qemu = shutil.which("qemu-system-arm")
-    if qemu is None:
-        raise CortexMError("cannot run the firmware: qemu-system-arm not found (Debian: apt-get install qemu-system-arm)")
-    cmd = [qemu, "-M", t.machine, "-nographic", "-monitor", "none", "-serial", "stdio",
-           "-semihosting-config", "enable=off", "-watchdog-action", "poweroff"]
-    if _qemu_has_sandbox(qemu):
-        cmd += ["-sandbox", QEMU_SANDBOX]
-    return cmd + ["-kernel", str(Path(elf).resolve())]
-
-
-def run_qemu(out_dir, target: str = "cortex-m4", *, icount: bool = False,
-             timeout: float = QEMU_TIMEOUT_S) -> QemuRun:
-    """Runs out_dir/firmware.elf on the target's QEMU MPS2 board, confined (`qemu_command`):
-    its UART output becomes the run's lines and its last line `edgetrain: exit <status>` the
-    exit code; a firmware that ends without that line, or runs past `timeout` seconds, raises
-    CortexMError. QEMU's working directory is a fresh empty one. With `icount`, a TCG plugin
-    (built here with the host cc) counts the guest instructions of each training step, by
-    class and per function (counts_per_step), and the cycles are estimated from them with the
-    target's cost table (cycles_per_step; QEMU executes instructions, not cycles: cycles.py
-    says what the estimate leaves out)."""
-    elf = Path(out_dir) / "firmware.elf"
-    cmd = qemu_command(target, elf)
-    with tempfile.TemporaryDirectory(prefix="et-qemu-") as tmp:
-        marks_file = Path(tmp) / "marks.txt"
-        workdir = Path(tmp) / "cwd"
-        workdir.mkdir()
-        if icount:
-            marker = _symbol_address(elf, ICOUNT_MARKER)
-            names = cycles.write_symbols(Path(tmp) / "symbols.txt", cycles.function_symbols(elf))
-            cmd[1:1] = ["-plugin", f"{_plugin_path()},marker=0x{marker:x},out={marks_file},"
-                                   f"symbols={Path(tmp) / 'symbols.txt'}"]
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir,
-                               stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-            raise CortexMError(f"QEMU did not finish in {timeout:.0f} s: {out[-2000:]}") from None
-        marks = cycles.parse_marks(marks_file.read_text(), names) if icount and marks_file.exists() else None
-    lines = [l.rstrip("\r") for l in r.stdout.splitlines()]
-    exits = [i for i, l in enumerate(lines) if _EXIT_RE.match(l)]
-    if not exits:
-        tail = " | ".join(lines[-5:]) or "no output"
-        raise CortexMError(f"the firmware ended without reporting an exit status (QEMU exit {r.returncode}); "
-                           f"last lines: {tail}; QEMU: {r.stderr[-2000:].strip()}")
-    exit_code = int(_EXIT_RE.match(lines[exits[-1]]).group(1))
-    lines = tuple(l for i, l in enumerate(lines) if i not in exits)
-    losses, hw, reserve = [], None, None
-    for l in lines:
-        m = _STEP_RE.match(l)
-        if m:
-            losses.append(float(m.group(2)))
-            continue
-        m = _STACK_RE.match(l)
-        if m:
-            hw, reserve = int(m.group(1)), int(m.group(2))
-    per_step = total = counts = estimates = None
-    if marks:
-        # marks: the running counts before and after each step (main.c's et_icount_mark)
-        counts = cycles.step_counts(marks)
-        per_step = tuple(s.instructions for s in counts)
-        total = marks[-1].instructions
-        if target in cycles.TIMINGS:
-            estimates = tuple(cycles.timing(target).cycles(s.total) for s in counts)
-    return QemuRun(exit_code, lines, tuple(losses), hw, reserve, per_step, total, counts, estimates)
-
-
-# --- size report -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class FirmwareSize:
-    """Memory of a firmware image, in bytes. flash = code + read-only data (weights frozen in
-    flash, embedded samples) + the initial values of .data; sram = .data + .bss (arena, trained
-    weights, optimizer state; .noinit's weight banks counted here) + the heap and stack
-    reserves of link.ld."""
-    flash: int
-    sram: int
-    text: int  # .isr_vector + .text (+ ARM unwind tables)
-    rodata: int
-    data: int
-    bss: int
-    heap_reserve: int
-    stack_reserve: int
-    flash_limit: int = FLASH_BYTES
-    sram_limit: int = SRAM_BYTES
-    stack_high_water: Optional[int] = None  # measured on a run (stack painting)
-    stack_bound: Optional[int] = None  # the static worst case (stack_bound.py), exception frame included
-    instructions_per_step: Optional[int] = None  # measured under QEMU (mean over the steps)
-    cycles_per_step: Optional[int] = None  # estimated from the counts by class (cycles.py; mean over the steps)
-
-    @property
-    def sram_used(self) -> int:
-        """SRAM with the stack counted at its measured high-water mark (when known)."""
-        if self.stack_high_water is None:
-            return self.sram
-        return self.sram - self.stack_reserve + self.stack_high_water
-
-    def describe(self) -> str:
-        kb = lambda b: f"{b / 1024:.1f} KB"
-        s = (f"flash {kb(self.flash)} of {kb(self.flash_limit)} (text {kb(self.text)}, rodata {kb(self.rodata)}, "
-             f"data {kb(self.data)}); SRAM {kb(self.sram)} of {kb(self.sram_limit)} (data {kb(self.data)}, "
-             f"bss {kb(self.bss)}, heap {kb(self.heap_reserve)}, stack {kb(self.stack_reserve)})")
-        if self.stack_bound is not None:
-            s += f"; stack bound {self.stack_bound} B"
-        if self.stack_high_water is not None:
-            s += f"; stack high water {self.stack_high_water} B"
-        if self.instructions_per_step is not None:
-            s += f"; {self.instructions_per_step} instructions/step"
-        if self.cycles_per_step is not None:
-            s += f" (about {self.cycles_per_step} cycles)"
-        return s
-
-
-def _sections(elf: Path) -> dict[str, tuple[int, int, str]]:
-    """name -> (address, size, type) of the allocated sections (arm-none-eabi-readelf -S)."""
-    r = subprocess.run(["arm-none-eabi-readelf", "-S", "-W", str(elf)], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise CortexMError(f"readelf failed on {elf}: {r.stderr}")
-    out = {}
-    row = re.compile(r"^\s*\[\s*\d+\]\s+(\S+)\s+(\S+)\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)\s+\S+\s+(\S*)")
-    for line in r.stdout.splitlines():
-        m = row.match(line)
-        if m and "A" in m.group(5):
-            out[m.group(1)] = (int(m.group(3), 16), int(m.group(4), 16), m.group(2))
-    return out
-
-
-def firmware_size(elf, run: Optional[QemuRun] = None) -> FirmwareSize:
-    """Flash and SRAM of a linked firmware (from its section headers), with the stack
-    high-water mark and instructions per step of `run` when given."""
-    secs = _sections(Path(elf))
-    text = rodata = data = bss = heap = stack = 0
-    flash = 0
-    for name, (addr, size, typ) in secs.items():
-        in_ram = RAM_ORIGIN <= addr < RAM_ORIGIN + SRAM_BYTES * 16
-        if name == ".heap":
-            heap = size
-        elif name == ".stack":
-            stack = size
-        elif name == ".rodata":
-            rodata = size
-        elif in_ram and typ == "NOBITS":
-            bss += size
-        elif in_ram:
-            data += size
-        else:
-            text += size
-        if not in_ram or typ != "NOBITS":
-            flash += size  # code and constants, or the initial image of .data
-    sram = sum(size for addr, size, _ in secs.values() if RAM_ORIGIN <= addr)
-    ips = cps = None
-    if run is not None and run.instructions_per_step:
-        ips = round(sum(run.instructions_per_step) / len(run.instructions_per_step))
-    if run is not None and run.cycles_per_step:
-        cps = round(sum(run.cycles_per_step) / len(run.cycles_per_step))
-    try:
-        bound = stack_bound(Path(elf)).bytes
-    except StackBoundError:
-        bound = None
-    return FirmwareSize(flash=flash, sram=sram, text=text, rodata=rodata, data=data, bss=bss, heap_reserve=heap,
-                        stack_reserve=stack, stack_high_water=run.stack_high_water if run else None, stack_bound=bound,
-                        instructions_per_step=ips, cycles_per_step=cps)
 
 
 @dataclass(frozen=True)
