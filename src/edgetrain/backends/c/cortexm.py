@@ -31,8 +31,8 @@ import numpy as np
 from ...devices.targets import Target
 from . import firmware_reserves as reserves
 # the targets, the memory map, the run and the size report, importable from here too
-from .cortexm_target import (FLASH_BYTES, FLASH_ORIGIN, RAM_ORIGIN, RUNTIME_DIR, SRAM_BYTES, TARGETS, TOOLS,  # noqa: F401
-                             CortexMError, get_target, missing_tools)
+from .cortexm_target import (FLASH_BYTES, FLASH_ORIGIN, RAM_ORIGIN, RUNTIME_DIR, SRAM_BYTES,  # noqa: F401
+                             TARGETS, TOOLS, CortexMError, get_target, missing_tools)
 from .firmware_size import FirmwareSize, firmware_size  # noqa: F401
 from .qemu_run import QEMU_TIMEOUT_S, QemuRun, qemu_command, run_qemu  # noqa: F401
 from .staging import write_files

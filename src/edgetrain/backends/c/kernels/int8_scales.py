@@ -81,19 +81,16 @@ def _requant_base(a) -> Optional[Base]:
     return Base(b.astype(np.float32), mult=tuple(int(m) for m in a["mult"]), shift=tuple(int(x) for x in a["shift"]))
 
 
-#: what the kernels of a graph being emitted ask for: id -> (a weak reference to it, its
-#: forward layers' attributes, their bases)
-_LAYERS: dict = {}
+#: graph -> (its forward layers' attributes, their bases), kept while the graph lives: every
+#: kernel of a program being emitted asks for them
+_LAYERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _of_graph(graph) -> tuple[list, list]:
-    """(forward layers, bases) of `graph`, kept while the graph lives (every kernel of a
-    program asks for them)."""
-    got = _LAYERS.get(id(graph))
-    if got is not None and got[0]() is graph:
-        return got[1], got[2]
-    for key in [k for k, (ref, _, _) in _LAYERS.items() if ref() is None]:
-        del _LAYERS[key]
+    """(forward layers, bases) of `graph`, computed once per graph."""
+    got = _LAYERS.get(graph)
+    if got is not None:
+        return got
     layers = []
     for n in graph.nodes:
         if n.op == "qconv2d_pw_dw":
@@ -102,9 +99,9 @@ def _of_graph(graph) -> tuple[list, list]:
             layers += [b.attrs for b in n.attrs["body"].nodes if b.op == "qconv2d"]
         elif n.op == "qconv2d":
             layers.append(dict(n.attrs))
-    bases = _layer_bases(layers + [dict(n.attrs) for n in graph.nodes if "w_scales" in n.attrs])
-    _LAYERS[id(graph)] = (weakref.ref(graph), layers, bases)
-    return layers, bases
+    scaled = [dict(n.attrs) for n in graph.nodes if "w_scales" in n.attrs]  # input gradients too
+    got = _LAYERS[graph] = (layers, _layer_bases(layers + scaled))
+    return got
 
 
 def forward_layers(graph) -> list[dict]:
