@@ -621,3 +621,9 @@ CASES: dict[str, Case] = {
     "sgd_update": Case(_sgd_update(), _torch_sgd),
     **FUSED_UPDATE_CASES,
 }
+
+# the op families with their own case files (each defines CASES; they import the helpers above)
+from tests.ops import cases_conv_nd, cases_norm, cases_pointwise, cases_resample  # noqa: E402
+
+for _family in (cases_conv_nd, cases_norm, cases_pointwise, cases_resample):
+    CASES.update(_family.CASES)

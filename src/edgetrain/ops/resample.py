@@ -1,0 +1,1 @@
+"""Upsampling (nearest, linear, bilinear) and its backward op."""

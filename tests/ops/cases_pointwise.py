@@ -1,0 +1,4 @@
+"""Op-table cases of the pointwise family (merged into tests/ops/cases.py's CASES)."""
+from __future__ import annotations
+
+CASES: dict = {}
