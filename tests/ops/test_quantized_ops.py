@@ -28,7 +28,10 @@ QUANTIZED_OPS_TESTED = {"quantize", "dequantize", "qmask_grad", "qmask_pack", "q
                         "qconv2d_pw_dw",  # the fused op: tests/passes/test_fuse.py
                         "qstream",  # tests/passes/test_stream.py
                         "qconv2d_dw_grad_input", "qconv2d_grad_weight_update",  # tests/ops/test_fused_backward.py
-                        "qmax_pool2d", "qmax_pool2d_grad", "qavg_pool2d", "qavg_pool2d_grad", "qcat", "qcat_grad"}
+                        "qmax_pool2d", "qmax_pool2d_grad", "qavg_pool2d", "qavg_pool2d_grad", "qcat", "qcat_grad",
+                        "qleaky_relu", "qleaky_relu_grad",  # tests/backends/c/test_int8_leaky.py
+                        "qupsample", "qupsample_grad", "qadaptive_max_pool2d",  # tests/backends/c/test_int8_resample.py
+                        "qadaptive_max_pool2d_grad", "qmax_pool3d", "qmax_pool3d_grad"}
 SETTINGS = settings(max_examples=25, deadline=None)
 
 

@@ -353,6 +353,14 @@ def _index_select(e, x, dim, index, constant=None):
     return e.emit("index_select", x, dim=dim, index=tuple(int(v) for v in idx % size))
 
 
+@converts(aten.flip.default)
+def _flip(e, x, dims):
+    """x reversed along `dims` (a bidirectional RNN's reverse direction): one index_select per dim."""
+    for d in sorted({d % len(x.shape) for d in dims}):
+        x = e.emit("index_select", x, dim=d, index=tuple(range(x.shape[d] - 1, -1, -1)))
+    return x
+
+
 @const_aware(aten.index.Tensor)
 def _index(e, x, indices, constant=None):
     """x[..., i0, i1, ...] with index tensors known at capture time (a relative-position

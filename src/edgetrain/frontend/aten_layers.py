@@ -17,13 +17,47 @@ from .errors import UnsupportedOpError
 # --- layers -----------------------------------------------------------------------------------
 @converts(aten.convolution.default)
 def _convolution(e, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    """conv2d / conv3d / conv_transpose2d; a 1-d convolution (N, C, L) runs as its 2-d op on the
+    (N, C, 1, L) view with a (.., 1, K) kernel, as TFLite runs conv1d (so int8 lowers it to qconv2d)."""
+    spatial = len(x.shape) - 2
+    bias = (b,) if b is not None else ()
+    if spatial == 1:
+        return _convolution_1d(e, x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
+    if transposed and spatial == 2:
+        return e.emit("conv_transpose2d", x, w, *bias, stride=as_pair(stride), padding=as_pair(padding),
+                      dilation=as_pair(dilation), output_padding=as_pair(output_padding), groups=int(groups))
     if transposed:
-        raise UnsupportedOpError("unsupported op aten.convolution (transposed)")
-    if len(x.shape) != 4:
-        raise UnsupportedOpError(f"unsupported op aten.convolution ({len(x.shape) - 2}-d); only 2-d convolutions")
-    args = (x, w) + ((b,) if b is not None else ())
-    return e.emit("conv2d", *args, stride=as_pair(stride), padding=as_pair(padding), dilation=as_pair(dilation),
-                  groups=int(groups))
+        raise UnsupportedOpError(f"unsupported op aten.convolution (transposed {spatial}-d); only 1-d and 2-d "
+                                 f"transposed convolutions")
+    if spatial == 2:
+        return e.emit("conv2d", x, w, *bias, stride=as_pair(stride), padding=as_pair(padding),
+                      dilation=as_pair(dilation), groups=int(groups))
+    if spatial == 3:
+        return e.emit("conv3d", x, w, *bias, stride=_as_triple(stride), padding=_as_triple(padding),
+                      dilation=_as_triple(dilation), groups=int(groups))
+    raise UnsupportedOpError(f"unsupported op aten.convolution ({spatial}-d); only 1-d, 2-d and 3-d convolutions")
+
+
+def _as_triple(v):
+    v = tuple(int(i) for i in (v if isinstance(v, (list, tuple)) else (v,)))
+    return v * 3 if len(v) == 1 else v
+
+
+def _convolution_1d(e, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """A 1-d (transposed) convolution as the 2-d one on height 1: the kernel's height is 1, the
+    height's stride, dilation and output padding 1, 1 and 0, its padding 0."""
+    def pair(v, height):
+        return (height, int(v[0] if isinstance(v, (list, tuple)) else v))
+
+    n, c, length = x.shape
+    x4 = e.emit("reshape", x, shape=(n, c, 1, length))
+    w4 = e.emit("reshape", w, shape=tuple(w.shape[:2]) + (1, w.shape[2]))
+    geo = dict(stride=pair(stride, 1), padding=pair(padding, 0), dilation=pair(dilation, 1), groups=int(groups))
+    if transposed:
+        y4 = e.emit("conv_transpose2d", x4, w4, *bias, output_padding=pair(output_padding, 0), **geo)
+    else:
+        y4 = e.emit("conv2d", x4, w4, *bias, **geo)
+    return e.emit("reshape", y4, shape=(n, y4.shape[1], y4.shape[3]))
 
 
 @converts(aten.linear.default)
@@ -88,7 +122,7 @@ def _log_softmax(e, x, dim, half_to_float=False):
     return e.emit("log_softmax", x, dim=dim % len(x.shape))
 
 
-def _ceil_out(size: int, k: int, s: int, p: int, d: int) -> int:
+def ceil_out(size: int, k: int, s: int, p: int, d: int) -> int:
     """torch's ceil-mode output size: ceil((size + 2p - d(k-1) - 1) / s) + 1, less one when
     the last window would start past the input and its left padding (size + p)."""
     o = -(-(size + 2 * p - d * (k - 1) - 1) // s) + 1
@@ -100,7 +134,7 @@ def _ceil_extra(x, k, s, p, d, ceil_mode) -> tuple[int, int]:
     if not ceil_mode:
         return 0, 0
     floor = conv_out_hw(x.shape[2:], k, s, p, d)
-    ceil = tuple(_ceil_out(x.shape[2 + i], k[i], s[i], p[i], d[i]) for i in range(2))
+    ceil = tuple(ceil_out(x.shape[2 + i], k[i], s[i], p[i], d[i]) for i in range(2))
     return tuple((ceil[i] - floor[i]) * s[i] for i in range(2))
 
 
@@ -167,14 +201,18 @@ def _constant_pad(e, x, pad, value=0):
 
 @converts(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
 def _adaptive_avg(e, x, output_size):
+    """A global mean (1 x 1), an average pooling when the sizes divide (windows of one size:
+    the int8 graph runs it), else adaptive_avg_pool2d (torch's windows of unequal size)."""
     oh, ow = as_pair(output_size)
-    h, w = x.shape[2:]
+    h, w = x.shape[-2:]
+    rank = len(x.shape)
     if (oh, ow) == (1, 1):
-        return e.emit("mean", x, dims=(2, 3), keepdim=True)
-    if h % oh or w % ow:
-        raise UnsupportedOpError(f"unsupported op: adaptive average pooling {h}x{w} -> {oh}x{ow} (not divisible)")
-    k = (h // oh, w // ow)
-    return e.emit("avg_pool2d", x, kernel=k, stride=k, padding=(0, 0), count_include_pad=True, divisor_override=0)
+        return e.emit("mean", x, dims=(rank - 2, rank - 1), keepdim=True)
+    if rank == 4 and not h % oh and not w % ow:
+        k = (h // oh, w // ow)
+        return e.emit("avg_pool2d", x, kernel=k, stride=k, padding=(0, 0), count_include_pad=True,
+                      divisor_override=0)
+    return e.emit("adaptive_avg_pool2d", x, output_size=(int(oh), int(ow)))
 
 
 @converts(aten.full.default)

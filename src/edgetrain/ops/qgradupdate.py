@@ -52,11 +52,18 @@ def fusable(gw_attrs: Mapping[str, Any], x_channels: int) -> bool:
     return groups == 1 or groups == x_channels == o
 
 
+def _is_view(grad_shape, w_shape) -> bool:
+    """Whether a weight of w_shape is the 4-d kernel of grad_shape with unit dims dropped: a
+    linear layer's (o, k) of (o, k, 1, 1), a conv1d's (o, c, k) of (o, c, 1, k)."""
+    return tuple(grad_shape) != tuple(w_shape) and tuple(d for d in grad_shape if d != 1) == \
+        tuple(d for d in w_shape if d != 1) and grad_shape[:1] == w_shape[:1]
+
+
 def _infer(ts, a):
     x, g, w, step = ts[:4]
     gw, up = split_attrs(a)
     (grad,) = get_op("qconv2d_grad_weight").infer([x, g], gw)
-    if w.rank == 2 and grad.shape == w.shape + (1, 1):  # a linear layer's 1x1 convolution
+    if _is_view(grad.shape, w.shape):  # a linear layer's 1x1 convolution, a conv1d's (o, c, 1, k) kernel
         grad = grad.with_shape(w.shape)
     updated = get_op("qsgd_update").infer([w, grad, step, *ts[4:]], up)
     if not fusable(gw, x.shape[1]):
@@ -72,7 +79,7 @@ def qconv2d_grad_weight_update_ref(xs, a):
     x, g, w, step = xs[:4]
     gw, up = split_attrs(a)
     grad = qconv_grad_weight_ref([x, g], gw)[0]
-    if w.ndim == 2 and grad.shape == w.shape + (1, 1):  # a linear layer's 1x1 convolution
+    if _is_view(grad.shape, w.shape):  # a linear layer's 1x1 convolution, a conv1d's (o, c, 1, k) kernel
         grad = grad.reshape(w.shape)
     return qsgd_ref([w, grad, step, *xs[4:]], up) + [grad[-1:].copy()]
 

@@ -78,8 +78,25 @@ def _is_activation(n: Node) -> bool:
     return ACTIVATION_TAG in get_op(n.op).tags
 
 
+def weight_view(g: Graph, v: Value, producers: Mapping[Value, Node], users) -> Optional[Node]:
+    """The reshape node making layer weight `v` from a parameter read by it alone (a conv1d runs
+    as conv2d on a (O, C, 1, K) view of its weight), else None."""
+    src = producers.get(v)
+    if src is None or src.op != "reshape" or src.inputs[0] in producers or users.get(src.inputs[0]) != [src]:
+        return None
+    return src
+
+
+def layer_weight(n: Node, producers: Mapping[Value, Node]) -> Value:
+    """The parameter holding layer n's weight: its operand 1, or the parameter it is a view of."""
+    w = n.inputs[1]
+    src = producers.get(w)
+    return src.inputs[0] if src is not None and src.op == "reshape" else w
+
+
 def plan_quantization(g: Graph, consts: set[str]) -> Plan:
     users = g.consumers()
+    producers = g.producers()
     outputs = set(g.outputs)
     p = Plan()
     for n in g.nodes:
@@ -87,12 +104,17 @@ def plan_quantization(g: Graph, consts: set[str]) -> Plan:
             continue
         ins = n.inputs
         kind = _int8_kind(n)
+        view = weight_view(g, ins[1], producers, users) if kind == "qconv" and len(ins) > 1 else None
+        params = ((view.inputs[0],) if view is not None else ins[1:2]) + ins[2:]
         # a weight another node also reads (GPT-2's LM head tied to its embedding) stays float:
         # the int8 layer would replace the one tensor both read (conv2d's shape rule makes
         # its input 4-D)
-        if kind == "qconv" and all(v.name in consts for v in ins[1:]) and ins[0].name not in consts \
+        if kind == "qconv" and all(v.name in consts for v in params) and ins[0].name not in consts \
                 and all(users.get(v) == [n] for v in ins[1:]):
             p.kinds[n] = "qconv"
+            if view is not None:  # the weight's view is made from the int8 weight by the layer itself
+                p.kinds.pop(view, None)
+                p.absorbed.add(view)
             nxt = users.get(n.out, [])
             if len(nxt) == 1 and _is_activation(nxt[0]) and n.out not in outputs and nxt[0].out not in outputs:
                 p.act[n] = nxt[0]
@@ -124,8 +146,9 @@ def assign_qparams(g: Graph, p: Plan, specs: Mapping[str, LayerSpec],
     where the spec names them, calibrated otherwise; scale-keeping ops pass theirs on."""
     qp: dict[Value, QParams] = {}
     layers = [n for n in g.nodes if p.kinds.get(n) == "qconv"]
+    producers = g.producers()
     for n in layers:
-        spec = specs.get(n.inputs[1].name)
+        spec = specs.get(layer_weight(n, producers).name)
         if spec is None:
             continue
         y = layer_output(p, n)
@@ -174,12 +197,15 @@ def quantize_graph(g: Graph, arrays: Mapping[str, np.ndarray], p: Plan, qp: Mapp
     scales covering its range."""
     b = _Builder(g, arrays, qp, weight_scales or {})
     layers: dict[str, QuantLayer] = {}
+    producers = g.producers()
     for n in g.nodes:
         kind = p.kinds.get(n)
         if kind is None:
             continue
         if kind == "qconv":
-            layers[n.inputs[1].name] = b.qconv(n, p.act.get(n), layer_output(p, n), specs.get(n.inputs[1].name))
+            w = layer_weight(n, producers)
+            layer = b.qconv(n, p.act.get(n), layer_output(p, n), specs.get(w.name), w)
+            layers[w.name] = layer
         elif kind == "qadd":
             a, c = (b.as_int(v) for v in n.inputs)
             qa, qc, qy = qp[n.inputs[0]], qp[n.inputs[1]], qp[n.out]
@@ -247,8 +273,10 @@ class _Builder:
         self.arrays[name] = array
         return v
 
-    def qconv(self, n: Node, act: Optional[Node], y: Value, spec: Optional[LayerSpec]) -> QuantLayer:
-        x, w = n.inputs[0], n.inputs[1]
+    def qconv(self, n: Node, act: Optional[Node], y: Value, spec: Optional[LayerSpec],
+              w: Optional[Value] = None) -> QuantLayer:
+        """The int8 layer of n; `w`: the parameter its weight operand is a view of, if it is one."""
+        x, w = n.inputs[0], (w if w is not None else n.inputs[1])
         xq = self.qp[x]
         w_float = self.src_arrays[w.name]
         if spec is not None:
@@ -273,6 +301,8 @@ class _Builder:
         else:
             attrs.update(_requant_attrs(xq, w_scales, self.qp[y], act))
         xin = self.as_int(x)
+        if wv.shape != n.inputs[1].shape:  # the layer's view of its weight, made from the int8 one
+            wv = self.e.emit("reshape", wv, shape=n.inputs[1].shape)
         if get_op(n.op).params.kind == "conv":
             out = self.e.emit("qconv2d", xin, wv, bv, **{k: n.attrs[k] for k in ("stride", "padding", "dilation",
                                                                                   "groups")}, **attrs)
@@ -303,7 +333,7 @@ class _Builder:
         if op == "qclamp":
             lo, hi = _act_levels(q, n)
             return self.e.emit(op, x, qmin=lo, qmax=hi)
-        if op == "qavg_pool2d":
+        if op in ("qavg_pool2d", "qleaky_relu"):  # (qleaky_relu: ops/qpointwise.py)
             return self.e.emit(op, x, zero=q.zero, **dict(n.attrs))
         return self.e.emit(op, x, **dict(n.attrs))
 

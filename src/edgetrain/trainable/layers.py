@@ -44,22 +44,34 @@ def _affine(n: Node) -> tuple:
     return _operand(n, slots.weight) + _operand(n, slots.bias)
 
 
+def _viewed_param(w, producers, users, is_param):
+    """w, or the parameter w is a reshape of when only that reshape reads it (a conv1d runs as
+    conv2d on a (O, C, 1, K) view of its weight)."""
+    src = producers.get(w)
+    if src is not None and src.op == "reshape" and is_param.get(src.inputs[0]) and users.get(src.inputs[0]) == [src]:
+        return src.inputs[0]
+    return w
+
+
 def find_layers(g: Graph, params: set[str]) -> list[Layer]:
     """Layers in forward order. `params` names the graph inputs that are parameters."""
     is_param = {v: v.name in params for v in g.inputs}
     users = g.consumers()
+    producers = g.producers()
     claimed: set[int] = set()
     layers = []
     for i, n in enumerate(g.nodes):
         opdef = get_op(n.op)
         slots = opdef.params
         if LAYER_TAG in opdef.tags:
-            w = n.inputs[slots.weight]
+            w = _viewed_param(n.inputs[slots.weight], producers, users, is_param)
             if not is_param.get(w):
                 continue
             bias = [v.name for v in _operand(n, slots.bias) if is_param.get(v)]
             if slots.kind == "conv":
                 nxt = users.get(n.out, [])
+                if len(nxt) == 1 and nxt[0].op == "reshape" and nxt[0].out.shape[:2] == n.out.shape[:2]:
+                    nxt = users.get(nxt[0].out, [])  # a conv1d's output back to (N, C, L)
                 if len(nxt) == 1 and nxt[0].op == FOLDED_NORM and len(nxt[0].inputs) == 5:
                     bn = nxt[0]
                     bias += [v.name for v in _affine(bn) if is_param.get(v)]

@@ -11,7 +11,8 @@ and handle the two parts themselves.
 from __future__ import annotations
 
 from . import (float32, float32_bn, float32_conv_nd, float32_fused, float32_groupnorm, float32_nn,  # noqa: F401
-               float32_pointwise, float32_resample, float32_shape, int8, integer, page)  # (they register)
+               float32_pointwise, float32_resample, float32_select, float32_shape, int8, int8_pointwise, int8_resample,
+               integer, page)  # (they register)
 from .context import EmitContext, WeightRef
 from .registry import KERNELS, Kernel, KernelFn, kernel_for, register
 

@@ -21,7 +21,7 @@ INDEX = ("int32", "int64")
 _SUFFIX = {"float32": "f", "float64": "d"}
 
 
-def _float(node: Node, vals=None) -> str:
+def float_dtype(node: Node, vals=None) -> str:
     """The one float dtype of `vals` (default: every operand and result of the node)."""
     vals = list(node.inputs) + list(node.outputs) if vals is None else vals
     dts = sorted({v.dtype for v in vals})
@@ -40,7 +40,7 @@ def _block(*lines) -> str:
     return "{\n" + "\n".join(lines) + "\n}"
 
 
-def _fn(name: str, dtype: str) -> str:
+def instance_name(name: str, dtype: str) -> str:
     return f"{name}_{_SUFFIX[dtype]}"
 
 
@@ -49,12 +49,12 @@ def _null(dtype: str) -> str:
 
 
 # --- elementwise: y[i] = f(x[i]) in double, rounded to the value's type --------------------------
-def _elementwise(nargs: int, expr_fn):
+def elementwise_kernel(nargs: int, expr_fn):
     """An op of `nargs` same-shape float operands X0.. and one result Y; `expr_fn(node, ctx, t)`
     is the C expression of Y[i] from the doubles x0, x1, ... (t: the C element type). Y may be
     written over an input (the op's `inplace`): each element is read before it is written."""
     def emit(node, ctx: EmitContext):
-        dt = _float(node)
+        dt = float_dtype(node)
         _same_shapes(node, list(node.inputs) + list(node.outputs))
         if len(node.inputs) != nargs:
             raise CBackendError(f"C kernel for {node.op}: expected {nargs} operands, got {len(node.inputs)}")
@@ -83,18 +83,18 @@ def _rsqrt_expr(node, ctx, t):
     return "1.0f / ET_SQRTF((float)x0)" if t == "float" else "1.0 / ET_SQRT(x0)"
 
 
-register("exp")(_elementwise(1, lambda n, c, t: "et_exp(x0)"))
-register("log")(_elementwise(1, lambda n, c, t: "et_log(x0)"))
-register("sqrt")(_elementwise(1, _sqrt_expr))
-register("rsqrt")(_elementwise(1, _rsqrt_expr))
-register("pow")(_elementwise(1, lambda n, c, t: f"et_pow(x0, {c.c_double(n.attrs['exponent'])})"))
-register("tanh")(_elementwise(1, lambda n, c, t: "et_tanh(x0)"))
-register("sigmoid")(_elementwise(1, lambda n, c, t: "et_sigmoid(x0)"))
-register("gelu")(_elementwise(1, lambda n, c, t: f"et_gelu(x0, {_gelu_mode(n)})"))
+register("exp")(elementwise_kernel(1, lambda n, c, t: "et_exp(x0)"))
+register("log")(elementwise_kernel(1, lambda n, c, t: "et_log(x0)"))
+register("sqrt")(elementwise_kernel(1, _sqrt_expr))
+register("rsqrt")(elementwise_kernel(1, _rsqrt_expr))
+register("pow")(elementwise_kernel(1, lambda n, c, t: f"et_pow(x0, {c.c_double(n.attrs['exponent'])})"))
+register("tanh")(elementwise_kernel(1, lambda n, c, t: "et_tanh(x0)"))
+register("sigmoid")(elementwise_kernel(1, lambda n, c, t: "et_sigmoid(x0)"))
+register("gelu")(elementwise_kernel(1, lambda n, c, t: f"et_gelu(x0, {_gelu_mode(n)})"))
 # pointwise gradients g * f'(s), s the saved output (sigmoid, tanh) or input (gelu)
-register("sigmoid_grad")(_elementwise(2, lambda n, c, t: "x0 * (x1 * (1.0 - x1))"))
-register("tanh_grad")(_elementwise(2, lambda n, c, t: "x0 * (1.0 - x1 * x1)"))
-register("gelu_grad")(_elementwise(2, lambda n, c, t: f"x0 * et_gelu_grad(x1, {_gelu_mode(n)})"))
+register("sigmoid_grad")(elementwise_kernel(2, lambda n, c, t: "x0 * (x1 * (1.0 - x1))"))
+register("tanh_grad")(elementwise_kernel(2, lambda n, c, t: "x0 * (1.0 - x1 * x1)"))
+register("gelu_grad")(elementwise_kernel(2, lambda n, c, t: f"x0 * et_gelu_grad(x1, {_gelu_mode(n)})"))
 
 
 @register("cast")
@@ -184,20 +184,20 @@ def _softmax_geometry(node, shape):
 
 def _softmax(logsm: int):
     def emit(node, ctx):
-        dt = _float(node)
+        dt = float_dtype(node)
         x, y = node.inputs[0], node.out
         outer, d, inner = _softmax_geometry(node, x.shape)
-        return f"{{ {_fn('et_softmax', dt)}({ctx.ptr(x)}, {ctx.ptr(y)}, {outer}, {d}, {inner}, {logsm}); }}"
+        return f"{{ {instance_name('et_softmax', dt)}({ctx.ptr(x)}, {ctx.ptr(y)}, {outer}, {d}, {inner}, {logsm}); }}"
     return emit
 
 
 def _softmax_grad(logsm: int):
     def emit(node, ctx):
-        dt = _float(node)
+        dt = float_dtype(node)
         g, y = node.inputs
         _same_shapes(node, [g, y, node.out])
         outer, d, inner = _softmax_geometry(node, g.shape)
-        return (f"{{ {_fn('et_softmax_grad', dt)}({ctx.ptr(g)}, {ctx.ptr(y)}, {ctx.ptr(node.out)}, {outer}, {d}, "
+        return (f"{{ {instance_name('et_softmax_grad', dt)}({ctx.ptr(g)}, {ctx.ptr(y)}, {ctx.ptr(node.out)}, {outer}, {d}, "
                 f"{inner}, {logsm}); }}")
     return emit
 
@@ -216,31 +216,31 @@ def _rows(node, x):
 
 @register("layer_norm")
 def _layer_norm(node, ctx):
-    dt = _float(node)
+    dt = float_dtype(node)
     x = node.inputs[0]
     w = ctx.ptr(node.inputs[1]) if len(node.inputs) > 1 else _null(dt)
     b = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else _null(dt)
     rows, n = _rows(node, x)
-    return (f"{{ {_fn('et_layer_norm', dt)}({ctx.ptr(x)}, {w}, {b}, {ctx.ptr(node.out)}, {rows}, {n}, "
+    return (f"{{ {instance_name('et_layer_norm', dt)}({ctx.ptr(x)}, {w}, {b}, {ctx.ptr(node.out)}, {rows}, {n}, "
             f"{ctx.c_double(node.attrs['eps'])}); }}")
 
 
 @register("layer_norm_grad_input")
 def _layer_norm_grad_input(node, ctx):
-    dt = _float(node)
+    dt = float_dtype(node)
     g, x = node.inputs[:2]
     w = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else _null(dt)
     rows, n = _rows(node, x)
-    return (f"{{ {_fn('et_layer_norm_grad_input', dt)}({ctx.ptr(g)}, {ctx.ptr(x)}, {w}, {ctx.ptr(node.out)}, "
+    return (f"{{ {instance_name('et_layer_norm_grad_input', dt)}({ctx.ptr(g)}, {ctx.ptr(x)}, {w}, {ctx.ptr(node.out)}, "
             f"{rows}, {n}, {ctx.c_double(node.attrs['eps'])}); }}")
 
 
 @register("layer_norm_grad_weight")
 def _layer_norm_grad_weight(node, ctx):
-    dt = _float(node)
+    dt = float_dtype(node)
     g, x = node.inputs
     rows, n = _rows(node, x)
-    return (f"{{ {_fn('et_layer_norm_grad_weight', dt)}({ctx.ptr(g)}, {ctx.ptr(x)}, {ctx.ptr(node.out)}, "
+    return (f"{{ {instance_name('et_layer_norm_grad_weight', dt)}({ctx.ptr(g)}, {ctx.ptr(x)}, {ctx.ptr(node.out)}, "
             f"{rows}, {n}, {ctx.c_double(node.attrs['eps'])}); }}")
 
 
@@ -260,36 +260,36 @@ def _rank4(node, v):
 
 @register("max_pool2d")
 def _max_pool2d(node, ctx):
-    dt = _float(node)
+    dt = float_dtype(node)
     x, y = node.inputs[0], node.out
     _rank4(node, x)
-    return f"{{ {_fn('et_max_pool2d', dt)}({ctx.ptr(x)}, {ctx.ptr(y)}, {_pool_args(x.shape, y.shape, node.attrs)}); }}"
+    return f"{{ {instance_name('et_max_pool2d', dt)}({ctx.ptr(x)}, {ctx.ptr(y)}, {_pool_args(x.shape, y.shape, node.attrs)}); }}"
 
 
 @register("max_pool2d_grad")
 def _max_pool2d_grad(node, ctx):
-    dt = _float(node)
+    dt = float_dtype(node)
     g, x = node.inputs
     _rank4(node, x)
-    return (f"{{ {_fn('et_max_pool2d_grad', dt)}({ctx.ptr(g)}, {ctx.ptr(x)}, {ctx.ptr(node.out)}, "
+    return (f"{{ {instance_name('et_max_pool2d_grad', dt)}({ctx.ptr(g)}, {ctx.ptr(x)}, {ctx.ptr(node.out)}, "
             f"{_pool_args(x.shape, g.shape, node.attrs)}); }}")
 
 
 @register("avg_pool2d")
 def _avg_pool2d(node, ctx):
-    dt = _float(node)
+    dt = float_dtype(node)
     x, y = node.inputs[0], node.out
     _rank4(node, x)
-    return (f"{{ {_fn('et_avg_pool2d', dt)}({ctx.ptr(x)}, {ctx.ptr(y)}, {_pool_args(x.shape, y.shape, node.attrs)}, "
+    return (f"{{ {instance_name('et_avg_pool2d', dt)}({ctx.ptr(x)}, {ctx.ptr(y)}, {_pool_args(x.shape, y.shape, node.attrs)}, "
             f"{ctx.c_double(fixed_avg_divisor(node.attrs))}); }}")
 
 
 @register("avg_pool2d_grad")
 def _avg_pool2d_grad(node, ctx):
-    dt = _float(node)
+    dt = float_dtype(node)
     g, gx = node.inputs[0], node.out
     _rank4(node, gx)
-    return (f"{{ {_fn('et_avg_pool2d_grad', dt)}({ctx.ptr(g)}, {ctx.ptr(gx)}, "
+    return (f"{{ {instance_name('et_avg_pool2d_grad', dt)}({ctx.ptr(g)}, {ctx.ptr(gx)}, "
             f"{_pool_args(gx.shape, g.shape, node.attrs)}, {ctx.c_double(fixed_avg_divisor(node.attrs))}); }}")
 
 
@@ -303,16 +303,16 @@ def _index(node, idx):
 @register("embedding")
 def _embedding(node, ctx):
     w, idx = node.inputs
-    dt = _float(node, [w, node.out])
+    dt = float_dtype(node, [w, node.out])
     num, width = w.shape
-    return (f"{{ {_fn('et_embedding', dt)}({ctx.ptr(w)}, {ctx.ptr(idx)}, {_index(node, idx)}, {ctx.ptr(node.out)}, "
+    return (f"{{ {instance_name('et_embedding', dt)}({ctx.ptr(w)}, {ctx.ptr(idx)}, {_index(node, idx)}, {ctx.ptr(node.out)}, "
             f"{idx.type.numel}, {num}, {width}); }}")
 
 
 @register("embedding_grad")
 def _embedding_grad(node, ctx):
     g, idx = node.inputs
-    dt = _float(node, [g, node.out])
+    dt = float_dtype(node, [g, node.out])
     num, width = node.out.shape
-    return (f"{{ {_fn('et_embedding_grad', dt)}({ctx.ptr(g)}, {ctx.ptr(idx)}, {_index(node, idx)}, "
+    return (f"{{ {instance_name('et_embedding_grad', dt)}({ctx.ptr(g)}, {ctx.ptr(idx)}, {_index(node, idx)}, "
             f"{ctx.ptr(node.out)}, {idx.type.numel}, {num}, {width}, {int(node.attrs.get('padding_idx', -1))}); }}")

@@ -1,0 +1,131 @@
+"""Core-aten -> IR converters of where, cumsum and index_put (ops/select.py); they register into
+converters.CONVERTERS (the package's __init__ imports this module).
+
+- torch.where(cond, a, b) and x.masked_fill(mask, v) (a where with aten.scalar_tensor) ->
+  aten.where.self: the `where` op, a and b in torch's promoted dtype, cond as bool.
+- x.cumsum(d) -> aten.cumsum.default: `cumsum` in the result dtype torch gives (the `dtype`
+  argument, else int64 for integer and boolean inputs: position ids from a padding mask).
+- y.index_put((i0, ...), v, accumulate) -> aten.index_put.default: `index_put`, the index
+  tensors on adjacent dims after leading Nones; indices known at capture time become constant
+  operands (a boolean mask known then: the positions it selects), computed ones stay Values;
+  x[mask] = v with a computed boolean mask and one value v (h[h > 0] = 0) is a where.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..ir import Value
+from ..ops import Emitter
+from .aten_data import promoted
+from .converters import TORCH_DTYPES, Known, aten, const_aware, converts, unsupported
+
+_FLOATS = ("float64", "float32")
+_INDEX_DTYPES = ("int32", "int64")
+
+
+def _as_value(e: Emitter, x, dtype: str) -> Value:
+    """A Value of `dtype` for a tensor Value, a capture-time tensor or a Python scalar."""
+    if isinstance(x, Known):
+        x = x.value()
+    if not isinstance(x, Value):
+        return e.const(x, dtype)
+    return x if x.dtype == dtype else e.emit("cast", x, dtype=dtype)
+
+
+def _result_dtype(a, b) -> str:
+    """torch's dtype of where(cond, a, b): the tensors' promoted dtype; a Python float beside an
+    integer tensor gives float32 (torch's default dtype)."""
+    ts = [v.dtype for v in (a, b) if isinstance(v, Value)]
+    if not ts:
+        return "float32" if any(isinstance(v, float) for v in (a, b)) else "int64"
+    want = ts[0] if len(ts) == 1 else promoted(ts[0], ts[1])
+    if want not in _FLOATS and any(isinstance(v, float) for v in (a, b)):
+        return "float32"
+    return want
+
+
+@converts(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(e, cond, a, b):
+    if not isinstance(cond, Value):
+        unsupported("unsupported op aten.where with a condition that is not a tensor")
+    cond = cond if cond.dtype == "bool" else e.emit("cast", cond, dtype="bool")
+    want = _result_dtype(a, b)
+    return e.emit("where", cond, _as_value(e, a, want), _as_value(e, b, want))
+
+
+@converts(aten.cumsum.default)
+def _cumsum(e, x, dim, dtype=None):
+    want = TORCH_DTYPES.get(dtype) if dtype is not None else (x.dtype if x.dtype in _FLOATS else "int64")
+    if want is None or want not in _FLOATS + _INDEX_DTYPES:
+        unsupported(f"unsupported op aten.cumsum with dtype {dtype}")
+    x = x if x.dtype == want else e.emit("cast", x, dtype=want)
+    return e.emit("cumsum", x, dim=int(dim) % max(len(x.shape), 1), reverse=False)
+
+
+def _index_tensors(indices) -> tuple:
+    """(first indexed dim, index Values) of index_put's index list (None: a whole dim)."""
+    idx = list(indices)
+    while idx and idx[-1] is None:
+        idx.pop()
+    first = 0
+    while first < len(idx) and idx[first] is None:
+        first += 1
+    tensors = idx[first:]
+    if not tensors or any(i is None for i in tensors):
+        unsupported("unsupported op aten.index_put with index tensors on non-adjacent dims")
+    out = []
+    for i in tensors:
+        if isinstance(i, Known):
+            t = i.tensor
+            if t.dtype == torch.bool:  # a mask known at capture time: the positions it selects
+                out += [i.value(p) for p in torch.nonzero(t, as_tuple=True)]
+                continue
+            if t.dtype.is_floating_point or t.dtype.is_complex:
+                unsupported(f"unsupported op aten.index_put with a {t.dtype} index")
+            out.append(i.value(t.long()))
+        elif i.dtype == "bool":
+            unsupported("unsupported op aten.index_put with a boolean mask computed from the inputs "
+                        "(its positions have a data-dependent count)")
+        elif i.dtype not in _INDEX_DTYPES:
+            unsupported(f"unsupported op aten.index_put with a {i.dtype} index")
+        else:
+            out.append(i)
+    return first, out
+
+
+def _masked_scalar(e: Emitter, x: Value, indices, values, accumulate: bool):
+    """x[mask] = v (or += v) with a boolean mask computed from the inputs and one value: a
+    `where` over the masked dims (None when the index list is anything else)."""
+    idx = list(indices)
+    first = 0
+    while first < len(idx) and idx[first] is None:
+        first += 1
+    rest = idx[first + 1:]
+    mask = idx[first] if first < len(idx) else None
+    if not (isinstance(mask, Value) and mask.dtype == "bool" and all(i is None for i in rest)):
+        return None
+    count = values.type.numel if isinstance(values, Value) else \
+        values.tensor.numel() if isinstance(values, Known) else 1
+    if count != 1 or tuple(mask.shape) != tuple(x.shape[first:first + len(mask.shape)]):
+        return None
+    v = _as_value(e, values, x.dtype)
+    trailing = len(x.shape) - first - len(mask.shape)
+    mask = mask if not trailing else e.emit("reshape", mask, shape=tuple(mask.shape) + (1,) * trailing)
+    v = v if v.shape == () else e.emit("reshape", v, shape=())
+    if accumulate:
+        return e.emit("add", x, e.emit("where", mask, v, e.const(0.0, x.dtype)))
+    return e.emit("where", mask, v, x)
+
+
+@const_aware(aten.index_put.default)
+def _index_put(e, x, indices, values, accumulate=False, constant=None):
+    """index_put; x[mask] = v with a mask computed from the inputs and one value v is a where."""
+    x = x.value() if isinstance(x, Known) else x
+    masked = _masked_scalar(e, x, indices, values, bool(accumulate))
+    if masked is not None:
+        return masked
+    first, idx = _index_tensors(indices)
+    if first + len(idx) > len(x.shape):
+        raise ValueError(f"index_put: {len(idx)} index tensors from dim {first} for a {x.shape} tensor")
+    v = _as_value(e, values, x.dtype)
+    return e.emit("index_put", x, v, *idx, first=first, accumulate=bool(accumulate))
