@@ -168,6 +168,12 @@ class Program:
     def _aliases(self) -> Mapping[str, str]:
         return self.compiled.state_aliases
 
+    def update_summary(self) -> str:
+        """The update scheme and the layers it chose (frozen, requires_grad=False layers are never chosen)."""
+        from .trainable import describe_selection
+
+        return f"{self.scheme}: trains {describe_selection(list(self.compiled.layers), self.trainable)}"
+
     def __repr__(self) -> str:
         n = sum(self.state[p].size for p in self.trainable)
         return (f"Program(trains {len(self.trainable)} tensors / {n:,} weights, loss={self.loss}, "

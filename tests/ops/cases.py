@@ -377,12 +377,6 @@ def _torch_embedding(t, a):
 
 
 @st.composite
-def _cross_entropy(draw):
-    n, c = draw(st.integers(1, 5)), draw(st.integers(2, 6))
-    return [real(n, c), index((n,), c, draw(st.sampled_from(["int64", "int32"])))], {}
-
-
-@st.composite
 def _mse(draw):
     shape = draw(shapes())
     return [real(*shape), real(*shape)], {}
@@ -616,14 +610,13 @@ CASES: dict[str, Case] = {
     "softmax": Case(_along_dim(), lambda t, a: torch.softmax(t[0], a["dim"])),
     "log_softmax": Case(_along_dim(), lambda t, a: torch.log_softmax(t[0], a["dim"])),
     "embedding": Case(_embedding(), _torch_embedding),
-    "cross_entropy": Case(_cross_entropy(), lambda t, a: F.cross_entropy(t[0], t[1].long())),
     "mse": Case(_mse(), lambda t, a: F.mse_loss(t[0], t[1])),
     "sgd_update": Case(_sgd_update(), _torch_sgd),
     **FUSED_UPDATE_CASES,
 }
 
 # the op families with their own case files (each defines CASES; they import the helpers above)
-from tests.ops import cases_conv_nd, cases_norm, cases_pointwise, cases_resample  # noqa: E402
+from tests.ops import cases_conv_nd, cases_loss, cases_norm, cases_pointwise, cases_resample, cases_select  # noqa: E402
 
-for _family in (cases_conv_nd, cases_norm, cases_pointwise, cases_resample):
+for _family in (cases_conv_nd, cases_loss, cases_norm, cases_pointwise, cases_resample, cases_select):
     CASES.update(_family.CASES)

@@ -56,5 +56,15 @@ def test_mse_takes_targets_shaped_like_the_output():
 def test_refusals():
     with pytest.raises(ValueError, match="loss must be one of"):
         attach_loss(linear_graph(), "hinge")
-    with pytest.raises(ValueError, match=r"cross_entropy needs model outputs of shape \(batch, classes\)"):
-        attach_loss(linear_graph(rank=3), "cross_entropy")
+    x = new_value(TensorType((2,), "float64"), "x")
+    scores = Graph((x,), (), (x,), ("output",))  # one number per example: no class dim
+    with pytest.raises(ValueError, match=r"cross_entropy needs model outputs of shape \(batch, classes, ...\)"):
+        attach_loss(scores, "cross_entropy")
+
+
+def test_cross_entropy_over_dim_1_of_a_rank_3_output():
+    """(N, L, C) from a linear layer read as torch does, classes in dim 1: labels (N, C)."""
+    lg = verify(attach_loss(linear_graph(rank=3), "cross_entropy"))
+    assert lg.input(LABEL).type == TensorType((2, 4), "int64")
+    lg = verify(attach_loss(linear_graph(rank=3), "sequence_cross_entropy"))
+    assert lg.input(LABEL).type == TensorType((2, 5), "int64")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..passes.loss import CLASS_LOSSES, class_dim
 from .cli_config import COMPILED_FILE, calibration_from, config_from_options, normalization, say
 
 #: relative difference allowed between the firmware's printed losses and the reference
@@ -131,7 +132,8 @@ def _samples(prog, args, data=None) -> list:
 
     n = args.samples
     out_t = prog.forward_graph.output("output")
-    classes = out_t.shape[-1]
+    cdim = class_dim(prog.loss, out_t.type.rank)
+    classes = out_t.shape[cdim]
     rng = np.random.default_rng(1)
     specs = [parse_input(s) for s in _input_texts(prog)]
     pairs = []
@@ -151,8 +153,10 @@ def _samples(prog, args, data=None) -> list:
         else:
             xs = tuple(t.numpy() for t in example_inputs(specs, seed=1 + i))
             x = xs[0] if len(xs) == 1 else xs
-            if prog.loss == "cross_entropy":
-                y = rng.integers(0, classes, size=out_t.shape[:-1]).astype(np.int64)
+            if prog.loss in CLASS_LOSSES:
+                y = rng.integers(0, classes, size=out_t.shape[:cdim] + out_t.shape[cdim + 1:]).astype(np.int64)
+            elif prog.loss == "bce_with_logits":  # targets in [0, 1]
+                y = rng.random(out_t.shape).astype(np.float32)
             else:
                 y = rng.standard_normal(out_t.shape).astype(np.float32)
         pairs.append((x, y))

@@ -30,6 +30,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
+from ..passes.loss import CLASS_LOSSES, class_dim
 from ..passes.updates import INT_RANGES
 
 #: a step's loss over this many times the starting loss is a blow-up: a normal run's worst
@@ -67,8 +68,11 @@ class DivergenceGuard:
     def __init__(self, prog):
         self.prog = prog
         self.start_loss: Optional[float] = None
-        if prog.loss == "cross_entropy":
-            self.loss_floor = math.log(max(2, prog.forward_graph.output("output").shape[-1]))
+        out = prog.forward_graph.output("output").type
+        if prog.loss in CLASS_LOSSES:  # a uniform guess's loss: log(classes)
+            self.loss_floor = math.log(max(2, out.shape[class_dim(prog.loss, out.rank)]))
+        elif prog.loss == "bce_with_logits":  # a guess of 0 logits: log 2
+            self.loss_floor = math.log(2.0)
         else:
             self.loss_floor = MSE_LOSS_FLOOR
         floats, ints = self._trained()

@@ -1,26 +1,54 @@
-"""Attach the training loss to a captured forward graph."""
+"""Attach the training loss to a captured forward graph.
+
+The losses (`et.compile(loss=...)`, the CLI's --loss), as torch computes them with its defaults:
+- "cross_entropy": F.cross_entropy(logits, labels): the classes in dim 1 of logits of any rank
+  >= 2 ((N, C) against labels (N,), per-pixel (N, C, H, W) against (N, H, W), (N, C, L) against
+  (N, L)); labels equal to -100 (torch's ignore_index) are ignored.
+- "sequence_cross_entropy": the classes in the last dim, as a language model's (N, T, V)
+  logits against (N, T) labels, what torch users write as
+  F.cross_entropy(logits.view(-1, V), labels.view(-1)); ignore_index -100 likewise.
+- "bce_with_logits": F.binary_cross_entropy_with_logits(out, targets), float targets shaped
+  like the output (multi-label, anomaly scores).
+- "mse", "l1": F.mse_loss, F.l1_loss, targets shaped like the output (autoencoders).
+A batch whose every label is ignored has no mean: its loss is nan (torch's answer) and
+training stops there with NonFiniteLossError.
+"""
 from __future__ import annotations
 
 from ..ir import Graph, Role, TensorType, new_value
 from ..ops import Emitter
+from ..ops.loss import IGNORE_INDEX
 
-LOSSES = ("cross_entropy", "mse")
+#: the losses over integer class labels
+CLASS_LOSSES = ("cross_entropy", "sequence_cross_entropy")
+#: the losses over float targets shaped like the output
+TARGET_LOSSES = ("mse", "l1", "bce_with_logits")
+LOSSES = CLASS_LOSSES + TARGET_LOSSES
 LABEL = "label"
+
+
+def class_dim(loss: str, out_rank: int) -> int:
+    """The dim of a class loss's logits that holds the classes."""
+    return out_rank - 1 if loss == "sequence_cross_entropy" else 1
 
 
 def attach_loss(g: Graph, loss: str, output: str = "output") -> Graph:
     """Add a `label` input (role LABEL) and a scalar `loss` output computed from the model's `output`.
-    cross_entropy takes integer class labels (N,); mse takes targets shaped like the output."""
+    The class losses take int64 labels: the output's shape without its class dim; the others
+    take float targets shaped like the output."""
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     out = g.output(output)
-    if loss == "cross_entropy":
-        if out.type.rank != 2:
-            raise ValueError(f"cross_entropy needs model outputs of shape (batch, classes), got {out.type}")
-        label = new_value(TensorType((out.shape[0],), "int64"), LABEL)
+    e = Emitter()
+    if loss in CLASS_LOSSES:
+        if out.type.rank < 2:
+            raise ValueError(f"{loss} needs model outputs of shape (batch, classes, ...) or (batch, ..., classes), "
+                             f"got {out.type}")
+        d = class_dim(loss, out.type.rank)
+        label = new_value(TensorType(out.shape[:d] + out.shape[d + 1:], "int64"), LABEL)
+        lv = e.emit("cross_entropy", out, label, class_dim=d, ignore_index=IGNORE_INDEX, name="loss")
     else:
         label = new_value(out.type, LABEL)
-    e = Emitter()
-    lv = e.emit(loss, out, label, name="loss")
+        lv = e.emit(loss, out, label, name="loss")
     return g.with_inputs({label: Role.LABEL}).replace(nodes=g.nodes + tuple(e.nodes), outputs=(lv,),
                                                       output_names=("loss",))

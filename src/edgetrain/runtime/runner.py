@@ -18,6 +18,8 @@ from ..autodiff import grad_name
 from ..backends.reference import run_graph
 from .compiled import COMPILED_FIELDS, CompiledProgram
 from ..ir import FLOAT_DTYPES, Graph, Role, TensorType
+from ..ops.loss import IGNORE_INDEX
+from ..passes.loss import CLASS_LOSSES, class_dim
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -150,14 +152,20 @@ class RunnerBase:
         return feeds
 
     def label_feed(self, g: Graph, y) -> np.ndarray:
-        """The labels (cross entropy: class indices, checked to lie in range) or targets (mse)."""
+        """The labels (class losses: integer class indices of the output's shape without its
+        class dim, each in range or torch's ignore_index) or the float targets shaped like the
+        output (mse, l1, bce_with_logits)."""
         want = self._graph_fact(g, Role.LABEL, lambda: g.the_input(Role.LABEL).type)
-        if self.compiled.loss == "cross_entropy":
+        loss = self.compiled.loss
+        if loss in CLASS_LOSSES:
             y = as_array(y, want, "labels")
             fwd = self.compiled.forward_graph
-            classes = self._graph_fact(fwd, "classes", lambda: fwd.output("output").shape[-1])
-            if y.size and (y.min() < 0 or y.max() >= classes):
-                raise ValueError(f"labels must lie in [0, {classes}), got values in [{y.min()}, {y.max()}]")
+            out = self._graph_fact(fwd, ("output type",), lambda: fwd.output("output").type)
+            classes = out.shape[class_dim(loss, out.rank)]
+            counted = y[y != IGNORE_INDEX]
+            if counted.size and (counted.min() < 0 or counted.max() >= classes):
+                raise ValueError(f"labels must lie in [0, {classes}) or equal the ignore_index {IGNORE_INDEX}, got "
+                                 f"values in [{counted.min()}, {counted.max()}]")
             return y
         y = as_array(y, want, "targets")
         check_trainable(y, "targets")
@@ -208,13 +216,23 @@ class RunnerBase:
                                   if bad_name else "") + f"; weights kept from step {self.steps}")
 
     def predict(self, x) -> np.ndarray:
-        """Model outputs for a batch of any size (run in chunks of the compiled batch)."""
+        """The model's outputs, shaped as the model gives them. A batch of the compiled size
+        runs as it is; one of any other size runs in chunks of the compiled batch when the
+        output leads with the batch (its first dim is the compiled batch), else it is refused:
+        an output such as a language model's flattened (N*T, V) logits cannot be cut into
+        samples."""
         c = self.compiled
         if len(c.inputs) != 1:
             return self.predict_batch(x)
         want = (c.input_transform or c.forward_graph).input(c.inputs[0]).type
         a = as_array(x, want, "input", batch_free=True)
         b, n = want.shape[0], a.shape[0]
+        if n == b:
+            return self.predict_batch(a)
+        out = self._graph_fact(c.forward_graph, ("output type",), lambda: c.forward_graph.output("output").type)
+        if not out.shape or out.shape[0] != b:
+            raise ValueError(f"predict: the model's output {out} does not lead with the batch of {b}, so it "
+                             f"cannot be computed in chunks: give exactly {b} samples, got {n}")
         pad = (-n) % b
         if pad:
             a = np.concatenate([a, np.zeros((pad,) + a.shape[1:], dtype=a.dtype)])

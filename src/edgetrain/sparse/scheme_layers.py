@@ -17,7 +17,7 @@ import torch
 
 from .. import pipeline
 from ..autodiff import ChannelSelect
-from ..trainable import Layer, SchemeError, UpdateScheme, find_layers, resolve_scheme
+from ..trainable import Layer, SchemeError, UpdateScheme, find_layers, resolve_scheme, trainable_layers
 
 QUANTIZE = (None, "int8")
 
@@ -31,8 +31,10 @@ class SchemeLayers:
 
     @property
     def dense(self) -> tuple[Layer, ...]:
-        """The conv and linear layers: `Sparse` numbers all but the last (the classifier)."""
-        return tuple(layer for layer in self.layers if layer.kind in ("conv", "linear"))
+        """The conv and linear layers with a trainable parameter: `Sparse` numbers all but the
+        last (the classifier)."""
+        return tuple(layer for layer in trainable_layers(list(self.layers), self.frozen)
+                     if layer.kind in ("conv", "linear"))
 
     @property
     def n_sparse_layers(self) -> int:

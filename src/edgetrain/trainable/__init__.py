@@ -4,7 +4,8 @@ ChannelSelect} (schemes.py). Below the pipeline, which resolves a scheme on its 
 search for a sparse scheme and contribution analysis (sparse/) run the pipeline and sit above.
 edgetrain.sparse re-exports these names."""
 from .layers import Layer, find_layers
-from .schemes import BiasOnly, Full, LastK, SchemeError, Sparse, UpdateScheme, resolve_scheme
+from .schemes import (BiasOnly, Full, LastK, SchemeError, Sparse, UpdateScheme, describe_selection, resolve_scheme,
+                      trainable_layers)
 
-__all__ = ["BiasOnly", "Full", "LastK", "Layer", "SchemeError", "Sparse", "UpdateScheme", "find_layers",
-           "resolve_scheme"]
+__all__ = ["BiasOnly", "Full", "LastK", "Layer", "SchemeError", "Sparse", "UpdateScheme", "describe_selection",
+           "find_layers", "resolve_scheme", "trainable_layers"]

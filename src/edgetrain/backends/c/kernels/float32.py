@@ -9,6 +9,7 @@ from math import prod
 
 from ....ir import Node
 from ....ops.bnfused import operands as bn_operands
+from ....ops.loss import IGNORE_INDEX, ce_layout
 from ..layout import CBackendError
 from .cloops import broadcast_strides, c_block, contiguous_strides, loop_nest, merge_dims
 from .context import EmitContext
@@ -354,36 +355,59 @@ def _matmul(node, ctx):
                    f"{m}, {k}, {n});")
 
 
-# --- losses ---------------------------------------------------------------------------------
+# --- losses (runtime/et_float.h; ops/loss.py computes the same numbers) ----------------------
 def _labels(node, v):
     if v.dtype != "int64":
         raise CBackendError(f"C kernel for {node.op}: labels must be int64, got {v.dtype}")
+
+
+def _ce_args(node, logits, labels) -> str:
+    """A, C, S (the logits seen as (A, C, S)) and the ignored label, for et_cross_entropy*."""
+    _labels(node, labels)
+    a, c, s = ce_layout(logits.shape, node.attrs.get("class_dim", 1))
+    return f"{a}, {c}, {s}, (int64_t){int(node.attrs.get('ignore_index', IGNORE_INDEX))}"
 
 
 @register("cross_entropy")
 def _cross_entropy(node, ctx):
     logits, labels = node.inputs
     f32_only(node, [logits, node.out])
-    _labels(node, labels)
-    n, c = logits.shape
-    return f"{{ *{ctx.ptr(node.out)} = et_cross_entropy({ctx.ptr(logits)}, {ctx.ptr(labels)}, {n}, {c}); }}"
+    return (f"{{ *{ctx.ptr(node.out)} = et_cross_entropy({ctx.ptr(logits)}, {ctx.ptr(labels)}, "
+            f"{_ce_args(node, logits, labels)}); }}")
 
 
 @register("cross_entropy_grad")
 def _cross_entropy_grad(node, ctx):
     g, logits, labels = node.inputs
     f32_only(node, [g, logits, node.out])
-    _labels(node, labels)
-    n, c = logits.shape
     return (f"{{ et_cross_entropy_grad(*{ctx.ptr(g)}, {ctx.ptr(logits)}, {ctx.ptr(labels)}, {ctx.ptr(node.out)}, "
-            f"{n}, {c}); }}")
+            f"{_ce_args(node, logits, labels)}); }}")
 
 
-@register("mse")
-def _mse(node, ctx):
-    f32_only(node)
-    a, b = node.inputs
-    return f"{{ *{ctx.ptr(node.out)} = et_mse({ctx.ptr(a)}, {ctx.ptr(b)}, {a.type.numel}); }}"
+def _mean_loss(fn: str):
+    """A loss over targets shaped like the output: `fn`(pred, target, n) of et_float.h."""
+    def emit(node, ctx):
+        f32_only(node)
+        a, b = node.inputs
+        return f"{{ *{ctx.ptr(node.out)} = {fn}({ctx.ptr(a)}, {ctx.ptr(b)}, {a.type.numel}); }}"
+    return emit
+
+
+def _mean_loss_grad(fn: str):
+    """Its gradient: `fn`(g, pred, target, out, n) of et_float.h."""
+    def emit(node, ctx):
+        f32_only(node)
+        g, a, b = node.inputs
+        return (f"{{ {fn}(*{ctx.ptr(g)}, {ctx.ptr(a)}, {ctx.ptr(b)}, {ctx.ptr(node.out)}, "
+                f"{a.type.numel}); }}")
+    return emit
+
+
+register("mse")(_mean_loss("et_mse"))
+register("l1")(_mean_loss("et_l1"))
+register("l1_grad")(_mean_loss_grad("et_l1_grad"))
+register("bce_with_logits")(_mean_loss("et_bce_with_logits"))
+register("bce_with_logits_grad")(_mean_loss_grad("et_bce_with_logits_grad"))
 
 
 @register("mse_grad")

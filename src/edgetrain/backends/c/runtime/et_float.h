@@ -383,40 +383,97 @@ ET_INLINE void et_matmul(const float *ET_RESTRICT A, const float *ET_RESTRICT B,
     }
 }
 
-/* ---- losses (mean over the batch; log-sum-exp in double with et_exp/et_log) ------------- */
-ET_INLINE float et_cross_entropy(const float *ET_RESTRICT logits, const int64_t *ET_RESTRICT labels, int N, int C) {
+/* ---- losses (a mean over the positions that count; float64 with et_exp / et_log, sums in
+ * memory order: ops/loss.py computes exactly this) ------------------------------------------ */
+/* cross entropy over the class dim of logits seen as (A, C, S): element (a, c, s) at
+ * (a * C + c) * S + s, label (a, s) at a * S + s; a label equal to `ignore` counts neither in
+ * the sum nor in the divisor (no counted position: 0 / 0 = nan, torch's answer) */
+ET_INLINE float et_cross_entropy(const float *ET_RESTRICT logits, const int64_t *ET_RESTRICT labels, int A, int C,
+                                 int S, int64_t ignore) {
     double total = 0.0;
-    for (int n = 0; n < N; ++n) {
-        const float *l = logits + (size_t)n * C;
-        float m = l[0];
-        for (int c = 1; c < C; ++c) m = l[c] > m ? l[c] : m;
-        double s = 0.0;
-        for (int c = 0; c < C; ++c) s += et_exp((double)l[c] - m);
-        total += (double)m + et_log(s) - (double)l[labels[n]];
-    }
-    return (float)(total / N);
+    int count = 0;
+    for (int a = 0; a < A; ++a)
+        for (int s = 0; s < S; ++s) {
+            const int64_t y = labels[(size_t)a * S + s];
+            if (y == ignore) continue;
+            const float *l = logits + (size_t)a * C * S + s;
+            float m = l[0];
+            for (int c = 1; c < C; ++c) m = l[(size_t)c * S] > m ? l[(size_t)c * S] : m;
+            double sum = 0.0;
+            for (int c = 0; c < C; ++c) sum += et_exp((double)l[(size_t)c * S] - m);
+            total += (double)m + et_log(sum) - (double)l[(size_t)y * S];
+            ++count;
+        }
+    return (float)(total / (double)count);
 }
 
+/* (softmax - one_hot) * g / count at the counted positions, 0 at the ignored ones */
 ET_INLINE void et_cross_entropy_grad(float g, const float *ET_RESTRICT logits, const int64_t *ET_RESTRICT labels,
-                                     float *ET_RESTRICT out, int N, int C) {
-    for (int n = 0; n < N; ++n) {
-        const float *l = logits + (size_t)n * C;
-        float *o = out + (size_t)n * C;
-        float m = l[0];
-        for (int c = 1; c < C; ++c) m = l[c] > m ? l[c] : m;
-        double s = 0.0;
-        for (int c = 0; c < C; ++c) s += et_exp((double)l[c] - m);
-        for (int c = 0; c < C; ++c) {
-            double p = et_exp((double)l[c] - m) / s - (c == labels[n] ? 1.0 : 0.0);
-            o[c] = (float)(p * ((double)g / N));
+                                     float *ET_RESTRICT out, int A, int C, int S, int64_t ignore) {
+    int count = 0;
+    for (int i = 0; i < A * S; ++i) count += labels[i] != ignore;
+    const double k = count ? (double)g / count : 0.0;
+    for (int a = 0; a < A; ++a)
+        for (int s = 0; s < S; ++s) {
+            const int64_t y = labels[(size_t)a * S + s];
+            const float *l = logits + (size_t)a * C * S + s;
+            float *o = out + (size_t)a * C * S + s;
+            if (y == ignore) {
+                for (int c = 0; c < C; ++c) o[(size_t)c * S] = 0.0f;
+                continue;
+            }
+            float m = l[0];
+            for (int c = 1; c < C; ++c) m = l[(size_t)c * S] > m ? l[(size_t)c * S] : m;
+            double sum = 0.0;
+            for (int c = 0; c < C; ++c) sum += et_exp((double)l[(size_t)c * S] - m);
+            for (int c = 0; c < C; ++c) {
+                double p = et_exp((double)l[(size_t)c * S] - m) / sum - (c == y ? 1.0 : 0.0);
+                o[(size_t)c * S] = (float)(p * k);
+            }
         }
-    }
 }
 
 ET_INLINE float et_mse(const float *ET_RESTRICT a, const float *ET_RESTRICT b, int n) {
     double s = 0.0;
     for (int i = 0; i < n; ++i) { double d = (double)a[i] - b[i]; s += d * d; }
     return (float)(s / n);
+}
+
+ET_INLINE float et_l1(const float *ET_RESTRICT a, const float *ET_RESTRICT b, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; ++i) { double d = (double)a[i] - b[i]; s += d < 0 ? -d : d; }
+    return (float)(s / n);
+}
+
+/* sign(a - b) * (g / n), sign(0) = 0 as torch */
+ET_INLINE void et_l1_grad(float g, const float *ET_RESTRICT a, const float *ET_RESTRICT b, float *ET_RESTRICT out,
+                          int n) {
+    const float k = g / (float)n;
+    for (int i = 0; i < n; ++i) {
+        const float d = a[i] - b[i];
+        out[i] = d > 0 ? k : (d < 0 ? -k : 0.0f * k);
+    }
+}
+
+/* mean of max(x, 0) - x t + log(1 + exp(-|x|)): the stable form, in double */
+ET_INLINE float et_bce_with_logits(const float *ET_RESTRICT x, const float *ET_RESTRICT t, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; ++i) {
+        const double v = x[i], e = et_exp(v < 0 ? v : -v);
+        s += ((v > 0 ? v : 0.0) - v * (double)t[i]) + et_log(1.0 + e);
+    }
+    return (float)(s / n);
+}
+
+/* (sigmoid(x) - t) * g / n, sigmoid from e = exp(-|x|) on the side that does not overflow */
+ET_INLINE void et_bce_with_logits_grad(float g, const float *ET_RESTRICT x, const float *ET_RESTRICT t,
+                                       float *ET_RESTRICT out, int n) {
+    const double k = (double)g / n;
+    for (int i = 0; i < n; ++i) {
+        const double v = x[i], e = et_exp(v < 0 ? v : -v);
+        const double sig = v >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+        out[i] = (float)((sig - (double)t[i]) * k);
+    }
 }
 
 #endif /* ET_FLOAT_H */
