@@ -36,6 +36,9 @@ def last_programs():
 
 
 def _register_with(registry) -> None:
+    from .rnn import allow_rnns
+
+    allow_rnns()  # else TorchDynamo runs any model with an nn.LSTM / nn.GRU in PyTorch, unseen
     if BACKEND_NAME in registry._COMPILER_FNS:
         return
     if registry._BACKENDS.get(BACKEND_NAME) is not None:

@@ -25,6 +25,8 @@ from ..ir import Graph
 from ..memory import MemoryReport
 from .graphs import flat_inputs, source_name
 from .options import BackendOptions, parse_options
+from .rnn import replace_rnns
+from .translate import decompositions
 
 #: compiled graphs kept for `last_programs()` (a training script compiles a handful)
 KEEP_PROGRAMS = 32
@@ -125,7 +127,7 @@ def inference_graph(gm: torch.fx.GraphModule, args) -> tuple[torch.fx.GraphModul
     # the inference graph (the forward alone, no partition); AOTAutograd leaves its metadata
     # (which inputs the graph mutates) on the tracing context
     with torch.no_grad(), torch._guards.tracing(torch._guards.TracingContext(None)):
-        aot_autograd(fw_compiler=keep, inference_compiler=keep)(gm, list(args))
+        aot_autograd(fw_compiler=keep, inference_compiler=keep, decompositions=decompositions())(gm, list(args))
     if len(graphs) != 1:
         raise CaptureError("AOTAutograd did not hand over one inference graph")
     return graphs[0]
@@ -136,7 +138,7 @@ class EdgetrainGraph:
     each new set of input shapes (`programs`: that key -> CompiledGraph)."""
 
     def __init__(self, gm: torch.fx.GraphModule, options):
-        self.gm, self.options = gm, options  # Dynamo drops its sources from the graph after this call:
+        self.gm, self.options = replace_rnns(gm), options  # Dynamo drops its sources from the graph after this call:
         self.sources = [(n.name, source_name(n)) for n in gm.graph.nodes if n.op == "placeholder"]
         self._opts: Optional[BackendOptions] = None
         self._compiled: dict = {}

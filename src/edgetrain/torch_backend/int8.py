@@ -40,6 +40,7 @@ from ..frontend.capture import CaptureError
 from ..ir import FLOAT_DTYPES, Graph, TensorType, Value, new_value
 from ..memory import plan_memory, trained_channel_bytes
 from ..ops.fixed_point import INT32_MAX, INT32_MIN
+from ..ops.loss import IGNORE_INDEX
 from ..quantize import Quantized, quantize_int8
 from ..quantize.qparams import WEIGHT_QMAX
 from ..trainable import SchemeError, find_layers, resolve_scheme
@@ -243,10 +244,10 @@ class Int8Program:
         for name in self.data:
             feeds[name] = to_numpy(by_name[name]).copy()
         for v, classes in self.labels.items():
-            labels = feeds[v.name]
+            labels = feeds[v.name][feeds[v.name] != IGNORE_INDEX]  # torch's default ignore_index: not counted
             if labels.size and (labels.min() < 0 or labels.max() >= classes):
-                raise ValueError(f"class labels must lie in [0, {classes}), got {labels.min()}..{labels.max()} "
-                                 f"(edgetrain's cross entropy has no ignore_index)")
+                raise ValueError(f"class labels must lie in [0, {classes}) or equal the ignore_index {IGNORE_INDEX}, "
+                                 f"got {labels.min()}..{labels.max()}")
         if route:
             outs = _Int8Step.apply(self, feeds, [n for n, _ in route], *[t for _, t in route])
         else:

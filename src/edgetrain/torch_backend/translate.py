@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+import torch._prims_common
 
 from ..frontend.aten_layers import convert_batch_norm, convert_layer_norm, convert_max_pool
 from ..frontend.capture import (TORCH_DTYPES, CaptureError, UnsupportedOpError, constant_value, evaluate, foldable,
@@ -32,6 +33,7 @@ from ..frontend.capture import (TORCH_DTYPES, CaptureError, UnsupportedOpError, 
 from ..frontend.converters import CONST_AWARE, CONVERTERS, LAYOUT_AWARE, Known, registrar
 from ..ir import TensorType, Value, new_value
 from ..ops import Emitter
+from ..ops.loss import IGNORE_INDEX
 
 aten = torch.ops.aten
 
@@ -82,6 +84,9 @@ SHAPE_ONLY = (aten.new_zeros.default, aten.new_ones.default, aten.new_full.defau
 RANDOM_SHAPE_ONLY = (aten.bernoulli.p, aten.rand_like.default, aten.randn_like.default)
 #: marker-aware converters that take known tensors raw (as `Known`), as CONST_AWARE ones do
 RAW_MARKER_AWARE = (aten._scaled_dot_product_flash_attention_for_cpu.default,)
+#: random ops whose draw fills a tensor laid out as their input is (torch's CPU dropout draws its
+#: mask into empty_like(x): memory order, so a transposed x gets its mask in another order)
+STRIDED_RANDOM = (aten.native_dropout.default,)
 
 
 class Translator:
@@ -203,7 +208,8 @@ class Translator:
                 not isinstance(node.args[0], torch.fx.Node) or node.args[0].name in self.known:
             return {}
         val = node.args[0].meta["val"]
-        return {node.args[0].name: torch.zeros(tuple(int(d) for d in val.shape), dtype=val.dtype)}
+        return {node.args[0].name: strided_zeros(tuple(int(d) for d in val.shape), tuple(int(d) for d in val.stride()),
+                                                 val.dtype)}
 
     def _arg(self, a, raw: bool = False):
         """The translation of an FX argument; a known tensor as `Known` when `raw`."""
@@ -225,7 +231,7 @@ class Translator:
         raw = node.target in CONST_AWARE and node.target not in MARKER_AWARE or node.target in RAW_MARKER_AWARE
         args = self._arg(tuple(node.args), raw)
         kwargs = {k: self._arg(v, raw) for k, v in node.kwargs.items()}
-        if node.target in LAYOUT_AWARE:  # the strides torch gave the input (AOTAutograd records them)
+        if node.target in LAYOUT_AWARE + STRIDED_RANDOM:  # the input's strides (AOTAutograd records them)
             val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
             if isinstance(val, torch.Tensor):
                 kwargs["layout"] = (tuple(int(d) for d in val.stride()), int(val.storage_offset()))
@@ -248,6 +254,30 @@ class Translator:
         except (ValueError, KeyError, TypeError, IndexError) as err:
             raise CaptureError(f"cannot translate {node.target} at {where(node)}: "
                                f"{type(err).__name__}: {err}") from err
+
+
+def strided_zeros(shape: tuple, stride: tuple, dtype) -> torch.Tensor:
+    """Zeros of `shape` laid out with `stride` (a random op fills its result in memory order, as
+    eager fills a tensor made like its input), contiguous where the strides are not dense."""
+    t = torch.empty_strided(shape, stride, dtype=dtype)
+    if t.numel() and not torch._prims_common.is_non_overlapping_and_dense_or_false(t):
+        t = torch.empty(shape, dtype=dtype)
+    return t.zero_()
+
+
+def decompositions() -> dict:
+    """The decompositions AOTAutograd applies while it traces: torch.export's core ATen table
+    (what et.compile's capture sees) for the ops edgetrain has no converter for (aten.stack,
+    aten.flip's relatives, ...: left whole by AOTAutograd's own tracing), so that an op
+    converted under et.compile is converted here too. Random ops are never decomposed: their
+    draws must stay the ones eager makes (a decomposed bernoulli draws other numbers), nor are
+    the allocations the translator folds by shape. Computed at each compile, so converters
+    registered since are honoured."""
+    from torch._decomp import core_aten_decompositions
+
+    keep = set(CONVERTERS) | set(MARKER_AWARE) | set(SHAPE_ONLY) | set(RANDOM_SHAPE_ONLY)
+    return {op: fn for op, fn in core_aten_decompositions().items()
+            if op not in keep and torch.Tag.nondeterministic_seeded not in getattr(op, "tags", ())}
 
 
 def _seeded(node) -> bool:
@@ -398,9 +428,10 @@ def _max_pool_fwd(t, x, *args):
 # --- losses inside the compiled region (torch.compile of a training step function) ---------------
 # --- dropout in training mode: its mask drawn by torch at each call ----------------------------
 @marker_aware(aten.native_dropout.default)
-def _native_dropout(t, x, p, train=None):
+def _native_dropout(t, x, p, train=None, layout=None):
     """(x * mask / (1 - p), mask): the mask as torch's CPU dropout draws it (bernoulli(1 - p)
-    over a tensor of x's shape and dtype), one draw per call."""
+    over a tensor of x's shape, dtype and strides: `layout`, as AOTAutograd recorded x), one
+    draw per call."""
     x = t.value(x)
     if train is False or not p:
         return x, Unused("dropout's mask")
@@ -410,8 +441,9 @@ def _native_dropout(t, x, p, train=None):
         zero = t.e.emit("expand", t.e.const(0.0, x.dtype), shape=x.shape)
         return zero, Unused("dropout's mask")
     shape, dtype = tuple(x.shape), getattr(torch, x.dtype)
-    mask = t.add_draw(x.type, lambda: torch.ops.aten.native_dropout(torch.zeros(shape, dtype=dtype), p, True)[1]
-                      .to(dtype))
+    stride = layout[0] if layout is not None else torch.empty(shape).stride()
+    mask = t.add_draw(x.type, lambda: torch.ops.aten.native_dropout(strided_zeros(shape, stride, dtype), p, True)[1]
+                      .to(dtype).contiguous())
     y = t.e.emit("mul", t.e.emit("mul", x, mask), t.e.const(1.0 / (1.0 - p), x.dtype))
     return y, Unused("dropout's mask")
 
@@ -420,28 +452,44 @@ def _native_dropout(t, x, p, train=None):
 def _log_softmax(t, x, dim, half_to_float=False):
     x = t.value(x)
     y = t.e.emit("log_softmax", x, dim=dim % len(x.shape))
-    if len(x.shape) == 2 and dim % 2 == 1:
+    if len(x.shape) >= 2 and dim % len(x.shape) == 1:  # over the classes of F.cross_entropy
         t.log_softmax_of[y] = x
     return y
 
 
-def _check_nll(t, lp, labels, weight, reduction, ignore_index):
+def _check_nll(t, lp, labels, weight, reduction, ignore_index, ranks=(2,)):
     if weight is not None or reduction != 1:
         unsupported("aten.nll_loss with class weights or without mean reduction; edgetrain's loss is "
                     "F.cross_entropy(logits, labels) with reduction='mean'")
-    if len(lp.shape) != 2:
-        unsupported(f"aten.nll_loss on a {len(lp.shape)}-d input; edgetrain's cross entropy takes (N, C) logits")
-    t.labels[labels] = lp.shape[1]  # ignore_index cannot be honoured: labels are checked to lie in [0, C)
+    if ignore_index != IGNORE_INDEX:
+        unsupported(f"aten.nll_loss with ignore_index={ignore_index}: edgetrain's cross entropy ignores torch's "
+                    f"default {IGNORE_INDEX}")
+    if len(lp.shape) not in ranks:
+        unsupported(f"aten.nll_loss on a {len(lp.shape)}-d input; edgetrain's cross entropy takes (N, C) or "
+                    f"(N, C, H, W) logits (flatten a sequence's (N, T, V) to (N*T, V), as F.cross_entropy(logits"
+                    f".view(-1, V), labels.view(-1)))")
+    t.labels[labels] = lp.shape[1]  # labels are checked to lie in [0, C) or be ignore_index at each run
+
+
+def _cross_entropy_of(t, lp, labels, ignore_index):
+    if lp not in t.log_softmax_of:
+        unsupported("aten.nll_loss of values that are not a log_softmax over dim 1 (use F.cross_entropy)")
+    return t.e.emit("cross_entropy", t.log_softmax_of[lp], labels, class_dim=1, ignore_index=IGNORE_INDEX)
 
 
 @marker_aware(aten.nll_loss_forward.default)
 def _nll_loss(t, lp, labels, weight, reduction, ignore_index):
     lp, labels = t.value((lp, labels))
     _check_nll(t, lp, labels, weight, reduction, ignore_index)
-    if lp not in t.log_softmax_of:
-        unsupported("aten.nll_loss of values that are not a log_softmax over dim 1 (use F.cross_entropy)")
-    loss = t.e.emit("cross_entropy", t.log_softmax_of[lp], labels)
-    return loss, Unused("nll_loss's total weight")
+    return _cross_entropy_of(t, lp, labels, ignore_index), Unused("nll_loss's total weight")
+
+
+@marker_aware(aten.nll_loss2d_forward.default)
+def _nll_loss2d(t, lp, labels, weight, reduction, ignore_index):
+    """F.cross_entropy on per-pixel (N, C, H, W) logits against (N, H, W) labels."""
+    lp, labels = t.value((lp, labels))
+    _check_nll(t, lp, labels, weight, reduction, ignore_index, ranks=(4,))
+    return _cross_entropy_of(t, lp, labels, ignore_index), Unused("nll_loss2d's total weight")
 
 
 @marker_aware(aten.mse_loss.default)
@@ -449,6 +497,15 @@ def _mse(t, x, target, reduction=1):
     if reduction != 1:
         unsupported("aten.mse_loss without mean reduction")
     return t.e.emit("mse", *t.value((x, target)))
+
+
+@marker_aware(aten.binary_cross_entropy_with_logits.default)
+def _bce_with_logits(t, x, target, weight=None, pos_weight=None, reduction=1):
+    """F.binary_cross_entropy_with_logits(x, target) with the mean (F.l1_loss needs no
+    converter: torch decomposes it into sub, abs and mean)."""
+    if weight is not None or pos_weight is not None or reduction != 1:
+        unsupported("aten.binary_cross_entropy_with_logits with weight / pos_weight or without mean reduction")
+    return t.e.emit("bce_with_logits", *t.value((x, target)))
 
 
 def torch_dtype_name(dtype) -> str:
