@@ -14,6 +14,7 @@ from tests.models import tiny_training_file as ttf
 
 MCU = ["mbv2-w0.35", "mcunet-5fps", "proxyless-w0.3"]
 ZOO = MCU + ["resnet18", "resnet18-cifar", "bert-tiny"]
+MLPERF_TINY = ["ds-cnn", "ad-autoencoder"]
 #: the only module types a zoo model may contain (its leaves, and containers)
 ALLOWED_MODULES = (nn.Conv2d, nn.BatchNorm2d, nn.ReLU, nn.ReLU6, nn.Linear, nn.AdaptiveAvgPool2d, nn.MaxPool2d,
                    nn.Dropout, nn.Embedding, nn.LayerNorm, nn.GELU)
@@ -56,8 +57,8 @@ def _kinds(seq: nn.Sequential) -> list[type]:
 
 
 def test_names_and_unknown_model():
-    assert et.models.names() == ZOO
-    with pytest.raises(ValueError, match=re.escape("unknown model 'mbv3'; known: " + ", ".join(ZOO))):
+    assert et.models.names() == ZOO + MLPERF_TINY  # MLPerf Tiny's are tested in test_mlperf_tiny.py
+    with pytest.raises(ValueError, match=re.escape("unknown model 'mbv3'; known: " + ", ".join(ZOO + MLPERF_TINY))):
         et.models.get("mbv3")
     with pytest.raises(ValueError, match="num_classes"):
         et.models.get("resnet18", num_classes=0)

@@ -18,6 +18,7 @@ from edgetrain.remat import ScheduleError, make_schedule
 from edgetrain.remat.apply import STORE_NAME, measured_peak, unit_storages
 from edgetrain.remat.build import build_problem
 from edgetrain.remat.greedy import ram_lower_bound
+from edgetrain.remat.plan import Infeasible
 from edgetrain.remat.solvers import SOLVERS
 
 DEVICE = get_device("a72")
@@ -31,9 +32,15 @@ ZOO = {
     "resnet18": ((2, 3, 64, 64), {}),
     "resnet18-cifar": ((4, 3, 32, 32), {}),
     "bert-tiny": ((2, 32), {"vocab_size": 256}),
+    "ds-cnn": ((2, 1, 49, 10), {}),  # MLPerf Tiny's (models/mlperf_tiny.py): their sizes are the architecture
+    # at 640 inputs its fixed 640x128 weight gradients set the peak: a narrow one has activations do it
+    "ad-autoencoder": ((64, 64), {"inputs": 64, "hidden": 32}),
 }
 #: RAM budgets: how far from the smallest RAM that can fit (0) to the plain peak (1)
 BUDGETS = (1.0, 0.5, 0.1)
+#: (model, budget) where ram_lower_bound is below every schedule's peak by more than 10% of the
+#: range: the autoencoder's chain of dense + batch-norm layers (104.0 KB bound, 106.0 KB fits)
+LOWER_BOUND_GAPS = {("ad-autoencoder", 0.1)}
 #: seconds the MILP may take per schedule (it returns its best schedule and gap then)
 MILP_SECONDS = 1.5
 
@@ -245,6 +252,10 @@ def test_zoo_table_covers_the_zoo():
 def test_zoo_schedules_run_as_planned(name, frac):
     case = zoo_case(name)
     ram = budget(case.problem, frac)
+    if (name, frac) in LOWER_BOUND_GAPS:  # a known gap, held here so that closing it shows
+        with pytest.raises(Infeasible, match="the smallest RAM that fits is"):
+            SOLVERS["milp"](case.problem, ram, None, MILP_SECONDS)
+        return
     sched = SOLVERS["milp"](case.problem, ram, None, MILP_SECONDS)
     check_run(case, sched, ram)
 

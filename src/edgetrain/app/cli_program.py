@@ -13,6 +13,10 @@ from .options import (byte_size, floats, nonnegative_float, nonnegative_int, pos
                       positive_int, update_scheme_text)
 from ..devices.targets import TARGETS as TARGET_REGISTRY
 
+#: passes/loss.py's LOSSES, spelled out so that --help imports no numpy (tests/core/test_losses_families.py
+#: checks that they agree)
+LOSS_CHOICES = ("cross_entropy", "sequence_cross_entropy", "mse", "l1", "bce_with_logits")
+
 #: firmware steps embedded by `compile` when no --samples is given
 DEFAULT_SAMPLES = 4
 TARGETS = tuple(TARGET_REGISTRY)  # the emit targets (devices/targets.py)
@@ -22,10 +26,11 @@ DATA_HELP = ("an ImageFolder path (DIR/<class>/<image>), or a data set as NAME:P
              "cifar10:PATH (cifar-10-python.tar.gz from https://www.cs.toronto.edu/~kriz/, or the "
              "cifar-10-batches-py folder it extracts to), mnist:DIR or fashion-mnist:DIR (a folder of the four idx "
              ".gz files); a bare mnist | fashion-mnist reads the installed package, a bare cifar10 the shared assets "
-             "folder ($EDGETRAIN_ASSETS)")
+             "folder ($EDGETRAIN_ASSETS); ts:PATH a UCR/UEA time series set (a NAME_TRAIN.ts file, its folder, or a "
+             "set's name in the sktime package; the _TEST.ts validates) for a model taking (batch, dims, length)")
 MODEL_HELP = ("path/to/model.py:FACTORY (a function or class in the file that returns a torch.nn.Module, called "
               "with the --model-arg values) or a zoo model name (mbv2-w0.35, mcunet-5fps, proxyless-w0.3, resnet18, "
-              "resnet18-cifar, bert-tiny)")
+              "resnet18-cifar, bert-tiny, ds-cnn, ad-autoencoder)")
 
 
 def add_program_options(p: argparse.ArgumentParser, for_train: bool = False) -> None:
@@ -42,8 +47,11 @@ def add_program_options(p: argparse.ArgumentParser, for_train: bool = False) -> 
     g.add_argument("--classes", type=positive_int,
                    help="output classes: a zoo model's num_classes (default 10); for a model file, passed to the "
                         "factory as num_classes=")
-    g.add_argument("--loss", choices=("cross_entropy", "mse"), default=d("cross_entropy"),
-                   help="training loss (default cross_entropy)")
+    g.add_argument("--loss", choices=LOSS_CHOICES, default=d("cross_entropy"),
+                   help="training loss: cross_entropy (classes in dim 1, any rank: per-pixel too), "
+                        "sequence_cross_entropy (classes in the last dim: a language model's (N, T, V)), both "
+                        "ignoring labels -100; bce_with_logits (float targets: multi-label), mse or l1 (targets "
+                        "shaped like the output) (default cross_entropy)")
     g.add_argument("--update", dest="update_spec", type=update_scheme_text, default=d("full"), metavar="SCHEME",
                    help="what to train: full, bias (biases only), last:K (the last K conv/linear layers), or auto "
                         "(the sparse scheme of largest measured gain that fits --sram; needs --contributions) "
@@ -288,6 +296,9 @@ def _run_train(args) -> int:
                          f"these weights with --init")
     meta.data = fingerprint
     _check_output(out, ck if resumed else None)
+    if not args.val and args.data.startswith("ts:"):  # the _TEST.ts beside the _TRAIN.ts, when there is one
+        from ..data.timeseries import test_split_of
+        args.val = test_split_of(args.data)
     val = load_images(args.val, (c, h, w), split="test", limit=args.val_limit, skip_bad=args.skip_bad_images) \
         if args.val else None
     if built is None:

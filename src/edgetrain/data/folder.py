@@ -92,7 +92,10 @@ def _to_chw(image: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
 
 
 def check_image_shape(shape: Sequence[int], what: str = "the model") -> tuple[int, int, int]:
-    """(C, H, W) of an image input (B, C, H, W) with C 1 or 3."""
+    """(C, H, W) of an image input (B, C, H, W) with C 1 or 3; a sequence input (B, C, L) (time
+    series: --data ts:PATH) as (C, 1, L)."""
+    if len(shape) == 3:
+        return int(shape[1]), 1, int(shape[2])
     if len(shape) != 4 or shape[1] not in (1, 3):
         raise DataError(f"training on images needs a float input (batch, 1 or 3 channels, height, width); "
                         f"{what} takes {'x'.join(map(str, shape))}")
@@ -208,6 +211,11 @@ def load_images(data: str, shape: tuple[int, int, int], *, split: str = "train",
     choice, kept in file order). An existing path is always read as a folder."""
     if limit is not None and limit < 1:
         raise DataError(f"--limit must be a positive number of images, got {limit}")
+    if data.startswith("ts:"):  # UCR/UEA time series (timeseries.py): a _TRAIN.ts file, its folder or a set's name
+        from .timeseries import load_ts_split
+        return load_ts_split(data[len("ts:"):], split, limit)
+    if shape[1] == 1:  # check_image_shape's (C, 1, L) of a sequence input
+        raise DataError(f"{data}: a model taking (batch, channels, length) trains on time series: --data ts:PATH")
     if not Path(data).exists():
         name, path = split_named(data)
         if name is not None:

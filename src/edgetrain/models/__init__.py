@@ -7,7 +7,9 @@ to its constructor, e.g. `vocab_size` for bert-tiny); `names()` lists the zoo;
 - "mbv2-w0.35", "mcunet-5fps", "proxyless-w0.3": the MCU networks of the tiny-training
   paper (`mcu.py`), float32 NCHW (B, 3, 128, 128);
 - "resnet18" (B, 3, 128, 128) and "resnet18-cifar" (B, 3, 32, 32) (`resnet.py`);
-- "bert-tiny": int64 token ids (B, 128) (`bert.py`).
+- "bert-tiny": int64 token ids (B, 128) (`bert.py`);
+- "ds-cnn" (B, 1, 49, 10) and "ad-autoencoder" (B, 640): MLPerf Tiny's keyword spotting and
+  anomaly detection models (`mlperf_tiny.py`).
 
 Initialisation (all from `seed`, the global RNG untouched): He-normal convolutions, then
 rescaled in forward order to unit output std on `example_input(name, seed=seed)` (LSUV),
@@ -25,15 +27,12 @@ from torch import nn
 
 from .bert import VOCAB_SIZE, BertTiny
 from .mcu import TABLES, mcu_net
+from .mlperf_tiny import ZOO as MLPERF_TINY
+from .norm_init import BN_MEAN_STD, BN_VAR_RANGE, NORM_SCALE_RANGE, NORM_SHIFT_STD
 from .resnet import ResNet18
 from .tiny_training import from_tiny_training, load_tiny_training
 
 IMAGE_SIZE, CIFAR_IMAGE_SIZE, SEQ_LEN = 128, 32, 128
-#: batch-norm and layer-norm affine parameters: weight ~ U(range), bias ~ N(0, std)
-NORM_SCALE_RANGE, NORM_SHIFT_STD = (0.5, 1.5), 0.1
-#: batch-norm running statistics: mean ~ N(0, std), var ~ U(range) (gradient tests in eval
-#: mode then exercise all of batch norm)
-BN_MEAN_STD, BN_VAR_RANGE = 0.1, (0.5, 1.5)
 
 
 class _Entry(NamedTuple):
@@ -47,6 +46,7 @@ _ZOO: dict[str, _Entry] = {
     "resnet18": _Entry(partial(ResNet18, cifar=False), (3, IMAGE_SIZE, IMAGE_SIZE)),
     "resnet18-cifar": _Entry(partial(ResNet18, cifar=True), (3, CIFAR_IMAGE_SIZE, CIFAR_IMAGE_SIZE)),
     "bert-tiny": _Entry(BertTiny, (SEQ_LEN,), token_ids=True),
+    **{name: _Entry(build, shape) for name, (build, shape) in MLPERF_TINY.items()},  # mlperf_tiny.py
 }
 
 

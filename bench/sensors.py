@@ -1,0 +1,242 @@
+"""Sensor learning on a Cortex-M4 (issue 31): a 1-D CNN and a GRU, pretrained in PyTorch on
+half of a UCR/UEA set's classes, fine-tuned on all of them by edgetrain in int8 with QAS and a
+sparse update searched under an SRAM budget, emitted as Cortex-M4 firmware and run under QEMU.
+
+    PYTHONPATH=src python bench/sensors.py [--sets BasicMotions PLAID] [--models cnn gru]
+        [--budget 64KB] [--epochs 10] [--lr LR] [--seed 0] [--firmware-steps 8] [--data DIR]
+
+Per (set, model):
+1. data: the set's _TRAIN/_TEST split (`edgetrain.data.timeseries.load_ts`; the sktime 1.2.0
+   wheel's files, `pip install --no-deps sktime==1.2.0`, or --data DIR), each dimension
+   z-scored with the training split's mean and std; PLAID's variable-length currents
+   (100..1344 samples) are cropped/padded to PLAID_LENGTH;
+2. pretraining: PyTorch float32 Adam on the training cases of the first half of the classes
+   (the model's head already has every class): "before" is its top-1 on the whole test split;
+3. contribution analysis (`et.sparse.analyze_contributions`, float32 PyTorch fine-tunes at
+   batch 1) on the training split, scored on a held-out quarter of it (never the test split);
+4. `et.compile(update="auto", budget=Budget(sram=B), quantize="int8", optimizer=SGD(qas=True))`
+   with that table, calibrated on training cases;
+5. Cortex-M4 firmware of that program trained on the first --firmware-steps training cases
+   under QEMU; its losses are compared, as text, with the host C build's;
+6. fine-tuning on every training case, batch 1, --epochs epochs, the case order of
+   `numpy.random.default_rng(seed).permutation` per epoch: edgetrain's int8 program (the
+   numpy reference runner) and, as the peer, PyTorch float32 SGD on exactly the same
+   parameters and channels (`prog.trainable`; `et.sparse.FineTuner`), same data, same order.
+Prints one JSON line per row, then a markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+warnings.filterwarnings("ignore", message=r".*were assigned during export.*")  # nn.GRU's _flat_weights
+
+SETS = ("BasicMotions", "PLAID")
+MODELS = ("cnn", "gru")
+KB = 1024
+#: PLAID's currents are 100..1344 samples at 30 kHz (the longest pads the GRU's unrolled graph
+#: to 1344 steps): the first 500 samples hold ~8 mains cycles, enough to tell appliances apart
+PLAID_LENGTH = 500
+#: pretraining: Adam on the first half of the classes (PyTorch float32)
+PRETRAIN_EPOCHS, PRETRAIN_LR, PRETRAIN_BATCH = 60, 3e-3, 8
+#: the contribution analysis scores on this share of the training split, held out
+VALIDATION_SHARE = 0.25
+CALIBRATION_CASES = 16
+#: the GRU reads every GRU_POOL-th averaged sample: BasicMotions' 100 steps become 50
+GRU_POOL, GRU_HIDDEN = 2, 32
+CNN_WIDTH = 32
+#: fine-tuning learning rates (SGD, batch 1; QAS makes the int8 program's the same as float's): the
+#: GRU, pretrained to saturation on two classes, needs a larger step to move its gates (classifier
+#: plus its input weights in PyTorch float32: 0.50 top-1 at lr 0.03, 0.85 at 0.1)
+LR = {"cnn": 0.03, "gru": 0.1}
+
+
+class SensorCNN(nn.Module):
+    """1-D CNN: three convolutions along time + ReLU (kernels 5, 3, 3; strides 2, 2, 1), global
+    average pool, linear. The convolutions are written as Conv2d with (1, K) kernels on the
+    (N, C, 1, L) view, which is exactly how edgetrain lowers nn.Conv1d (frontend/aten_layers.py),
+    because the sparse-update layer finder (trainable/layers.py) does not yet see a Conv1d's
+    weight (the lowering reads it through a reshape), so update="auto" could train none of them."""
+
+    def __init__(self, dims: int, classes: int, width: int = CNN_WIDTH):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(dims, width, (1, 5), stride=(1, 2)), nn.ReLU(),
+                                      nn.Conv2d(width, width, (1, 3), stride=(1, 2)), nn.ReLU(),
+                                      nn.Conv2d(width, width, (1, 3)), nn.ReLU())
+        self.classifier = nn.Linear(width, classes)
+
+    def forward(self, x):
+        return self.classifier(self.features(x.unsqueeze(2)).mean((2, 3)))
+
+
+class SensorGRU(nn.Module):
+    """Average pool by GRU_POOL over time, a one-layer GRU, linear on the last hidden state."""
+
+    def __init__(self, dims: int, classes: int, hidden: int = GRU_HIDDEN):
+        super().__init__()
+        self.pool = nn.AvgPool1d(GRU_POOL)
+        self.gru = nn.GRU(dims, hidden, batch_first=True)
+        self.classifier = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        out, _ = self.gru(self.pool(x).transpose(1, 2))
+        return self.classifier(out[:, -1])
+
+
+BUILD = {"cnn": SensorCNN, "gru": SensorGRU}
+
+
+def load(name: str, data_dir):
+    from edgetrain.data.timeseries import load_ts
+
+    train, test = load_ts(data_dir or name, length=PLAID_LENGTH if name == "PLAID" else None)
+    mean = train.series.mean(axis=(0, 2))
+    std = train.series.std(axis=(0, 2)) + np.float32(1e-6)  # a constant dimension stays finite
+    return (train.batch(range(len(train)), None, mean, std), train.labels,
+            test.batch(range(len(test)), None, mean, std), test.labels, train.classes)
+
+
+def pretrain(model: nn.Module, x, y, classes: int, seed: int) -> nn.Module:
+    """Adam on the cases of the first half of the classes; the model is left in eval mode."""
+    keep = y < (classes + 1) // 2
+    xs, ys = torch.from_numpy(x[keep]), torch.from_numpy(y[keep])
+    opt = torch.optim.Adam(model.parameters(), lr=PRETRAIN_LR)
+    gen = torch.Generator().manual_seed(seed)
+    model.train()
+    for _ in range(PRETRAIN_EPOCHS):
+        order = torch.randperm(len(ys), generator=gen)
+        for s in range(0, len(ys), PRETRAIN_BATCH):
+            idx = order[s:s + PRETRAIN_BATCH]
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(xs[idx]), ys[idx]).backward()
+            opt.step()
+    return model.eval()
+
+
+def distinct_pieces(model: nn.Module, x) -> tuple[list[int], list[int]]:
+    """(layers, bias depths) of the contribution analysis, one per distinct parameter: a GRU's
+    recurrent weight is one layer per time step in the captured graph (trainable/layers.py),
+    and analysing each copy would measure the same piece again."""
+    from edgetrain.sparse.scheme_layers import scheme_layers
+
+    found = scheme_layers(model, (torch.from_numpy(x),), "int8").layers[:-1]  # the classifier always trains
+    layers, seen = [], set()
+    for i, layer in enumerate(found):
+        if layer.weight not in seen:
+            seen.add(layer.weight)
+            layers.append(i)
+    ks, biases = [], set()
+    for k in range(1, len(found) + 1):
+        new = set(found[-k].bias) - biases
+        if new:
+            biases |= new
+            ks.append(k)
+    return layers, ks
+
+
+def top1(predict, x, y) -> float:
+    return float((np.concatenate([predict(x[i:i + 1]) for i in range(len(x))]).argmax(-1) == y).mean())
+
+
+def host_step_lines(prog, samples, d: Path) -> list[str]:
+    prog.emit_c(d, target="host", samples=samples)
+    subprocess.run(["make", "-s", "main"], cwd=d, check=True, capture_output=True)
+    r = subprocess.run(["./main"], cwd=d, check=True, capture_output=True, text=True)
+    return [line for line in r.stdout.splitlines() if line.startswith("step ")]
+
+
+def run(set_name: str, model_name: str, args) -> dict:
+    import edgetrain as et
+    from edgetrain.backends.c import cortexm
+    from edgetrain.sparse.finetune import FineTune, FineTuner
+
+    lr = args.lr if args.lr is not None else LR[model_name]
+    xtr, ytr, xte, yte, classes = load(set_name, args.data)
+    torch.manual_seed(args.seed)
+    model = pretrain(BUILD[model_name](xtr.shape[1], len(classes)), xtr, ytr, len(classes), args.seed)
+    before = top1(lambda b: model(torch.from_numpy(b)).detach().numpy(), xte, yte)
+    # contribution analysis on the training split: fine-tune on 3/4, score on the held-out 1/4
+    perm = np.random.default_rng([args.seed, 1]).permutation(len(ytr))
+    n_val = max(1, int(len(ytr) * VALIDATION_SHARE))
+    val, fit = np.sort(perm[:n_val]), np.sort(perm[n_val:])
+    t0 = time.perf_counter()
+    tune = FineTune(epochs=args.epochs, batch=1, lr=lr, momentum=0.0, seed=args.seed)
+    layers, bias_ks = distinct_pieces(model, xtr[:1])
+    table = et.sparse.analyze_contributions(model, (xtr[fit], ytr[fit]), (xtr[val], ytr[val]),
+                                            name=f"{set_name}-{model_name}", config=tune, layers=layers,
+                                            bias_ks=bias_ks)
+    t_analysis = time.perf_counter() - t0
+    calib = [xtr[i:i + 1] for i in perm[:CALIBRATION_CASES]]
+    t0 = time.perf_counter()
+    prog = et.compile(model, (torch.from_numpy(xtr[:1]),), update="auto", budget=et.Budget(sram=args.budget),
+                      quantize="int8", optimizer=et.SGD(lr=lr, qas=True, seed=args.seed), contributions=table,
+                      calibration=calib)
+    t_compile = time.perf_counter() - t0
+    # firmware: the first training cases, on the chip and in the host C build
+    samples = [(xtr[i:i + 1], ytr[i:i + 1]) for i in perm[:args.firmware_steps]]
+    with tempfile.TemporaryDirectory() as tmp:
+        host = host_step_lines(prog, samples, Path(tmp) / "host")
+        fw = cortexm.run_firmware(prog, Path(tmp) / "m4", "cortex-m4", samples)
+    same = list(fw.run.step_lines) == host
+    # fine-tuning: edgetrain int8 (reference runner) vs PyTorch float32, same parameters and order
+    rng = np.random.default_rng(tune.seed)
+    t0 = time.perf_counter()
+    for _ in range(args.epochs):
+        for i in rng.permutation(len(ytr)):
+            prog.step(xtr[i:i + 1], ytr[i:i + 1])
+    t_train = time.perf_counter() - t0
+    after = top1(prog.predict, xte, yte)
+    torch_after, _ = FineTuner(model, (xtr, ytr), (xte, yte), tune).trained(dict(prog.trainable))
+    return {"bench": "sensors", "set": set_name, "model": model_name, "classes": len(classes),
+            "pretrain_classes": (len(classes) + 1) // 2, "train": len(ytr), "test": len(yte),
+            "input": list(xtr.shape[1:]), "scheme": str(prog.scheme), "budget": args.budget,
+            "peak_sram_bytes": int(prog.memory.peak_bytes), "firmware_sram_bytes": int(fw.size.sram),
+            "firmware_sram_used_bytes": int(fw.size.sram_used), "firmware_flash_bytes": int(fw.size.flash),
+            "cycles_per_step": fw.size.cycles_per_step, "firmware_steps": args.firmware_steps,
+            "firmware_losses_equal_host": same, "firmware_losses": list(fw.run.losses),
+            "top1_before": before, "top1_edgetrain_int8": after, "top1_torch_float32": torch_after,
+            "epochs": args.epochs, "lr": lr, "seconds": {"analysis": round(t_analysis, 1),
+                                                              "compile": round(t_compile, 1),
+                                                              "edgetrain_train": round(t_train, 1)}}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sets", nargs="+", default=list(SETS))
+    p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    p.add_argument("--budget", default="64KB")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--lr", type=float, help=f"fine-tuning learning rate (default per model: {LR})")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--firmware-steps", type=int, default=8)
+    p.add_argument("--data", help="a folder holding SET_TRAIN.ts and SET_TEST.ts (default: the sktime wheel's)")
+    args = p.parse_args(argv)
+    rows = []
+    for s in args.sets:
+        for m in args.models:
+            row = run(s, m, args)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    print("\n| set | model | scheme (searched under " + args.budget + ") | peak SRAM | firmware SRAM / flash | "
+          "QEMU = host | top-1 before | edgetrain int8 | PyTorch float32 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['set']} | {r['model']} | {r['scheme']} | {r['peak_sram_bytes'] / KB:.1f} KB | "
+              f"{r['firmware_sram_bytes'] / KB:.1f} KB / {r['firmware_flash_bytes'] / KB:.1f} KB | "
+              f"{'yes' if r['firmware_losses_equal_host'] else 'NO'} | {r['top1_before']:.3f} | "
+              f"{r['top1_edgetrain_int8']:.3f} | {r['top1_torch_float32']:.3f} |")
+    return 0 if all(r["firmware_losses_equal_host"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
