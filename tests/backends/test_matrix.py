@@ -22,6 +22,19 @@ from tests.models import tiny_training_file as ttf
 #: with the flags users get (DEFAULT_CFLAGS, -O3: where a compiler's vectoriser shows itself)
 FLAGS = tuple(f for f in DEFAULT_CFLAGS if f != "-O3") + ("-O1",)
 RTOL = 1e-5
+#: predict of an int8 program with float layers: a float32 op feeding a quantize rounds to the
+#: nearer int8 level, and C float32 and numpy float32 (whose SIMD math differs from one CPU to
+#: another) can land on either side of a half; one int8 level then moves a small model's logits
+#: by about 1 % (bert-tiny on an AMD EPYC: 1.1 % and 1.6 % from equal states, 0 on a Xeon)
+INT8_FLOAT_PREDICT_RTOL = 0.05
+#: a float32 state after one step from equal states: a pre-activation within rounding of a ReLU
+#: kink lands on either side in C and numpy (CPU-dependent), which moves the gradient entries
+#: that pixel feeds (mcunet-5fps sparse at -O3 on an AMD EPYC: the first conv's momentum by
+#: 0.53 % of its largest entry, the weight by 3.2e-5; within RTOL on a Xeon). Such a state
+#: passes when at most KINK_SHARE of its entries are off by more than RTOL, none by more than
+#: KINK_RTOL; a kink moves the weights of the channels that pixel reaches (there: 10 of the first
+#: conv's 432, 2.3 %), a wrong kernel moves most entries
+KINK_RTOL, KINK_SHARE = 1e-2, 0.1
 SCHEMES = {"full": et.Full(), "bias": et.BiasOnly(), "last": et.LastK(3),
            # a Sparse scheme that exists in every zoo model (layers counted without the classifier)
            "sparse": et.Sparse(bias_last=4, weights={0: 0.5, 2: 0.25, 5: 1.0})}
@@ -75,7 +88,7 @@ GRAD_FLOOR = 1e-3
 INT8_WITH_FLOAT_LAYERS = frozenset({"bert-tiny", "ad-autoencoder"})  # the autoencoder's BatchNorm1d stays float
 
 
-def close(got, want, what: str, exact: bool, floor: float = 0.0):
+def close(got, want, what: str, exact: bool, floor: float = 0.0, rtol: float = RTOL, kinks: bool = False):
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
     if want.dtype.kind in "iu":  # integers (int8 weights, int32 biases) are equal in every program
@@ -83,8 +96,14 @@ def close(got, want, what: str, exact: bool, floor: float = 0.0):
         return
     g, w = got.astype(np.float64), want.astype(np.float64)
     assert np.isfinite(g).all() == np.isfinite(w).all(), f"{what}: non-finite values differ"
-    err = float(np.abs(g - w).max(initial=0) / max(np.abs(w).max(initial=0), floor, 1e-30))
-    tol = 0.0 if exact else RTOL
+    scale = max(np.abs(w).max(initial=0), floor, 1e-30)
+    err = float(np.abs(g - w).max(initial=0) / scale)
+    tol = 0.0 if exact else rtol
+    if kinks and not exact and err > tol:
+        share = float((np.abs(g - w) > tol * scale).mean())
+        assert share <= KINK_SHARE and err <= KINK_RTOL, \
+            f"{what}: relative difference {err:.3g} in {share:.1%} of the entries (a kink moves few)"
+        return
     assert err <= tol, f"{what}: relative difference {err:.3g} > {tol:g}"
 
 
@@ -99,9 +118,10 @@ def run_both(ref, x, data, int8: bool, flags=FLAGS):
     c = to_c_program(ref, flags)
     exact = int8 and not ({n.op for n in ref.train_graph.nodes} & FLOAT_COMPUTE)
     x = x.numpy()
+    predict_rtol = INT8_FLOAT_PREDICT_RTOL if int8 else RTOL  # (int8 and exact: 0)
     xb, yb = data[0]
     # int8 outputs are dequantized integers: equal as floats; float32 within RTOL
-    close(c.predict(x), ref.predict(x), "predict", exact)
+    close(c.predict(x), ref.predict(x), "predict", exact, rtol=predict_rtol)
     g_ref, g_c = ref.gradients(xb, yb), c.gradients(xb, yb)
     assert set(g_c) == set(g_ref)
     largest = max((float(np.abs(v).max(initial=0)) for v in g_ref.values()), default=0.0)
@@ -116,9 +136,9 @@ def run_both(ref, x, data, int8: bool, flags=FLAGS):
         m_largest = max((float(np.abs(ref.state[k]).max(initial=0)) for k in momenta), default=0.0)
         for k in ref.state:
             floor = GRAD_FLOOR * m_largest if k in momenta else 0.0
-            close(c.state[k], ref.state[k], f"step {i}: {k}", exact, floor)
+            close(c.state[k], ref.state[k], f"step {i}: {k}", exact, floor, kinks=True)
             c.state[k][...] = ref.state[k]
-    close(c.predict(x), ref.predict(x), "predict after the steps", exact)
+    close(c.predict(x), ref.predict(x), "predict after the steps", exact, rtol=predict_rtol)
     assert c.check_guards()
     return c
 
