@@ -1,8 +1,10 @@
 """Supported-models table: real models from torchvision, timm and Hugging Face transformers
 at the test configs (tests/realmodels/conftest.py: images 2x3x64x64, 16 tokens, hidden sizes
-about 32), each cell measured in one run.
+about 32), and the model families of issue 31 (tests/realmodels/families.py: audio, sensors,
+segmentation, autoencoders, video, LoRA, group norm, activations, each at its own small input),
+each cell measured in one run.
 
-    python bench/real_models.py [--models NAME ...] [--json out.jsonl] [--timeout 600] [--ray [ADDRESS]]
+    python bench/real_models.py [--models NAME ...] [--families] [--json out.jsonl] [--timeout 600] [--ray [ADDRESS]]
     python bench/real_models.py --summarize out.jsonl
 
 Columns, one row per model (a cell that fails records the first line of its error and the
@@ -25,6 +27,10 @@ row goes on):
 - memory: `prog.memory.peak_bytes` of the Full float32 program vs PyTorch eager's metered
   peak of the same step (bench/torch_memory.py, training the same tensors), and the ratio
   PyTorch / edgetrain.
+
+A family model trains with its own loss (`families.FAMILIES[name].loss`: cross entropy, or an
+autoencoder's MSE against its input) in every cell; the memory cell meters cross-entropy steps
+only (bench/torch_memory.py) and says so for the others.
 
 Each model runs in its own subprocess with a time limit (--timeout seconds); cells finished
 before the limit are kept, the rest read "timeout". One thread. With --ray the models are
@@ -54,6 +60,7 @@ sys.path.insert(0, str(ROOT))
 # the torchvision op-schema workaround (tests/realmodels/conftest.py) runs at this import,
 # before anything imports torchvision
 from tests.realmodels import conftest as rm  # noqa: E402
+from tests.realmodels import families as fam  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -63,7 +70,8 @@ warnings.filterwarnings("ignore", message=r".*(LeafSpec|token_id).*")
 
 #: the models of tests/realmodels/conftest.py, light models first, the heavy ones last
 HEAVY = ("tv.resnet50", "tv.densenet121", "tv.vit_b_16", "tv.convnext_tiny", "tv.swin_t")
-MODELS = {**{k: v for k, v in rm.BUILDERS.items() if k not in HEAVY}, **{k: rm.BUILDERS[k] for k in HEAVY}}
+MODELS = {**{k: v for k, v in rm.BUILDERS.items() if k not in HEAVY}, **{k: rm.BUILDERS[k] for k in HEAVY},
+          **fam.FAMILIES}
 CELLS = ["capture", "ref_grad", "c", "int8", "torch_compile", "torch_compile_train", "memory"]
 TRAIN_SEED = 123
 FLOOR = 1e-3  # as tests/realmodels: gradients exactly zero in exact arithmetic are rounding noise
@@ -72,7 +80,10 @@ ERR_CHARS = 120  # of an error's first line, in the table
 
 
 def build(name: str):
-    """(float64 eval model, example input, labels), as tests/realmodels/conftest.build."""
+    """(float64 eval model, example input, labels), as tests/realmodels/conftest.build (or
+    families.build: labels, or the input itself for an autoencoder)."""
+    if name in fam.FAMILIES:
+        return fam.build(name)
     make, kind = MODELS[name]
     torch.manual_seed(0)
     model = make().double().eval()
@@ -83,6 +94,15 @@ def build(name: str):
         classes = model(x).shape[-1]
     y = torch.randint(0, classes, (x.shape[0],), generator=g)
     return model, x, y
+
+
+def loss_of(name: str) -> str:
+    """The loss `name` trains with: et.compile's `loss` argument."""
+    return fam.FAMILIES[name].loss if name in fam.FAMILIES else "cross_entropy"
+
+
+#: et.compile's losses as torch computes them
+TORCH_LOSS = {"cross_entropy": F.cross_entropy, "mse": F.mse_loss}
 
 
 class EagerError(RuntimeError):
@@ -117,15 +137,18 @@ def loss_diff(ours: list, eager: list) -> dict:
             "nonfinite_steps": bad, "nonfinite_on_both": same}
 
 
-def torch_gradients(model, x, y) -> dict:
+def torch_gradients(model, x, y, loss: str = "cross_entropy") -> dict:
     """torch.autograd's, with hardsigmoid's backward in float64 as tests/realmodels takes them
     (torch's own multiplies by a float32 1/6: test_capture.float64_truth)."""
     from tests.realmodels.test_capture import float64_truth
 
     model.zero_grad(set_to_none=True)
     with float64_truth():
-        F.cross_entropy(model(x), y).backward()
-    out = {n: p.grad.detach().numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
+        TORCH_LOSS[loss](model(x), y).backward()
+    # a trained parameter the forward does not use (wav2vec2's masked_spec_embed in eval mode)
+    # gets no .grad from torch: its gradient is zero, as ours is
+    out = {n: p.grad.detach().numpy().copy() if p.grad is not None else np.zeros(tuple(p.shape))
+           for n, p in model.named_parameters() if p.requires_grad}
     model.zero_grad(set_to_none=True)
     return out
 
@@ -156,6 +179,9 @@ def row(name: str, emit=None, cells=None) -> dict:
     model64, x64, y = build(name)
     model32 = copy.deepcopy(model64).float()
     x32 = x64.float() if x64.is_floating_point() else x64
+    loss = loss_of(name)
+    torch_loss = TORCH_LOSS[loss]
+    y32 = y.float() if y.is_floating_point() else y  # an autoencoder's target
     r["input"] = list(x64.shape)
     progs = {}
 
@@ -171,15 +197,16 @@ def row(name: str, emit=None, cells=None) -> dict:
         return {"ok": True, "nodes": len(cap.graph.nodes)}
 
     def do_ref_grad():
-        ours = et.compile(model64, (x64,), update=et.Full()).gradients(x64.numpy(), y.numpy())
-        err, worst = max_rel_err(ours, torch_gradients(model64, x64, y))
+        ours = et.compile(model64, (x64,), loss=loss, update=et.Full()).gradients(x64.numpy(), y.numpy())
+        err, worst = max_rel_err(ours, torch_gradients(model64, x64, y, loss))
         return {"max_rel_err": err, "worst": worst, "tensors": len(ours)}
 
     def do_c():
-        ref32 = et.compile(model32, (x32,), update=et.Full())
+        ref32 = et.compile(model32, (x32,), loss=loss, update=et.Full())
         progs["ref32"] = ref32
-        ref = ref32.gradients(x32.numpy(), y.numpy())
-        got = et.compile(model32, (x32,), update=et.Full(), backend="c").gradients(x32.numpy(), y.numpy())
+        ref = ref32.gradients(x32.numpy(), y32.numpy())
+        got = et.compile(model32, (x32,), loss=loss, update=et.Full(), backend="c").gradients(x32.numpy(),
+                                                                                             y32.numpy())
         err, worst = max_rel_err(got, ref)
         return {"max_rel_err": err, "worst": worst}
 
@@ -188,16 +215,16 @@ def row(name: str, emit=None, cells=None) -> dict:
 
         k = 2
         try:
-            prog = et.compile(copy.deepcopy(model32), (x32,), quantize="int8", update=et.LastK(k))
+            prog = et.compile(copy.deepcopy(model32), (x32,), loss=loss, quantize="int8", update=et.LastK(k))
         except SchemeError as e:  # GPT-2: its Conv1D layers are matmuls, its one linear layer the head
             if "has only 1" not in str(e):
                 raise
             k = 1
-            prog = et.compile(copy.deepcopy(model32), (x32,), quantize="int8", update=et.LastK(k))
-        loss = float(prog.step(x32.numpy(), y.numpy()))
-        if not math.isfinite(loss):
-            raise ArithmeticError(f"loss {loss}")
-        return {"loss": loss, "last_k": k}
+            prog = et.compile(copy.deepcopy(model32), (x32,), loss=loss, quantize="int8", update=et.LastK(k))
+        value = float(prog.step(x32.numpy(), y32.numpy()))
+        if not math.isfinite(value):
+            raise ArithmeticError(f"loss {value}")
+        return {"loss": value, "last_k": k}
 
     def do_torch_compile():
         import torch._dynamo
@@ -209,10 +236,10 @@ def row(name: str, emit=None, cells=None) -> dict:
             losses = []
             for _ in range(STEPS):
                 opt.zero_grad()
-                loss = F.cross_entropy(fn(x32), y)
-                loss.backward()
+                value = torch_loss(fn(x32), y32)
+                value.backward()
                 opt.step()
-                losses.append(loss.item())
+                losses.append(value.item())
             return losses
 
         eager_m, ours_m = copy.deepcopy(model32).eval(), copy.deepcopy(model32).eval()
@@ -224,8 +251,6 @@ def row(name: str, emit=None, cells=None) -> dict:
         """train() (batch statistics, dropout masks drawn from torch's generator as eager
         draws them), float64, seeded: tests/realmodels/test_torch_compile.py's loop."""
         import torch._dynamo
-        from tests.torch_backend.loops import train_loop
-
         torch._dynamo.reset()
         fresh = build(name)[0]  # not model64: an eval-mode forward may have cached tensors with
         # their autograd graph in it (timm's LeViT attention biases), which deepcopy refuses
@@ -233,13 +258,15 @@ def row(name: str, emit=None, cells=None) -> dict:
 
         def loop(m, fn):
             torch.manual_seed(TRAIN_SEED)
-            return train_loop(m, fn, [(x64, y)] * STEPS, lr=LR)[0]
+            return train_losses(m, fn, x64, y, torch_loss)
 
         eager = on_eager(lambda: loop(eager_m, eager_m))
         ours = loop(ours_m, torch.compile(ours_m, backend="edgetrain"))
         return {**loss_diff(ours, eager), "losses": ours, "eager_losses": eager}
 
     def do_memory():
+        if loss != "cross_entropy":
+            raise NotImplementedError(f"bench/torch_memory.py meters cross-entropy steps, not {loss}")
         prog = progs.get("ref32") or et.compile(model32, (x32,), update=et.Full())
         pt = on_eager(lambda: measure_torch_step(copy.deepcopy(model32), x32, y, set(prog.trainable), lr=LR))
         ours = prog.memory.peak_bytes
@@ -254,11 +281,26 @@ def row(name: str, emit=None, cells=None) -> dict:
     return r
 
 
-def run_one(name: str, timeout: float) -> dict:
+def train_losses(model, fn, x, y, torch_loss) -> list:
+    """tests/torch_backend/loops.train_loop's losses (SGD, momentum 0.9, `STEPS` steps on the same
+    batch) with the model's own loss."""
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        value = torch_loss(fn(x), y)
+        value.backward()
+        losses.append(value.item())
+        opt.step()
+    return losses
+
+
+def run_one(name: str, timeout: float, cells=None) -> dict:
     """`row(name)` in a subprocess; on timeout the cells it finished are kept."""
     with tempfile.TemporaryDirectory() as d:
         part = Path(d) / "row.json"
-        cmd = [sys.executable, __file__, "--child", name, "--partial", str(part)]
+        cmd = [sys.executable, __file__, "--child", name, "--partial", str(part)] + \
+            (["--cells", *cells] if cells else [])
         t0 = time.perf_counter()
         try:
             p = subprocess.run(cmd, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -267,7 +309,7 @@ def run_one(name: str, timeout: float) -> dict:
         except subprocess.TimeoutExpired:
             failed = f"timeout after {timeout:.0f} s"
         r = json.loads(part.read_text()) if part.exists() else {"bench": "real_models", "model": name}
-        for key in CELLS:
+        for key in cells or CELLS:
             if key not in r:
                 r[key] = {"error": failed or "not run"}
         r["total_seconds"] = round(time.perf_counter() - t0, 1)
@@ -314,11 +356,14 @@ def table(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), help="names (default: all, light ones first)")
+    ap.add_argument("--families", action="store_true",
+                    help="the models of tests/realmodels/families.py only (issue 31), unless --models names others")
     ap.add_argument("--json", help="append one JSON line per model to this file as it finishes")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per model (default 600)")
     ap.add_argument("--summarize", help="print the markdown table of a JSONL file and exit")
     ap.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                     help="measure the models as Ray tasks: on a local Ray, or on the cluster at ADDRESS (HOST:PORT)")
+    ap.add_argument("--cells", nargs="+", choices=CELLS, help=argparse.SUPPRESS)  # bench/family_probe.py's
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--partial", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -329,8 +374,10 @@ def main(argv=None) -> int:
         def emit(r):
             Path(args.partial + ".tmp").write_text(json.dumps(r))
             os.replace(args.partial + ".tmp", args.partial)
-        row(args.child, emit)
+        row(args.child, emit, args.cells)
         return 0
+    if args.families and args.models == list(MODELS):
+        args.models = list(fam.FAMILIES)
     unknown = [m for m in args.models if m not in MODELS]
     if unknown:
         ap.error(f"unknown models {unknown}; known: {list(MODELS)}")
