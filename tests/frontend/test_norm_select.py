@@ -85,6 +85,21 @@ class MaskedFill(nn.Module):
         return self.fc(h)
 
 
+class MaskedRows(nn.Module):
+    """Rows replaced by a trained embedding under a mask computed from the data (Hubert's and
+    Wav2Vec2's SpecAugment: hidden_states[mask] = masked_spec_embed): a where over the rows"""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.fc = nn.Linear(6, 8), nn.Linear(8, 5)
+        self.embed = nn.Parameter(torch.randn(8))
+
+    def forward(self, x):  # x: (B, 4, 6)
+        h = self.lin(x)
+        h[x.sum(-1) > 0] = self.embed
+        return self.fc(h.mean(1))
+
+
 class RunningSum(nn.Module):
     """cumsum of float activations along the sequence"""
 
@@ -142,6 +157,7 @@ def _tokens(batch: int = 2, length: int = 8, vocab: int = 20) -> torch.Tensor:
 
 SELECT_MODELS = {
     "masked_fill": (MaskedFill, lambda: torch.randn(3, 6)),
+    "masked_rows": (MaskedRows, lambda: torch.randn(3, 4, 6)),
     "cumsum_activations": (RunningSum, lambda: torch.randn(2, 5, 6)),
     "cumsum_position_ids": (PositionIds, _tokens),
     "index_put": (ScatterAdd, lambda: torch.randn(2, 4, 6)),
@@ -222,7 +238,7 @@ class _ApartIndices(nn.Module):
 class _MaskedRows(nn.Module):
     def forward(self, x):
         h = x.clone()
-        h[x.sum(1) > 0] = torch.zeros(3)  # as many rows as the data selects
+        h[x.sum(1) > -1e9] = torch.zeros(6, 3)  # a row per selected position: as many as the data selects
         return h
 
 

@@ -240,3 +240,15 @@ def test_random_inplace_merges_keep_the_plan_valid(lts, data):
             if a.start <= b.end and b.start <= a.end:
                 (alo, ahi), (blo, bhi) = span[a.root], span[b.root]
                 assert ahi <= blo or bhi <= alo
+
+
+def test_a_graph_without_nodes_holds_its_inputs_for_one_step():
+    """torch.compile hands over a graph that is only a random draw (Hubert's SpecAugment): its
+    input, returned as it is, lives for one step rather than from 0 to -1"""
+    from edgetrain.ir import Graph, new_value
+
+    v = new_value(TensorType((1,), "float64"), "random:0")
+    g = Graph((v,), (), (v,), ("output",))
+    (lt,) = lifetimes(g, {"random:0"})
+    assert (lt.start, lt.end, lt.nbytes) == (0, 0, 8)
+    assert plan_arena([lt]).size >= 8

@@ -12,6 +12,8 @@ converters.CONVERTERS (the package's __init__ imports this module).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..ir import Value
@@ -93,9 +95,17 @@ def _index_tensors(indices) -> tuple:
     return first, out
 
 
+def _broadcast(a: tuple, b: tuple):
+    try:
+        return tuple(torch.broadcast_shapes(a, b))
+    except RuntimeError:
+        return None
+
+
 def _masked_scalar(e: Emitter, x: Value, indices, values, accumulate: bool):
-    """x[mask] = v (or += v) with a boolean mask computed from the inputs and one value: a
-    `where` over the masked dims (None when the index list is anything else)."""
+    """x[mask] = v (or += v) with a boolean mask computed from the inputs and one value, or one
+    row that every masked position takes: a `where` over the masked dims (None when the index
+    list is anything else)."""
     idx = list(indices)
     first = 0
     while first < len(idx) and idx[first] is None:
@@ -104,14 +114,18 @@ def _masked_scalar(e: Emitter, x: Value, indices, values, accumulate: bool):
     mask = idx[first] if first < len(idx) else None
     if not (isinstance(mask, Value) and mask.dtype == "bool" and all(i is None for i in rest)):
         return None
-    count = values.type.numel if isinstance(values, Value) else \
-        values.tensor.numel() if isinstance(values, Known) else 1
-    if count != 1 or tuple(mask.shape) != tuple(x.shape[first:first + len(mask.shape)]):
+    if tuple(mask.shape) != tuple(x.shape[first:first + len(mask.shape)]):
         return None
+    rows = tuple(x.shape[first + len(mask.shape):])  # what each masked position holds
+    vshape = tuple(values.shape) if isinstance(values, (Value, Known)) else ()
+    count = math.prod(vshape)
+    if count != 1 and (len(vshape) > len(rows) or _broadcast(vshape, rows) != rows):
+        return None  # one value, or one row for every masked position (Hubert's masked_spec_embed)
     v = _as_value(e, values, x.dtype)
-    trailing = len(x.shape) - first - len(mask.shape)
+    trailing = len(rows)
     mask = mask if not trailing else e.emit("reshape", mask, shape=tuple(mask.shape) + (1,) * trailing)
-    v = v if v.shape == () else e.emit("reshape", v, shape=())
+    if count == 1:
+        v = v if v.shape == () else e.emit("reshape", v, shape=())
     if accumulate:
         return e.emit("add", x, e.emit("where", mask, v, e.const(0.0, x.dtype)))
     return e.emit("where", mask, v, x)

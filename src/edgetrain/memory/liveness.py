@@ -36,7 +36,8 @@ def lifetimes(g: Graph, ram_inputs: set[str]) -> list[Lifetime]:
     """Lifetimes of the storages that live in the arena: node outputs that own their
     storage, and the graph inputs named in `ram_inputs` (data, labels)."""
     root = storage_roots(g)
-    end_of = len(g.nodes) - 1
+    end_of = max(len(g.nodes) - 1, 0)  # a graph without nodes (a random draw torch.compile hands
+    #                                    over alone) still holds its inputs for one step
     start: dict[Value, int] = {v: 0 for v in g.inputs if v.name in ram_inputs}
     for i, n in enumerate(g.nodes):
         for o in n.outputs:
