@@ -220,3 +220,27 @@ class GroupNormCNN(nn.Module):
 def test_group_norm_elu_leaky_relu_cnn():
     torch.manual_seed(0)
     _check(GroupNormCNN(), _data((2, 3, 6, 6), _classes(2, 4)))
+
+
+# --- stochastic depth as timm and transformers write it (floor of keep_prob + rand) -------------------
+class DropPathMLP(nn.Module):
+    """Residual blocks whose branch is dropped per sample: keep = floor(keep_prob + rand), the
+    drop path of timm, Segformer, ConvNeXt, Swin (an in-place floor_ on a fresh random tensor)"""
+
+    def __init__(self, keep_prob=0.6, classes=4):
+        super().__init__()
+        self.keep_prob = keep_prob
+        self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(2))
+        self.fc = nn.Linear(8, classes)
+
+    def forward(self, x):
+        for block in self.blocks:
+            keep = self.keep_prob + torch.rand((x.shape[0], 1), dtype=x.dtype)
+            keep.floor_()
+            x = x + torch.tanh(block(x)) / self.keep_prob * keep
+        return self.fc(x)
+
+
+def test_drop_path_floor_of_random():
+    torch.manual_seed(0)
+    _check(DropPathMLP(), _data((4, 8), _classes(4, 4)))

@@ -46,5 +46,5 @@ def _prelu(e, x, weight):
     return e.emit("where", positive, x, e.emit("mul", weight, x))
 
 
-for _name in ("abs", "sin", "cos", "log1p", "expm1"):  # (expm1: nn.CELU's decomposition)
+for _name in ("abs", "sin", "cos", "log1p", "expm1", "floor"):  # (expm1: nn.CELU's decomposition)
     converts(getattr(aten, _name).default)((lambda op: lambda e, x: e.emit(op, x))(_name))

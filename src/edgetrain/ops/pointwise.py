@@ -130,6 +130,9 @@ _unary("expm1", lambda x, a: np.expm1(x), _vjp_expm1)
 _unary("sin", lambda x, a: np.sin(x), _vjp_sin)
 _unary("cos", lambda x, a: np.cos(x), _vjp_cos)
 _unary("abs", lambda x, a: np.abs(x), _via_x("abs_grad"))
+# floor: a step function, its gradient zero wherever it exists (torch's floor backward gives zeros);
+# stochastic depth's keep mask floor(keep_prob + rand) (timm's and transformers' drop_path)
+_unary("floor", lambda x, a: np.floor(x), lambda e, node, grads, needs: [None])
 
 _pointwise_grad("elu_grad", elu_grad_ref)
 _pointwise_grad("leaky_relu_grad", leaky_relu_grad_ref)
