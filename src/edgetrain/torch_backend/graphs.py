@@ -15,6 +15,7 @@ from ..ops import verify
 from ..passes import eliminate_dead_code
 from ..trainable import SchemeError, find_layers, resolve_scheme
 from .options import Named
+from . import translate_losses  # noqa: F401  (registers the loss converters)
 from .translate import Transposed, Translator, torch_dtype_name
 
 #: the buffer a train-mode batch norm counts its batches in (torch's _BatchNorm)
