@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ import edgetrain as et
 from edgetrain.ops import OPS
 from edgetrain.torch_backend import last_programs
 from tests.torch_backend.loops import train_loop
+from tests.backends.c.firmware_agreement import firmware_prints_host_steps
 
 #: max |ours - torch| / max(|torch|, 1e-3) of a float64 gradient
 FLOAT64_TOL = 1e-10
@@ -212,7 +212,6 @@ class _M4Net(nn.Module):
 
 def test_pointwise_kernels_on_cortex_m_print_the_host_builds_losses(tmp_path):
     from edgetrain.backends.c import cortexm
-    from edgetrain.backends.c.export import emit_c
 
     if cortexm.missing_tools() or shutil.which("make") is None:
         pytest.skip(f"missing {', '.join(cortexm.missing_tools()) or 'make'}")
@@ -223,11 +222,5 @@ def test_pointwise_kernels_on_cortex_m_print_the_host_builds_losses(tmp_path):
     assert want_ops <= {n.op for n in prog.train_graph.nodes}
     rng = np.random.default_rng(0)
     data = [(rng.standard_normal(shape).astype(np.float32), np.array([i % 10])) for i in range(3)]
-    emit_c(prog, tmp_path / "host", "host", data)  # its Makefile links no libm: the kernels need none
-    r = subprocess.run(["make", "-s", "main"], cwd=tmp_path / "host", capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = subprocess.run(["./main"], cwd=tmp_path / "host", capture_output=True, text=True, timeout=300)
-    host = [line for line in r.stdout.splitlines() if line.startswith("step ")]
-    fw = cortexm.run_firmware(prog, tmp_path / "m4", "cortex-m4", data)
-    assert len(host) == len(data) and list(fw.run.step_lines) == host
+    fw = firmware_prints_host_steps(prog, data, tmp_path)
     np.testing.assert_allclose(fw.run.losses, [prog.step(x, y) for x, y in data], rtol=1e-5)

@@ -22,6 +22,7 @@ from edgetrain.backends.c.graph_lib import build_graph_library
 from edgetrain.backends.c.kernels import KERNELS, float32_nn
 from edgetrain.ir import Graph, Node, new_value
 from edgetrain.ops import OPS
+from tests.backends.c.firmware_agreement import firmware_prints_host_steps
 from tests.ops.cases import CASES, Arg, dim_of, make_inputs, pairs, real
 from tests.ops.test_ops import (DIFFERENTIABLE, FORWARD_TOL, GRAD_TOL, backward_graph, draw_case, forward_graph,
                                 rel_err, to_torch, wrt_of)
@@ -308,11 +309,9 @@ class _NNModel(torch.nn.Module):
 
 def test_nn_kernels_on_cortex_m_print_the_host_builds_losses(tmp_path):
     import shutil
-    import subprocess
 
     import edgetrain as et
     from edgetrain.backends.c import cortexm
-    from edgetrain.backends.c.export import emit_c
 
     if cortexm.missing_tools() or shutil.which("make") is None:
         pytest.skip(f"missing {', '.join(cortexm.missing_tools()) or 'make'}")
@@ -326,13 +325,7 @@ def test_nn_kernels_on_cortex_m_print_the_host_builds_losses(tmp_path):
         {n.op for n in prog.train_graph.nodes}
     rng = np.random.default_rng(0)
     data = [(rng.standard_normal(shape).astype(np.float32), np.array([i % 10])) for i in range(3)]
-    emit_c(prog, tmp_path / "host", "host", data)  # its Makefile links no libm: the kernels need none
-    r = subprocess.run(["make", "-s", "main"], cwd=tmp_path / "host", capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = subprocess.run(["./main"], cwd=tmp_path / "host", capture_output=True, text=True, timeout=300)
-    host = [line for line in r.stdout.splitlines() if line.startswith("step ")]
-    fw = cortexm.run_firmware(prog, tmp_path / "m4", "cortex-m4", data)
-    assert len(host) == len(data) and list(fw.run.step_lines) == host
+    fw = firmware_prints_host_steps(prog, data, tmp_path)
     # every float kernel's stack buffers are fixed once its shapes are: a static bound exists
     assert fw.size.stack_bound is not None and fw.run.stack_high_water <= fw.size.stack_bound
     np.testing.assert_allclose(fw.run.losses, [prog.step(x, y) for x, y in data], rtol=1e-5)

@@ -3,7 +3,6 @@ a small model that trains in Cortex-M4 firmware under QEMU, printing the host bu
 (and the reference runtime's, to float32 rounding); and their float64 instances against the
 numpy reference, node by node."""
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -12,10 +11,10 @@ import torch.nn.functional as F
 
 import edgetrain as et
 from edgetrain.backends.c import cortexm
-from edgetrain.backends.c.export import emit_c
 from edgetrain.backends.c.graph_lib import build_graph_library
 from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.ops import OPS, Emitter
+from tests.backends.c.firmware_agreement import firmware_prints_host_steps
 
 #: every op of et_float_resample.h (forward and backward)
 RESAMPLE_OPS = {"max_pool3d", "max_pool3d_grad", "avg_pool3d", "avg_pool3d_grad", "adaptive_max_pool2d",
@@ -51,13 +50,7 @@ def test_resample_kernels_on_cortex_m_print_the_host_builds_losses(tmp_path):
     assert RESAMPLE_OPS <= {n.op for n in prog.train_graph.nodes}
     rng = np.random.default_rng(0)
     data = [(rng.standard_normal(shape).astype(np.float32), np.array([i % 10])) for i in range(3)]
-    emit_c(prog, tmp_path / "host", "host", data)  # its Makefile links no libm: the kernels need none
-    r = subprocess.run(["make", "-s", "main"], cwd=tmp_path / "host", capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = subprocess.run(["./main"], cwd=tmp_path / "host", capture_output=True, text=True, timeout=300)
-    host = [line for line in r.stdout.splitlines() if line.startswith("step ")]
-    fw = cortexm.run_firmware(prog, tmp_path / "m4", "cortex-m4", data)
-    assert len(host) == len(data) and list(fw.run.step_lines) == host
+    fw = firmware_prints_host_steps(prog, data, tmp_path)
     # the kernels' stack use is fixed once their shapes are: a static bound exists and holds
     assert fw.size.stack_bound is not None and fw.run.stack_high_water <= fw.size.stack_bound
     np.testing.assert_allclose(fw.run.losses, [prog.step(x, y) for x, y in data], rtol=1e-5)
