@@ -15,7 +15,7 @@ _register_torch_backend()  # torch.compile(model, backend="edgetrain"), without 
 __version__ = "0.1.0"
 #: each public name and the submodule that defines it (None: the name is the submodule)
 _PUBLIC = {"BiasOnly": "sparse", "Budget": "config", "BudgetError": "api", "CaptureError": "frontend",
-           "Full": "sparse", "LastK": "sparse", "NonFiniteLossError": "program", "Program": "program",
+           "Full": "sparse", "LastK": "sparse", "LoRA": "trainable", "NonFiniteLossError": "program", "Program": "program",
            "SGD": "config", "Sparse": "sparse", "UnsupportedOpError": "frontend", "compile": "api",
            "models": None, "schedule": "remat"}
 __all__ = sorted(_PUBLIC)

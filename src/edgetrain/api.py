@@ -11,6 +11,7 @@ from .config import SGD, Budget
 from .passes.loss import LOSSES
 from .pipeline import BudgetError, Options
 from .program import Program
+from .quantize.frozen import FROZEN
 from .sparse import Full, UpdateScheme
 from .sparse.auto import SEARCHES, CostCache, search_scheme
 from .sparse.contribution import ContributionError, as_table
@@ -27,7 +28,8 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
             update: Union[UpdateScheme, str] = Full(), quantize: Optional[str] = None,
             optimizer: SGD = SGD(lr=0.01), budget: Optional[Budget] = None,
             backend: str = "reference", calibration: Optional[Iterable] = None,
-            contributions=None, search: str = "exact", batchnorm: str = "eval") -> Program:
+            contributions=None, search: str = "exact", batchnorm: str = "eval",
+            frozen: Optional[str] = None) -> Program:
     """Compile `model` into a training program for inputs shaped like `example_inputs`.
 
     quantize="int8" trains the int8 model a microcontroller runs: batch norm folded, int8
@@ -47,11 +49,18 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     module's momentum, counting num_batches_tracked (float programs only; batches need more
     than one value per channel). `predict` keeps using the running statistics (model.eval()).
     The default "eval" trains on the running statistics, as on-device fine-tuning at batch 1
-    does."""
+    does.
+
+    frozen="int8" | "int4" stores every frozen linear and embedding weight (the ones the update
+    scheme does not train: with update=LoRA(...), the whole base) quantized, per output channel
+    in int8 or in 4-bit groups of 32 inputs (ops/qweights.py gives the layout), dequantized
+    inside the kernels; `edgetrain.quantize.dequantized(model, frozen)` is the PyTorch model
+    with the values the program computes with."""
     _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend, contributions, search,
                 batchnorm)
+    _check_frozen(frozen, quantize)
     options = Options(loss=loss, update=update, quantize=quantize, optimizer=optimizer, batchnorm=batchnorm,
-                      budget=budget, calibration=calibration)
+                      budget=budget, calibration=calibration, frozen=frozen)
     if isinstance(update, str):
         return _compile_auto(model, tuple(example_inputs), options, backend, contributions, search)
     return _on_backend(_program(model, pipeline.front(model, tuple(example_inputs), options), options), backend)
@@ -156,9 +165,17 @@ def _check_args(example_inputs, loss, update, quantize, optimizer, budget, backe
                          "convolution before it")
 
 
+def _check_frozen(frozen, quantize):
+    if frozen not in FROZEN:
+        raise ValueError(f"frozen={frozen!r}: use None (float32), 'int8' or 'int4'")
+    if frozen is not None and quantize is not None:
+        raise ValueError(f"frozen={frozen!r} stores a float program's frozen weights quantized; quantize='int8' "
+                         f"already stores every weight in int8: pass one of the two")
+
+
 def _check_auto(update, budget, contributions, search):
     if update != "auto":
-        raise ValueError(f"update={update!r}: pass 'auto', Full(), BiasOnly(), LastK(k) or Sparse(...)")
+        raise ValueError(f"update={update!r}: pass 'auto', Full(), BiasOnly(), LastK(k), Sparse(...) or LoRA(...)")
     if not isinstance(budget, Budget) or budget.sram is None:
         raise ValueError("update='auto' searches under a memory budget: pass budget=edgetrain.Budget(sram=...)")
     if contributions is None:

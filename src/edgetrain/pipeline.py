@@ -40,10 +40,11 @@ from .passes.fuse import fuse_pointwise_depthwise, fuse_weight_grad_update
 from .passes.fuse_batchnorm_backward import fuse_batchnorm_backward
 from .passes.fuse_bn_activation import fuse_bn_activation
 from .passes.input_split import split_input_transform
+from .passes.lm_head import chunk_lm_head
 from .passes.reorder import reorder_for_memory
 from .passes.stream import stream_frozen_chains
-from .quantize import SPEC_ATTR, Quantized, dequantized_state, qas_scales, quantize_folded
-from .trainable import Full, find_layers, resolve_scheme
+from .quantize import SPEC_ATTR, Quantized, dequantized_state, qas_scales, quantize_folded, quantize_frozen
+from .trainable import Full, LoRA, add_adapters, find_layers, resolve_scheme
 
 
 class BudgetError(ValueError):
@@ -61,6 +62,7 @@ class Options:
     batchnorm: str = "eval"  # "eval" (running statistics) or "train" (batch statistics)
     budget: Optional[Budget] = None  # checked by `plan`
     calibration: Optional[Iterable] = None  # int8 calibration batches; None: the example inputs
+    frozen: Optional[str] = None  # None (float32), "int8" or "int4": how frozen weights are stored
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,10 @@ class Build:
     batch_stats: tuple = ()  # batchnorm="train": each batch norm's statistics
     grads: Optional[Graph] = None  # the pruned backward: the program's gradient graph
     cotangents: Mapping[str, str] = field(default_factory=dict)  # "vjp": output -> its gradient's input
+    adapters: tuple = ()  # LoRA: the adapters' parameter names (what the scheme trains)
+    #: state -> state as the original model's names hold it (frozen="int8"/"int4": the weights
+    #: dequantized under their own names), composed before the int8 export; None: as is
+    frozen_export: Optional[Callable] = None
 
     @property
     def ram_inputs(self) -> frozenset[str]:
@@ -110,6 +116,19 @@ def _int8(o: Options) -> bool:
 
 def _batch_train(o: Options) -> bool:
     return o.batchnorm == "train"
+
+
+def _vocabulary_loss(o: Options) -> bool:
+    """A language model's loss: classes (the vocabulary) in the output's last dim."""
+    return o.loss in ("sequence_cross_entropy", "causal_lm")
+
+
+def _lora(o: Options) -> bool:
+    return isinstance(o.update, LoRA)
+
+
+def _frozen_quantized(o: Options) -> bool:
+    return o.frozen is not None
 
 
 # --- front --------------------------------------------------------------------------------
@@ -141,6 +160,17 @@ def _split_input(b: Build, o: Options) -> Build:
 
 
 # --- train --------------------------------------------------------------------------------
+def _add_adapters(b: Build, o: Options) -> Build:
+    g, state, names = add_adapters(b.graph, b.state, o.update, seed=o.optimizer.seed)
+    params = {**b.params, **{n: state[n] for n in names}}
+    return replace(b, graph=g, forward=g, state=state, params=params, adapters=tuple(names))
+
+
+def _quantize_frozen(b: Build, o: Options) -> Build:
+    g, state, export = quantize_frozen(b.graph, b.state, b.trainable, o.frozen)
+    return replace(b, graph=g, forward=g, state=state, frozen_export=export)
+
+
 def _batch_statistics(b: Build, o: Options) -> Build:
     g, stats = use_batch_statistics(b.graph, batchnorm_momenta(b.model))
     return replace(b, graph=g, batch_stats=tuple(stats))
@@ -189,8 +219,13 @@ STEPS: tuple[Step, ...] = (
     Step("folded", FRONT, _fold, _int8),  # batch norm folded into the convolution before it
     Step("converted", FRONT, _convert, _int8),  # the int8 graph, its scales calibrated
     Step("quantized", FRONT, _split_input, _int8),  # the float -> int8 input transform split off
+    Step("adapters_added", TRAIN, _add_adapters, _lora),  # LoRA: the adapters, before the selection
+    # frozen="int8"/"int4": every frozen linear / embedding weight read from its quantized form
+    Step("frozen_quantized", TRAIN, _quantize_frozen, _frozen_quantized),
     Step("batch_statistics", TRAIN, _batch_statistics, _batch_train),
     Step("with_loss", TRAIN, lambda b, o: replace(b, graph=attach_loss(b.graph, o.loss))),
+    # a linear head's logits and loss computed a vocabulary chunk at a time, never whole
+    Step("lm_head_chunked", TRAIN, _graph_pass(chunk_lm_head), _vocabulary_loss),
     Step("backward", TRAIN + VJP, _backward),
     Step("gradient_outputs", VJP, _gradient_outputs),  # the gradients alone, not the forward's outputs
     Step("pruned", TRAIN + VJP, _prune),
@@ -255,15 +290,25 @@ def front(model, example_inputs: tuple, options: Options) -> Build:
 
 def select_trainable(b: Build, update) -> dict:
     """What `update` trains on the front `b`: {parameter: None (all of it) | ChannelSelect}."""
+    if isinstance(update, LoRA):
+        return {n: None for n in b.adapters}
     frozen = set(b.cap.frozen_params)
     return resolve_scheme(update, list(b.layers), {k: b.layer_arrays[k] for k in b.params}, frozen)
 
 
+#: the train steps that run before the trained selection is resolved (they add parameters)
+SELECTION_STEPS = ("adapters_added",)
+
+
 def train(b: Build, options: Options) -> Build:
     """The "train" phase on a front: the training step's graph (`graph`), its gradient graph
-    (`grads`) and the trained selection of `options.update`."""
+    (`grads`) and the trained selection of `options.update` (LoRA: resolved after the
+    adapters are added). The steps that change the forward (adapters, quantized frozen
+    weights) set `forward` too: `predict` computes what the training step computes."""
+    todo = steps("train", options)
+    b = run_steps(b, options, [s for s in todo if s.name in SELECTION_STEPS])
     b = replace(b, trainable=select_trainable(b, options.update))
-    return run_steps(b, options, steps("train", options))
+    return run_steps(b, options, [s for s in todo if s.name not in SELECTION_STEPS])
 
 
 def plan(b: Build, options: Options) -> MemoryReport:
@@ -297,6 +342,6 @@ def export_of(b: Build) -> Optional[Callable]:
     """state -> the float state the original model loads (int8: dequantized); None: as is."""
     q = b.quantized
     if q is None:
-        return None
+        return b.frozen_export
     base = {**b.cap.params, **b.cap.buffers}
     return lambda st: dequantized_state(base, st, q.layers, q.folds)

@@ -11,6 +11,7 @@ from ..passes.fold import FoldedNorm, fold_batchnorm
 from .calibrate import CalibrationError, observe_ranges
 from .convert import LayerSpec, QuantizeError, QuantLayer, assign_qparams, plan_quantization, quantize_graph
 from .export import dequantized_state
+from .frozen import FROZEN, dequantized, quantize_frozen
 from .qparams import QParams, quantize_bias, quantize_weight
 
 #: the attribute of an nn.Module that carries published int8 parameters (a dict weight

@@ -4,8 +4,9 @@ ChannelSelect} (schemes.py). Below the pipeline, which resolves a scheme on its 
 search for a sparse scheme and contribution analysis (sparse/) run the pipeline and sit above.
 edgetrain.sparse re-exports these names."""
 from .layers import Layer, find_layers
+from .lora import LoRA, LoRAError, add_adapters
 from .schemes import (BiasOnly, Full, LastK, SchemeError, Sparse, UpdateScheme, describe_selection, resolve_scheme,
                       trainable_layers)
 
-__all__ = ["BiasOnly", "Full", "LastK", "Layer", "SchemeError", "Sparse", "UpdateScheme", "describe_selection",
-           "find_layers", "resolve_scheme", "trainable_layers"]
+__all__ = ["BiasOnly", "Full", "LastK", "Layer", "LoRA", "LoRAError", "SchemeError", "Sparse", "UpdateScheme", "describe_selection",
+           "add_adapters", "find_layers", "resolve_scheme", "trainable_layers"]

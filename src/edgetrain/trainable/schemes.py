@@ -8,6 +8,7 @@ import numpy as np
 
 from ..autodiff import ChannelSelect
 from .layers import Layer
+from .lora import LoRA
 
 
 class SchemeError(ValueError):
@@ -61,7 +62,7 @@ class Sparse:
         return hash((self.bias_last, tuple(sorted(self.weights.items()))))
 
 
-UpdateScheme = Union[Full, BiasOnly, LastK, Sparse]
+UpdateScheme = Union[Full, BiasOnly, LastK, Sparse, LoRA]
 
 
 def channels_by_norm(w: np.ndarray, dim: int, ratio: float) -> tuple[int, ...]:

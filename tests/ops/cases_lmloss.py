@@ -1,0 +1,4 @@
+"""Op-table cases of ops/lmloss.py (merged into tests/ops/cases.py CASES)."""
+from __future__ import annotations
+
+CASES = {}
