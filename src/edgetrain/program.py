@@ -20,6 +20,7 @@ from .backends.reference_runner import ReferenceRunner
 from .runtime.runner import (MAX_TRAIN_MAGNITUDE, NonFiniteLossError, Runner, as_array,
                      check_trainable)
 from .runtime.trained import TrainedTensor, trained_tensors, with_trained
+from .trainable.lora import LoRA, merge_adapters, peft_state_dict
 
 __all__ = ["Program", "NonFiniteLossError", "MAX_TRAIN_MAGNITUDE", "TrainedTensor", "as_array", "check_trainable"]
 
@@ -92,14 +93,47 @@ class Program:
         `trained_tensors` gives) into the state; the rest of each tensor is kept."""
         self.load_state(with_trained(self.compiled, self.state, values))
 
-    def state_dict(self) -> dict:
+    def state_dict(self, prefix: Optional[str] = None) -> dict:
         """The current weights as torch tensors under the original model's state_dict keys.
         An int8 program gives its weights' real values (w_scale * w), with each batch norm
-        folded into its convolution turned into the identity carrying the folded bias."""
+        folded into its convolution turned into the identity carrying the folded bias.
+
+        A LoRA program gives its adapters only, under peft's keys
+        (`base_model.model.<module>.lora_A.weight`, `...lora_B.weight`), which
+        peft.set_peft_model_state_dict and PeftModel.from_pretrained load; `prefix` is stripped
+        from each module name: the attribute a wrapper holds the Hugging Face model under (a
+        model `self.m = hf_model` compiles with modules named "m.model.layers...": prefix="m.")."""
         import torch
 
         c = self.compiled
-        state = c.export(self.state) if c.export is not None else self.state
+        if isinstance(c.scheme, LoRA):
+            sd = peft_state_dict(self.state, list(c.trainable), prefix)
+            return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in sd.items()}
+        if prefix is not None:
+            raise ValueError("state_dict(prefix=...) names a LoRA program's adapters; this program trains no "
+                             f"adapters ({c.scheme!r})")
+        return self._model_state_dict(self.state)
+
+    def merged_state_dict(self) -> dict:
+        """The original model's state_dict (keys as `state_dict` gives for programs without
+        adapters) with a LoRA program's adapters merged into their base weights as peft's
+        merge_and_unload does: W + (B @ A) * alpha / rank (a convolution: B's 1x1 kernel times
+        A's). For a program without adapters, `state_dict()`."""
+        c = self.compiled
+        if not isinstance(c.scheme, LoRA):
+            return self._model_state_dict(self.state)
+        base = c.export(self.state) if c.export is not None else self.state
+        merged = merge_adapters(base, self.state, list(c.trainable), c.scheme.scaling)
+        return self._model_state_dict(merged, exported=True)
+
+    def _model_state_dict(self, state: Mapping[str, np.ndarray], exported: bool = False) -> dict:
+        """`state` (exported to the model's float values unless `exported`) as torch tensors
+        under the original model's state_dict keys."""
+        import torch
+
+        c = self.compiled
+        if not exported and c.export is not None:
+            state = c.export(state)
         return {k: torch.from_numpy(np.array(state[name], copy=True)) for k, name in c.state_aliases.items()}
 
     # --- running ---------------------------------------------------------------------------
@@ -170,8 +204,12 @@ class Program:
 
     def update_summary(self) -> str:
         """The update scheme and the layers it chose (frozen, requires_grad=False layers are never chosen)."""
-        from .trainable import describe_selection
+        from .trainable import LoRA, describe_selection
+        from .trainable.lora import adapter_modules
 
+        if isinstance(self.scheme, LoRA):
+            mods = adapter_modules(self.trainable)
+            return f"{self.scheme}: trains adapters on {len(mods)} layers: {', '.join(mods)}"
         return f"{self.scheme}: trains {describe_selection(list(self.compiled.layers), self.trainable)}"
 
     def __repr__(self) -> str:
