@@ -15,6 +15,7 @@ from .constpool import ConstPool
 from .emit_graphs import PROFILE, SPLIT_HELPERS, gather_call, graph_function, scatter_call, state_decls, value_ptr
 from .layout import GRAPHS, CBackendError, Layout, build_layout
 from .step_guard import checked_step, double_buffer_decls, double_for, guard_declarations, node_hooks, slots_for
+from .weights_file import release_hooks
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 #: runtime headers every program includes (et_int8.h: the int8 forward, with et_int8_scales.h
@@ -129,6 +130,11 @@ def _model_h(u: _Unit) -> list[str]:
         "int et_get_state(int i, void *dst);",
         "int et_set_state(int i, const void *src);",
         "void *et_state_ptr(int i); /* the array of an unsplit state tensor (host builds), else 0 */",
+        "/* ET_MAP_WEIGHTS builds: point frozen tensor i at p (file_backed: in the mapped weights file, its pages",
+        "   released after use); 0, or -1 when i is not such a tensor */",
+        "int et_bind_state(int i, const void *p, int file_backed);",
+        "long long et_weight_release_bytes(void); /* bytes of frozen weights' pages released so far */",
+        "void et_weight_map_range(const void *p, unsigned long n); /* the mapping those tensors are in */",
         "int et_num_grads(void);",
         "const char *et_grad_name(int i);",
         "long et_grad_bytes(int i);",
@@ -288,8 +294,9 @@ def _state_io(u: _Unit) -> list[str]:
     for st in sts:
         if st.kind == "split":
             c.append(f"  case {st.index}: {gather_call(st, 'dst')}; return 0;")
-        else:
-            c.append(f"  case {st.index}: memcpy(dst, {st.c_name}, sizeof {st.c_name}); return 0;")
+        else:  # a byte count, not sizeof: a mapped frozen tensor is a pointer
+            c.append(f"  case {st.index}: memcpy(dst, {st.c_name}, {st.numel * np.dtype(st.dtype).itemsize}); "
+                     "return 0;")
     c += ["  }", "  return -1;", "}", "void *et_state_ptr(int i) {", "  switch (i) {"]
     for st in sts:
         if st.kind != "split":
@@ -303,9 +310,19 @@ def _state_io(u: _Unit) -> list[str]:
                 c.append(f"  case {st.index}: return -2;")
         elif st.kind == "split":
             c.append(f"  case {st.index}: {scatter_call(st, 'src')}; return 0;")
+        elif st.kind == "flash":  # mapped builds: read-only, bound by et_bind_state
+            c.append(f"  case {st.index}: if (ET_MAP_WEIGHTS) return -2; memcpy((void *){st.c_name}, src, "
+                     f"{st.numel * np.dtype(st.dtype).itemsize}); return 0;")
         else:
             c.append(f"  case {st.index}: memcpy({st.c_name}, src, sizeof {st.c_name}); return 0;")
-    return c + ["  }", "  return -1;", "}"]
+    c += ["  }", "  return -1;", "}", "int et_bind_state(int i, const void *p, int file_backed) {"]
+    mapped = [st for st in sts if st.kind == "flash" and not u.embed]
+    if mapped:
+        c += ["#if ET_MAP_WEIGHTS", "  switch (i) {"]
+        c += [f"  case {st.index}: {st.c_name} = (const {st.ctype} *)p; "
+              f"et_state_file_backed[{st.index}] = (unsigned char)(file_backed != 0); return 0;" for st in mapped]
+        c += ["  }", "#endif"]
+    return c + ["  (void)i, (void)p, (void)file_backed;", "  return -1;", "}"]
 
 
 def _checked_step(u: _Unit) -> list[str]:
@@ -379,8 +396,11 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
     pool = ConstPool()  # the kernels' constant tables, one copy of each, declared before the functions
     slots = slots_for(u.layout, u.banks)  # the checked step's guarded arrays (step_guard.py)
     hooks = node_hooks(u.layout, slots, u.double) if slots else None
-    funcs = [graph_function(u.layout, k, gather_bufs, u.banks and k == "train", pool, hooks if k == "train" else None)
-             for k in u.keys]
+
+    def graph_hooks(k):  # the checked step's (train); without embedded weights the frozen weights' release
+        h = hooks if k == "train" else None
+        return h if u.embed else release_hooks(u.layout, k, h)
+    funcs = [graph_function(u.layout, k, gather_bufs, u.banks and k == "train", pool, graph_hooks(k)) for k in u.keys]
     consts = ["", f"/* the kernels' constant tables ({len(pool)}, each once: backends/c/constpool.py) */"]
     c = _includes(u) + _arena_and_state(u) + _helpers(u, gather_bufs) + consts + pool.declarations()
     c += (guard_declarations(slots, u.double) if slots is not None else []) + funcs

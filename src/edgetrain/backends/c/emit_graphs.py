@@ -24,8 +24,12 @@ def _array(ctype: str, name: str, n: int, const: bool, init: Optional[np.ndarray
 def state_decls(layout: Layout, state: dict, embed: bool, banked: frozenset = frozenset(),
                 double: frozenset = frozenset()) -> list[str]:
     """The C arrays of the state tensors; those named in `banked` (weight banks: C names) and
-    `double` (step_guard.double_buffer_decls: state names) are left out."""
-    out = []
+    `double` (step_guard.double_buffer_decls: state names) are left out. Without embedded
+    weights a frozen tensor is a pointer into the mapped weights file when the build sets
+    ET_MAP_WEIGHTS (weights_file.MAPPED_DECLS), else an array."""
+    from .weights_file import MAPPED_DECLS, mapped_state_decl
+
+    out = [] if embed else MAPPED_DECLS.splitlines()
     for st in layout.states.values():
         t, full = st.ctype, state[st.name]
         init = full if embed and st.role is not Role.OPTIMIZER_STATE else None  # momentum starts at zero
@@ -42,7 +46,8 @@ def state_decls(layout: Layout, state: dict, embed: bool, banked: frozenset = fr
             if st.c_name in banked or st.name in double:
                 continue
             const = st.kind == "flash" and embed
-            out.append(_array(t, st.c_name, st.numel, const, init))
+            out.append(mapped_state_decl(st) if st.kind == "flash" and not embed
+                       else _array(t, st.c_name, st.numel, const, init))
     return out
 
 

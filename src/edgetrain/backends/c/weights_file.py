@@ -19,6 +19,17 @@ little endian), in the program's state order: the C loader computes it from the 
 table (model.h's et_state_name / et_state_bytes), so another model's file is refused before
 anything is read, and then checks each entry's name and size.
 
+Mapped frozen weights (standalone host builds, ET_MAP_WEIGHTS=1, the Makefile's default on
+Linux): the frozen tensors (layout kind "flash": neither trained, optimizer state nor written in
+place) are not read into RAM: et_weights.h maps the weights file read-only and points them into
+the mapping (model.c's et_bind_state); after a node that reads one (of at least
+RELEASE_MIN_BYTES: all), when the next node does not read it too, model.c drops its pages and those
+2 MiB either side (madvise(MADV_DONTNEED); a fault maps the page cache's whole folio around the
+page it needs, so neighbours' pages come in too; the next read faults them back from the page
+cache), so the resident frozen bytes are about the window one kernel reads
+(memory/frozen_window.py models it). Trained tensors and optimizer state are read into RAM and
+saved as before; the file must not be changed while the program runs.
+
 Samples file::
 
     header (64 B): magic "ETSAMPLE", u32 version, u32 count, u64 input bytes,
@@ -50,6 +61,12 @@ _ENTRY = struct.Struct("<IIQQ")  # name bytes, dtype code, bytes, offset
 DTYPE_CODES = {np.dtype(t): k for k, t in enumerate(("float32", "int8", "int32", "int64", "uint8", "int16",
                                                       "float16", "float64"), start=1)}
 _FNV_OFFSET, _FNV_PRIME, _MASK = 0xCBF29CE484222325, 0x100000001B3, (1 << 64) - 1
+
+
+#: a mapped frozen tensor of at least this many bytes has its pages released after the nodes that read it:
+#: every one, as reading even a small one maps its neighbours' pages (the page cache's folio around it),
+#: which stayed resident (57 MB of SmolLM2-135M's norm weights' neighbours) until its release dropped them
+RELEASE_MIN_BYTES = 0
 
 
 class WeightsFileError(CBackendError):
@@ -135,3 +152,115 @@ def samples_blob(inputs: Sequence[np.ndarray], labels: Sequence[np.ndarray]) -> 
         raise WeightsFileError("samples: give at least one (input, label) pair, all inputs (and labels) of one size")
     head = _HEADER.pack(SAMPLES_MAGIC, VERSION, len(xs), xs[0].size, ys[0].size).ljust(HEADER_BYTES, b"\0")
     return head + b"".join(x.tobytes() + y.tobytes() for x, y in zip(xs, ys))
+
+
+#: model.c's part of mapped frozen weights (state_decls, before the frozen tensors' pointers): the
+#: switch (off unless the build sets it: the library keeps its arrays), which tensors point into the
+#: file (et_bind_state), and the release of a file-backed tensor's whole pages
+MAPPED_DECLS = r"""
+#ifndef ET_MAP_WEIGHTS
+#define ET_MAP_WEIGHTS 0
+#endif
+#if ET_MAP_WEIGHTS
+#include <sys/mman.h>
+#include <unistd.h>
+/* 1: state tensor i points into the mapped weights file (its pages may be dropped: read again from the file) */
+static unsigned char et_state_file_backed[ET_NUM_STATE + 1];
+static long long et_released_weight_bytes;
+static uintptr_t et_wmap_lo, et_wmap_hi; /* the mapping's pages (et_weight_map_range) */
+void et_weight_map_range(const void *p, unsigned long n) {
+  const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  et_wmap_lo = (uintptr_t)p, et_wmap_hi = ((uintptr_t)p + n + pg - 1) & ~(pg - 1);
+}
+/* drop this process's pages of file-backed tensor i at [p, p + n), and ET_RELEASE_SLACK bytes either
+   side within the mapping: a fault maps the page cache's (large) folio around the page it needs, so
+   reading a tensor maps pages of its neighbours, which would otherwise stay. Dropping a page that is
+   still needed is safe (read-only, file-backed): the next read faults it in again */
+#ifndef ET_RELEASE_SLACK
+#define ET_RELEASE_SLACK (2u << 20)
+#endif
+static void et_release_weight(int i, const void *p, size_t n) {
+  static uintptr_t pg;
+  if (!et_state_file_backed[i] || !et_wmap_hi) return; /* memory of its own (no mapping): keep it */
+  if (!pg) pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t a = (uintptr_t)p > et_wmap_lo + ET_RELEASE_SLACK ? (uintptr_t)p - ET_RELEASE_SLACK : et_wmap_lo;
+  uintptr_t b = (uintptr_t)p + n + ET_RELEASE_SLACK < et_wmap_hi ? (uintptr_t)p + n + ET_RELEASE_SLACK : et_wmap_hi;
+  a &= ~(pg - 1), b = (b + pg - 1) & ~(pg - 1);
+  if (b > a && madvise((void *)a, b - a, MADV_DONTNEED) == 0) et_released_weight_bytes += (long long)(b - a);
+}
+long long et_weight_release_bytes(void) { return et_released_weight_bytes; }
+#define ET_RELEASE_WEIGHT(i, p, n) et_release_weight((i), (p), (n))
+#else
+long long et_weight_release_bytes(void) { return 0; }
+void et_weight_map_range(const void *p, unsigned long n) { (void)p, (void)n; }
+#define ET_RELEASE_WEIGHT(i, p, n) ((void)0)
+#endif"""
+
+
+def mapped_state_decl(st) -> str:
+    """The declaration of a frozen state tensor of a program whose weights are in the weights
+    file: a pointer into the mapping (bound by et_bind_state) when ET_MAP_WEIGHTS, else an array."""
+    n = max(st.numel, 1)
+    return "\n".join(["#if ET_MAP_WEIGHTS",
+                      f"static const {st.ctype} *{st.c_name}; /* frozen: in the mapped weights file */",
+                      "#else", f"static {st.ctype} {st.c_name}[{n}] ET_ALIGNED(16);", "#endif"])
+
+
+def released_reads(layout, key: str, min_bytes: int = RELEASE_MIN_BYTES) -> list[tuple]:
+    """Per node of graph `key`: the mappable frozen tensors (layout kind "flash") of at least
+    `min_bytes` it reads, as StateArrays (through views: storage roots; a node whose output is a
+    view of one does not read it)."""
+    from .kernels import EmitContext
+
+    ctx, roots = EmitContext(layout, key), layout.graphs[key].roots
+    out = []
+    for n in layout.graphs[key].graph.nodes:
+        seen, views = {}, {roots[o] for o in n.outputs}
+        for v in n.inputs:
+            st = ctx.state_of(v) if roots[v] not in views else None  # a view of it reads nothing
+            if st is not None and st.kind == "flash" and st.numel * np.dtype(st.dtype).itemsize >= min_bytes:
+                seen[st.name] = st
+        out.append(tuple(seen.values()))
+    return out
+
+
+def release_hooks(layout, key: str, inner=None, min_bytes: int = RELEASE_MIN_BYTES):
+    """For graph_function: `inner`'s hooks (node -> (before, after)) with, after each node, the
+    release of the large frozen tensors it read that the next node does not read
+    (ET_RELEASE_WEIGHT: a no-op unless the build maps the weights); `inner` itself when no node
+    reads one."""
+    reads = released_reads(layout, key, min_bytes)
+    if not any(reads):
+        return inner
+    nodes = layout.graphs[key].graph.nodes
+    pos = {id(n): i for i, n in enumerate(nodes)}
+
+    def hooks(node):
+        before, after = inner(node) if inner is not None else ([], [])
+        i = pos[id(node)]
+        later = {st.name for st in reads[i + 1]} if i + 1 < len(reads) else set()
+        rel = [f"ET_RELEASE_WEIGHT({st.index}, {st.c_name}, {st.numel * np.dtype(st.dtype).itemsize});"
+               for st in reads[i] if st.name not in later]
+        return before, [*after, *rel]
+    return hooks
+
+
+def host_step_ram(layout, mapped: bool = True, key: str = "train", release_min: int = RELEASE_MIN_BYTES) -> dict:
+    """The modelled RAM of the standalone host binary's step (bytes, the runtime's own overhead
+    not included): {"arena", "ram_state" (state read into RAM: trained tensors, optimizer
+    state, written buffers, split weights), "frozen" (the mappable frozen tensors' bytes),
+    "frozen_window" (memory/frozen_window.py: the most of them resident at once when mapped),
+    "modelled" (arena + ram_state + the window when `mapped`, else + every frozen byte)}."""
+    from ...memory.frozen_window import frozen_window
+
+    def nbytes(st):
+        return st.numel * np.dtype(st.dtype).itemsize
+
+    frozen = {st.name: nbytes(st) for st in layout.states.values() if st.kind == "flash"}
+    ram_state = sum(nbytes(st) for st in layout.states.values() if st.kind != "flash")
+    reads = [[st.name for st in r] for r in released_reads(layout, key, 0)]
+    win = frozen_window(reads, frozen, release_min)
+    frozen_ram = win.peak_bytes if mapped else win.total_bytes
+    return {"arena": layout.arena_bytes, "ram_state": ram_state, "frozen": win.total_bytes,
+            "frozen_window": win.peak_bytes, "window_node": win.at_node,
+            "modelled": layout.arena_bytes + ram_state + frozen_ram}

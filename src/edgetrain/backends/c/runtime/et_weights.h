@@ -3,6 +3,11 @@
  * (main.c) after model.h: it loads and saves the state through model.h's state I/O
  * (et_state_ptr: read in place, no second copy; else et_set_state / et_get_state), and reads
  * one sample at a time, so neither the weights nor the samples are held twice.
+ * Built with ET_MAP_WEIGHTS=1 (the standalone Makefile's default on Linux), the frozen tensors are
+ * not read: the file is mapped read-only and they point into it (et_bind_state); model.c drops
+ * their pages after use, and et_save_weights writes them from the mapping a chunk at a time,
+ * dropping each chunk's pages, so they are never resident whole. Without a mapping (mmap
+ * refused) they are read into memory of their own, as before.
  * Every function returns 0 or -1 with a message in err (which file, what is wrong). */
 #ifndef ET_WEIGHTS_H
 #define ET_WEIGHTS_H
@@ -13,6 +18,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#ifndef ET_MAP_WEIGHTS
+#define ET_MAP_WEIGHTS 0
+#endif
+#if ET_MAP_WEIGHTS
+#include <fcntl.h>
+#include <sys/mman.h>
+#endif
 
 #define ET_FILE_VERSION 1u
 #define ET_FILE_HEADER 64
@@ -61,6 +74,51 @@ static long long et_file_size(FILE *f) {
 static unsigned char *et_wtable;
 static size_t et_wtable_bytes;
 static uint64_t et_wfile_bytes;
+
+#if ET_MAP_WEIGHTS
+/* the weights file mapped read-only (kept for the program's life: its frozen tensors point into it) */
+static unsigned char *et_wmap;
+static size_t et_wmap_bytes;
+/* per state tensor: 1 when it points into et_wmap, 2 when it was bound to memory of its own */
+static unsigned char *et_wbound;
+
+/* drop the mapping's pages of [p, p + n) and of the 2 MiB before it (a fault maps the page cache's folio
+   around the page it needs: pages dropped before come back), read again from the file when next used */
+static void et_wmap_release(const void *p, size_t n) {
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)et_wmap;
+    uintptr_t a = (uintptr_t)p > lo + (2u << 20) ? (uintptr_t)p - (2u << 20) : lo;
+    uintptr_t b = (uintptr_t)p + n < lo + et_wmap_bytes ? (uintptr_t)p + n : lo + et_wmap_bytes;
+    a &= ~(pg - 1), b = (b + pg - 1) & ~(pg - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* map path read-only; 0 without a mapping (the caller reads every tensor instead) */
+static unsigned char *et_wmap_open(const char *path, size_t bytes) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    void *m = mmap(0, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd); /* the mapping keeps the file */
+    return m == MAP_FAILED ? 0 : (unsigned char *)m;
+}
+
+/* bind frozen tensor i to the file's bytes at off: in the mapping, else in memory of its own read from
+   f; 1 when it is such a tensor and bound, 0 when it is not one (read it as any other), -1 on error */
+static int et_wmap_bind(int i, FILE *f, uint64_t off, size_t nbytes) {
+    if (et_wmap && et_bind_state(i, et_wmap + off, 1) == 0) {
+        et_wbound[i] = 1;
+        return 1;
+    }
+    if (et_bind_state(i, 0, 0) != 0) return 0; /* not a frozen tensor of this build */
+    void *buf = aligned_alloc(64, (nbytes + 63) / 64 * 64 + 64);
+    if (!buf || fseek(f, (long)off, SEEK_SET) != 0 || fread(buf, 1, nbytes, f) != nbytes) {
+        free(buf);
+        return -1;
+    }
+    et_bind_state(i, buf, 0);
+    et_wbound[i] = 2;
+    return 1;
+}
+#endif
 
 /* read the weights file at path into the program's state tensors, after checking that it is
    one (magic, version), that it is whole (its size) and that it is this program's (tensor
@@ -129,8 +187,23 @@ int et_load_weights(const char *path, char *err, size_t errlen) {
         if (i + 1 == count) rc = 0;
     }
     if (count == 0) rc = 0;
+#if ET_MAP_WEIGHTS
+    if (rc == 0 && count) {
+        if (et_wmap) munmap(et_wmap, et_wmap_bytes);
+        free(et_wbound);
+        et_wmap = et_wmap_open(path, et_wmap_bytes = (size_t)want);
+        if (et_wmap) et_weight_map_range(et_wmap, et_wmap_bytes);
+        et_wbound = (unsigned char *)calloc(count, 1);
+        if (!et_wbound) rc = et_file_fail(err, errlen, "%s: out of memory", path);
+    }
+#endif
     for (uint32_t i = 0; rc == 0 && i < count; ++i) { /* the data, in place where the array is whole */
         const size_t nbytes = (size_t)et_state_bytes((int)i);
+#if ET_MAP_WEIGHTS
+        const int bound = et_wmap_bind((int)i, f, offs[i], nbytes); /* a frozen tensor: mapped, not read */
+        if (bound < 0) rc = et_file_fail(err, errlen, "%s: cannot read tensor %s", path, et_state_name((int)i));
+        if (bound) continue;
+#endif
         void *dst = et_state_ptr((int)i), *buf = dst ? dst : malloc(nbytes ? nbytes : 1);
         if (!buf || fseek(f, (long)offs[i], SEEK_SET) != 0 || fread(buf, 1, nbytes, f) != nbytes
             || (!dst && et_set_state((int)i, buf) != 0)) {
@@ -166,7 +239,19 @@ int et_save_weights(const char *path, char *err, size_t errlen) {
         const uint64_t nbytes = et_rd64(e + 8), off = et_rd64(e + 16);
         e += ET_FILE_ENTRY + padded;
         for (; ok && at < off; ++at) ok = fputc(0, f) != EOF;
-        void *src = et_state_ptr(i), *buf = src ? src : malloc(nbytes ? nbytes : 1);
+        void *src = et_state_ptr(i);
+#if ET_MAP_WEIGHTS
+        if (ok && src && et_wbound && et_wbound[i] == 1) { /* from the mapping, dropping each chunk's pages */
+            for (uint64_t k = 0; ok && k < nbytes; k += 1u << 20) {
+                const size_t c = (size_t)(nbytes - k < (1u << 20) ? nbytes - k : (1u << 20));
+                ok = fwrite((const unsigned char *)src + k, 1, c, f) == c;
+                et_wmap_release((const unsigned char *)src + k, c);
+            }
+            at += nbytes;
+            continue;
+        }
+#endif
+        void *buf = src ? src : malloc(nbytes ? nbytes : 1);
         ok = ok && buf && (src || et_get_state(i, buf) == 0) && fwrite(buf, 1, nbytes, f) == nbytes;
         if (!src) free(buf);
         at += nbytes;
