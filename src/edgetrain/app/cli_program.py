@@ -15,7 +15,7 @@ from ..devices.targets import TARGETS as TARGET_REGISTRY
 
 #: passes/loss.py's LOSSES, spelled out so that --help imports no numpy (tests/core/test_losses_families.py
 #: checks that they agree)
-LOSS_CHOICES = ("cross_entropy", "sequence_cross_entropy", "mse", "l1", "bce_with_logits")
+LOSS_CHOICES = ("cross_entropy", "sequence_cross_entropy", "causal_lm", "mse", "l1", "bce_with_logits")
 
 #: firmware steps embedded by `compile` when no --samples is given
 DEFAULT_SAMPLES = 4
@@ -49,7 +49,8 @@ def add_program_options(p: argparse.ArgumentParser, for_train: bool = False) -> 
                         "factory as num_classes=")
     g.add_argument("--loss", choices=LOSS_CHOICES, default=d("cross_entropy"),
                    help="training loss: cross_entropy (classes in dim 1, any rank: per-pixel too), "
-                        "sequence_cross_entropy (classes in the last dim: a language model's (N, T, V)), both "
+                        "sequence_cross_entropy (classes in the last dim: a language model's (N, T, V)), "
+                        "causal_lm (the same, each position predicting the next label), all "
                         "ignoring labels -100; bce_with_logits (float targets: multi-label), mse or l1 (targets "
                         "shaped like the output) (default cross_entropy)")
     g.add_argument("--update", dest="update_spec", type=update_scheme_text, default=d("full"), metavar="SCHEME",
