@@ -54,7 +54,7 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     frozen="int8" | "int4" stores every frozen linear and embedding weight (the ones the update
     scheme does not train: with update=LoRA(...), the whole base) quantized, per output channel
     in int8 or in 4-bit groups of 32 inputs (ops/qweights.py gives the layout), dequantized
-    inside the kernels; `edgetrain.quantize.dequantized(model, frozen)` is the PyTorch model
+    inside the kernels; `edgetrain.quantize.dequantized(model, frozen, example_inputs, update)` is the PyTorch model
     with the values the program computes with."""
     _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend, contributions, search,
                 batchnorm)
