@@ -117,7 +117,7 @@ def dequantized(model, frozen: Optional[str], example_inputs: Sequence, update=N
     torch.autograd: its gradients, loss and outputs are those of this model."""
     import torch
 
-    from .. import pipeline
+    from ..frontend import capture
     from ..trainable import Full
 
     twin = copy.deepcopy(model)
@@ -125,11 +125,8 @@ def dequantized(model, frozen: Optional[str], example_inputs: Sequence, update=N
         return twin
     bits = _bits(frozen)
     update = Full() if update is None else update
-    options = pipeline.Options(update=update, frozen=frozen)
-    b = pipeline.front(model, tuple(example_inputs), options)
-    b = pipeline.run_steps(b, options, [s for s in pipeline.steps("train", options)
-                                        if s.name in pipeline.SELECTION_STEPS])
-    chosen = quantizable(b.graph, pipeline.select_trainable(b, update))
+    graph, trainable = _selection(capture(model, tuple(example_inputs)), update)
+    chosen = quantizable(graph, trainable)
     tensors = {**dict(twin.named_parameters(remove_duplicate=False)), **dict(twin.named_buffers())}
     with torch.no_grad():
         for v in chosen:
@@ -140,3 +137,17 @@ def dequantized(model, frozen: Optional[str], example_inputs: Sequence, update=N
             w = dequantize(q, s, bits, v.shape[1], dtype=np.dtype(str(t.dtype).replace("torch.", "")))
             t.copy_(torch.from_numpy(w))
     return twin
+
+
+def _selection(cap, update):
+    """(graph, trained selection) of a captured model under `update`, as the pipeline's train
+    phase resolves it (pipeline.select_trainable): under LoRA the adapters are added first and
+    are all it trains; otherwise the scheme resolved on the captured layers, frozen parameters
+    (requires_grad=False) never trained. (A float program's front is its capture.)"""
+    from ..trainable import LoRA, add_adapters, find_layers, resolve_scheme
+
+    if isinstance(update, LoRA):
+        graph, _, names = add_adapters(cap.graph, {**cap.params, **cap.buffers}, update)
+        return graph, {n: None for n in names}
+    layers = find_layers(cap.graph, set(cap.params))
+    return cap.graph, resolve_scheme(update, layers, dict(cap.params), set(cap.frozen_params))

@@ -294,7 +294,8 @@ def _avg_pool2d_grad(node, ctx):
 
 
 # --- embedding -------------------------------------------------------------------------------------
-def _index(node, idx):
+def index_type(node, idx):
+    """The C kernels' index-type flag: 1 for int64 indices, 0 for int32 (others refused)."""
     if idx.dtype not in INDEX:
         raise CBackendError(f"C kernel for {node.op}: indices {idx} must be one of {INDEX}")
     return int(idx.dtype == "int64")
@@ -305,7 +306,7 @@ def _embedding(node, ctx):
     w, idx = node.inputs
     dt = float_dtype(node, [w, node.out])
     num, width = w.shape
-    return (f"{{ {instance_name('et_embedding', dt)}({ctx.ptr(w)}, {ctx.ptr(idx)}, {_index(node, idx)}, {ctx.ptr(node.out)}, "
+    return (f"{{ {instance_name('et_embedding', dt)}({ctx.ptr(w)}, {ctx.ptr(idx)}, {index_type(node, idx)}, {ctx.ptr(node.out)}, "
             f"{idx.type.numel}, {num}, {width}); }}")
 
 
@@ -314,5 +315,5 @@ def _embedding_grad(node, ctx):
     g, idx = node.inputs
     dt = float_dtype(node, [g, node.out])
     num, width = node.out.shape
-    return (f"{{ {instance_name('et_embedding_grad', dt)}({ctx.ptr(g)}, {ctx.ptr(idx)}, {_index(node, idx)}, "
+    return (f"{{ {instance_name('et_embedding_grad', dt)}({ctx.ptr(g)}, {ctx.ptr(idx)}, {index_type(node, idx)}, "
             f"{ctx.ptr(node.out)}, {idx.type.numel}, {num}, {width}, {int(node.attrs.get('padding_idx', -1))}); }}")

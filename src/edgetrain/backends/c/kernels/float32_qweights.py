@@ -8,7 +8,7 @@ from ....ir import Node, Value
 from ....ops.qweights import GROUP
 from ..layout import CBackendError
 from .context import EmitContext
-from .float32_nn import _index, float_dtype, instance_name
+from .float32_nn import float_dtype, index_type, instance_name
 from .registry import register
 
 
@@ -49,6 +49,6 @@ def _matmul_qw(node, ctx):
 def _embedding_qw(node, ctx):
     ids, wq, scale = node.inputs
     dt = float_dtype(node, [node.out])
-    return (f"{{ {instance_name('et_embedding_qw', dt)}({ctx.ptr(ids)}, {_index(node, ids)}, "
+    return (f"{{ {instance_name('et_embedding_qw', dt)}({ctx.ptr(ids)}, {index_type(node, ids)}, "
             f"{_stored(node, ctx, wq, scale)}, {ctx.ptr(node.out)}, {ids.type.numel}, {wq.shape[0]}, "
             f"{node.attrs['in_features']}, {int(node.attrs['bits'])}, {GROUP}); }}")
