@@ -91,15 +91,16 @@ def edgetrain_projects(case: str, work: Path, seq: int, fractions, time_limit: f
 
     from edgetrain.devices import get_device
     from edgetrain.remat.build import build_problem
+    from edgetrain.remat.plan import Infeasible
 
     model, ids, _ = lm_memory.make_model(_args(case, seq))
     for frozen in frozens:
         yield from _projects(et, model, ids, frozen, work, case, fractions if frozen == frozens[-1] else [1.0],
-                             time_limit, get_device, build_problem, build_layout, host_step_ram)
+                             time_limit, get_device, build_problem, build_layout, host_step_ram, Infeasible)
 
 
 def _projects(et, model, ids, frozen, work, case, fractions, time_limit, get_device, build_problem, build_layout,
-              host_step_ram):
+              host_step_ram, Infeasible):
     t = time.perf_counter()
     prog = et.compile(model, (ids,), loss="causal_lm", update=et.LoRA(rank=8, alpha=16, targets=("q_proj", "v_proj")),
                       optimizer=et.SGD(lr=LR), frozen=frozen)
@@ -111,8 +112,12 @@ def _projects(et, model, ids, frozen, work, case, fractions, time_limit, get_dev
         run_prog = prog
         if f < 1:
             t = time.perf_counter()
-            sched = et.schedule(prog, device="a72", ram=problem.fixed_ram + int(f * problem.activation_bytes),
-                                time_limit=time_limit, mip_rel_gap=0.01)
+            try:
+                sched = et.schedule(prog, device="a72", ram=problem.fixed_ram + int(f * problem.activation_bytes),
+                                    time_limit=time_limit, mip_rel_gap=0.01)
+            except Infeasible as err:
+                print(f"fraction {f}: {err}", flush=True)
+                continue
             run_prog = prog.apply(sched)
             facts.update(schedule_s=round(time.perf_counter() - t, 2), solver_status=sched.status,
                          page_ins=sched.page_ins, recomputations=sched.recomputations,
@@ -162,26 +167,27 @@ def main(argv=None) -> int:
         print(json.dumps(peer_worker(a.case, a.worker[0], int(a.worker[1]), int(a.worker[2]), a.seq)))
         return 0
     rows = []
+    base = {"case": a.case, "seq": a.seq, "batch": BATCH, "steps": a.steps, "lora": "r8 a16 q_proj,v_proj"}
+
+    def keep(row):  # each row written as soon as it is measured
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if a.out:
+            with open(a.out, "a") as f:
+                f.write(json.dumps({**base, **row}) + "\n")
+
     for dtype in a.peer_dtypes:
         for t in a.threads:
             r = subprocess.run([sys.executable, __file__, "--case", a.case, "--seq", str(a.seq),
                                 "--worker", dtype, str(t), str(a.steps)], capture_output=True, text=True)
             if r.returncode:
                 raise RuntimeError(r.stderr[-3000:])
-            rows.append({"system": "pytorch+peft", "dtype": dtype, "threads": t,
-                         **json.loads(r.stdout.strip().splitlines()[-1])})
-            print(json.dumps(rows[-1]), flush=True)
+            keep({"system": "pytorch+peft", "dtype": dtype, "threads": t,
+                  **json.loads(r.stdout.strip().splitlines()[-1])})
     frozens = tuple(None if f == "none" else f for f in a.frozen)
     for d, facts in edgetrain_projects(a.case, Path(a.work), a.seq, a.fractions, a.time_limit, frozens):
         for t in a.threads if facts["fraction"] >= 1 else a.threads[:1]:
-            rows.append({"system": "edgetrain", "dtype": "float32", "threads": t, **facts,
-                         **run_edgetrain(d, t, a.steps)})
-            print(json.dumps(rows[-1]), flush=True)
-    base = {"case": a.case, "seq": a.seq, "batch": BATCH, "steps": a.steps, "lora": "r8 a16 q_proj,v_proj"}
-    if a.out:
-        with open(a.out, "a") as f:
-            for r in rows:
-                f.write(json.dumps({**base, **r}) + "\n")
+            keep({"system": "edgetrain", "dtype": "float32", "threads": t, **facts, **run_edgetrain(d, t, a.steps)})
     print(f"\n{a.case}, sequence {a.seq}, batch {BATCH}, LoRA rank 8 on q_proj/v_proj")
     print(f"{'system':14} {'dtype':9} {'frozen':>6} {'schedule':>8} {'threads':>7} {'peak RSS MB':>12} {'s/step':>8}")
     for r in rows:
