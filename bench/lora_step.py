@@ -134,7 +134,8 @@ def _projects(et, model, ids, frozen, work, case, fractions, time_limit, get_dev
 
 
 def run_edgetrain(d: Path, threads: int, steps: int) -> dict:
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads),
+           "EDGETRAIN_BLAS_THREADS": str(threads)}  # the binary's BLAS reads this one (backends/c/blas.py)
     old = dict(os.environ)
     os.environ.update(env)
     try:
