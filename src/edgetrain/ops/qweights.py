@@ -98,7 +98,7 @@ def dequantize(wq: np.ndarray, scale: np.ndarray, bits: int, in_features: int,
 FLOAT_DTYPES = ("float32", "float64")
 
 
-def _weight_rows(op: str, wq: TensorType, scale: TensorType, a) -> int:
+def stored_rows(op: str, wq: TensorType, scale: TensorType, a) -> int:
     """The stored weight's out_features, after checking (wq, scale) against attrs bits / in_features."""
     bits, n = a.get("bits"), a.get("in_features")
     if bits not in _LEVELS or not isinstance(n, int) or n < 1:
@@ -117,7 +117,7 @@ def _weight(xs, a, dtype) -> np.ndarray:
 
 def _linear_qw_infer(ts, a):
     x, wq, scale = ts[:3]
-    out = _weight_rows("linear_qw", wq, scale, a)
+    out = stored_rows("linear_qw", wq, scale, a)
     if x.dtype not in FLOAT_DTYPES or x.rank < 1 or x.shape[-1] != a["in_features"]:
         raise ValueError(f"linear_qw: input {x} does not match a weight of {a['in_features']} inputs")
     if len(ts) == 4 and (ts[3].shape != (out,) or ts[3].dtype != x.dtype):
@@ -149,7 +149,7 @@ def _vjp_linear_qw(e, node, grads, needs):
 
 def _matmul_qw_infer(ts, a):
     g, wq, scale = ts
-    out = _weight_rows("matmul_qw", wq, scale, a)
+    out = stored_rows("matmul_qw", wq, scale, a)
     if g.dtype not in FLOAT_DTYPES or g.rank < 1 or g.shape[-1] != out:
         raise ValueError(f"matmul_qw: gradient {g} does not match a weight of {out} outputs")
     return [TensorType(g.shape[:-1] + (a["in_features"],), g.dtype)]
@@ -169,7 +169,7 @@ def _embedding_qw_dtype(scale: TensorType, a) -> str:
 
 def _embedding_qw_infer(ts, a):
     ids, wq, scale = ts
-    _weight_rows("embedding_qw", wq, scale, a)
+    stored_rows("embedding_qw", wq, scale, a)
     if ids.dtype not in INDEX_DTYPES:
         raise ValueError(f"embedding_qw: indices {ids} must be one of {INDEX_DTYPES}")
     return [TensorType(ids.shape + (a["in_features"],), _embedding_qw_dtype(scale, a))]
