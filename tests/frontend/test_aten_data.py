@@ -38,6 +38,32 @@ def _ints(*shape, high=4):
     return torch.randint(0, high, shape, generator=torch.Generator().manual_seed(sum(shape)))
 
 
+BOOL_FNS = {  # masks as models combine them (transformers' causal and padding masks)
+    "and": lambda a, b: a & b,
+    "or": lambda a, b: a | b,
+    "logical and / or": lambda a, b: torch.logical_and(a, b) | torch.logical_or(~a, b),
+    "not": lambda a, b: ~a & torch.logical_not(b),
+    "any over a dim": lambda a, b: a.any(dim=-1, keepdim=True) & b,
+    "all over a dim": lambda a, b: b.all(dim=0) | a[0],
+    "any / all of everything": lambda a, b: torch.stack([a.any() & b.all(), b.any()]),
+}
+
+
+@pytest.mark.parametrize("fn", BOOL_FNS.values(), ids=list(BOOL_FNS))
+def test_boolean_masks_match_torch(fn):
+    a, b = _ints(3, 5) > 1, _ints(5, 3).T > 0
+    b = b.contiguous()
+    b[:, 0] = True  # a dim where all holds
+    got, want = run(fn, a, b)
+    assert got.dtype == want.dtype == np.bool_
+    np.testing.assert_array_equal(got, want)
+
+
+def test_bitwise_ops_of_integers_are_refused():
+    with pytest.raises(UnsupportedOpError, match="only boolean masks"):
+        capture(Fn(lambda a, b: a & b), (_ints(3, 4), _ints(3, 4)))
+
+
 OPERANDS = {  # (a, b): b a tensor or a Python scalar
     "float tensors, broadcast": (_ints(3, 4).double(), _ints(4).double()),
     "int64 and a scalar": (_ints(3, 4), 2),

@@ -58,6 +58,56 @@ for _cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
         converts(getattr(getattr(aten, _cmp), _ov))(_compare(_cmp))
 
 
+def _bool_operand(e: Emitter, x, op: str) -> Value:
+    """A boolean mask's operand: a bool tensor, or a Python bool as a constant."""
+    if isinstance(x, bool):
+        return e.const(x, "bool")
+    if not isinstance(x, Value) or x.dtype != "bool":
+        unsupported(f"unsupported op aten.{op} of {getattr(x, 'dtype', type(x).__name__)} operands "
+                    "(only boolean masks)")
+    return x
+
+
+@converts(aten.bitwise_and.Tensor, aten.logical_and.default)
+def _and(e: Emitter, a, b):
+    """a & b of boolean masks (a causal mask and a padding mask): where(a, b, False)."""
+    a, b = _bool_operand(e, a, "bitwise_and"), _bool_operand(e, b, "bitwise_and")
+    return e.emit("where", a, b, e.const(False, "bool"))
+
+
+@converts(aten.bitwise_or.Tensor, aten.logical_or.default)
+def _or(e: Emitter, a, b):
+    """a | b of boolean masks: where(a, True, b)."""
+    a, b = _bool_operand(e, a, "bitwise_or"), _bool_operand(e, b, "bitwise_or")
+    return e.emit("where", a, e.const(True, "bool"), b)
+
+
+@converts(aten.logical_not.default, aten.bitwise_not.default)
+def _not(e: Emitter, a):
+    """~a of a boolean mask: a == False."""
+    return e.emit("compare", _bool_operand(e, a, "logical_not"), e.const(False, "bool"), cmp="eq")
+
+
+def _any_all(which: str):
+    def conv(e: Emitter, x, dim=None, keepdim=False):
+        """any / all of a boolean mask over `dim` (None: every dim): the count of True (float32, exact
+        below 2**24 elements) compared with 0 / the dims' size."""
+        x = _bool_operand(e, x, which)
+        dims = None if dim is None else tuple(int(d) for d in (dim if isinstance(dim, (list, tuple)) else (dim,)))
+        count = e.emit("sum", e.emit("cast", x, dtype="float32"), dims=dims, keepdim=bool(keepdim))
+        if which == "any":
+            return e.emit("compare", count, e.const(0.0, "float32"), cmp="gt")
+        size = math.prod(x.shape) // max(math.prod(count.shape), 1) if x.shape else 1
+        return e.emit("compare", count, e.const(float(size), "float32"), cmp="eq")
+    return conv
+
+
+for _which in ("any", "all"):
+    for _ov in ("default", "dim", "dims"):
+        if hasattr(getattr(aten, _which), _ov):
+            converts(getattr(getattr(aten, _which), _ov))(_any_all(_which))
+
+
 @converts(aten.argmax.default)
 def _argmax(e: Emitter, x, dim=None, keepdim=False):
     return e.emit("argmax", x, dim=None if dim is None else int(dim), keepdim=bool(keepdim))

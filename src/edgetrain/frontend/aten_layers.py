@@ -229,16 +229,13 @@ def _scalar_tensor(e, value, dtype=None, **kw):
 # --- attention ----------------------------------------------------------------------------------
 def _additive_mask(mask, causal: bool, q: Value, k: Value):
     """The attention mask as what is added to the scores: a float tensor known at capture
-    time (0 where attended, -inf where not), a float Value, or None when every position is
-    attended. A boolean mask must be known at capture time (built from shapes, as models do)."""
+    time (0 where attended, -inf where not), a float Value (a boolean mask computed from the
+    inputs arrives as where(mask, 0, -inf)), or None when every position is attended."""
     L, S = q.shape[-2], k.shape[-2]
     keep = torch.ones(L, S, dtype=torch.bool).tril() if causal else None
     if isinstance(mask, Known) and mask.tensor.dtype == torch.bool:
         keep = mask.tensor if keep is None else keep & mask.tensor
     elif mask is not None:
-        if isinstance(mask, Value) and mask.dtype == "bool":
-            unsupported("unsupported op aten.scaled_dot_product_attention with a boolean mask computed from "
-                         "the inputs (only masks known at capture time)")
         if keep is not None:
             unsupported("unsupported op aten.scaled_dot_product_attention with both is_causal and attn_mask")
         return mask.tensor if isinstance(mask, Known) else mask
@@ -250,6 +247,18 @@ def _additive_mask(mask, causal: bool, q: Value, k: Value):
     return torch.zeros(keep.shape, dtype=getattr(torch, q.dtype)).masked_fill(~keep, -math.inf)
 
 
+def _run_time_mask(e, keep: Value, dtype: str) -> tuple:
+    """(the additive mask, whether each query attends to some key (bool, keepdim)) of a boolean
+    mask computed from the inputs (a padding mask): 0 where attended, -inf where not, except on a
+    query that attends to no key (left padding under a causal mask), whose row is left open so its
+    softmax stays finite and whose weights are then zeroed, as torch's SDPA gives such a row zeros."""
+    rank = len(keep.shape)
+    attends = e.emit("compare", e.emit("sum", e.emit("cast", keep, dtype="float32"), dims=(rank - 1,), keepdim=True),
+                     e.const(0.0, "float32"), cmp="gt")
+    open_ = e.emit("where", attends, keep, e.const(True, "bool"))
+    return e.emit("where", open_, e.const(0.0, dtype), e.const(-math.inf, dtype)), attends
+
+
 @const_aware(aten.scaled_dot_product_attention.default)
 def _sdpa(e, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
           constant=None):
@@ -259,6 +268,9 @@ def _sdpa(e, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None
         unsupported("unsupported op aten.scaled_dot_product_attention with dropout: call model.eval()")
     if q.shape[:-2] != k.shape[:-2] and enable_gqa:
         unsupported("unsupported op aten.scaled_dot_product_attention with grouped-query attention")
+    attends = None
+    if isinstance(attn_mask, Value) and attn_mask.dtype == "bool":
+        attn_mask, attends = _run_time_mask(e, attn_mask, q.dtype)
     mask = _additive_mask(attn_mask, bool(is_causal), q, k)
     if isinstance(mask, torch.Tensor):
         if constant is None:
@@ -272,4 +284,6 @@ def _sdpa(e, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None
     if mask is not None:
         s = e.emit("add", s, mask)
     p = e.emit("softmax", s, dim=len(s.shape) - 1)
+    if attends is not None:
+        p = e.emit("where", attends, p, e.const(0.0, q.dtype))
     return e.emit("matmul", p, v)

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import ConstantArgument, InputKind
 
 from ..ir import Graph, Role, TensorType, Value, new_value
 from ..ops import Emitter, verify
@@ -77,9 +77,21 @@ def _export(model: torch.nn.Module, args: tuple):
         model.train(was_training)
 
 
+def _call_kwargs(model: torch.nn.Module) -> dict:
+    """use_cache=False for a model whose forward takes it (a Hugging Face language model): its
+    key/value cache is no output of a training step, and torch.export cannot return one."""
+    import inspect
+
+    try:
+        takes = "use_cache" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"use_cache": False} if takes else {}
+
+
 def _export_decomposed(model: torch.nn.Module, args: tuple):
     try:
-        ep = torch.export.export(model, args)
+        ep = torch.export.export(model, args, kwargs=_call_kwargs(model))
         table = torch.export.default_decompositions()
         for name in KEEP_UNDECOMPOSED:
             table.pop(getattr(torch.ops.aten, name).default, None)
@@ -153,6 +165,21 @@ def _array_input(t: torch.Tensor, name: str, inputs: list, buffers: dict) -> Val
     return v
 
 
+def _logits_of(ep, out_values):
+    """[the `logits` leaf] when the model returned a ModelOutput or dict of several values with a
+    key "logits" (a Hugging Face model's output); `out_values` otherwise."""
+    spec = ep.call_spec.out_spec
+    if out_values is None or len(out_values) < 2 or spec is None or not isinstance(spec.context, (list, tuple)) \
+            or "logits" not in spec.context or len(spec.context) != len(spec.children_specs):
+        return out_values
+    start = 0
+    for key, child in zip(spec.context, spec.children_specs):
+        if key == "logits" and child.num_leaves == 1:
+            return [out_values[start]]
+        start += child.num_leaves
+    return out_values
+
+
 def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
     """Capture `model` (in eval mode: batch norm on running statistics, dropout off)."""
     if not isinstance(model, torch.nn.Module):
@@ -177,6 +204,9 @@ def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
     for node in ep.graph.nodes:
         if node.op == "placeholder":
             spec = kinds[node.name]
+            if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument):  # use_cache=False
+                known[node.name] = spec.arg.value
+                continue
             if spec.kind == InputKind.USER_INPUT:
                 t = args[user_i]
                 v = new_value(TensorType(tuple(t.shape), _dtype(t)), input_name(user_i))
@@ -233,9 +263,10 @@ def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
                 source[k] = source_line(node)
         elif node.op == "output":
             out_values = [env.get(a.name) if hasattr(a, "name") else a for a in node.args[0]]
+    out_values = _logits_of(ep, out_values)
     if not out_values or len(out_values) != 1 or not isinstance(out_values[0], Value):
-        raise CaptureError("the model must return exactly one tensor (its output); "
-                           f"it returned {len(out_values or [])} values")
+        raise CaptureError("the model must return exactly one tensor (its output), or a Hugging Face ModelOutput "
+                           f"or dict with 'logits'; it returned {len(out_values or [])} values")
     roles = tuple(Role.DATA if v in data else Role.PARAMETER if v in learnable else Role.FROZEN for v in inputs)
     g = Graph(tuple(inputs), tuple(e.nodes), (out_values[0],), ("output",), roles)
     verify(g)
