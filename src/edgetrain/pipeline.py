@@ -40,7 +40,7 @@ from .passes.fuse import fuse_pointwise_depthwise, fuse_weight_grad_update
 from .passes.fuse_batchnorm_backward import fuse_batchnorm_backward
 from .passes.fuse_bn_activation import fuse_bn_activation
 from .passes.input_split import split_input_transform
-from .passes.lm_head import chunk_lm_head
+from .passes.lm_head import chunk_lm_head, loss_in_backward
 from .passes.reorder import reorder_for_memory
 from .passes.stream import stream_frozen_chains
 from .quantize import SPEC_ATTR, Quantized, dequantized_state, qas_scales, quantize_folded, quantize_frozen
@@ -231,6 +231,8 @@ STEPS: tuple[Step, ...] = (
     Step("pruned", TRAIN + VJP, _prune),
     Step("fused_bn_backward", TRAIN + VJP, _fuse_bn_backward),
     Step("fused_bn_activations", TRAIN, _fuse_bn_activation),  # batch norm [+ add] + ReLU / clamp in one pass
+    # the chunked head's loss given by its gradient node: one sweep of the vocabulary's logits fewer
+    Step("lm_loss_in_backward", TRAIN, _graph_pass(loss_in_backward), _vocabulary_loss),
     Step("updates", TRAIN, _updates),
     Step("batch_stat_updates", TRAIN, lambda b, o: replace(b, graph=insert_stat_updates(b.graph, b.batch_stats)),
          _batch_train),

@@ -76,9 +76,10 @@ def _batch(padded: bool = True):
 
 
 def _fused(prog) -> list:
-    """The fused head nodes of `prog`'s training graph (none when lm_head_chunked did not run)."""
-    return [n for n in prog.train_graph.nodes if n.op in ("linear_cross_entropy",
-                                                                        "linear_qw_cross_entropy")]
+    """The fused head nodes of `prog`'s training step before autodiff (none when lm_head_chunked
+    did not run)."""
+    return [n for n in prog.stages.get("lm_head_chunked", prog.stages["with_loss"]).nodes
+            if n.op in ("linear_cross_entropy", "linear_qw_cross_entropy")]
 
 
 def _unfused(monkeypatch):
@@ -211,6 +212,43 @@ def test_sequence_cross_entropy_with_a_biased_head_against_autograd():
         _close(g, by_name[k].grad, 1e-10, k)
 
 
+@pytest.mark.parametrize("frozen", [None, "int4"])
+def test_the_loss_comes_from_the_gradient_node(frozen, monkeypatch):
+    """After autodiff the forward loss node is folded into its gradient node (with_loss): the
+    training step holds no forward head op, sweeps the logits twice, and its losses are those of
+    the step without the fold (float64: the fold rounds nothing)."""
+    ids, labels, _ = _batch()
+    lm = _decoder("llama")
+    update = et.LoRA(rank=4) if frozen else et.Full()
+    prog = et.compile(lm, (ids,), loss="causal_lm", update=update, frozen=frozen, optimizer=et.SGD(lr=0.5))
+    ops = [n.op for n in prog.train_graph.nodes]
+    assert not {"linear_cross_entropy", "linear_qw_cross_entropy"} & set(ops)
+    (grad,) = [n for n in prog.train_graph.nodes if n.op.endswith("cross_entropy_grad")]
+    assert grad.attrs["with_loss"] and grad.outputs[-1].type.shape == ()
+    assert prog.train_graph.outputs[0] is grad.outputs[-1]
+    monkeypatch.setattr(pipeline, "STEPS", tuple(s for s in pipeline.STEPS if s.name != "lm_loss_in_backward"))
+    plain = et.compile(lm, (ids,), loss="causal_lm", update=update, frozen=frozen, optimizer=et.SGD(lr=0.5))
+    assert any(n.op.startswith("linear") and n.op.endswith("cross_entropy") for n in plain.train_graph.nodes)
+    for _ in range(3):
+        assert prog.step(ids.numpy(), labels.numpy()) == pytest.approx(plain.step(ids.numpy(), labels.numpy()),
+                                                                        rel=1e-12)
+
+
+def test_the_fold_needs_the_loss_unread_before_the_gradient():
+    """A graph where a node before the gradient node reads the loss keeps its forward node."""
+    ids, _, _ = _batch()
+    prog = et.compile(_decoder("llama"), (ids,), loss="causal_lm", update=et.Full())
+    g = prog.stages["fused_bn_activations"]
+    (fwd,) = [n for n in g.nodes if n.op == "linear_cross_entropy"]
+    assert lm_head.loss_in_backward(g) is not g
+    e = Emitter()
+    early = e.emit("mul", fwd.out, e.const(2.0, fwd.out.dtype))
+    at = g.nodes.index(fwd) + 1
+    g2 = g.replace(nodes=g.nodes[:at] + tuple(e.nodes) + g.nodes[at:], outputs=g.outputs + (early,),
+                   output_names=g.output_names + ("early",))
+    assert lm_head.loss_in_backward(g2) is g2
+
+
 def test_no_pattern_leaves_the_graph_as_it_is():
     """A head whose logits feed something else before the loss is not fused."""
     class Scaled(BiasHead):
@@ -262,7 +300,7 @@ def test_the_memory_plan_holds_no_whole_logits(monkeypatch):
     (node,) = _fused(fused)
     assert node.attrs["chunk"] == 1024
     grad = next(n for n in fused.train_graph.nodes if n.op == "linear_cross_entropy_grad")
-    assert grad.outputs[-2].type.nbytes == 63 * 1024 * 4  # the chunk's logits, in the plan
+    assert grad.outputs[-3].type.nbytes == 63 * 1024 * 4  # the chunk's logits, in the plan (then stats, loss)
     logits_and_grad = 2 * 64 * 4096 * 4
     _unfused(monkeypatch)
     plain = et.compile(lm, (ids,), loss="causal_lm", update=et.LoRA(rank=4))
@@ -274,7 +312,8 @@ def test_the_memory_plan_holds_no_whole_logits(monkeypatch):
 @pytest.mark.skipif(not HAS_CC, reason="no host C compiler")
 def test_float64_kernels_match_the_reference():
     """The _d instances of runtime/et_float_lmloss.h (C programs are float32; a graph library runs
-    float64 nodes): loss and gradients of both ops, with a bias, ignored labels, 3 chunks."""
+    float64 nodes): loss and gradients of both ops, with a bias, ignored labels, 3 chunks, and the
+    loss the gradient node gives with with_loss."""
     rng = np.random.default_rng(0)
     rows, hid, vocab = 6, 40, 21
     h, w, b = rng.normal(size=(rows, hid)), rng.normal(size=(vocab, hid)), rng.normal(size=vocab)
@@ -291,11 +330,13 @@ def test_float64_kernels_match_the_reference():
         loss = e.emit(op, *ins, **attrs)
         wants = ("h", "bias") if "qw" in op else ("h", "w", "bias")
         grads = e.emit_multi(op + "_grad", g0, *ins, wants=wants, **attrs)
-        outs = (loss,) + grads[:len(wants)]
+        folded = e.emit_multi(op + "_grad", g0, *ins, wants=wants, with_loss=True, **attrs)
+        outs = (loss,) + grads[:len(wants)] + (folded[-1],)
         graph = verify(Graph(ins + (g0,), tuple(e.nodes), outs, tuple(f"y{i}" for i in range(len(outs)))))
         feeds = list(arrays) + [np.asarray(0.7)]
         got = build_graph_library(graph)(feeds)
         want = OPS[op].ref(arrays, attrs) + OPS[op + "_grad"].ref([np.asarray(0.7)] + arrays,
                                                                     {**attrs, "wants": wants})[:len(wants)]
+        want += OPS[op].ref(arrays, attrs)  # the folded loss: the forward op's
         for gv, wv in zip(got, want):
             _close(gv, wv, 1e-12, op)

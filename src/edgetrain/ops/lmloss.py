@@ -16,7 +16,10 @@
   p = (softmax - one_hot) * g / count (0 at ignored rows) in `logits`, then dh += p @ w_chunk,
   dw[chunk] = p^T @ h, dbias[chunk] = the column sums of p. `wants` is a tuple of
   "h", "w", "bias". `logits` and `stats` are scratch that nothing reads: the memory planner
-  counts them while the op runs (the pattern of ops/qfused.py).
+  counts them while the op runs (the pattern of ops/qfused.py). With attr `with_loss` True the
+  op also gives the loss itself, as its last output, from the first sweep's max and sum of exp
+  and the labels' logits: a training step then needs no forward op for the loss
+  (passes/lm_head.py's loss_in_backward), one sweep of logits fewer.
 
 Numerics as ops/loss.py's cross entropy: exp and log in float64 as the C runtime computes them
 (ops/detmath.py), the loss a float64 sum divided by the counted labels (nan when none counts:
@@ -160,8 +163,12 @@ def _grad_ref(xs, a):
     c = chunk_of(a, vocab)
     wants = a["wants"]
     m, s = np.full(len(h2), -np.inf), np.zeros(len(h2))
+    picked = np.zeros(len(h2))
     for lo in range(0, vocab, c):  # sweep 1: each row's max and sum of exp, rounded as the C kernel keeps them
-        m, s = _online(m, s, _chunk_logits(o, a, h2, lo, min(lo + c, vocab)), round_to=dt)
+        z = _chunk_logits(o, a, h2, lo, min(lo + c, vocab))
+        m, s = _online(m, s, z, round_to=dt)
+        inside = keep & (lab >= lo) & (lab < lo + z.shape[1])
+        picked[inside] = z[inside, lab[inside] - lo]
     count = int(keep.sum())
     k = float(g) / count if count else 0.0
     dh = np.zeros_like(h2) if "h" in wants else None
@@ -184,7 +191,12 @@ def _grad_ref(xs, a):
             db[lo:hi] = pc.sum(axis=0)
     stats = np.stack([m, s], axis=1).astype(dt)
     outs = [x for x in (dh.reshape(o.h.shape) if dh is not None else None, dw, db) if x is not None]
-    return outs + [p, stats]
+    if not a.get("with_loss"):
+        return outs + [p, stats]
+    per = (m + log_like_c(np.where(keep, s, 1.0))) - picked
+    with np.errstate(invalid="ignore", divide="ignore"):
+        loss = np.asarray(per[keep].sum() / np.float64(count), dtype=dt)
+    return outs + [p, stats, loss]
 
 
 # --- shapes, gradients, cost -----------------------------------------------------------------------
@@ -208,8 +220,8 @@ def _grad_types(op: str, ts, a):
     h = o.h
     rows = prod(h.shape[:-1])
     shapes = {"h": h.shape, "w": (v, h.shape[-1]), "bias": (v,)}
-    return [TensorType(shapes[n], dt) for n in wants] + [TensorType((rows, chunk_of(a, v)), dt),
-                                                          TensorType((rows, 2), dt)]
+    scratch = [TensorType((rows, chunk_of(a, v)), dt), TensorType((rows, 2), dt)]
+    return [TensorType(shapes[n], dt) for n in wants] + scratch + ([TensorType((), dt)] if a.get("with_loss") else [])
 
 
 def _vjp(e, node, grads, needs):

@@ -24,6 +24,7 @@ from typing import Optional
 
 from ..ir import Graph, Node, Value
 from ..ops import Emitter
+from ..ops.lmloss import FORWARD_OPS
 from ..ops.loss import IGNORE_INDEX
 
 #: bytes of one chunk's logits (R rows x chunk vocabulary rows) the chunk is chosen to stay under
@@ -111,3 +112,32 @@ def _fused(g: Graph, ce: Node, chain: list[Node], chunk: Optional[int], chunk_by
         elif id(n) not in gone:
             nodes.append(n)
     return g.replace(nodes=tuple(nodes))
+
+
+def loss_in_backward(g: Graph) -> Graph:
+    """`g` (a training step, after autodiff) with each fused head's forward loss node folded into
+    its gradient node: linear[_qw]_cross_entropy_grad(with_loss=True) gives the loss too, from the
+    max and sum of exp its first sweep computes anyway, so the step sweeps the vocabulary's logits
+    twice instead of three times. Only when nothing before the gradient node reads the loss (the
+    seed gradient is a constant); `g` itself when there is no such pair."""
+    pos = {id(n): i for i, n in enumerate(g.nodes)}
+    readers: dict = {}
+    for i, n in enumerate(g.nodes):
+        for v in n.inputs:
+            readers.setdefault(v, []).append(i)
+    forward = {(n.op, n.inputs): n for n in g.nodes if n.op in FORWARD_OPS}
+    pairs = {}
+    for n in g.nodes:
+        if not n.op.endswith("_grad") or n.op[:-len("_grad")] not in FORWARD_OPS or n.attrs.get("with_loss"):
+            continue
+        f = forward.get((n.op[:-len("_grad")], n.inputs[1:]))
+        if f is None or {k: v for k, v in n.attrs.items() if k != "wants"} != dict(f.attrs):
+            continue
+        if any(r <= pos[id(n)] for r in readers.get(f.out, [])):
+            continue
+        pairs[id(f)] = (f, n)
+    if not pairs:
+        return g
+    merged = {id(n): Node(n.op, n.inputs, n.outputs + (f.out,), {**n.attrs, "with_loss": True})
+              for f, n in pairs.values()}
+    return g.replace(nodes=tuple(merged.get(id(n), n) for n in g.nodes if id(n) not in pairs))

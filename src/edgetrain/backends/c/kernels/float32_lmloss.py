@@ -55,6 +55,7 @@ def _linear_cross_entropy_grad(node, ctx):
     wants = node.attrs["wants"]
     by_name = dict(zip(wants, node.outputs))
     grads = ", ".join(ctx.ptr(by_name[n]) if n in by_name else f"({C_TYPES[dt]} *)0" for n in ("h", "w", "bias"))
-    z, st = node.outputs[-2:]
+    z, st = node.outputs[len(wants):len(wants) + 2]
+    loss = ctx.ptr(node.outputs[-1]) if node.attrs.get("with_loss") else f"({C_TYPES[dt]} *)0"
     return (f"{{ {instance_name('et_linear_ce_grad', dt)}(*{ctx.ptr(g)}, {ops}, {grads}, {ctx.ptr(z)}, "
-            f"{ctx.ptr(st)}, {geo}); }}")
+            f"{ctx.ptr(st)}, {loss}, {geo}); }}")

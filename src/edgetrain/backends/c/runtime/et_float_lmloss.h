@@ -199,19 +199,25 @@ static inline ET_LM_T ET_LM(et_linear_ce)(const ET_LM_T *H, const ET_LM_T *W, co
 }
 
 /* DH, DW, DB (each null when not wanted) of the loss above scaled by g; Z (R, C) and ST (R, 2):
- * the scratch the two sweeps write */
+ * the scratch the two sweeps write; LOSS (null: not wanted): the loss itself, from the first
+ * sweep's max and sum of exp as ST keeps them (the op's attr with_loss) */
 static inline void ET_LM(et_linear_ce_grad)(ET_LM_T g, const ET_LM_T *H, const ET_LM_T *W, const int8_t *wq,
                                             const float *scale, int bits, int group, const ET_LM_T *B,
                                             const void *lab, int lab64, ET_LM_T *DH, ET_LM_T *DW, ET_LM_T *DB,
-                                            ET_LM_T *Z, ET_LM_T *ST, long R, long K, long V, long C,
+                                            ET_LM_T *Z, ET_LM_T *ST, ET_LM_T *LOSS, long R, long K, long V, long C,
                                             int64_t ignore) {
     const long count = et_lm_count(lab, lab64, R, V, ignore);
     const double scale_g = count ? (double)g / (double)count : 0.0;
+    double total = 0.0; /* minus the labels' logits, then plus each counted row's max + log(sum) */
     for (long v0 = 0; v0 < V; v0 += C) { /* sweep 1: each row's max and sum of exp */
         const long c = V - v0 < C ? V - v0 : C;
         ET_LM(et_lm_logits)(H, W, wq, scale, bits, group, B, Z, R, K, v0, c);
         for (long r = 0; r < R; ++r) {
             const ET_LM_T *z = Z + (size_t)r * c;
+            if (LOSS) {
+                const int64_t y = et_lm_label(lab, lab64, r, V, ignore);
+                if (y >= v0 && y < v0 + c) total -= (double)z[y - v0];
+            }
             ET_LM_T mz = z[0];
             for (long j = 1; j < c; ++j) mz = z[j] > mz ? z[j] : mz;
             const double m = (double)ST[2 * r];
@@ -221,6 +227,11 @@ static inline void ET_LM(et_linear_ce_grad)(ET_LM_T g, const ET_LM_T *H, const E
             ST[2 * r] = (ET_LM_T)mn;
             ST[2 * r + 1] = (ET_LM_T)s;
         }
+    }
+    if (LOSS) {
+        for (long r = 0; r < R; ++r)
+            if (et_lm_label(lab, lab64, r, V, ignore) >= 0) total += (double)ST[2 * r] + et_log((double)ST[2 * r + 1]);
+        *LOSS = (ET_LM_T)(total / (double)count);
     }
     if (DH)
         for (size_t i = 0; i < (size_t)R * K; ++i) DH[i] = 0;
