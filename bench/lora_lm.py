@@ -6,6 +6,7 @@ int4 base, executed (issue 32, deliverable 5).
     PYTHONPATH=src python bench/lora_lm.py [--case smollm2-135m|qwen2.5-0.5b|tiny] [--threads 1 2] [--steps 3]
         [--peer-dtypes float32 bfloat16] [--frozen none int8 int4] [--smallest int4|none] [--time-limit 120]
         [--work DIR] [--out docs/results/lora-lm.jsonl]
+    PYTHONPATH=src python bench/lora_lm.py --tables docs/results/lora-lm.jsonl   # the tables of saved rows
 
 A case is a transformers config with a published model's sizes and random init (seeded):
 "smollm2-135m" (LlamaConfig: hidden 576, 30 layers, 9 heads, 3 KV heads, intermediate 1536, vocab 49,152,
@@ -220,17 +221,24 @@ def edgetrain_rows(case: str, frozens, threads, steps: int, work: Path, smallest
 
 
 def table(rows, case: str) -> str:
+    """The rows as a markdown table; the ratios are to PyTorch + peft float32 on as many threads
+    (peak RSS) and to its step time on as many threads."""
     c = CASES[case]
+    peer = {r["threads"]: r for r in rows if r["system"] == "pytorch+peft" and r.get("dtype") == "float32"}
     out = [f"{case}: sequence {c['seq']}, batch {BATCH}, LoRA rank {RANK} alpha {ALPHA} on {'/'.join(TARGETS)}, "
            f"SGD lr {LR:g}",
-           "| system | weights | schedule | threads | peak RSS MB | modelled MB | s/step | loss first -> last |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| system | weights | schedule | threads | peak RSS MiB | x PyTorch f32 | modelled MiB | s/step | "
+           "x PyTorch f32 time | loss first -> last |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         w = r.get("dtype") or r.get("frozen")
-        sch = f"smallest ({r['budget'] / 2**20:.0f} MB)" if r.get("schedule") == "smallest" else "-"
+        sch = f"smallest ({r['budget'] / 2**20:.0f} MiB)" if r.get("schedule") == "smallest" else "-"
         mod = f"{r['modelled_kb'] / 1024:.1f}" if "modelled_kb" in r else "-"
-        out.append(f"| {r['system']} | {w} | {sch} | {r['threads']} | {r['peak_rss_kb'] / 1024:.1f} | {mod} | "
-                   f"{r['step_s']:.3f} | {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f} |")
+        p = peer.get(r["threads"])
+        rss = f"{r['peak_rss_kb'] / p['peak_rss_kb']:.3f}" if p else "-"
+        speed = f"{r['step_s'] / p['step_s']:.2f}" if p and p["step_s"] else "-"
+        out.append(f"| {r['system']} | {w} | {sch} | {r['threads']} | {r['peak_rss_kb'] / 1024:.1f} | {rss} | {mod} | "
+                   f"{r['step_s']:.3f} | {speed} | {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f} |")
     return "\n".join(out)
 
 
@@ -248,10 +256,17 @@ def main(argv=None) -> int:
     ap.add_argument("--mip-gap", type=float, default=0.01)
     ap.add_argument("--work", default="/tmp/edgetrain-lora-lm")
     ap.add_argument("--out", default=None, help="append the JSON lines here (docs/results/lora-lm.jsonl)")
+    ap.add_argument("--tables", metavar="JSONL", help="print the tables of rows this script wrote (no run)")
     ap.add_argument("--worker", nargs=3, metavar=("DTYPE", "THREADS", "STEPS"), help=argparse.SUPPRESS)
     ap.add_argument("--adapters", default="", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     case = "tiny" if a.tiny else a.case
+    if a.tables:
+        rows = [json.loads(line) for line in Path(a.tables).read_text().splitlines() if line.strip()]
+        for c in dict.fromkeys(r["case"] for r in rows):
+            mine = sorted((r for r in rows if r["case"] == c), key=lambda r: r["system"] != "pytorch+peft")
+            print(table(mine, c), end="\n\n")
+        return 0
     if a.worker:
         print(json.dumps(peer_worker(case, a.worker[0], int(a.worker[1]), int(a.worker[2]), a.adapters)))
         return 0

@@ -50,6 +50,14 @@ def test_lora_lm_rows_and_matching_losses(lm_rows):
     assert "| edgetrain | int4 | smallest" in lora_lm.table(lm_rows, "tiny")
 
 
+def test_lora_lm_tables_of_saved_rows(lm_rows, tmp_path, capsys):
+    saved = tmp_path / "rows.jsonl"
+    saved.write_text("".join(json.dumps(r) + "\n" for r in lm_rows))
+    assert lora_lm.main(["--tables", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert "| edgetrain | int4 | smallest" in out and "| pytorch+peft | float32 | - | 1 |" in out
+
+
 def test_lora_accuracy_tiny(tmp_path):
     out = tmp_path / "acc.jsonl"
     assert lora_accuracy.main(["--tiny", "--pretrain-steps", "20", "--steps", "4", "--eval-windows", "16",
