@@ -42,3 +42,10 @@ def check_gradients(prog, model, x, y, dtype, loss="cross_entropy"):
             g, r = g[tuple(idx)], r[tuple(idx)]
         assert rel_err(g, r) <= TOL[dtype], f"{name}: relative error {rel_err(g, r):.2e}"
     return ours
+
+
+def assert_close_to_largest(got, want, tol, what=""):
+    """The largest difference is at most `tol` times the largest |want| (1e-6 at least)."""
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    err = np.abs(got - want).max()
+    assert err <= tol * max(np.abs(want).max(), 1e-6), f"{what}: max error {err:.3g} of {np.abs(want).max():.3g}"

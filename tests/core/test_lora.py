@@ -23,6 +23,7 @@ import edgetrain as et
 from edgetrain.ir import Role
 from edgetrain.ops import verify
 from edgetrain.trainable import LoRAError
+from tests.helpers import assert_close_to_largest
 
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
@@ -45,12 +46,6 @@ RANK, ALPHA, LR = 4, 8, 0.5
 #: agreement with torch, relative to the largest value compared (float64: transformers' RMSNorm computes
 #: in float32 whatever the model's dtype, so float64 agrees to about 3e-7 on these models)
 TOL = {torch.float32: 2e-5, torch.float64: 1e-6}
-
-
-def _close(got, want, tol, what=""):
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    err = np.abs(got - want).max()
-    assert err <= tol * max(np.abs(want).max(), 1e-6), f"{what}: max error {err:.3g} of {np.abs(want).max():.3g}"
 
 
 def _decoder(name: str, dtype=torch.float32):
@@ -101,14 +96,14 @@ def _check_against_peft(prog, hf_model, targets, x, y, dtype, logits_of=lambda o
     got = prog.gradients(x.numpy(), y.numpy())
     assert sorted(_prog_name(k) for k in want) == sorted(got), "the program trains exactly peft's adapters"
     for k, g in want.items():
-        _close(got[_prog_name(k)], g, tol, k)
+        assert_close_to_largest(got[_prog_name(k)], g, tol, k)
     opt = torch.optim.SGD([p for p in twin.parameters() if p.requires_grad], lr=LR)
     for _ in range(3):
         want_loss, _ = _torch_grads(twin, x, y, logits_of)
         opt.step()
-        _close(prog.step(x.numpy(), y.numpy()), want_loss, tol, "loss")
+        assert_close_to_largest(prog.step(x.numpy(), y.numpy()), want_loss, tol, "loss")
     with torch.no_grad():
-        _close(prog.predict(x.numpy()), logits_of(twin(x)).numpy(), tol, "logits after 3 steps")
+        assert_close_to_largest(prog.predict(x.numpy()), logits_of(twin(x)).numpy(), tol, "logits after 3 steps")
     assert all(np.array_equal(prog.state[k], v) for k, v in initial.items()), "a base weight changed"
     return twin
 
@@ -129,7 +124,7 @@ def test_decoder_lora_trains_as_peft(name):
     plain = rm.Logits(copy.deepcopy(hf))
     plain.load_state_dict(prog.merged_state_dict())
     with torch.no_grad():
-        _close(plain(x).numpy(), prog.predict(x.numpy()), 1e-5, "merged model's logits")
+        assert_close_to_largest(plain(x).numpy(), prog.predict(x.numpy()), 1e-5, "merged model's logits")
 
 
 def test_float64_llama_and_the_initial_adapters():
@@ -171,7 +166,7 @@ def test_peft_model_loads_the_saved_adapters(tmp_path):
     save_file({k: v.contiguous() for k, v in sd.items()}, tmp_path / "adapter_model.safetensors")
     loaded = peft.PeftModel.from_pretrained(copy.deepcopy(hf), tmp_path).eval()
     with torch.no_grad():
-        _close(loaded(x).logits.numpy(), prog.predict(x.numpy()), 1e-5, "PeftModel's logits")
+        assert_close_to_largest(loaded(x).logits.numpy(), prog.predict(x.numpy()), 1e-5, "PeftModel's logits")
     # without the prefix, the keys keep the wrapper's attribute
     assert all(k.startswith("base_model.model.m.model.") for k in prog.state_dict())
     with pytest.raises(LoRAError, match="does not start with"):
@@ -194,7 +189,7 @@ def test_decoder_lora_on_the_c_backend():
     ref = prog.gradients(x.numpy(), y.numpy())
     got = c.gradients(x.numpy(), y.numpy())
     for k in ref:
-        _close(got[k], ref[k], 1e-5, k)
+        assert_close_to_largest(got[k], ref[k], 1e-5, k)
     _check_against_peft(c, hf, targets, x, y, torch.float32)
 
 
@@ -241,18 +236,18 @@ def test_conv_lora_trains_as_peft(net, shape, targets):
             if p.requires_grad}
     assert sorted(want) == sorted(got)
     for k in want:
-        _close(got[k], want[k], 2e-5, k)
+        assert_close_to_largest(got[k], want[k], 2e-5, k)
     prog.step(x.numpy(), y.numpy())
     twin_step = torch.optim.SGD([p for p in twin.parameters() if p.requires_grad], lr=LR)
     twin_step.step()
     with torch.no_grad():
-        _close(prog.predict(x.numpy()), twin(x).numpy(), 2e-5, "outputs after a step")
+        assert_close_to_largest(prog.predict(x.numpy()), twin(x).numpy(), 2e-5, "outputs after a step")
         merged = copy.deepcopy(twin).merge_and_unload()
         plain = net()
         plain.load_state_dict(prog.merged_state_dict())
-        _close(plain(x).numpy(), prog.predict(x.numpy()), 2e-5, "merged")
+        assert_close_to_largest(plain(x).numpy(), prog.predict(x.numpy()), 2e-5, "merged")
         for k, v in merged.state_dict().items():
-            _close(prog.merged_state_dict()[k].numpy(), v.numpy(), 1e-6, f"merged {k}")
+            assert_close_to_largest(prog.merged_state_dict()[k].numpy(), v.numpy(), 1e-6, f"merged {k}")
 
 
 # --- refusals and the other schemes --------------------------------------------------------------
@@ -341,9 +336,9 @@ def test_conv_lora_on_the_c_backend():
     ref, got = prog.gradients(x.numpy(), y), c.gradients(x.numpy(), y)
     assert sorted(got) == sorted(ref) == sorted(prog.trainable)
     for k in ref:
-        _close(got[k], ref[k], 1e-5, k)
-    _close(c.step(x.numpy(), y), prog.step(x.numpy(), y), 1e-6, "loss")
-    _close(c.predict(x.numpy()), prog.predict(x.numpy()), 1e-5, "outputs after a step")
+        assert_close_to_largest(got[k], ref[k], 1e-5, k)
+    assert_close_to_largest(c.step(x.numpy(), y), prog.step(x.numpy(), y), 1e-6, "loss")
+    assert_close_to_largest(c.predict(x.numpy()), prog.predict(x.numpy()), 1e-5, "outputs after a step")
 
 
 def test_a_tied_lm_head_takes_no_adapter():
