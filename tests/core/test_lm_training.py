@@ -307,23 +307,24 @@ def test_the_memory_plan_holds_no_whole_logits(monkeypatch):
 @pytest.mark.skipif(not HAS_CC, reason="no host C compiler")
 def test_float64_kernels_match_the_reference():
     """The _d instances of runtime/et_float_lmloss.h (C programs are float32; a graph library runs
-    float64 nodes): loss and gradients of both ops, with a bias, ignored labels, 3 chunks, and the
-    loss the gradient node gives with with_loss."""
+    float64 nodes): loss and gradients of both ops, with a bias, ignored labels, 3 chunks, in two
+    sweeps and in one (dh alone), and the loss the gradient node gives with with_loss."""
     rng = np.random.default_rng(0)
     rows, hid, vocab = 6, 40, 21
     h, w, b = rng.normal(size=(rows, hid)), rng.normal(size=(vocab, hid)), rng.normal(size=vocab)
     label = rng.integers(0, vocab, size=rows)
     label[2] = -100
     wq, scale = quantize_weight(w, 4)
-    cases = [("linear_cross_entropy", [h, label, w, b], {}),
-             ("linear_qw_cross_entropy", [h, label, wq, scale, b], {"bits": 4, "in_features": hid})]
-    for op, arrays, extra in cases:
+    cases = [("linear_cross_entropy", [h, label, w, b], {}, ("h", "w", "bias")),
+             ("linear_qw_cross_entropy", [h, label, wq, scale, b], {"bits": 4, "in_features": hid}, ("h", "bias")),
+             ("linear_cross_entropy", [h, label, w], {}, ("h",)),  # one sweep (a frozen head)
+             ("linear_qw_cross_entropy", [h, label, wq, scale, b], {"bits": 4, "in_features": hid}, ("h",))]
+    for op, arrays, extra, wants in cases:
         attrs = {"chunk": 8, "ignore_index": -100, **extra}
         ins = tuple(new_value(TensorType(a.shape, str(a.dtype)), f"a{i}") for i, a in enumerate(arrays))
         g0 = new_value(TensorType((), "float64"), "g")
         e = Emitter()
         loss = e.emit(op, *ins, **attrs)
-        wants = ("h", "bias") if "qw" in op else ("h", "w", "bias")
         grads = e.emit_multi(op + "_grad", g0, *ins, wants=wants, **attrs)
         folded = e.emit_multi(op + "_grad", g0, *ins, wants=wants, with_loss=True, **attrs)
         outs = (loss,) + grads[:len(wants)] + (folded[-1],)
@@ -335,3 +336,22 @@ def test_float64_kernels_match_the_reference():
         want += OPS[op].ref(arrays, attrs)  # the folded loss: the forward op's
         for gv, wv in zip(got, want):
             assert_close_to_largest(gv, wv, 1e-12, op)
+
+
+def test_one_sweep_equals_two_sweeps_in_float64():
+    """dh alone (one sweep, online rescaling) equals dh computed beside dw (two sweeps), and both
+    give the forward op's loss with with_loss."""
+    rng = np.random.default_rng(3)
+    rows, hid, vocab = 7, 12, 29
+    h, w = rng.normal(size=(rows, hid)) * 3, rng.normal(size=(vocab, hid))
+    label = rng.integers(0, vocab, size=rows)
+    label[4] = -100
+    attrs = {"chunk": 5, "ignore_index": -100}
+    g = np.asarray(1.3)
+    one = OPS["linear_cross_entropy_grad"].ref([g, h, label, w], {**attrs, "wants": ("h",), "with_loss": True})
+    two = OPS["linear_cross_entropy_grad"].ref([g, h, label, w], {**attrs, "wants": ("h", "w"), "with_loss": True})
+    assert_close_to_largest(one[0], two[0], 1e-12, "dh")
+    assert not one[0][4].any()  # the ignored row
+    (loss,) = OPS["linear_cross_entropy"].ref([h, label, w], attrs)
+    assert float(one[-1]) == pytest.approx(float(loss), rel=1e-13) and float(two[-1]) == pytest.approx(float(loss),
+                                                                                                      rel=1e-13)

@@ -11,7 +11,9 @@
   dequantized as `dequantize` computes them; wq and scale take no gradient.
 - linear[_qw]_cross_entropy_grad(g, <the forward's operands>; wants) -> (the gradients wanted
   among dh (..., H), dw (V, H), dbias (V,), in that order, then `logits` (R, chunk) and `stats`
-  (R, 2)): two sweeps over the chunks, the first recomputing each row's max and sum of exp
+  (R, 2)). When only dh is wanted (a frozen head: LoRA), one sweep over the chunks, as online
+  softmax attention computes its output (`_one_sweep`): two GEMMs a chunk, as many as the
+  unfused head computes over the whole vocabulary. Otherwise two sweeps over the chunks, the first recomputing each row's max and sum of exp
   (kept in `stats`, rounded to the dtype between chunks), the second the chunk's
   p = (softmax - one_hot) * g / count (0 at ignored rows) in `logits`, then dh += p @ w_chunk,
   dw[chunk] = p^T @ h, dbias[chunk] = the column sums of p. `wants` is a tuple of
@@ -155,13 +157,54 @@ def _ref(xs, a):
         return [np.asarray(per[keep].sum() / np.float64(count), dtype=h2.dtype)]
 
 
-def _grad_ref(xs, a):
+def _one_sweep(xs, a):
+    """The gradient of h alone (the head's weight and bias frozen) in one sweep, as online softmax
+    attention computes its output: per chunk, the rows' new max m', alpha = exp(m - m'), and
+    acc = acc * alpha + exp(z - m') @ w_chunk, s = s * alpha + the sum of exp(z - m') (acc, s and
+    exp(z - m') rounded to the dtype as the C kernel keeps them); at the end
+    dh = (acc / s - w[label]) * g / count on counted rows, 0 on ignored ones."""
     g, *rest = xs
     o = Operands(rest, a)
     h2, lab, keep, vocab = _rows(o, a)
     dt = h2.dtype
     c = chunk_of(a, vocab)
+    rows = len(h2)
+    m, s, picked = np.full(rows, -np.inf), np.zeros(rows), np.zeros(rows)
+    acc = np.zeros_like(h2)
+    p = np.zeros((rows, c), dt)
+    for lo in range(0, vocab, c):
+        hi = min(lo + c, vocab)
+        z = _chunk_logits(o, a, h2, lo, hi)
+        mn = np.maximum(m, z.max(axis=1).astype(np.float64))
+        alpha = exp_like_c(m - mn) if lo else np.zeros(rows)
+        p[:, :hi - lo] = exp_like_c(z.astype(np.float64) - mn[:, None]).astype(dt)
+        s = (s * alpha + p[:, :hi - lo].astype(np.float64).sum(axis=1)).astype(dt).astype(np.float64)
+        grew = mn != m
+        acc[grew] *= alpha[grew, None].astype(dt)
+        acc += p[:, :hi - lo] @ _weight_rows_of(o, a, lo, hi, dt)
+        m = mn
+        inside = keep & (lab >= lo) & (lab < hi)
+        picked[inside] = z[inside, lab[inside] - lo]
+    count = int(keep.sum())
+    k = float(g) / count if count else 0.0
+    dh = np.zeros_like(h2)
+    for r in np.flatnonzero(keep):
+        w_y = _weight_rows_of(o, a, int(lab[r]), int(lab[r]) + 1, dt)[0]
+        dh[r] = ((acc[r].astype(np.float64) / s[r] - w_y.astype(np.float64)) * k).astype(dt)
+    return dh, p, m, s, picked, keep, count
+
+
+def _grad_ref(xs, a):
+    g, *rest = xs
+    o = Operands(rest, a)
     wants = a["wants"]
+    if tuple(wants) == ("h",):
+        dh, p, m, s, picked, keep, count = _one_sweep(xs, a)
+        return _with_loss([dh.reshape(o.h.shape), p, np.stack([m, s], axis=1).astype(dh.dtype)], a, m, s, picked,
+                          keep, count)
+    h2, lab, keep, vocab = _rows(o, a)
+    dt = h2.dtype
+    c = chunk_of(a, vocab)
     m, s = np.full(len(h2), -np.inf), np.zeros(len(h2))
     picked = np.zeros(len(h2))
     for lo in range(0, vocab, c):  # sweep 1: each row's max and sum of exp, rounded as the C kernel keeps them
@@ -191,12 +234,16 @@ def _grad_ref(xs, a):
             db[lo:hi] = pc.sum(axis=0)
     stats = np.stack([m, s], axis=1).astype(dt)
     outs = [x for x in (dh.reshape(o.h.shape) if dh is not None else None, dw, db) if x is not None]
+    return _with_loss(outs + [p, stats], a, m, s, picked, keep, count)
+
+
+def _with_loss(outs: list, a, m, s, picked, keep, count) -> list:
+    """`outs`, then the loss from the rows' max and sum of exp when attr with_loss is set."""
     if not a.get("with_loss"):
-        return outs + [p, stats]
+        return outs
     per = (m + log_like_c(np.where(keep, s, 1.0))) - picked
     with np.errstate(invalid="ignore", divide="ignore"):
-        loss = np.asarray(per[keep].sum() / np.float64(count), dtype=dt)
-    return outs + [p, stats, loss]
+        return outs + [np.asarray(per[keep].sum() / np.float64(count), dtype=outs[0].dtype)]
 
 
 # --- shapes, gradients, cost -----------------------------------------------------------------------
@@ -254,6 +301,8 @@ def _cost(node, gemms: int = 1) -> Cost:
 
 def _grad_cost(node) -> Cost:
     wants = node.attrs["wants"]
+    if tuple(wants) == ("h",):
+        return _cost(node, gemms=2)  # one sweep: the logits and dh
     return _cost(node, gemms=2 + ("h" in wants) + ("w" in wants))  # two sweeps of logits, dh, dw
 
 

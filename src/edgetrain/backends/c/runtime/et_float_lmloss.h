@@ -198,6 +198,84 @@ static inline ET_LM_T ET_LM(et_linear_ce)(const ET_LM_T *H, const ET_LM_T *W, co
 #endif
 }
 
+/* DH alone (a frozen head) in one sweep, as online softmax attention computes its output: per
+ * chunk, each row's new max m', alpha = exp(m - m'), Z = exp(z - m'), ST's sum s = s alpha + the
+ * sum of Z, DH = DH alpha (rows whose max grew) + Z W_c; at the end DH = (DH / s - W[label]) k on
+ * counted rows (k = g / count), 0 on the others. *total gets sum(max + log s - the label's
+ * logit) over counted rows. ops/lmloss.py's _one_sweep computes the same. */
+static inline void ET_LM(et_linear_ce_grad_h)(double k, const ET_LM_T *H, const ET_LM_T *W, const int8_t *wq,
+                                              const float *scale, int bits, int group, const ET_LM_T *B,
+                                              const void *lab, int lab64, ET_LM_T *DH, ET_LM_T *Z, ET_LM_T *ST,
+                                              double *total, long R, long K, long V, long C, int64_t ignore) {
+    for (size_t i = 0; i < (size_t)R * K; ++i) DH[i] = 0;
+    for (long v0 = 0; v0 < V; v0 += C) {
+        const long c = V - v0 < C ? V - v0 : C;
+#if defined(ET_BLAS) && ET_LM_IS_FLOAT
+        const float *Wc = et_lm_chunk_w_f(W, wq, scale, bits, group, v0, c, K); /* dequantized once a chunk */
+        if (!Wc) return;
+        et_lm_gemm_f(H, Wc, B ? B + v0 : 0, Z, R, K, c);
+#else
+        ET_LM(et_lm_logits)(H, W, wq, scale, bits, group, B, Z, R, K, v0, c);
+#endif
+        for (long r = 0; r < R; ++r) {
+            ET_LM_T *z = Z + (size_t)r * c;
+            const int64_t y = et_lm_label(lab, lab64, r, V, ignore);
+            if (y >= v0 && y < v0 + c) *total -= (double)z[y - v0];
+            ET_LM_T mz = z[0];
+            for (long j = 1; j < c; ++j) mz = z[j] > mz ? z[j] : mz;
+            const double m = (double)ST[2 * r];
+            const double mn = v0 == 0 || (double)mz > m ? (double)mz : m;
+            const double alpha = v0 == 0 ? 0.0 : et_exp(m - mn);
+            double s = 0.0;
+            for (long j = 0; j < c; ++j) {
+                z[j] = (ET_LM_T)et_exp((double)z[j] - mn);
+                s += (double)z[j];
+            }
+            ST[2 * r] = (ET_LM_T)mn;
+            ST[2 * r + 1] = (ET_LM_T)((v0 == 0 ? 0.0 : (double)ST[2 * r + 1] * alpha) + s);
+            if (v0 > 0 && mn != m) {
+                const ET_LM_T a = (ET_LM_T)alpha;
+                ET_LM_T *dh = DH + (size_t)r * K;
+                for (long kk = 0; kk < K; ++kk) dh[kk] *= a;
+            }
+        }
+#if defined(ET_BLAS) && ET_LM_IS_FLOAT
+        et_sgemm(0, 0, (int)R, (int)K, (int)c, Z, (int)c, Wc, (int)K, 1.f, DH, (int)K);
+#else
+        {
+            ET_LM_T buf[ET_QW_CHUNK];
+            for (long j = 0; j < c; ++j)
+                for (long k0 = 0; k0 < K; k0 += ET_QW_CHUNK) {
+                    const long k1 = K - k0 < ET_QW_CHUNK ? K : k0 + ET_QW_CHUNK;
+                    const ET_LM_T *w = ET_LM(et_lm_span)(W, wq, scale, bits, group, v0 + j, k0, k1, K, buf);
+                    for (long r = 0; r < R; ++r) {
+                        const ET_LM_T pj = Z[(size_t)r * c + j];
+                        ET_LM_T *dh = DH + (size_t)r * K + k0;
+                        for (long kk = 0; kk < k1 - k0; ++kk) dh[kk] += pj * w[kk];
+                    }
+                }
+        }
+#endif
+    }
+    ET_LM_T buf[ET_QW_CHUNK];
+    for (long r = 0; r < R; ++r) {
+        ET_LM_T *dh = DH + (size_t)r * K;
+        const int64_t y = et_lm_label(lab, lab64, r, V, ignore);
+        if (y < 0) {
+            for (long kk = 0; kk < K; ++kk) dh[kk] = 0;
+            continue;
+        }
+        const double s = (double)ST[2 * r + 1];
+        *total += (double)ST[2 * r] + et_log(s);
+        for (long k0 = 0; k0 < K; k0 += ET_QW_CHUNK) {
+            const long k1 = K - k0 < ET_QW_CHUNK ? K : k0 + ET_QW_CHUNK;
+            const ET_LM_T *w = ET_LM(et_lm_span)(W, wq, scale, bits, group, y, k0, k1, K, buf);
+            for (long kk = 0; kk < k1 - k0; ++kk)
+                dh[k0 + kk] = (ET_LM_T)(((double)dh[k0 + kk] / s - (double)w[kk]) * k);
+        }
+    }
+}
+
 /* DH, DW, DB (each null when not wanted) of the loss above scaled by g; Z (R, C) and ST (R, 2):
  * the scratch the two sweeps write; LOSS (null: not wanted): the loss itself, from the first
  * sweep's max and sum of exp as ST keeps them (the op's attr with_loss) */
@@ -209,6 +287,12 @@ static inline void ET_LM(et_linear_ce_grad)(ET_LM_T g, const ET_LM_T *H, const E
     const long count = et_lm_count(lab, lab64, R, V, ignore);
     const double scale_g = count ? (double)g / (double)count : 0.0;
     double total = 0.0; /* minus the labels' logits, then plus each counted row's max + log(sum) */
+    if (DH && !DW && !DB) {
+        ET_LM(et_linear_ce_grad_h)(scale_g, H, W, wq, scale, bits, group, B, lab, lab64, DH, Z, ST, &total, R, K,
+                                   V, C, ignore);
+        if (LOSS) *LOSS = (ET_LM_T)(total / (double)count);
+        return;
+    }
     for (long v0 = 0; v0 < V; v0 += C) { /* sweep 1: each row's max and sum of exp */
         const long c = V - v0 < C ? V - v0 : C;
         ET_LM(et_lm_logits)(H, W, wq, scale, bits, group, B, Z, R, K, v0, c);
