@@ -6,18 +6,30 @@ written and read in a second. The format is a small checked header rather than s
 safetensors' header is JSON, which the C side would have to parse without a library; ours
 is fixed-width little-endian fields that ~150 lines of C check completely.
 
-Weights file (little endian; every tensor's bytes at a 64-byte aligned offset)::
+Weights file (little endian), version 2::
 
     header (64 B): magic "ETWEIGHT", u32 version, u32 count, u64 table hash,
                    u64 file bytes, zero padding
-    table: per tensor u32 name bytes, u32 dtype code, u64 bytes, u64 offset, the name,
-           zero padding to 8 bytes
+    table: per tensor u32 name bytes, u32 dtype code, u64 bytes, u64 offset,
+           u32 CRC-32 of its data, u32 zero, the name, zero padding to 8 bytes
     data
 
 The table hash is FNV-1a 64 over each tensor's name, a zero byte and its byte size (8 bytes
 little endian), in the program's state order: the C loader computes it from the program's own
 table (model.h's et_state_name / et_state_bytes), so another model's file is refused before
 anything is read, and then checks each entry's name and size.
+
+What a reader checks (read_weights here, et_load_weights in C; a file breaking any is refused
+with the tensor named): the file's size is the header's; a name is at most MAX_NAME_BYTES and
+lies inside the file (the C loader: exactly its own tensor's name, compared before it is read);
+each tensor's offset is a multiple of DATA_ALIGN, at or after the end of the table (never in the
+header or table), at or after the end of the tensor before it in the table (tensors neither
+overlap nor go back) and its bytes end inside the file; and the CRC-32 (zlib's: ISO-HDLC,
+reflected 0xEDB88320, initial and final xor 0xFFFFFFFF) of its bytes is the table's, so a
+flipped bit is refused. The C loader checks each tensor's CRC where it puts it: a tensor read
+into RAM after the read, a mapped frozen one a MiB at a time, each MiB's pages dropped after it
+is summed (so the check never holds the file resident). et_save_weights and et_save_tensors
+write the CRCs of what they write. Version 1 files (no CRC) are refused: emit the project again.
 
 Mapped frozen weights (standalone host builds, ET_MAP_WEIGHTS=1, the Makefile's default on
 Linux): the frozen tensors (layout kind "flash": neither trained, optimizer state nor written in
@@ -39,6 +51,7 @@ Samples file::
 from __future__ import annotations
 
 import struct
+import zlib
 from pathlib import Path
 from typing import Sequence
 
@@ -51,12 +64,17 @@ from .layout import CBackendError
 EMBED_LIMIT_BYTES = 1 << 20
 WEIGHTS_NAME, SAMPLES_NAME = "weights.bin", "samples.bin"
 WEIGHTS_MAGIC, SAMPLES_MAGIC = b"ETWEIGHT", b"ETSAMPLE"
-VERSION = 1
+#: 2: a CRC-32 of each tensor's data in its table entry (1: none)
+VERSION = 2
 HEADER_BYTES = 64
+#: the samples file's format version (its own: unchanged by the weights file's)
+SAMPLES_VERSION = 1
+#: the longest tensor name a file may hold (a damaged length is refused before anything is read)
+MAX_NAME_BYTES = 4096
 #: each tensor's bytes start at a multiple of this (a cache line; the C side reads in place)
 DATA_ALIGN = 64
 _HEADER = struct.Struct("<8sIIQQ")  # magic, version, count, hash / input bytes, file bytes / label bytes
-_ENTRY = struct.Struct("<IIQQ")  # name bytes, dtype code, bytes, offset
+_ENTRY = struct.Struct("<IIQQII")  # name bytes, dtype code, bytes, offset, CRC-32 of the data, zero
 #: dtype codes of the table (the C side only checks byte sizes; readers in Python get the dtype)
 DTYPE_CODES = {np.dtype(t): k for k, t in enumerate(("float32", "int8", "int32", "int64", "uint8", "int16",
                                                       "float16", "float64"), start=1)}
@@ -99,7 +117,11 @@ def weights_blob(tensors: Sequence[tuple[str, np.ndarray]]) -> bytes:
     end = _align(table_end)
     for name, a in arrays:
         raw = name.encode()
-        table += _ENTRY.pack(len(raw), DTYPE_CODES[a.dtype], a.nbytes, end) + raw.ljust(_align(len(raw), 8), b"\0")
+        if len(raw) > MAX_NAME_BYTES:
+            raise WeightsFileError(f"{name[:60]}...: a tensor name of {len(raw)} B (at most {MAX_NAME_BYTES})")
+        crc = zlib.crc32(a.reshape(-1).view(np.uint8))
+        table += (_ENTRY.pack(len(raw), DTYPE_CODES[a.dtype], a.nbytes, end, crc, 0)
+                  + raw.ljust(_align(len(raw), 8), b"\0"))
         offsets.append(end)
         end = _align(end + a.nbytes)
     h = table_hash([(n, a.nbytes) for n, a in arrays])
@@ -131,17 +153,47 @@ def read_weights(path) -> dict[str, np.ndarray]:
     if len(data) != size:
         raise WeightsFileError(f"{path}: {len(data)} B, its header says {size} B (truncated?)")
     codes = {k: t for t, k in DTYPE_CODES.items()}
-    out, pos = {}, HEADER_BYTES
-    for _ in range(count):
-        n, code, nbytes, off = _ENTRY.unpack_from(data, pos)
-        name = data[pos + _ENTRY.size:pos + _ENTRY.size + n].decode()
+    entries, pos = [], HEADER_BYTES
+    for i in range(count):
+        if pos + _ENTRY.size > size:
+            raise WeightsFileError(f"{path}: short table (entry {i} of {count} past the end of the file)")
+        n, code, nbytes, off, crc, _ = _ENTRY.unpack_from(data, pos)
+        if n > MAX_NAME_BYTES or pos + _ENTRY.size + n > size:
+            raise WeightsFileError(f"{path}: tensor {i}: a name of {n} B (at most {MAX_NAME_BYTES}, inside the file)")
+        name = data[pos + _ENTRY.size:pos + _ENTRY.size + n].decode(errors="replace")
         pos += _ENTRY.size + _align(n, 8)
-        if code not in codes or off + nbytes > size:
+        if code not in codes or nbytes % codes[code].itemsize:
             raise WeightsFileError(f"{path}: entry {name!r} is damaged (dtype code {code}, {nbytes} B at {off})")
-        out[name] = np.frombuffer(data, codes[code], nbytes // codes[code].itemsize, off).copy()
+        entries.append((name, codes[code], nbytes, off, crc))
+    out, prev, view = {}, None, memoryview(data)
+    for name, dtype, nbytes, off, crc in entries:
+        bad = data_offset_problem(off, nbytes, pos, prev, size)
+        if bad:
+            raise WeightsFileError(f"{path}: tensor {name}: data offset {off}: {bad}")
+        raw = view[off:off + nbytes]  # no copy
+        if zlib.crc32(raw) != crc:
+            raise WeightsFileError(f"{path}: tensor {name}: its data do not match its checksum (CRC-32 "
+                                   f"{zlib.crc32(raw):08x}, the table says {crc:08x}): the file is damaged")
+        out[name] = np.frombuffer(raw, dtype).copy()
+        prev = (name, off + nbytes)
     if table_hash([(k, v.nbytes) for k, v in out.items()]) != h:
         raise WeightsFileError(f"{path}: its table does not match its hash (damaged)")
     return out
+
+
+def data_offset_problem(off: int, nbytes: int, table_end: int, prev, size: int) -> str:
+    """Why a tensor's data offset breaks the format (the module docstring), or "": `table_end` the
+    end of the header and table, `prev` (name, end of its bytes) of the tensor before it or None,
+    `size` the file's bytes. et_weights.h's et_offset_problem says the same."""
+    if off % DATA_ALIGN:
+        return f"not {DATA_ALIGN}-byte aligned"
+    if off < table_end:
+        return f"inside the header or table (which end at {table_end})"
+    if prev is not None and off < prev[1]:
+        return f"overlaps tensor {prev[0]} (which ends at {prev[1]})"
+    if off > size or nbytes > size - off:
+        return f"{nbytes} B there run past the end of the file ({size} B)"
+    return ""
 
 
 def samples_blob(inputs: Sequence[np.ndarray], labels: Sequence[np.ndarray]) -> bytes:
@@ -150,7 +202,7 @@ def samples_blob(inputs: Sequence[np.ndarray], labels: Sequence[np.ndarray]) -> 
     ys = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in labels]
     if not xs or len(xs) != len(ys) or len({a.size for a in xs}) != 1 or len({a.size for a in ys}) != 1:
         raise WeightsFileError("samples: give at least one (input, label) pair, all inputs (and labels) of one size")
-    head = _HEADER.pack(SAMPLES_MAGIC, VERSION, len(xs), xs[0].size, ys[0].size).ljust(HEADER_BYTES, b"\0")
+    head = _HEADER.pack(SAMPLES_MAGIC, SAMPLES_VERSION, len(xs), xs[0].size, ys[0].size).ljust(HEADER_BYTES, b"\0")
     return head + b"".join(x.tobytes() + y.tobytes() for x, y in zip(xs, ys))
 
 
@@ -245,13 +297,17 @@ def release_hooks(layout, key: str, inner=None, min_bytes: int = RELEASE_MIN_BYT
     return hooks
 
 
-def host_step_ram(layout, mapped: bool = True, key: str = "train", release_min: int = RELEASE_MIN_BYTES) -> dict:
+def host_step_ram(layout, mapped: bool = True, key: str = "train", release_min: int = RELEASE_MIN_BYTES,
+                  guarded: bool = True) -> dict:
     """The modelled RAM of the standalone host binary's step (bytes, the runtime's own overhead
     not included): {"arena", "ram_state" (state read into RAM: trained tensors, optimizer
     state, written buffers, split weights), "frozen" (the mappable frozen tensors' bytes),
     "frozen_window" (memory/frozen_window.py: the most of them resident at once when mapped),
-    "modelled" (arena + ram_state + the window when `mapped`, else + every frozen byte)}."""
+    "guard" (the checked step's backup or second copy of each array the step writes: the
+    Makefile's STEP_GUARD=1, step_guard.py; 0 when not `guarded`), "modelled" (arena + ram_state
+    + guard + the window when `mapped`, else + every frozen byte)}."""
     from ...memory.frozen_window import frozen_window
+    from .step_guard import guarded_arrays
 
     def nbytes(st):
         return st.numel * np.dtype(st.dtype).itemsize
@@ -261,6 +317,7 @@ def host_step_ram(layout, mapped: bool = True, key: str = "train", release_min: 
     reads = [[st.name for st in r] for r in released_reads(layout, key, 0)]
     win = frozen_window(reads, frozen, release_min)
     frozen_ram = win.peak_bytes if mapped else win.total_bytes
+    guard = sum(nbytes(st) for st in guarded_arrays(layout)) if guarded else 0
     return {"arena": layout.arena_bytes, "ram_state": ram_state, "frozen": win.total_bytes,
-            "frozen_window": win.peak_bytes, "window_node": win.at_node,
-            "modelled": layout.arena_bytes + ram_state + frozen_ram}
+            "frozen_window": win.peak_bytes, "window_node": win.at_node, "guard": guard,
+            "modelled": layout.arena_bytes + ram_state + guard + frozen_ram}

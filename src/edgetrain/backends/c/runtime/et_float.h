@@ -387,7 +387,10 @@ ET_INLINE void et_matmul(const float *ET_RESTRICT A, const float *ET_RESTRICT B,
  * memory order: ops/loss.py computes exactly this) ------------------------------------------ */
 /* cross entropy over the class dim of logits seen as (A, C, S): element (a, c, s) at
  * (a * C + c) * S + s, label (a, s) at a * S + s; a label equal to `ignore` counts neither in
- * the sum nor in the divisor (no counted position: 0 / 0 = nan, torch's answer) */
+ * the sum nor in the divisor (no counted position: 0 / 0 = nan, torch's answer); any other label
+ * outside [0, C) is never used as an index: it is reported (ET_ERROR_HOOK) and the loss is nan
+ * (0 / 0), which the checked step refuses (the callers check labels first: Python's label_feed,
+ * the standalone driver's et_samples_open) */
 ET_INLINE float et_cross_entropy(const float *ET_RESTRICT logits, const int64_t *ET_RESTRICT labels, int A, int C,
                                  int S, int64_t ignore) {
     double total = 0.0;
@@ -396,6 +399,11 @@ ET_INLINE float et_cross_entropy(const float *ET_RESTRICT logits, const int64_t 
         for (int s = 0; s < S; ++s) {
             const int64_t y = labels[(size_t)a * S + s];
             if (y == ignore) continue;
+            if (y < 0 || y >= C) {
+                ET_ERROR_HOOK("cross_entropy: label out of range");
+                const double zero = 0.0;
+                return (float)(zero / zero); /* nan */
+            }
             const float *l = logits + (size_t)a * C * S + s;
             float m = l[0];
             for (int c = 1; c < C; ++c) m = l[(size_t)c * S] > m ? l[(size_t)c * S] : m;
