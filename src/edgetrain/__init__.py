@@ -12,6 +12,7 @@ from .torch_backend import register as _register_torch_backend
 
 _register_torch_backend()  # torch.compile(model, backend="edgetrain"), without importing TorchDynamo now
 
+#: the version, written here only: pyproject.toml reads it ([tool.setuptools.dynamic])
 __version__ = "0.1.0"
 #: each public name and the submodule that defines it (None: the name is the submodule)
 _PUBLIC = {"BiasOnly": "sparse", "Budget": "config", "BudgetError": "api", "CaptureError": "frontend",

@@ -28,7 +28,8 @@ class Captured:
     frozen_params: tuple[str, ...]  # parameters with requires_grad=False
     buffers: dict[str, np.ndarray]  # buffers and lifted constants (read-only)
     inputs: tuple[str, ...]  # names of the user inputs
-    source: dict[int, str] = field(default_factory=dict)  # node index -> model source line
+    #: node index -> where it comes from (`provenance`): the model source line and the submodule's path
+    source: dict[int, str] = field(default_factory=dict)
 
 
 def input_name(i: int) -> str:
@@ -44,15 +45,56 @@ _TORCH_DIR = str(__import__("pathlib").Path(torch.__file__).parent)
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]+(?:\n(?!\s*File ")\s*([^\n]*))?')
 
 
-def source_line(fx_node) -> str:
-    """'file.py:LINE: code' of the model line that produced an fx node (the innermost frame
-    outside torch's own modules), if known."""
+def _frame(fx_node):
+    """(path, line, code) of the model line that produced an fx node (the innermost frame
+    outside torch's own modules), or None when torch recorded no stack."""
     frames = _FRAME.findall(fx_node.meta.get("stack_trace") or "")
     if not frames:
-        return "unknown source line"
+        return None
     user = [f for f in frames if not f[0].startswith(_TORCH_DIR)]
     path, line, code = (user or frames)[-1]
-    return f"{path}:{line}: {code.strip()}" if code.strip() else f"{path}:{line}"
+    return path, line, code.strip()
+
+
+def source_line(fx_node) -> str:
+    """'file.py:LINE: code' of the model line that produced an fx node, if known."""
+    frame = _frame(fx_node)
+    if frame is None:
+        return "unknown source line"
+    path, line, code = frame
+    return f"{path}:{line}: {code}" if code else f"{path}:{line}"
+
+
+def module_path(fx_node) -> str:
+    """'features.4: Conv2d': the innermost submodule whose forward produced an fx node
+    (torch.export's nn_module_stack), or '' for an op of the model's own forward."""
+    stack = fx_node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path, kind = list(stack.values())[-1]
+    if not str(path):
+        return ""
+    name = getattr(kind, "__name__", None) or str(kind).rsplit(".", 1)[-1].strip("'>")
+    return f"{path}: {name}" if name else str(path)
+
+
+def provenance(fx_node) -> str:
+    """Where an fx node comes from: its model source line, with the path of the submodule
+    that made it between the place and the code when the line does not name that module
+    itself: 'net.py:12: [features.4: Conv2d] x = self.features(x)'. One line that calls an
+    nn.Sequential covers all its layers, and a block's own lines all its instances; the path
+    tells them apart. A line of the model's forward that calls the module by its path
+    (`self.fc(x)` for fc) stays as it is."""
+    frame, module = _frame(fx_node), module_path(fx_node)
+    if not module:
+        return source_line(fx_node)
+    if frame is None:
+        return f"unknown source line [{module}]"
+    path, line, code = frame
+    mod_path = module.split(": ", 1)[0]
+    if re.search(rf"(?<![\w.])self\.{re.escape(mod_path)}(?!\w)", code):
+        return source_line(fx_node)  # the line names the module: `x = self.fc(x)`
+    return f"{path}:{line}: [{module}]" + (f" {code}" if code else "")
 
 
 def _dtype(t) -> str:
@@ -239,7 +281,7 @@ def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
                 try:
                     known[node.name] = evaluate(node, known)
                 except Exception as err:  # torch's own error on a constant subgraph
-                    raise CaptureError(f"cannot evaluate the constant {node.target} at {source_line(node)}: "
+                    raise CaptureError(f"cannot evaluate the constant {node.target} at {provenance(node)}: "
                                        f"{type(err).__name__}: {err}") from err
                 continue
 
@@ -256,11 +298,11 @@ def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
             try:
                 env[node.name] = convert_node(e, node, env, known, materialize)
             except UnsupportedOpError as err:
-                raise UnsupportedOpError(f"{err} (at {source_line(node)})") from None
+                raise UnsupportedOpError(f"{err} (at {provenance(node)})") from None
             except (ValueError, KeyError, TypeError) as err:
-                raise CaptureError(f"cannot translate {node.target} at {source_line(node)}: {err}") from err
+                raise CaptureError(f"cannot translate {node.target} at {provenance(node)}: {err}") from err
             for k in range(before, len(e.nodes)):
-                source[k] = source_line(node)
+                source[k] = provenance(node)
         elif node.op == "output":
             out_values = [env.get(a.name) if hasattr(a, "name") else a for a in node.args[0]]
     out_values = _logits_of(ep, out_values)

@@ -24,6 +24,7 @@ import math
 import os
 import tempfile
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
@@ -177,7 +178,8 @@ def analyze_contributions(model: torch.nn.Module, train, test, *, name: str = "m
     layer's weights (Sparse indices `layers`) at each ratio in `ratios`, fine-tuning
     `model` (a classifier, eval mode) on `train` = (images, labels) and scoring top-1 on
     `test`. Defaults: the `last` layers; k every BIAS_STEP up to
-    BIAS_DEPTH_FACTOR times that many. Weight gains are over training the biases of the
+    BIAS_DEPTH_FACTOR times that many, every k when that is below BIAS_STEP (a model with
+    fewer than BIAS_STEP layers: `default_bias_ks`). Weight gains are over training the biases of the
     last `weight_base` layers ("best": the k in `bias_ks` with the largest gain; 0: over
     the classifier alone). Channels are those compile(..., quantize=quantize) trains.
     `progress(label, top1)` is called after each run.
@@ -200,7 +202,10 @@ def analyze_contributions(model: torch.nn.Module, train, test, *, name: str = "m
         raise ContributionError("the model has no conv/linear layer besides its classifier")
     layers = tuple(range(max(0, n - last), n)) if layers is None else tuple(int(i) for i in layers)
     if bias_ks is None:
-        bias_ks = range(BIAS_STEP, min(n, BIAS_DEPTH_FACTOR * len(layers)) + 1, BIAS_STEP)
+        bias_ks = default_bias_ks(n, len(layers))
+        if not bias_ks:  # layers=(): the default depths follow the analysed layers
+            warnings.warn(f"analyze_contributions measures no bias gains: no layer is analysed for weights, "
+                          f"and the default bias depths follow them; give bias_ks (1..{n})", stacklevel=2)
     bias_ks, ratios = tuple(sorted({int(k) for k in bias_ks})), tuple(sorted({float(r) for r in ratios}))
     bad = [i for i in layers if not 0 <= i < n] + [k for k in bias_ks if not 1 <= k <= n]
     if bad or not all(0 < r <= 1 for r in ratios):
@@ -236,9 +241,21 @@ def analyze_contributions(model: torch.nn.Module, train, test, *, name: str = "m
     info = {"quantize": quantize, "analysed_layers": list(layers), "ratios": list(ratios), "bias_ks": list(bias_ks),
             **asdict(config), "train_images": len(job.train[1]), "test_images": len(job.test[1]),
             "seconds": round(time.perf_counter() - t0, 1), **dict(meta or {})}
+    if not bias_ks:
+        info["bias_gains"] = "none measured (no bias depth asked for)"
     return ContributionTable(name, tuple(layer.weight for layer in sl.dense[:-1]), base, bias_gains,
                              {(i, r): acc[("weight", i, r)] - acc[w_ref] for i in layers for r in ratios}, info,
                              float(np.median(errors)) if errors else 0.0, weight_base)
+
+
+def default_bias_ks(n: int, analysed: int) -> tuple[int, ...]:
+    """The bias depths measured by default for a model with `n` layers Sparse can name, of
+    which `analysed` are analysed for weights: every BIAS_STEP-th k up to BIAS_DEPTH_FACTOR x
+    `analysed` (at most n); when that limit is below BIAS_STEP (a model with fewer than
+    BIAS_STEP layers, or one or two layers analysed) every depth up to it, so that a small
+    model's bias gains are measured too."""
+    top = min(n, BIAS_DEPTH_FACTOR * analysed)
+    return tuple(range(BIAS_STEP, top + 1, BIAS_STEP)) or tuple(range(1, top + 1))
 
 
 def _run_all(job: TuneJob, runs: Mapping[Any, Trainable], executor, results,

@@ -10,6 +10,9 @@ from ...devices.targets import MCU_FLASH_BYTES, MCU_SRAM_BYTES, TARGETS as ALL_T
 from .layout import CBackendError
 
 RUNTIME_DIR = Path(__file__).parent / "runtime" / "cortexm"
+#: where a firmware project's Makefile puts its objects (build/model.o) and link map
+#: (runtime/cortexm/Makefile's BUILD); firmware.elf stays in the project folder
+BUILD_DIR = "build"
 
 # Both QEMU boards (mps2-an386, mps2-an500) have 4 MiB of RAM at each of these addresses
 # (ZBT SSRAM1 at 0, ZBT SSRAM2/3 at 0x20000000); the regions are cut to the device budget.

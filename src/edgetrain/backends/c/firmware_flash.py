@@ -18,6 +18,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from .cortexm_target import BUILD_DIR
+
 #: a state tensor's array (layout.StateArray.c_name, `_sel` / `_rest` for a split one)
 STATE = re.compile(r"^et_s\d+_")
 #: a split tensor's channel index arrays: metadata, not weights
@@ -68,10 +70,10 @@ def _symbols(path: Path) -> list[tuple[int, int, str, str]]:
 
 
 def flash_contents(out_dir, total: int) -> FlashContents:
-    """The flash of out_dir/firmware.elf (linked from out_dir/model.o among others) by kind;
+    """The flash of out_dir/firmware.elf (linked from out_dir/build/model.o among others) by kind;
     `total`: its flash bytes (cortexm.firmware_size(elf).flash)."""
     out_dir = Path(out_dir)
-    model_names = {name for _, _, _, name in _symbols(out_dir / "model.o")}
+    model_names = {name for _, _, _, name in _symbols(out_dir / BUILD_DIR / "model.o")}
     kinds = dict.fromkeys(("frozen_weights", "trained_weights", "samples", "constants", "model_code"), 0)
     seen = set()  # addresses counted: the linker's identical-constant folding leaves two names on one table
     for address, size, letter, name in _symbols(out_dir / "firmware.elf"):
