@@ -7,14 +7,18 @@ import signal
 import sys
 import threading
 
-from .options import byte_size, nonnegative_int, positive_float, positive_int, update_scheme_text
+from .options import (MAX_BATCH, MAX_CLASSES, MAX_EPOCHS, MAX_FACTOR, MAX_FRACTION, MAX_IMAGE_SIDE, MAX_IMAGES,
+                      MAX_SECONDS, MAX_SEED, at_most, bounded_float, byte_size, count, seed, update_scheme_text)
 
+#: --traceback, before or after the command
+TRACEBACK_HELP = "print the Python traceback of an error too (it is always saved to a file on an internal error)"
 #: --update of inspect, schedule and report (compile and train also take auto, with --contributions)
 UPDATE_HELP = "what to train: full, bias (biases only) or last:K (the last K conv/linear layers) (default full)"
 MODEL_ARG_HELP = "a zoo model name (mbv2-w0.35, mcunet-5fps, proxyless-w0.3, resnet18, resnet18-cifar, bert-tiny), " \
                  "or path/to/model.py:FACTORY with --input"
 CLASSES_HELP = ("number of output classes (default 10; for a model file, passed to its factory as num_classes= "
-                "when given)")
+                f"when given; {at_most(MAX_CLASSES)})")
+BATCH_HELP = f"batch size of a zoo model (default 1, {at_most(MAX_BATCH)})"
 
 
 def _scheme(text: str):
@@ -78,7 +82,8 @@ def _inspect(args) -> int:
 
     model, xs = _model_and_inputs(args)
     prog = et.compile(model, xs, update=args.update)
-    print(f"# {args.model}: captured graph (each op with the model line it came from)")
+    print(f"# {args.model}: captured graph (each op with the model line it came from and, "
+          f"in brackets, the submodule that ran it)")
     print(format_graph(prog.stages["captured"], {i: _short_source(line) for i, line in prog.source_lines.items()}))
     if args.training_graph:
         print(f"\n# training graph (backward, updates, node order)")
@@ -97,12 +102,13 @@ def _inspect(args) -> int:
 
 
 def _demo(args) -> int:
+    from .cli_program import NOT_IMPROVED
     from .demo import DemoConfig, run_demo
 
     cfg = DemoConfig(task=args.task, train_images=args.train_images, test_images=args.test_images,
                      epochs=args.epochs, seed=args.seed, qas=not args.no_qas, assets=args.assets)
     res = run_demo(cfg)
-    return 0 if res["after"] > res["before"] else 1
+    return 0 if res["after"] > res["before"] else NOT_IMPROVED
 
 
 def _profile(args) -> int:
@@ -181,19 +187,48 @@ def _report(args) -> int:
     import edgetrain as et
     from edgetrain.reports.html import report_files
 
+    from edgetrain.remat.plan import Infeasible
+
     model, xs = _sized_inputs(args)
     prog = et.compile(model, xs, update=args.update, quantize=None if args.quantize == "none" else args.quantize)
-    sched = None
+    sched, refused = None, None
     if args.ram is not None or args.fraction is not None or args.deadline is not None \
             or args.deadline_factor is not None:
-        sched = _plan(args, prog)[3]
+        try:
+            sched = _plan(args, prog)[3]
+        except Infeasible as err:  # the memory and scheme figures need no schedule: written all the same
+            refused = err
     files = report_files(prog, args.output, sched)
     print(f"{args.model}: {prog.memory.summary()}")
     if sched is not None:
         print(f"  {sched.summary()}")
     for k, v in files.items():
         print(f"  {k}: {v}")
+    if refused is not None:
+        raise Infeasible(f"{refused}; {_smallest_fraction(args, prog, refused)}; the report above has no schedule",
+                         refused.smallest_ram)
     return 0
+
+
+def _smallest_fraction(args, prog, err) -> str:
+    """What to try after `err` (an Infeasible of `prog` on args.device): the smallest RAM a
+    schedule meets, as the MILP found it, else the problem's proven lower bound (no schedule fits
+    below it), as --ram and as the --fraction (2 decimals, rounded up) that gives at least it."""
+    import math
+
+    from edgetrain.devices import get_device
+    from edgetrain.remat.build import build_problem
+    from edgetrain.remat.greedy import ram_lower_bound
+
+    problem = build_problem(prog, get_device(args.device), group=args.group)
+    ram = err.smallest_ram or ram_lower_bound(problem)
+    act = max(problem.activation_bytes, 1)
+    f = math.ceil(100 * (ram - problem.fixed_ram) / act) / 100
+    while problem.fixed_ram + int(f * act) < ram:  # the budget _plan makes of f is at least ram
+        f = round(f + 0.01, 2)
+    if err.smallest_ram:
+        return f"the smallest budget that fits: --fraction {f:g} (--ram {ram:,} bytes)"
+    return f"try --fraction {f:g} (--ram {ram:,} bytes) or more"
 
 
 def _add_schedule_options(c) -> None:
@@ -201,36 +236,38 @@ def _add_schedule_options(c) -> None:
     ram = c.add_mutually_exclusive_group()
     ram.add_argument("--ram", "--sram", dest="ram", type=byte_size, metavar="BYTES",
                      help="whole RAM budget, e.g. 48MB (weights included; default unlimited)")
-    ram.add_argument("--fraction", type=positive_float, help="budget as weights + this fraction of plain "
-                     "back-propagation's peak activation memory (instead of --ram)")
+    ram.add_argument("--fraction", type=bounded_float(MAX_FRACTION), help="budget as weights + this fraction of "
+                     f"plain back-propagation's peak activation memory (instead of --ram; {at_most(MAX_FRACTION)})")
     deadline = c.add_mutually_exclusive_group()
-    deadline.add_argument("--deadline", type=positive_float, metavar="SECONDS",
-                          help="seconds per training step (default none)")
-    deadline.add_argument("--deadline-factor", type=positive_float, metavar="FACTOR",
-                          help="deadline as this multiple of the plain step's time (instead of --deadline)")
+    deadline.add_argument("--deadline", type=bounded_float(MAX_SECONDS), metavar="SECONDS",
+                          help=f"seconds per training step (default none; {at_most(MAX_SECONDS)})")
+    deadline.add_argument("--deadline-factor", type=bounded_float(MAX_FACTOR), metavar="FACTOR",
+                          help="deadline as this multiple of the plain step's time (instead of --deadline; "
+                               f"{at_most(MAX_FACTOR)})")
     c.add_argument("--solver", default="milp", choices=("milp", "checkmate", "paging", "chen", "dtr", "none"),
                    help="milp (POET, HiGHS; default), checkmate (remat only), paging (paging only), chen (sqrt(n) "
                    "checkpoints), dtr (greedy eviction), none (keep everything)")
-    c.add_argument("--time-limit", type=positive_float, default=60.0, metavar="SECONDS",
-                   help="MILP time limit in seconds (default 60)")
+    c.add_argument("--time-limit", type=bounded_float(MAX_SECONDS), default=60.0, metavar="SECONDS",
+                   help=f"MILP time limit in seconds (default 60, {at_most(MAX_SECONDS)})")
     c.add_argument("--group", action="store_true", help="decide cheap elementwise chains (conv -> bn -> relu) as one "
                    "unit: a smaller problem, coarser decisions")
     c.add_argument("--update", type=update_scheme_text, default="full", metavar="SCHEME", help=UPDATE_HELP)
-    c.add_argument("--batch", type=positive_int, default=1, help="batch size of a zoo model (default 1)")
-    c.add_argument("--size", type=positive_int, help="image side for image models (default the zoo's)")
-    c.add_argument("--classes", type=positive_int, help=CLASSES_HELP)
+    c.add_argument("--batch", type=count(MAX_BATCH), default=1, help=BATCH_HELP)
+    c.add_argument("--size", type=count(MAX_IMAGE_SIDE),
+                   help=f"image side for image models (default the zoo's, {at_most(MAX_IMAGE_SIDE)})")
+    c.add_argument("--classes", type=count(MAX_CLASSES), help=CLASSES_HELP)
 
 
-def _texts(description: str, *examples: str) -> dict:
-    """add_parser's description, epilog (examples, then the exit codes) and formatter: every
-    command's --help says what it does, shows how to call it and what its exit code means."""
+def _texts(command: str, description: str, *examples: str) -> dict:
+    """add_parser's description, epilog (examples, then the command's exit codes) and formatter:
+    every command's --help says what it does, shows how to call it and what its exit code means."""
     import textwrap
 
-    from .cli_program import EXIT_CODES
+    from .cli_program import exit_codes
 
     shown = "\n".join(f"  {e}" for e in examples)
     return dict(description=textwrap.fill(description, 88), formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog=f"example{'s' if len(examples) > 1 else ''}:\n{shown}\n\n{EXIT_CODES}")
+                epilog=f"example{'s' if len(examples) > 1 else ''}:\n{shown}\n\n{exit_codes(command)}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -242,12 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
                                 "programs that fit the device's memory.", epilog=EXIT_CODES,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"edgetrain {__version__}")
-    p.add_argument("--traceback", action="store_true", help="print the Python traceback of an error too")
+    p.add_argument("--traceback", action="store_true", help=TRACEBACK_HELP)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_commands(sub)
     add_federate(sub)
     i = sub.add_parser("inspect", help="print a model's captured graph, trained parameters and memory report",
-                       **_texts("Capture MODEL, compile its training program for --update and print the captured "
+                       **_texts("inspect",
+                                "Capture MODEL, compile its training program for --update and print the captured "
                                 "graph (op by op, with shapes), the parameters the scheme trains and the memory of "
                                 "one training step; --training-graph prints the whole training graph too.",
                                 "edgetrain inspect mbv2-w0.35 --update last:4",
@@ -255,16 +293,17 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("model", help=MODEL_ARG_HELP)
     _add_model_options(i)
     i.add_argument("--update", type=update_scheme_text, default="full", metavar="SCHEME", help=UPDATE_HELP)
-    i.add_argument("--classes", type=positive_int, help=CLASSES_HELP)
-    i.add_argument("--batch", type=positive_int, default=1, help="batch size of a zoo model (default 1)")
+    i.add_argument("--classes", type=count(MAX_CLASSES), help=CLASSES_HELP)
+    i.add_argument("--batch", type=count(MAX_BATCH), default=1, help=BATCH_HELP)
     i.add_argument("--training-graph", action="store_true", help="also print the whole training graph")
     i.add_argument("--plot", metavar="PNG", help="draw the memory timeline to this file")
     i.set_defaults(func=_inspect)
     d = sub.add_parser("demo", help="fine-tune a pretrained model on a downstream set in int8 with QAS",
-                       **_texts("Compile a pretrained model into the int8 training program a microcontroller runs "
+                       **_texts("demo",
+                                "Compile a pretrained model into the int8 training program a microcontroller runs "
                                 "(Quantization-Aware Scaling, sparse update) and fine-tune it on a data set it has "
                                 "not seen, printing int8 test accuracy before and after, and after loading the "
-                                "trained weights back into PyTorch. Exit 0 when accuracy improved, 1 otherwise.",
+                                "trained weights back into PyTorch. Exit 0 when accuracy improved, 6 when it did not.",
                                 "edgetrain demo --task digits --train-images 800 --test-images 200",
                                 "edgetrain demo --task cifar10 --epochs 2"))
     d.add_argument("--task", choices=("auto", "digits", "cifar10"), default="auto",
@@ -273,17 +312,19 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--assets", metavar="DIR", help="the shared assets folder (tiny-training/mbv2-w0.35.pkl and "
                    "CIFAR-10: cifar-10-python.tar.gz, cifar-10-batches-py/ or cifar10-jpg.zip); default "
                    "$EDGETRAIN_ASSETS, else shared/assets beside a source checkout")
-    d.add_argument("--train-images", type=positive_int, default=None, metavar="N",
-                   help="training images (default: the task's, 8000 digits or 1500 CIFAR-10 images)")
-    d.add_argument("--test-images", type=positive_int, default=None, metavar="N",
-                   help="test images (default: the task's, 2000 or 500)")
-    d.add_argument("--epochs", type=positive_int, default=1, help="epochs (default 1)")
-    d.add_argument("--seed", type=nonnegative_int, default=0,
-                   help="data order, new classifier and rounding seed (default 0)")
+    d.add_argument("--train-images", type=count(MAX_IMAGES), default=None, metavar="N",
+                   help="training images (default: the task's, 8000 digits or 1500 CIFAR-10 images; "
+                        f"{at_most(MAX_IMAGES)})")
+    d.add_argument("--test-images", type=count(MAX_IMAGES), default=None, metavar="N",
+                   help=f"test images (default: the task's, 2000 or 500; {at_most(MAX_IMAGES)})")
+    d.add_argument("--epochs", type=count(MAX_EPOCHS), default=1, help=f"epochs (default 1, {at_most(MAX_EPOCHS)})")
+    d.add_argument("--seed", type=seed, default=0,
+                   help=f"data order, new classifier and rounding seed (default 0, {at_most(MAX_SEED)})")
     d.add_argument("--no-qas", action="store_true", help="turn Quantization-Aware Scaling off")
     d.set_defaults(func=_demo)
     f = sub.add_parser("profile", help="print a device's cost profile (RAM, compute, energy, paging)",
-                       **_texts("Print the cost profile that `schedule` and `report` plan with: RAM, compute "
+                       **_texts("profile",
+                                "Print the cost profile that `schedule` and `report` plan with: RAM, compute "
                                 "throughput, energy per operation and per byte paged. --calibrate measures this "
                                 "machine instead of using a stored profile.",
                                 "edgetrain profile --device m4f", "edgetrain profile --calibrate --json"))
@@ -293,7 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=_profile)
     c = sub.add_parser("schedule", help="plan rematerialization and paging of a model's training step under a RAM "
                        "budget and a deadline on a device profile (POET)",
-                       **_texts("Plan which activations of MODEL's training step to keep, recompute or page out so "
+                       **_texts("schedule",
+                                "Plan which activations of MODEL's training step to keep, recompute or page out so "
                                 "that the step fits --ram (or --fraction) and --deadline on --device at the least "
                                 "energy (POET's MILP, or a baseline --solver), and print the plan's energy and time "
                                 "against plain back-propagation. Exit 3 when no plan fits.",
@@ -307,7 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_schedule)
     r = sub.add_parser("report", help="write an HTML report (memory timeline by kind, update scheme over the layers, "
                        "and with --ram/--fraction/--deadline a remat/paging schedule map) and its PNGs",
-                       **_texts("Write OUT/report.html with memory.png, scheme.png and, when a budget or deadline "
+                       **_texts("report",
+                                "Write OUT/report.html with memory.png, scheme.png and, when a budget or deadline "
                                 "is given, schedule.png (the time x layer map of the chosen solver's schedule).",
                                 "edgetrain report mbv2-w0.35 --update last:4 -o report/",
                                 "edgetrain report nets/mine.py:build --input 8x1x28x28 --fraction 0.8 --device m4f "
@@ -318,6 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quantize", choices=("none", "int8"), default="none", help="train in int8 (default float32)")
     r.add_argument("-o", "--output", default="report", help="output folder (default ./report)")
     r.set_defaults(func=_report)
+    for command in _subparsers(p).values():  # before or after the command: `edgetrain compile ... --traceback`
+        command.add_argument("--traceback", action="store_true", default=argparse.SUPPRESS, help=TRACEBACK_HELP)
     return p
 
 
@@ -361,49 +406,150 @@ def _terminate(signum, frame):
         raise KeyboardInterrupt
 
 
+def _quiet_signals() -> dict:
+    """Ignore SIGINT and SIGTERM while the outcome is reported: the exit code is decided, and a
+    signal now would only turn its one line into a traceback. The old handlers, to restore."""
+    return {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
 def main(argv=None) -> int:
     """`edgetrain ARGV`: the exit code (0 done, 2 usage, ..., 130 interrupted: EXIT_CODES). Ctrl-C
-    or SIGTERM at any moment, a second one included, ends in exit 130 without a traceback."""
+    or SIGTERM at any moment (during start-up's imports, a second one included) ends in exit 130
+    with one line and no traceback. Run as the program (argv None) a signal after the outcome is
+    decided is ignored while Python exits."""
     in_main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there only
-    old_term = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
+    old = {signal.SIGTERM: signal.signal(signal.SIGTERM, _terminate)} if in_main_thread else {}
     try:
-        return _run(argv)
-    except KeyboardInterrupt:  # at start-up, or a second Ctrl-C while the first one was being reported
-        print("edgetrain: interrupted", file=sys.stderr)
-        return INTERRUPTED
-    finally:
+        try:
+            code = _run(argv)
+        except KeyboardInterrupt:  # at start-up, or a signal while an error was being reported
+            code = None
         if in_main_thread:
-            signal.signal(signal.SIGTERM, old_term)
+            old = {**_quiet_signals(), **old}
+    except KeyboardInterrupt:  # a signal between the outcome and the quiet handlers
+        code = None
+        if in_main_thread:
+            old = {**_quiet_signals(), **old}
+    try:
+        if code is None:
+            print("edgetrain: interrupted", file=sys.stderr)
+            code = INTERRUPTED
+        return code
+    finally:
+        if in_main_thread and argv is not None:  # called inside another program: leave it as it was
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+        elif argv is None and code == INTERRUPTED:
+            _forget_unhandled_interrupt()
+
+
+def _forget_unhandled_interrupt() -> None:
+    """Exit with 130, not by SIGINT: CPython ends a process by sending itself SIGINT at exit when
+    it recorded a KeyboardInterrupt as unhandled, and `python -m edgetrain.app.cli` interrupted
+    during `import torch` recorded one although main() handled it (12 of 30 tries). Every
+    PyRun_* call clears that record, so run an empty one."""
+    if sys.implementation.name != "cpython":
+        return
+    try:
+        import ctypes
+
+        ctypes.pythonapi.PyRun_SimpleString(b"")
+    except Exception:  # no such API here: the process then ends by SIGINT, which a shell shows as 130 too
+        pass
 
 
 def _run(argv) -> int:
     args = parse_args(build_parser(), argv)
     try:
-        if isinstance(getattr(args, "update", None), str):
-            args.update = _scheme(args.update)
-        return args.func(args)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line(args.command, warnings.showwarning)
+            if isinstance(getattr(args, "update", None), str):
+                args.update = _scheme(args.update)
+            return args.func(args)
     except argparse.ArgumentTypeError as err:
         print(f"edgetrain {args.command}: error: {err}", file=sys.stderr)
         return 2
     except BaseException as err:  # boundary: a clear message and a meaningful exit code, no traceback
         if isinstance(err, SystemExit):
             raise
-        from .cli_program import exit_code_for
+        return _report_error(args, err, sys.argv[1:] if argv is None else list(argv))
 
-        code = exit_code_for(err)
-        if args.traceback:
-            import traceback
 
-            traceback.print_exc()
-        if code is None:
-            print(f"edgetrain {args.command}: internal error: {type(err).__name__}: {err} (a bug: rerun with "
-                  f"--traceback and report it)", file=sys.stderr)
-            return 1
-        if code == INTERRUPTED:  # train says what it saved; a bare Ctrl-C (a second one: stop now) says nothing more
-            print(f"edgetrain {args.command}: interrupted" + (f": {err}" if str(err) else ""), file=sys.stderr)
-        else:
-            print(f"edgetrain {args.command}: error: {str(err) or type(err).__name__}", file=sys.stderr)
-        return code
+def _warning_line(command: str, show):
+    """warnings.showwarning that prints edgetrain's own warnings as one line, `edgetrain
+    COMMAND: warning: ...` (others as `show` does)."""
+    def one_line(message, category, filename, lineno, file=None, line=None):
+        if not category.__module__.startswith("edgetrain."):
+            return show(message, category, filename, lineno, file, line)
+        print(f"edgetrain {command}: warning: {message}", file=sys.stderr if file is None else file)
+
+    return one_line
+
+
+def _report_error(args, err: BaseException, argv: list) -> int:
+    """Print `err` as one line and return its exit code: 1 (a bug: the traceback saved to a file
+    the line names), 2 (the user's input), 3, 4, 5 or 130 (cli_program.exit_code_for)."""
+    if isinstance(err, KeyboardInterrupt):  # first, importing nothing: the signal may have cut an import short
+        code = INTERRUPTED
+    else:
+        from .cli_program import exit_code_for, user_paths
+
+        try:
+            code = exit_code_for(err, user_paths(args))
+        except Exception:  # classifying failed: report the error itself as internal, with its traceback
+            code = None
+    if getattr(args, "traceback", False):
+        import traceback
+
+        traceback.print_exception(err)
+    if code is None:
+        saved = _save_traceback(err, argv)
+        where = f"its traceback is in {saved}" if saved else "rerun with --traceback for its traceback"
+        first = (str(err).splitlines() or [""])[0]
+        print(f"edgetrain {args.command}: internal error: {type(err).__name__}: {first} (a bug: {where}; please "
+              f"report it)", file=sys.stderr)
+        return 1
+    if code == INTERRUPTED:  # train says what it saved; a bare Ctrl-C (a second one: stop now) says nothing more
+        print(f"edgetrain {args.command}: interrupted" + (f": {err}" if str(err) else ""), file=sys.stderr)
+    else:  # our messages as written (some list files); another library's first line (torch's C++ backtrace follows)
+        text = str(err) if _ours(err) else (str(err).splitlines() or [""])[0]
+        print(f"edgetrain {args.command}: error: {text or type(err).__name__}", file=sys.stderr)
+    return code
+
+
+def _ours(err: BaseException) -> bool:
+    """Whether edgetrain wrote `err`'s message: its class is edgetrain's, or edgetrain raised it."""
+    import os
+
+    tb, last = err.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    return type(err).__module__.startswith("edgetrain.") or \
+        (last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).startswith(package))
+
+
+def _save_traceback(err: BaseException, argv: list):
+    """Write the command line, versions and `err`'s traceback to a new file in the temporary
+    folder; its path, or None when it cannot be written."""
+    import os
+    import platform
+    import tempfile
+    import traceback
+
+    from .. import __version__
+
+    try:
+        fd, path = tempfile.mkstemp(prefix="edgetrain-traceback-", suffix=".txt")
+        with os.fdopen(fd, "w") as f:
+            f.write(f"command: edgetrain {' '.join(map(str, argv))}\nedgetrain {__version__}, Python "
+                    f"{platform.python_version()}, {platform.platform()}\n\n")
+            f.write("".join(traceback.format_exception(err)))
+        return path
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ def _run_compile(args) -> int:
             if v is not None and v > QEMU_REGION_BYTES:
                 raise ValueError(f"{name} {v:,} B: the Cortex-M firmware here runs on QEMU boards with "
                                  f"{QEMU_REGION_BYTES:,} B of each memory")
-    calib = calibration_from(args, config)
+    calib = calibration(args, config)
     built = build_program(config, calibration=calib[0] if calib else None, contributions=args.contributions,
                           search=args.search)
     prog = built.prog
@@ -105,6 +105,18 @@ def _run_compile(args) -> int:
         prog.memory.plot(out / "memory.png")
     say(f"  memory report: {out / 'memory.json'}" + ("" if args.no_plot else f", {out / 'memory.png'}"))
     return code
+
+
+def calibration(args, *more):
+    """cli_config.calibration_from, without the loader's warning about images of a single class
+    (calibrating int8 scales on one class is fine; training on it is not)."""
+    import warnings
+
+    from ..data.folder import SingleClassWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SingleClassWarning)
+        return calibration_from(args, *more)
 
 
 def _check_firmware_flash(flash) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .options import floats, nonnegative_float, nonnegative_int, positive_float, positive_floats, positive_int
+from .options import (MAX_BATCH, MAX_CLASSES, MAX_CLIENTS, MAX_EPOCHS, MAX_IMAGES, MAX_MOMENTUM, MAX_SEED, MAX_STEPS,
+                      MAX_WORKERS, at_most, bounded_float, count, floats, positive_float, positive_floats, seed)
 
 DESCRIPTION = ("Simulate --clients devices fine-tuning MODEL together with Flower's simulation engine: each "
                "round every client trains the program on its own shard of --data (split --partition iid or "
@@ -28,7 +29,7 @@ def add_federate(sub) -> None:
     """Register the `federate` command on the CLI's subparsers."""
     import textwrap
 
-    from .cli_program import DATA_HELP, EXIT_CODES
+    from .cli_program import DATA_HELP, exit_codes
 
     examples = ("edgetrain federate mbv2-w0.35 --clients 10 --rounds 20 --data cifar10 --partition dirichlet:0.5 "
                 "--train-images 2000 --out fl.json",
@@ -37,25 +38,31 @@ def add_federate(sub) -> None:
     p = sub.add_parser("federate", help="simulate devices fine-tuning a model together (Flower, FedAvg over the "
                        "trained tensors)", description=textwrap.fill(DESCRIPTION, 88),
                        formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="examples:\n" + "\n".join(f"  {e}" for e in examples) + "\n\n" + EXIT_CODES)
+                       epilog="examples:\n" + "\n".join(f"  {e}" for e in examples) + "\n\n" + exit_codes("federate"))
     p.add_argument("model", help=MODEL_HELP)
-    p.add_argument("--clients", type=positive_int, default=10, help="simulated devices (default 10)")
-    p.add_argument("--rounds", type=positive_int, default=20, help="federated rounds (default 20)")
+    p.add_argument("--clients", type=count(MAX_CLIENTS), default=10,
+                   help=f"simulated devices (default 10, {at_most(MAX_CLIENTS)})")
+    p.add_argument("--rounds", type=count(MAX_EPOCHS), default=20,
+                   help=f"federated rounds (default 20, {at_most(MAX_EPOCHS)})")
     p.add_argument("--data", required=True, help="training images, split among the clients: " + DATA_HELP)
     p.add_argument("--test-data", metavar="DATA", help="test images (default: --data's test split)")
     p.add_argument("--partition", default="iid", metavar="iid|dirichlet:ALPHA",
                    help="how the training images are split: iid, or per class by Dirichlet(ALPHA) shares (label "
                         "skew; small ALPHA: few classes per client) (default iid)")
-    p.add_argument("--train-images", type=positive_int, metavar="N", help="use N training images (default all)")
-    p.add_argument("--test-images", type=positive_int, metavar="N", help="use N test images (default all)")
+    p.add_argument("--train-images", type=count(MAX_IMAGES), metavar="N",
+                   help=f"use N training images (default all, {at_most(MAX_IMAGES)})")
+    p.add_argument("--test-images", type=count(MAX_IMAGES), metavar="N",
+                   help=f"use N test images (default all, {at_most(MAX_IMAGES)})")
     steps = p.add_mutually_exclusive_group()
-    steps.add_argument("--local-steps", type=positive_int, metavar="S", help="steps per client and round")
-    steps.add_argument("--epochs", type=positive_int, default=1,
-                       help="passes over its shard per client and round (default 1)")
-    p.add_argument("--batch", type=positive_int, default=8, help="batch size of the program (default 8)")
+    steps.add_argument("--local-steps", type=count(MAX_STEPS), metavar="S",
+                       help=f"steps per client and round ({at_most(MAX_STEPS)})")
+    steps.add_argument("--epochs", type=count(MAX_EPOCHS), default=1,
+                       help=f"passes over its shard per client and round (default 1, {at_most(MAX_EPOCHS)})")
+    p.add_argument("--batch", type=count(MAX_BATCH), default=8,
+                   help=f"batch size of the program (default 8, {at_most(MAX_BATCH)})")
     p.add_argument("--lr", type=positive_float, default=0.01, help="SGD learning rate (default 0.01)")
-    p.add_argument("--momentum", type=nonnegative_float, default=0.0,
-                   help="SGD momentum, reset each round (default 0)")
+    p.add_argument("--momentum", type=bounded_float(MAX_MOMENTUM, zero=True), default=0.0,
+                   help=f"SGD momentum, reset each round (default 0, {at_most(MAX_MOMENTUM)})")
     p.add_argument("--scheme", metavar="SCHEME",
                    help="what the clients train and send: paper[:LABEL] (the paper's scheme, default 49kb), full, "
                         "bias, last:K, or JSON {\"bias_last\": N, \"weights\": {\"LAYER\": RATIO}}; default paper "
@@ -64,14 +71,17 @@ def add_federate(sub) -> None:
     p.add_argument("--no-qas", action="store_true", help="int8: turn Quantization-Aware Scaling off")
     p.add_argument("--backend", choices=("c", "reference"),
                    help="run the program as generated C (default when a C compiler is found) or the numpy reference")
-    p.add_argument("--classes", type=positive_int, default=10, help="output classes (default 10)")
+    p.add_argument("--classes", type=count(MAX_CLASSES), default=10,
+                   help=f"output classes (default 10, {at_most(MAX_CLASSES)})")
     p.add_argument("--mean", type=floats, metavar="M[,M,M]", help="per-channel mean of pixels in [0, 1] "
                    "(default the model's: 0 for the paper's models, MNIST's for digitnet)")
     p.add_argument("--std", type=positive_floats, metavar="S[,S,S]", help="per-channel divisor after the mean "
                    "(default the model's: 1/255 for the paper's models, whose input is pixels 0..255)")
-    p.add_argument("--seed", type=nonnegative_int, default=0, help="split, data order and rounding seed (default 0)")
-    p.add_argument("--workers", type=positive_int, default=2,
-                   help="CPUs of the local Ray that runs the clients, one client per CPU at a time (default 2)")
+    p.add_argument("--seed", type=seed, default=0,
+                   help=f"split, data order and rounding seed (default 0, {at_most(MAX_SEED)})")
+    p.add_argument("--workers", type=count(MAX_WORKERS), default=2,
+                   help="CPUs of the local Ray that runs the clients, one client per CPU at a time, one process each "
+                        f"(default 2; {at_most(MAX_WORKERS)} and at most this machine's CPUs)")
     p.add_argument("--serial", action="store_true",
                    help="run the same rounds in this process without Flower (the same result, bit for bit)")
     p.add_argument("--assets", metavar="DIR", help="the shared assets folder (default $EDGETRAIN_ASSETS, else "
@@ -114,11 +124,13 @@ def _row(r) -> str:
 
 def run_federate(args) -> int:
     from ..federated import FlowerMissing, require_flower, run_flower, run_serial, write_results
+    from ..federated.flower import check_workers
 
     try:
         job = job_of(args)
         if not args.serial:
-            require_flower()  # before anything is compiled
+            check_workers(args.workers)  # before anything is compiled (a ValueError: exit 2)
+            require_flower()
     except FlowerMissing as err:
         print(f"edgetrain federate: error: {err}", file=sys.stderr)
         return 2

@@ -3,14 +3,16 @@ firmware project (cli_compile.py), a fine-tuned checkpoint, and weights PyTorch 
 from __future__ import annotations
 
 import argparse
+import pickle
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
-from .cli_config import COMPILED_FILE, calibration_from, config_from_options, normalization, say
-from .options import (byte_size, floats, nonnegative_float, nonnegative_int, positive_float, positive_floats,
-                      positive_int, update_scheme_text)
+from .cli_config import COMPILED_FILE, config_from_options, normalization, say
+from .options import (MAX_CLASSES, MAX_EPOCHS, MAX_IMAGES, MAX_MOMENTUM, MAX_SAMPLES, MAX_SEED, MAX_WEIGHT_DECAY,
+                      at_most, bounded_float, byte_size, count, floats, positive_float, positive_floats, seed,
+                      update_scheme_text)
 from ..devices.targets import TARGETS as TARGET_REGISTRY
 
 #: passes/loss.py's LOSSES, spelled out so that --help imports no numpy (tests/core/test_losses_families.py
@@ -44,9 +46,9 @@ def add_program_options(p: argparse.ArgumentParser, for_train: bool = False) -> 
                         "default is its own input at batch 1")
     g.add_argument("--model-arg", action="append", metavar="NAME=VALUE",
                    help="keyword argument of the factory (value read as a Python literal), repeatable")
-    g.add_argument("--classes", type=positive_int,
+    g.add_argument("--classes", type=count(MAX_CLASSES),
                    help="output classes: a zoo model's num_classes (default 10); for a model file, passed to the "
-                        "factory as num_classes=")
+                        f"factory as num_classes= ({at_most(MAX_CLASSES)})")
     g.add_argument("--loss", choices=LOSS_CHOICES, default=d("cross_entropy"),
                    help="training loss: cross_entropy (classes in dim 1, any rank: per-pixel too), "
                         "sequence_cross_entropy (classes in the last dim: a language model's (N, T, V)), "
@@ -68,15 +70,17 @@ def add_program_options(p: argparse.ArgumentParser, for_train: bool = False) -> 
     g.add_argument("--calibrate", metavar="DATA",
                    help="int8: calibrate the scales on these images instead of the example input (train's "
                         "default: its training images): " + DATA_HELP)
-    g.add_argument("--calibrate-images", type=positive_int, default=d(32), metavar="N",
-                   help="images of --calibrate used (default 32)")
+    g.add_argument("--calibrate-images", type=count(MAX_IMAGES), default=d(32), metavar="N",
+                   help=f"images of --calibrate used (default 32, {at_most(MAX_IMAGES)})")
     g.add_argument("--lr", type=positive_float, default=d(0.01), help="SGD learning rate (default 0.01)")
-    g.add_argument("--momentum", type=nonnegative_float, default=d(0.0), help="SGD momentum (default 0)")
-    g.add_argument("--weight-decay", type=nonnegative_float, default=d(0.0), help="SGD weight decay (default 0)")
+    g.add_argument("--momentum", type=bounded_float(MAX_MOMENTUM, zero=True), default=d(0.0),
+                   help=f"SGD momentum (default 0, {at_most(MAX_MOMENTUM)})")
+    g.add_argument("--weight-decay", type=bounded_float(MAX_WEIGHT_DECAY, zero=True), default=d(0.0),
+                   help=f"SGD weight decay (default 0, {at_most(MAX_WEIGHT_DECAY)})")
     g.add_argument("--no-qas", action="store_true", default=d(False),
                    help="int8: turn Quantization-Aware Scaling off")
-    g.add_argument("--rounding-seed", type=nonnegative_int, default=d(0), metavar="SEED",
-                   help="int8: seed of the stochastic rounding of updates (default 0)")
+    g.add_argument("--rounding-seed", type=seed, default=d(0), metavar="SEED",
+                   help=f"int8: seed of the stochastic rounding of updates (default 0, {at_most(MAX_SEED)})")
     g.add_argument("--sram", "--ram", dest="sram", type=byte_size, metavar="BYTES",
                    help="RAM (SRAM) budget, e.g. 256KB: the program must fit (exit 3 with the smallest budget that "
                         "fits otherwise); also the firmware's RAM region")
@@ -113,7 +117,7 @@ def add_commands(sub) -> None:
                        "samples), memory.json and memory.png (the memory report) and program.ckpt (the program, "
                        "which `edgetrain train --resume DIR/program.ckpt` fine-tunes)."),
                        epilog="example:\n  edgetrain compile nets/mine.py:build --input 1x3x64x64 --sram 256KB "
-                       "--flash 1MB --quantize int8 --target cortex-m4 --verify -o out/\n\n" + EXIT_CODES)
+                       "--flash 1MB --quantize int8 --target cortex-m4 --verify -o out/\n\n" + exit_codes("compile"))
     c.add_argument("model", help=MODEL_HELP)
     add_program_options(c)
     c.add_argument("--target", choices=TARGETS, default="cortex-m4",
@@ -124,9 +128,10 @@ def add_commands(sub) -> None:
                    "(costs a second copy of the trained state in SRAM, counted in the memory report's peak and "
                    "checked against --sram); "
                    "default 1 (updates in place)")
-    c.add_argument("--samples", type=positive_int, default=DEFAULT_SAMPLES, metavar="N",
-                   help=f"training samples embedded in the firmware, one step each (default {DEFAULT_SAMPLES}): "
-                        f"from --calibrate's images when given, else random inputs and labels")
+    c.add_argument("--samples", type=count(MAX_SAMPLES), default=DEFAULT_SAMPLES, metavar="N",
+                   help=f"training samples embedded in the firmware, one step each (default {DEFAULT_SAMPLES}, "
+                        f"{at_most(MAX_SAMPLES)}): from --calibrate's images when given, else random inputs and "
+                        f"labels")
     c.add_argument("--verify", action="store_true",
                    help="build the project and run it (Cortex-M: under QEMU), print its losses and check them "
                         "against the reference runtime's (exit 5 on failure)")
@@ -148,18 +153,22 @@ def add_commands(sub) -> None:
                        "  edgetrain compile ... -o out/ && edgetrain train --resume out/program.ckpt --data mnist "
                        "-o runs/b\n  edgetrain train nets/mine.py:build --input 1x3x32x32 --data "
                        "cifar10:dl/cifar-10-python.tar.gz --val cifar10:dl/cifar-10-python.tar.gz -o runs/c\n\n"
-                       + EXIT_CODES)
+                       + exit_codes("train"))
     t.add_argument("model", nargs="?", help=MODEL_HELP + " (not with --resume / --init)")
     t.add_argument("--data", required=True, help="training images (a data set's train split): " + DATA_HELP)
     t.add_argument("-o", "--output", required=True, metavar="DIR", help="where checkpoints go (created)")
-    t.add_argument("--epochs", type=positive_int, default=1, help="train until this many epochs are done (default 1)")
-    t.add_argument("--seed", type=nonnegative_int, help="data order seed (default 0; a resumed run keeps its own)")
-    t.add_argument("--limit", type=positive_int, metavar="N", help="use N training images")
+    t.add_argument("--epochs", type=count(MAX_EPOCHS), default=1,
+                   help=f"train until this many epochs are done (default 1, {at_most(MAX_EPOCHS)})")
+    t.add_argument("--seed", type=seed, help="data order seed (default 0; a resumed run keeps its own; "
+                   f"{at_most(MAX_SEED)})")
+    t.add_argument("--limit", type=count(MAX_IMAGES), metavar="N",
+                   help=f"use N training images ({at_most(MAX_IMAGES)})")
     t.add_argument("--skip-bad-images", action="store_true",
                    help="leave unreadable (corrupt, truncated) images out with a warning instead of stopping")
     t.add_argument("--val", metavar="DATA", help="images to measure accuracy on after each epoch, as --data (a "
                    "data set's test split)")
-    t.add_argument("--val-limit", type=positive_int, metavar="N", help="use N validation images")
+    t.add_argument("--val-limit", type=count(MAX_IMAGES), metavar="N",
+                   help=f"use N validation images ({at_most(MAX_IMAGES)})")
     src = t.add_mutually_exclusive_group()
     src.add_argument("--resume", metavar="CKPT|DIR", help="continue the run of this checkpoint (a folder: its "
                      "furthest complete checkpoint)")
@@ -176,7 +185,7 @@ def add_commands(sub) -> None:
                        "convolution); checked to load into the model with load_state_dict before it is written."),
                        epilog="example:\n  edgetrain export runs/a --model-file nets/mine.py -o mine.safetensors\n"
                        "  python -c \"from safetensors.torch import load_file; model.load_state_dict(load_file('mine.safetensors'))\"\n\n"
-                       + EXIT_CODES)
+                       + exit_codes("export"))
     e.add_argument("checkpoint", metavar="CKPT|DIR", help="a checkpoint, or a folder (its furthest complete one)")
     e.add_argument("-o", "--output", required=True, metavar="FILE", help="the .safetensors file to write")
     add_trust_options(e)
@@ -195,16 +204,37 @@ def add_trust_options(p: argparse.ArgumentParser) -> None:
                         "records): only for checkpoints you trust")
 
 
-EXIT_CODES = """exit codes:
-  0  done
-  1  internal error (a bug: please report it with --traceback's output)
-  2  bad usage or input: options, model file, input shape, unsupported op, data, checkpoint
-  3  does not fit: the memory budget (the message says the smallest that fits) or the firmware's regions
-     (or a remat/paging schedule: no schedule fits the RAM budget and deadline)
-  4  training stopped on a non-finite loss or a blow-up (exploding loss or weights, saturated int8
-     weights; the weights from before that step are saved)
-  5  toolchain or firmware failure: C compiler, arm-none-eabi-gcc, QEMU, a firmware run that failed
-130  interrupted (Ctrl-C or SIGTERM; train saves its last good state first)"""
+#: demo: fine-tuning did not raise test accuracy (a result, not an error: 1 is a bug)
+NOT_IMPROVED = 6
+#: each exit code and what it means (EXIT_CODES: all of them; exit_codes(command): a command's own)
+EXIT_CODE_LINES = {
+    0: "  0  done",
+    1: "  1  internal error: a bug (the message names the file its traceback was saved to: please report it)",
+    2: "  2  bad usage or input: options, model file, input shape, unsupported op, data, checkpoint, or a path\n"
+       "     you named (missing, unreadable, not writable, a full disk)",
+    3: "  3  does not fit: the memory budget (the message says the smallest that fits) or the firmware's regions\n"
+       "     (or a remat/paging schedule: no schedule fits the RAM budget and deadline)",
+    4: "  4  training stopped on a non-finite loss or a blow-up (exploding loss or weights, saturated int8\n"
+       "     weights; the weights from before that step are saved)",
+    5: "  5  toolchain or firmware failure: C compiler, arm-none-eabi-gcc, QEMU, a firmware run that failed",
+    NOT_IMPROVED: f"  {NOT_IMPROVED}  demo only: fine-tuning did not raise the test accuracy",
+    130: "130  interrupted (Ctrl-C or SIGTERM, at any moment; train saves its last good state first)",
+}
+#: the exit codes each command can end with
+COMMAND_EXIT_CODES = {
+    "compile": (0, 1, 2, 3, 4, 5, 130), "train": (0, 1, 2, 3, 4, 5, 130), "export": (0, 1, 2, 5, 130),
+    "inspect": (0, 1, 2, 130), "demo": (0, 1, 2, 4, NOT_IMPROVED, 130), "profile": (0, 1, 2, 130),
+    "schedule": (0, 1, 2, 3, 130), "report": (0, 1, 2, 3, 130), "federate": (0, 1, 2, 4, 5, 130),
+}
+
+
+def exit_codes(command: Optional[str] = None) -> str:
+    """The 'exit codes:' table of `command`'s --help (all codes without one)."""
+    codes = COMMAND_EXIT_CODES[command] if command else sorted(EXIT_CODE_LINES)
+    return "\n".join(["exit codes:"] + [EXIT_CODE_LINES[c] for c in codes])
+
+
+EXIT_CODES = exit_codes()
 
 
 # --- train -------------------------------------------------------------------------------------------
@@ -306,7 +336,9 @@ def _run_train(args) -> int:
         calib = None
         if config.quantize == "int8":
             if args.calibrate:
-                calib = calibration_from(args, config, (mean, std))[0]
+                from .cli_compile import calibration
+
+                calib = calibration(args, config, (mean, std))[0]
             else:
                 calib = [calibration_batch(data, (c, h, w), mean, std, meta.seed)]
         t0 = time.perf_counter()
@@ -363,24 +395,94 @@ def run_export(args) -> int:
     return 0
 
 
-def exit_code_for(err: BaseException) -> Optional[int]:
-    """The exit code of an error raised by a command (None: not one of ours: internal)."""
-    from ..api import BudgetError
-    from ..backends.c import CBackendError
-    from ..program import NonFiniteLossError
-    from ..remat.plan import Infeasible
-    from .train import TrainingStopped
-
+def exit_code_for(err: BaseException, paths: Sequence[str] = ()) -> Optional[int]:
+    """The exit code of an error raised by a command; None: a bug (exit 1). 2 is the user's
+    input: ValueError (the project's input errors derive from it), the project's own data and
+    file errors, and an OSError about a path the user named (`paths`: the command's argument
+    texts) or a full disk; a TypeError, a plain RuntimeError or an OSError elsewhere is a bug.
+    Imports nothing for an interrupt: a signal may have cut an import short (torch half loaded)."""
+    if isinstance(err, KeyboardInterrupt):
+        return 130
+    try:
+        from ..api import BudgetError
+        from ..backends.c import CBackendError
+        from ..program import NonFiniteLossError
+        from ..remat.plan import Infeasible
+        from .train import TrainingStopped
+    except Exception:  # an import that fails now: the error is reported as internal, with its traceback
+        return None
     if isinstance(err, (BudgetError, Infeasible)):
         return 3
     if isinstance(err, TrainingStopped):
         return 4 if err.reason in ("non-finite", "diverged") else 130
     if isinstance(err, NonFiniteLossError):
         return 4
-    if isinstance(err, KeyboardInterrupt):
-        return 130
     if isinstance(err, CBackendError):
         return 3 if "overflowed" in str(err) else 5
-    if isinstance(err, (ValueError, TypeError, RuntimeError, OSError)):
+    if isinstance(err, ValueError) or out_of_memory(err):
         return 2
+    ours = type(err).__module__.startswith("edgetrain.")
+    if isinstance(err, OSError):
+        return 2 if ours or about_user_path(err, paths) else None
+    if isinstance(err, (RuntimeError, pickle.UnpicklingError)):
+        return 2 if ours else None  # DataError, a refused pickle; torch's and plain RuntimeErrors are bugs
     return None
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """A MemoryError, or torch's allocator refusing a size (what the input asked for does not fit
+    this machine: the user's input, not a bug)."""
+    return isinstance(err, MemoryError) or (isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
+
+
+#: errno values that are about the disk the user chose rather than about a file: a full disk or quota
+_DISK_ERRNOS = ("ENOSPC", "EDQUOT")
+
+
+def user_paths(args) -> list[str]:
+    """The texts of a command's arguments that may name a path (NAME:PATH and FILE:FACTORY split)."""
+    found = []
+    for v in vars(args).values():
+        for t in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(t, (str, Path)) and str(t):
+                t = str(t)
+                found.append(t)
+                if ":" in t:
+                    head, _, tail = t.rpartition(":")
+                    found += [x for x in (head, tail) if x]
+    return found
+
+
+def about_user_path(err: OSError, paths: Sequence[str]) -> bool:
+    """Whether `err` is about a path the user named (the path, a file under it or a folder above
+    it), or a full disk."""
+    import errno
+    import os
+
+    if any(err.errno == getattr(errno, name, None) for name in _DISK_ERRNOS):
+        return True
+    named = []
+    for t in paths:
+        try:
+            named.append(Path(t).expanduser().resolve())
+        except (OSError, RuntimeError, ValueError):
+            continue
+    files = [f for f in (err.filename, err.filename2) if isinstance(f, (str, bytes, os.PathLike))]
+    for f in files:
+        try:
+            f = Path(os.fsdecode(f)).expanduser().resolve()
+        except (OSError, RuntimeError, ValueError):
+            continue
+        if any(f == n or n in f.parents or f in n.parents for n in named):
+            return True
+    if not files:  # a message that names the path instead (an OSError edgetrain raised with a text)
+        text = str(err)
+        return any(t in text for t in paths if "/" in t or "." in t or _exists(t))
+    return False
+
+
+def _exists(path: str) -> bool:
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):  # a name too long, a NUL in it
+        return False

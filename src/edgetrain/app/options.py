@@ -13,6 +13,50 @@ import re
 #: the largest memory budget an option takes (1 TiB): more is a typo (or an overflow), not a device
 MAX_BUDGET_BYTES = 1 << 40
 
+# The largest value of every count, size, seed and factor the command line takes. Beyond these
+# nothing here can run: --samples 1e20 grew memory without bound, --workers 100000 became 100000
+# Ray processes, --fraction 1e308 overflowed, --momentum 1e308 compiled an infinite momentum, and a
+# huge --batch / --size / --classes failed inside torch with a 20-line C++ backtrace. Each option's
+# help states its bound (`at_most`), and a larger value is a usage error (exit 2, one line).
+#: examples in one training step (a zoo model's --batch, federate's --batch)
+MAX_BATCH = 4096
+#: pixels on an image side (--size): 3 x 4096 x 4096 float32 is 200 MB per example
+MAX_IMAGE_SIDE = 4096
+#: output classes (--classes): 2^18 holds a 256k-token vocabulary
+MAX_CLASSES = 1 << 18
+#: firmware samples (compile --samples): each is one step, all embedded in the program's data
+MAX_SAMPLES = 1024
+#: images taken from a data set (--limit, --train-images, --calibrate-images, ...): 10^8 is more
+#: than any set this reads (ImageNet-21k has 1.4 x 10^7)
+MAX_IMAGES = 10 ** 8
+#: passes over the data (--epochs), federated rounds (--rounds)
+MAX_EPOCHS = 100_000
+#: steps per client and round (federate --local-steps)
+MAX_STEPS = 10 ** 7
+#: simulated devices (federate --clients): each holds a compiled program in memory
+MAX_CLIENTS = 1000
+#: Ray CPUs (federate --workers): one process each; federated/flower.py also holds it to this
+#: machine's CPUs
+MAX_WORKERS = 256
+#: seeds: every generator used (numpy's, torch's, the C runtime's) takes 32 bits
+MAX_SEED = 2 ** 32 - 1
+#: --fraction: the budget as a multiple of plain back-propagation's activations; past 1 the
+#: budget constrains nothing, past this it is a typo
+MAX_FRACTION = 10.0
+#: seconds (--deadline, --time-limit): a week
+MAX_SECONDS = 7 * 24 * 3600.0
+#: --deadline-factor: a multiple of the plain step's time
+MAX_FACTOR = 1e6
+#: SGD momentum: past 1 the velocity grows without bound (1e308 compiled an infinite momentum)
+MAX_MOMENTUM = 1.0
+#: SGD weight decay: past 1 a step can flip every weight's sign
+MAX_WEIGHT_DECAY = 1.0
+
+
+def at_most(maximum) -> str:
+    """The words an option's help ends with: 'at most 4,096'."""
+    return f"at most {maximum:,}" if isinstance(maximum, int) else f"at most {maximum:g}"
+
 
 def _number(text: str, kind, what: str):
     try:
@@ -35,6 +79,44 @@ def nonnegative_int(text: str) -> int:
     if v < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
     return v
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+
+
+def count(maximum: int):
+    """The argparse type of a count or size from 1 to `maximum` (a MAX_* above)."""
+    def read(text: str) -> int:
+        v = _number(text, int, "a positive integer")
+        if not 1 <= v <= maximum:
+            raise argparse.ArgumentTypeError(f"expected an integer from 1 to {maximum:,}, got {_shown(text)!r}")
+        return v
+
+    read.__name__ = f"count_at_most_{maximum}"
+    return read
+
+
+def seed(text: str) -> int:
+    """A seed: 0 .. MAX_SEED."""
+    v = _number(text, int, "an integer >= 0")
+    if not 0 <= v <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_SEED:,}, got {_shown(text)!r}")
+    return v
+
+
+def bounded_float(maximum: float, zero: bool = False):
+    """The argparse type of a finite number > 0 (>= 0 with `zero`) and at most `maximum`."""
+    low = ">= 0" if zero else "> 0"
+
+    def read(text: str) -> float:
+        v = _number(text, float, f"a number {low}")
+        if not (math.isfinite(v) and (v >= 0 if zero else v > 0) and v <= maximum):
+            raise argparse.ArgumentTypeError(f"expected a number {low} and {at_most(maximum)}, got {_shown(text)!r}")
+        return v
+
+    read.__name__ = f"number_at_most_{maximum:g}"
+    return read
 
 
 def finite_float(text: str) -> float:
@@ -65,7 +147,7 @@ def byte_size(text: str) -> str:
     the text the user wrote (the commands and checkpoints store it), checked here."""
     from ..config import parse_bytes
 
-    shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+    shown = _shown(text)
     try:
         n = parse_bytes(text, "size")
     except ValueError as err:

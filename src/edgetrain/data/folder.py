@@ -31,6 +31,11 @@ class FolderError(DataError):
     """An image folder cannot be used as it is (its message lists the files at fault)."""
 
 
+class SingleClassWarning(UserWarning):
+    """Training images of one class only: a classifier learns nothing from them (every label is
+    the same; the loss falls by predicting that class)."""
+
+
 @dataclass
 class ImageSet:
     """uint8 images (N, H, W) or (N, H, W, 3), int64 labels, class names, and where they are from."""
@@ -224,4 +229,11 @@ def load_images(data: str, shape: tuple[int, int, int], *, split: str = "train",
     if limit is not None and limit < len(s):
         keep = np.sort(np.random.default_rng(0).permutation(len(s))[:limit])
         s = ImageSet(s.images[keep], s.labels[keep], s.classes, s.source, s.skipped, tuple(s.files[i] for i in keep))
+    present = np.unique(s.labels)
+    if split == "train" and len(present) == 1:
+        import warnings
+
+        warnings.warn(SingleClassWarning(
+            f"{data}: all {len(s)} training images are of one class ({s.classes[int(present[0])]!r}); a single "
+            f"class cannot teach a classifier: add a folder per class"), stacklevel=2)
     return s

@@ -106,12 +106,30 @@ def sparse_fedavg(job: FederatedJob, setup, on_round: Callable[[list], None]):
                         min_available_nodes=job.clients)
 
 
+#: Ray CPUs allowed on a machine with fewer CPUs than this (two workers on one CPU only take turns)
+MIN_WORKER_LIMIT = 2
+
+
+def check_workers(workers: int) -> int:
+    """`workers`, checked against this machine: Flower starts one Ray actor (a process) per CPU it
+    is given, so more than the machine has only starts processes that wait (100000 hung); at most
+    its CPUs (or MIN_WORKER_LIMIT)."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    limit = max(cpus, MIN_WORKER_LIMIT)
+    if workers > limit:
+        raise ValueError(f"{workers} workers: this machine has {cpus} CPUs and Ray starts a process for each "
+                         f"worker; use at most {limit}")
+    return workers
+
+
 def run_flower(job: FederatedJob, workers: int = 2, log: Optional[Callable[[RoundRecord], None]] = None,
                quiet: bool = True) -> FederatedResult:
     """The federated run simulated by Flower on a local Ray with `workers` CPUs (one client per
-    CPU at a time); FlowerMissing when Flower is not installed."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    CPU at a time, at most this machine's CPUs: check_workers); FlowerMissing when Flower is not
+    installed."""
+    check_workers(workers)
     require_flower()
     import ray
     from flwr.app import ArrayRecord, Array, MetricRecord

@@ -345,7 +345,7 @@ def _solve(problem: ScheduleProblem, ram, deadline, time_limit, solver, remat, p
     full = _Model(problem, budget, deadline, remat, paging)
     infeasible, x, lp_bound = _relaxation(full, time_limit / 4)
     if infeasible:
-        raise Infeasible(_why(problem, ram, deadline, solver, remat, paging, search.left(time_limit)))
+        raise _why(problem, ram, deadline, solver, remat, paging, search.left(time_limit))
     search.bound = lp_bound * full.escale
     search.offer(_warm_start(problem, ram, deadline, remat, paging, full, x))
     if remat and paging:
@@ -366,7 +366,7 @@ def _solve(problem: ScheduleProblem, ram, deadline, time_limit, solver, remat, p
     else:  # no greedy schedule fits (a deadline, say): let HiGHS find one first
         optimal, infeasible = search.run(full, search.left(time_limit), mip_rel_gap, True, first=True)
     if infeasible and search.best is None:
-        raise Infeasible(_why(problem, ram, deadline, solver, remat, paging, search.left(time_limit)))
+        raise _why(problem, ram, deadline, solver, remat, paging, search.left(time_limit))
     if not optimal and remat:
         for depth in DEPTHS:
             if search.left(time_limit) <= 0 or search.done(mip_rel_gap):
@@ -395,19 +395,19 @@ def _retag(s: Schedule, solver, t0, gap, status) -> Schedule:
                          status=status)
 
 
-def _why(problem, ram, deadline, solver, remat, paging, time_limit) -> str:
-    """An infeasible (ram, deadline): the smallest RAM that fits, from the same model with
-    the budget as the objective."""
+def _why(problem, ram, deadline, solver, remat, paging, time_limit) -> Infeasible:
+    """An infeasible (ram, deadline): the error, with the smallest RAM that fits from the same
+    model with the budget as the objective (the best found when not proven)."""
     model = _Model(problem, None, deadline, remat, paging, min_ram=True)
     optimal, infeasible, x, info = _highs(model, max(MIN_HIGHS_S, time_limit), 1e-6)
     what = f"{solver}: no schedule fits ram={ram:,} bytes" + (f" and deadline {deadline:.4g} s" if deadline else "")
     if x is None:
-        return what
+        return Infeasible(what)
     lo = problem.fixed_ram + int(np.ceil(float(info.mip_dual_bound) * KIB - 1e-6))
     hi = problem.fixed_ram + int(np.ceil(x[model.bcol] * KIB - 1e-6))
     if optimal:
-        return f"{what}; the smallest RAM that fits is {hi:,} bytes"
-    return f"{what}; the smallest RAM that fits is between {lo:,} and {hi:,} bytes"
+        return Infeasible(f"{what}; the smallest RAM that fits is {hi:,} bytes", hi)
+    return Infeasible(f"{what}; the smallest RAM that fits is between {lo:,} and {hi:,} bytes", hi)
 
 
 def solve_milp(problem: ScheduleProblem, ram: Optional[int] = None, deadline: Optional[float] = None,

@@ -23,7 +23,12 @@ class ScheduleError(ValueError):
 
 
 class Infeasible(ValueError):
-    """No schedule fits the RAM budget and the deadline."""
+    """No schedule fits the RAM budget and the deadline. `smallest_ram`: the smallest RAM (bytes)
+    a schedule meets within the deadline, when the solver found it (None: not known)."""
+
+    def __init__(self, message: str, smallest_ram: Optional[int] = None):
+        super().__init__(message)
+        self.smallest_ram = smallest_ram
 
 
 class Decision(enum.Enum):

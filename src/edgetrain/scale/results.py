@@ -67,7 +67,7 @@ class ResultsFile:
             raise ScaleError(f"a piece saved to a results file needs a text key, got {type(key).__name__}")
         try:
             line = json.dumps({"key": key, "value": value}, allow_nan=False, separators=(",", ":"))
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, RecursionError) as err:
             raise ScaleError(f"the result of piece {key!r} cannot be saved as JSON: {err}") from None
         if json.loads(line)["value"] != value:
             raise ScaleError(f"the result of piece {key!r} does not survive JSON (tuples or non-text keys?): "
@@ -84,6 +84,6 @@ class ResultsFile:
     def _parse(self, line: bytes, number: int) -> Any:
         try:
             return json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:  # a line nested 100k deep
             raise ScaleError(f"{self.path} line {number} is damaged ({err}): delete the file or pass another "
                              f"path") from None
