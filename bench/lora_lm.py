@@ -6,7 +6,7 @@ int4 base, executed (issue 32, deliverable 5).
     PYTHONPATH=src python bench/lora_lm.py [--case smollm2-135m|qwen2.5-0.5b|tiny] [--threads 1 2] [--steps 3]
         [--peer-dtypes float32 bfloat16] [--frozen none int8 int4] [--smallest int4|none] [--time-limit 120]
         [--work DIR] [--out docs/results/lora-lm.jsonl]
-    PYTHONPATH=src python bench/lora_lm.py --tables docs/results/lora-lm.jsonl   # the tables of saved rows
+    PYTHONPATH=src python bench/lora_lm.py --tables docs/results/lora-lm.jsonl [--max-load 2]   # saved rows
 
 A case is a transformers config with a published model's sizes and random init (seeded):
 "smollm2-135m" (LlamaConfig: hidden 576, 30 layers, 9 heads, 3 KV heads, intermediate 1536, vocab 49,152,
@@ -172,10 +172,9 @@ def smallest_schedule(et, prog, time_limit: float, mip_gap: float):
     try:
         sched, ram = et.schedule(prog, device="a72", ram=lb, time_limit=time_limit, mip_rel_gap=mip_gap), lb
     except Infeasible as e:
-        m = re.search(r"smallest RAM that fits is (?:between [\d,]+ and )?([\d,]+) bytes", str(e))
-        if not m:
+        if e.smallest_ram is None:
             raise RuntimeError(f"no schedule at the lower bound {lb:,} and no smallest RAM reported: {e}") from e
-        ram = int(m.group(1).replace(",", ""))
+        ram = e.smallest_ram
         facts["infeasible_at_lower_bound"] = str(e)[:300]
         sched = et.schedule(prog, device="a72", ram=ram, time_limit=time_limit, mip_rel_gap=mip_gap)
     facts.update(budget=ram, schedule_s=round(time.perf_counter() - t, 2), schedule_peak=sched.peak_bytes,
@@ -236,10 +235,36 @@ def table(rows, case: str) -> str:
         mod = f"{r['modelled_kb'] / 1024:.1f}" if "modelled_kb" in r else "-"
         p = peer.get(r["threads"])
         rss = f"{r['peak_rss_kb'] / p['peak_rss_kb']:.3f}" if p else "-"
-        speed = f"{r['step_s'] / p['step_s']:.2f}" if p and p["step_s"] else "-"
+        slow = "time_under_load" in r or (p is not None and "time_under_load" in p)
+        speed = f"{r['step_s'] / p['step_s']:.2f}" if p and p["step_s"] and not slow else "-"
+        step = f"{r['step_s']:.3f}" + (f" (load {r['time_under_load']:.1f})" if "time_under_load" in r else "")
         out.append(f"| {r['system']} | {w} | {sch} | {r['threads']} | {r['peak_rss_kb'] / 1024:.1f} | {rss} | {mod} | "
-                   f"{r['step_s']:.3f} | {speed} | {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f} |")
+                   f"{step} | {speed} | {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f} |")
     return "\n".join(out)
+
+
+def saved_tables(path: Path, max_load=None) -> str:
+    """The tables of the rows in `path`: per configuration (case, system, weights, schedule,
+    threads) the last row measured at a 1-minute load average of at most `max_load` (any load
+    when None); when every row of a configuration was measured above it, the least loaded one,
+    its time marked with the load (other jobs on the machine slowed it; its memory figures hold)."""
+    last, loaded = {}, {}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        key = (r["case"], r["system"], r.get("dtype") or r.get("frozen"), r.get("schedule"), r["threads"])
+        if max_load is not None and r.get("loadavg_1m", 0.0) > max_load:
+            if key not in loaded or r["loadavg_1m"] <= loaded[key]["loadavg_1m"]:
+                loaded[key] = {**r, "time_under_load": r["loadavg_1m"]}
+            continue
+        last[key] = r
+    last.update({k: r for k, r in loaded.items() if k not in last})
+    out = []
+    for c in dict.fromkeys(k[0] for k in last):
+        mine = sorted((r for k, r in last.items() if k[0] == c), key=lambda r: r["system"] != "pytorch+peft")
+        out.append(table(mine, c))
+    return "\n\n".join(out)
 
 
 def main(argv=None) -> int:
@@ -256,16 +281,17 @@ def main(argv=None) -> int:
     ap.add_argument("--mip-gap", type=float, default=0.01)
     ap.add_argument("--work", default="/tmp/edgetrain-lora-lm")
     ap.add_argument("--out", default=None, help="append the JSON lines here (docs/results/lora-lm.jsonl)")
-    ap.add_argument("--tables", metavar="JSONL", help="print the tables of rows this script wrote (no run)")
+    ap.add_argument("--tables", metavar="JSONL", help="print the tables of rows this script wrote (no run): of "
+                    "rows of one configuration, the last one measured under --max-load")
+    ap.add_argument("--max-load", type=float, default=None,
+                    help="with --tables: leave out rows measured while the 1-minute load average was above this "
+                         "(other jobs on the machine skew their timings)")
     ap.add_argument("--worker", nargs=3, metavar=("DTYPE", "THREADS", "STEPS"), help=argparse.SUPPRESS)
     ap.add_argument("--adapters", default="", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     case = "tiny" if a.tiny else a.case
     if a.tables:
-        rows = [json.loads(line) for line in Path(a.tables).read_text().splitlines() if line.strip()]
-        for c in dict.fromkeys(r["case"] for r in rows):
-            mine = sorted((r for r in rows if r["case"] == c), key=lambda r: r["system"] != "pytorch+peft")
-            print(table(mine, c), end="\n\n")
+        print(saved_tables(Path(a.tables), a.max_load))
         return 0
     if a.worker:
         print(json.dumps(peer_worker(case, a.worker[0], int(a.worker[1]), int(a.worker[2]), a.adapters)))

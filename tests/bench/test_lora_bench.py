@@ -56,6 +56,14 @@ def test_lora_lm_tables_of_saved_rows(lm_rows, tmp_path, capsys):
     assert lora_lm.main(["--tables", str(saved)]) == 0
     out = capsys.readouterr().out
     assert "| edgetrain | int4 | smallest" in out and "| pytorch+peft | float32 | - | 1 |" in out
+    # a configuration measured twice: the last row; one measured only over --max-load: its time marked
+    quiet = [{**r, "loadavg_1m": 0.0} for r in lm_rows]
+    again = {**quiet[0], "step_s": 123.456}
+    loaded = {**quiet[1], "loadavg_1m": 50.0}
+    saved.write_text("".join(json.dumps(r) + "\n" for r in [loaded] + quiet[:1] + quiet[2:] + [again]))
+    out = lora_lm.saved_tables(saved, max_load=2.0)
+    assert "123.456" in out and out.count("\n|") == len(lm_rows) + 2  # the header's two lines, then each one
+    assert out.count("(load 50.0)") == 1  # measured only under load: kept, its time marked
 
 
 def test_lora_accuracy_tiny(tmp_path):
