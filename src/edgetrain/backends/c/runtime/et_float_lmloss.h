@@ -160,6 +160,23 @@ static inline void ET_LM(et_lm_logits)(const ET_LM_T *H, const ET_LM_T *W, const
 #endif
 }
 
+/* DH (R, K) += Z (R, c) W_c, W_c the weight rows [v0, v0 + c), a span of a row at a time (the
+ * portable kernels' GEMM; the BLAS build multiplies the whole chunk) */
+static inline void ET_LM(et_lm_dh_add)(const ET_LM_T *Z, const ET_LM_T *W, const int8_t *wq, const float *scale,
+                                       int bits, int group, ET_LM_T *DH, long R, long K, long v0, long c) {
+    ET_LM_T buf[ET_QW_CHUNK];
+    for (long j = 0; j < c; ++j)
+        for (long k0 = 0; k0 < K; k0 += ET_QW_CHUNK) {
+            const long k1 = K - k0 < ET_QW_CHUNK ? K : k0 + ET_QW_CHUNK;
+            const ET_LM_T *w = ET_LM(et_lm_span)(W, wq, scale, bits, group, v0 + j, k0, k1, K, buf);
+            for (long r = 0; r < R; ++r) {
+                const ET_LM_T pj = Z[(size_t)r * c + j];
+                ET_LM_T *dh = DH + (size_t)r * K + k0;
+                for (long k = 0; k < k1 - k0; ++k) dh[k] += pj * w[k];
+            }
+        }
+}
+
 /* the mean cross entropy of the logits H W^T (+ B) against the labels */
 static inline ET_LM_T ET_LM(et_linear_ce)(const ET_LM_T *H, const ET_LM_T *W, const int8_t *wq, const float *scale,
                                           int bits, int group, const ET_LM_T *B, const void *lab, int lab64, long R,
@@ -242,19 +259,7 @@ static inline void ET_LM(et_linear_ce_grad_h)(double k, const ET_LM_T *H, const 
 #if defined(ET_BLAS) && ET_LM_IS_FLOAT
         et_sgemm(0, 0, (int)R, (int)K, (int)c, Z, (int)c, Wc, (int)K, 1.f, DH, (int)K);
 #else
-        {
-            ET_LM_T buf[ET_QW_CHUNK];
-            for (long j = 0; j < c; ++j)
-                for (long k0 = 0; k0 < K; k0 += ET_QW_CHUNK) {
-                    const long k1 = K - k0 < ET_QW_CHUNK ? K : k0 + ET_QW_CHUNK;
-                    const ET_LM_T *w = ET_LM(et_lm_span)(W, wq, scale, bits, group, v0 + j, k0, k1, K, buf);
-                    for (long r = 0; r < R; ++r) {
-                        const ET_LM_T pj = Z[(size_t)r * c + j];
-                        ET_LM_T *dh = DH + (size_t)r * K + k0;
-                        for (long kk = 0; kk < k1 - k0; ++kk) dh[kk] += pj * w[kk];
-                    }
-                }
-        }
+        ET_LM(et_lm_dh_add)(Z, W, wq, scale, bits, group, DH, R, K, v0, c);
 #endif
     }
     ET_LM_T buf[ET_QW_CHUNK];
@@ -347,19 +352,7 @@ static inline void ET_LM(et_linear_ce_grad)(ET_LM_T g, const ET_LM_T *H, const E
         }
         if (DW) et_sgemm(1, 0, (int)c, (int)K, (int)R, Z, (int)c, H, (int)K, 0.f, DW + (size_t)v0 * K, (int)K);
 #else
-        if (DH) {
-            ET_LM_T buf[ET_QW_CHUNK];
-            for (long j = 0; j < c; ++j)
-                for (long k0 = 0; k0 < K; k0 += ET_QW_CHUNK) {
-                    const long k1 = K - k0 < ET_QW_CHUNK ? K : k0 + ET_QW_CHUNK;
-                    const ET_LM_T *w = ET_LM(et_lm_span)(W, wq, scale, bits, group, v0 + j, k0, k1, K, buf);
-                    for (long r = 0; r < R; ++r) {
-                        const ET_LM_T pj = Z[(size_t)r * c + j];
-                        ET_LM_T *dh = DH + (size_t)r * K + k0;
-                        for (long k = 0; k < k1 - k0; ++k) dh[k] += pj * w[k];
-                    }
-                }
-        }
+        if (DH) ET_LM(et_lm_dh_add)(Z, W, wq, scale, bits, group, DH, R, K, v0, c);
         if (DW)
             for (long j = 0; j < c; ++j) {
                 ET_LM_T *dw = DW + (size_t)(v0 + j) * K;
