@@ -47,8 +47,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -199,7 +197,7 @@ def edgetrain_rows(case: str, frozens, threads, steps: int, work: Path, smallest
                           optimizer=et.SGD(lr=LR), frozen=frozen)
         base = {"system": "edgetrain", "frozen": frozen or "float32", "compile_s": round(time.perf_counter() - t, 2),
                 "trained_tensors": len(prog.trainable)}
-        initial = {k: torch.from_numpy(np.array(v)) for k, v in prog.state_dict().items()}
+        initial = {k: v.detach().clone() for k, v in prog.state_dict().items()}  # torch tensors (peft's keys)
         if not adapters.exists():
             adapters.parent.mkdir(parents=True, exist_ok=True)
             torch.save(initial, adapters)
