@@ -105,6 +105,38 @@ def merge_lifetimes(lifetimes: Sequence[Lifetime],
     return merged, {lt.root: find(lt.root) for lt in lifetimes}
 
 
+def storage_spans(lifetimes: Sequence[Lifetime], merges: Sequence[tuple[Value, Value]] = (),
+                  alignment: int = ALIGNMENT) -> list[tuple[Lifetime, int, int, int]]:
+    """Who holds each arena storage when, with in-place reuse: (member lifetime, first node,
+    last node, the storage's aligned bytes) for every lifetime holding bytes. A storage joined
+    by `merges` is held by each member from its own start until the next member starts (the
+    last one to the storage's end), so at each node a storage counts once. Storages live at
+    one node have disjoint addresses in any valid plan: their bytes at a node add up to at
+    most the arena's size."""
+    joined, storage = merge_lifetimes(lifetimes, merges)
+    size = {lt.root: align_up(lt.nbytes, alignment) for lt in joined}
+    end = {lt.root: lt.end for lt in joined}
+    members: dict[Value, list[Lifetime]] = {}
+    for lt in sorted(lifetimes, key=lambda x: x.start):
+        members.setdefault(storage[lt.root], []).append(lt)
+    spans = []
+    for root, ms in members.items():
+        for k, m in enumerate(ms):
+            last = ms[k + 1].start - 1 if k + 1 < len(ms) else end[root]
+            if size[root] and last >= m.start:
+                spans.append((m, m.start, last, size[root]))
+    return spans
+
+
+def held_bytes_timeline(spans: Sequence[tuple[Lifetime, int, int, int]], nodes: int) -> list[int]:
+    """Arena bytes held at each of `nodes` nodes (`storage_spans`' storages, each once)."""
+    delta = np.zeros(nodes + 1, dtype=np.int64)
+    for _, a, b, n in spans:
+        delta[a] += n
+        delta[b + 1] -= n
+    return np.cumsum(delta[:-1]).tolist()
+
+
 def peak_live_bytes(lifetimes: Sequence[Lifetime], alignment: int = ALIGNMENT) -> int:
     """Max over time of the aligned bytes of the lifetimes live at that time."""
     events = sorted([(lt.start, align_up(lt.nbytes, alignment)) for lt in lifetimes]

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 
 from ..ir import Graph, Role
-from .arena import ArenaPlan, plan_arena
+from .arena import ArenaPlan, held_bytes_timeline, plan_arena, storage_spans
 from .liveness import inplace_merges, lifetimes, live_bytes_timeline
 
 
@@ -37,6 +37,10 @@ class MemoryReport:
     firmware: object = field(default=None, compare=False)
     #: of `trainable_bytes`, the optimizer's state (SGD momentum buffers)
     optimizer_bytes: int = 0
+    #: arena bytes held at each node with in-place reuse (each storage once, aligned): what
+    #: the planned arena holds then, never above `arena_bytes` (`timeline` counts an in-place
+    #: result and the input it overwrites twice)
+    held_timeline: tuple[int, ...] = ()
 
     @property
     def flash_bytes(self) -> int:
@@ -55,7 +59,7 @@ class MemoryReport:
                 + (f"; firmware: {self.firmware.describe()}" if self.firmware is not None else ""))
 
     def plot(self, path) -> str:
-        """Draw live activation bytes per node (PNG) and return the path (reports/memory_timeline.py)."""
+        """Draw the arena bytes held per node (PNG) and return the path (reports/memory_timeline.py)."""
         from ..reports.memory_timeline import plot_timeline
 
         return plot_timeline(self, path)
@@ -79,7 +83,8 @@ def plan_memory(g: Graph, ram_inputs: Iterable[str], trainable: Iterable[str],
     rest of the tensor stays in flash (the weight is stored as its two parts)."""
     ram_inputs, trainable, sram_bytes = set(ram_inputs), set(trainable), dict(sram_bytes or {})
     lts = lifetimes(g, ram_inputs)
-    arena = plan_arena(lts, merges=inplace_merges(g, lts))
+    merges = inplace_merges(g, lts)
+    arena = plan_arena(lts, merges=merges)
     timeline = live_bytes_timeline(g, lts)
     peak_step = max(range(len(timeline)), key=timeline.__getitem__) if timeline else 0
     activation = timeline[peak_step] if timeline else sum(lt.nbytes for lt in lts)
@@ -98,4 +103,5 @@ def plan_memory(g: Graph, ram_inputs: Iterable[str], trainable: Iterable[str],
                         frozen_bytes=frozen, weight_bytes=weights, peak_step=peak_step,
                         peak_op=g.nodes[peak_step].op if g.nodes else "",
                         timeline=tuple(timeline), ops=tuple(n.op for n in g.nodes),
-                        arena_bytes=arena.size, arena=arena, optimizer_bytes=optimizer)
+                        arena_bytes=arena.size, arena=arena, optimizer_bytes=optimizer,
+                        held_timeline=tuple(held_bytes_timeline(storage_spans(lts, merges), len(g.nodes))))

@@ -23,3 +23,23 @@ def save(fig, path) -> str:
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return str(path)
+
+
+def legend_outside(ax, **kw) -> None:
+    """The legend to the right of the axes, where it covers no data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, **kw)
+
+
+def integer_ticks(axis) -> None:
+    """Ticks on whole numbers only (layer and node indices)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def byte_unit(largest: float) -> tuple[str, int]:
+    """The unit an axis of byte counts up to `largest` is drawn in (config.format_bytes' units):
+    KB below 1 MB, else MB."""
+    from ..config import UNITS
+
+    return ("KB", UNITS["KB"]) if largest < UNITS["MB"] else ("MB", UNITS["MB"])

@@ -13,17 +13,21 @@ from pathlib import Path
 import numpy as np
 
 from ..ir import Role, ram_inputs
-from ..memory.liveness import lifetimes
-from .figures import pyplot, save
+from ..memory.arena import storage_spans
+from ..memory.liveness import inplace_merges, lifetimes
+from ..config import format_bytes
+from .figures import byte_unit, integer_ticks, legend_outside, pyplot, save
 
 KINDS = ("input data", "forward activations", "backward: gradients and temporaries")
 _COLOURS = ("#8172b2", "#4c72b0", "#dd8452")
 
 
 def memory_by_kind(prog) -> tuple[np.ndarray, int]:
-    """(3, nodes) live bytes per kind at each node of the training graph (input data,
-    values made in the forward phase, values made in the backward) and the position where
-    the backward starts (the first node reading the label)."""
+    """(3, nodes) arena bytes held per kind at each node of the training graph (input data,
+    values made in the forward phase, values made in the backward), with in-place reuse as
+    the arena planner counts it (memory.arena.storage_spans: a storage counts once, for the
+    value holding it then), and the position where the backward starts (the first node
+    reading the label). The kinds add up to `prog.memory.held_timeline`, never above the arena."""
     g = prog.train_graph
     ram = set(ram_inputs(g))
     n = len(g.nodes)
@@ -31,39 +35,43 @@ def memory_by_kind(prog) -> tuple[np.ndarray, int]:
     b0 = next((i for i, nd in enumerate(g.nodes) if any(v in label for v in nd.inputs)), n)
     out = np.zeros((3, n + 1), dtype=np.int64)
     produced = {o: i for i, nd in enumerate(g.nodes) for o in nd.outputs}
-    for lt in lifetimes(g, ram):
+    lts = lifetimes(g, ram)
+    for lt, first, last, nbytes in storage_spans(lts, inplace_merges(g, lts)):
         p = produced.get(lt.root)
         kind = 0 if p is None else (1 if p < b0 else 2)
-        out[kind, lt.start] += lt.nbytes
-        out[kind, lt.end + 1] -= lt.nbytes
+        out[kind, first] += nbytes
+        out[kind, last + 1] -= nbytes
     return np.cumsum(out, axis=1)[:, :n], b0
 
 
 def plot_memory(prog, path, title: str = "") -> str:
-    """Stacked live bytes per kind over the training step, with the trained weights (RAM)
-    and the arena size marked; PNG at `path`."""
+    """Stacked RAM per kind over the training step: the trained weights and optimizer state,
+    then the arena bytes held per kind (with in-place reuse), under the planned peak (arena +
+    trained weights); PNG at `path`."""
     plt = pyplot()
     kinds, b0 = memory_by_kind(prog)
     m = prog.memory
     x = np.arange(kinds.shape[1])
-    fig, ax = plt.subplots(figsize=(10, 4))
-    base = m.trainable_bytes / 1024
+    fig, ax = plt.subplots(figsize=(11, 4))
+    unit, div = byte_unit(m.peak_bytes)
+    base = m.trainable_bytes / div
     ax.fill_between(x, 0, np.full(len(x), base), step="mid", color="#55a868", alpha=0.7,
-                    label=f"trained weights + optimizer state ({base:,.1f} KB)")
+                    label=f"trained weights + optimizer state ({format_bytes(m.trainable_bytes)})")
     acc = np.full(len(x), base)
     for k, name in enumerate(KINDS):
-        top = acc + kinds[k] / 1024
+        top = acc + kinds[k] / div
         ax.fill_between(x, acc, top, step="mid", color=_COLOURS[k], alpha=0.75, label=name)
         acc = top
-    ax.axhline((m.arena_bytes + m.trainable_bytes) / 1024, color="k", lw=0.8, ls="--",
-               label=f"planned peak {m.peak_bytes / 1024:,.1f} KB (arena + weights)")
+    ax.axhline((m.arena_bytes + m.trainable_bytes) / div, color="k", lw=0.8, ls="--",
+               label=f"planned peak {format_bytes(m.peak_bytes)} (arena + weights)")
     if b0 < len(x):
         ax.axvline(b0 - 0.5, color="0.4", lw=0.8, ls=":")
         ax.text(b0, 0.02, " backward →", transform=ax.get_xaxis_transform(), fontsize=8, color="0.2")
     ax.set_xlabel("node (schedule order)")
-    ax.set_ylabel("RAM, KB")
-    ax.set_title(title or f"training memory; flash (read-only weights) {m.frozen_bytes / 1024:,.1f} KB", fontsize=9)
-    ax.legend(loc="upper right", fontsize=7)
+    ax.set_ylabel(f"RAM, {unit}")
+    ax.set_title(title or f"training memory; flash (read-only weights) {format_bytes(m.frozen_bytes)}", fontsize=9)
+    integer_ticks(ax.xaxis)
+    legend_outside(ax)
     return save(fig, path)
 
 
@@ -89,7 +97,7 @@ def plot_scheme(prog, path, title: str = "") -> str:
     channels, a dot where the bias is trained; PNG at `path`."""
     plt = pyplot()
     rows = scheme_rows(prog)
-    fig, ax = plt.subplots(figsize=(10, 3))
+    fig, ax = plt.subplots(figsize=(11, 3))
     x = np.arange(len(rows))
     ax.bar(x, [r["weight_trained"] for r in rows], color="#4c72b0", label="weight channels trained")
     bx = [r["index"] for r in rows if r["bias_trained"]]
@@ -98,7 +106,8 @@ def plot_scheme(prog, path, title: str = "") -> str:
     ax.set_xlabel("layer (forward order)")
     ax.set_ylabel("fraction trained")
     ax.set_title(title or f"update scheme: {prog.scheme!r}", fontsize=9)
-    ax.legend(loc="upper left", fontsize=7)
+    integer_ticks(ax.xaxis)
+    legend_outside(ax)
     return save(fig, path)
 
 
@@ -117,8 +126,8 @@ def write_report(prog, path, sched=None, title: str = "edgetrain report") -> str
     parts = [f"<h1>{html.escape(title)}</h1>",
              f"<p>{html.escape(repr(prog))}</p>",
              "<h2>Memory</h2>",
-             "<table>" + "".join(f"<tr><td>{k}</td><td style='text-align:right'>{v / 1024:,.1f} KB</td></tr>" for k, v in
-                                 (("peak RAM (arena + trained weights)", m.peak_bytes), ("arena", m.arena_bytes),
+             "<table>" + "".join(f"<tr><td>{k}</td><td style='text-align:right'>{format_bytes(v)}</td></tr>" for k, v in
+                                 (("peak RAM (arena + trained weights)", m.peak_bytes), ("arena (in-place reuse)", m.arena_bytes),
                                   ("live peak without in-place reuse", m.activation_bytes),
                                   ("trained weights + optimizer state", m.trainable_bytes),
                                   ("flash (read-only weights)", m.frozen_bytes))) + "</table>",

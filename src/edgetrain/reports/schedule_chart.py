@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..remat.plan import Schedule
-from .figures import pyplot, save
+from .figures import integer_ticks, legend_outside, pyplot, save
 
 #: decision codes of the map, and their colours
 _CODES = {"free": 0, "in RAM": 1, "recompute": 2, "page in": 3, "on storage": 4}
@@ -42,14 +42,18 @@ def plot_schedule(sched: Schedule, path, title: str = "") -> str:
     m = decision_map(sched)
     used = [u.index for u in sched.problem.units if u.last_stage >= 0]
     m = m[used]
-    fig, ax = plt.subplots(figsize=(10, 5.5))
+    fig, ax = plt.subplots(figsize=(11, 5.5))
     ax.imshow(m, aspect="auto", interpolation="nearest", cmap=ListedColormap(_COLOURS), vmin=0,
               vmax=len(_COLOURS) - 1, origin="upper")
     ax.set_xlabel("backward stage (time →)")
     ax.set_ylabel("saved tensor (forward order)")
     ax.set_title(textwrap.fill(title or sched.summary(), 130), fontsize=8)
-    ax.legend(handles=[Patch(facecolor=c, edgecolor="0.6", label=k) for k, c in zip(_CODES, _COLOURS) if k != "free"],
-              loc="lower left", fontsize=8, framealpha=0.9)
+    integer_ticks(ax.xaxis)
+    integer_ticks(ax.yaxis)
+    ax.set_yticks(ax.get_yticks()[(ax.get_yticks() >= 0) & (ax.get_yticks() < len(used))])
+    ax.set_yticklabels([str(used[int(t)]) for t in ax.get_yticks()])
+    legend_outside(ax, handles=[Patch(facecolor=c, edgecolor="0.6", label=k) for k, c in zip(_CODES, _COLOURS)
+                                if k != "free"])
     return save(fig, path)
 
 
