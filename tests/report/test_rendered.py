@@ -13,7 +13,6 @@ import pytest
 
 import edgetrain as et
 from edgetrain.reports.html import plot_memory, plot_scheme, report_files
-from edgetrain.reports.memory_timeline import plot_timeline
 from tests.report.test_report import small_prog
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium-headless-shell", "chromium", "chromium-browser")) if p), None)
@@ -85,7 +84,7 @@ def test_charts_keep_the_legend_off_the_data_and_integer_ticks(draw, tmp_path, m
     monkeypatch.setattr(tl, "save", keep)
     prog = small_prog()
     {"memory": lambda: plot_memory(prog, tmp_path / "m.png"), "scheme": lambda: plot_scheme(prog, tmp_path / "s.png"),
-     "timeline": lambda: plot_timeline(prog.memory, tmp_path / "t.png")}[draw]()
+     "timeline": lambda: prog.memory.plot(tmp_path / "t.png")}[draw]()
     assert kept["clear"], "the legend covers the plot"
     assert kept["ticks"] and all(float(t).is_integer() for t in kept["ticks"]), kept["ticks"]
 

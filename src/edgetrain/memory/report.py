@@ -60,9 +60,10 @@ class MemoryReport:
 
     def plot(self, path) -> str:
         """Draw the arena bytes held per node (PNG) and return the path (reports/memory_timeline.py)."""
+        from ..config import format_bytes
         from ..reports.memory_timeline import plot_timeline
 
-        return plot_timeline(self, path)
+        return plot_timeline(self, path, format_bytes)
 
 
 def trained_channel_bytes(trainable: Mapping[str, object], state: Mapping[str, object]) -> dict[str, int]:

@@ -2,15 +2,16 @@
 size and where the peak is (`MemoryReport.plot`)."""
 from __future__ import annotations
 
-from ..config import format_bytes
 from .figures import byte_unit, integer_ticks, legend_outside, pyplot, save
 
 
-def plot_timeline(report, path) -> str:
+def plot_timeline(report, path, format_bytes) -> str:
     """Draw `report` (a memory.MemoryReport) as the arena KB held per node in schedule order,
     with in-place reuse as the planner counts it, under the planned arena size (PNG). The
     live bytes without in-place reuse (what the reference runtime allocates) are a dotted
-    line: above the arena where a result overwrites its input."""
+    line: above the arena where a result overwrites its input. `format_bytes` writes a byte
+    count (config.format_bytes: MemoryReport.plot passes it; this module imports nothing of the
+    compiler)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(11, 3.5))
     unit, div = byte_unit(max(report.timeline + (report.arena_bytes,)))
