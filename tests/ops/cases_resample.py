@@ -52,10 +52,11 @@ def _adaptive(draw):
 
 
 @st.composite
-def _upsample(draw):
+def upsample_case(draw, modes=("nearest", "nearest_exact", "linear"), largest: int = 5):
+    """[input], attrs of an upsample of one of `modes` (spatial sizes up to `largest`)."""
     k = draw(st.integers(1, 2))
-    mode = draw(st.sampled_from(("nearest", "nearest_exact", "linear")))
-    spatial = tuple(draw(st.integers(1, 5)) for _ in range(k))
+    mode = draw(st.sampled_from(modes))
+    spatial = tuple(draw(st.integers(1, largest)) for _ in range(k))
     align = mode == "linear" and draw(st.booleans())
     if draw(st.booleans()):  # scale factors given (torch maps output to input by 1 / scale)
         scales = tuple(draw(st.sampled_from(SCALES)) for _ in range(k))
@@ -83,5 +84,5 @@ CASES: dict = {
     "max_pool3d": Case(_pool3d(avg=False), _torch_max_pool3d),
     "adaptive_avg_pool2d": Case(_adaptive(), lambda t, a: F.adaptive_avg_pool2d(t[0], a["output_size"])),
     "adaptive_max_pool2d": Case(_adaptive(), lambda t, a: F.adaptive_max_pool2d(t[0], a["output_size"])),
-    "upsample": Case(_upsample(), torch_upsample),
+    "upsample": Case(upsample_case(), torch_upsample),
 }

@@ -1,17 +1,22 @@
-"""int8 nearest upsampling, adaptive and 3-D max pooling (the int8 rules of ops/resample.py's
-upsample in nearest modes and ops/pool_nd.py's adaptive_max_pool2d and max_pool3d), and their
-float32 backward ops.
+"""int8 upsampling, adaptive and 3-D max pooling (the int8 rules of ops/resample.py's upsample
+and ops/pool_nd.py's adaptive_max_pool2d and max_pool3d), and their float32 backward ops.
 
 Forward, on the int8 levels, the output on the input's scale and zero point (as TFLite's
 RESIZE_NEAREST_NEIGHBOR and MAX_POOL_2D keep them):
-- qupsample             each output level is a copy of its source level (torch's source
-                        indices, ops/resample.py);
+- qupsample             nearest modes: each output level is a copy of its source level
+                        (torch's source indices, ops/resample.py); linear (1-D) and bilinear
+                        (2-D): the interpolation of the levels with fixed-point weights of
+                        torch's source coordinates, rounded (ops/qresample_linear.py);
 - qadaptive_max_pool2d  the max level of each of torch's adaptive windows (max commutes with
                         the increasing map q -> scale (q - zero): exact);
 - qmax_pool3d           the max level of each 3-D window (a padded tap never wins: the
                         shape rule keeps a real voxel in every window).
 Backward, in float32 on the real values (the straight-through estimator of qelementwise.py):
 - qupsample_grad             each output gradient added to its source, outputs in row-major order;
+                             linear: times torch's float32 weights, as upsample_grad (the
+                             straight-through estimator passes the weights' fixed-point rounding,
+                             as it passes the output's: it equals the gradient of torch's
+                             fake-quantized float bilinear);
 - qadaptive_max_pool2d_grad  each output gradient added to its window's first maximal level
                              ((h, w) order), outputs in row-major order;
 - qmax_pool3d_grad           the same with 3-D windows (taps in (d, h, w) order).
@@ -22,10 +27,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, get_op, register, zero_mac_cost
+from .base import Cost, OpDef, get_op, register
 from .pool_nd import max_pool3d_ref, pool3d_infer, adaptive_max_grad, geo3, max3_grad_in_output_order, \
     max_adaptive_window, pool3d_out
-from .resample import UPSAMPLE_ATTRS, upsample_grad
+from .qresample_linear import qupsample_linear_ref
+from .resample import UPSAMPLE_ATTRS, upsample_cost, upsample_grad
 
 GRAD_DTYPE = "float32"
 
@@ -37,12 +43,12 @@ def _int8_input(op, t):
 
 def _qup_infer(ts, a):
     _int8_input("qupsample", ts[0])
-    if a["mode"] not in ("nearest", "nearest_exact"):
-        raise ValueError(f"qupsample: mode {a['mode']!r} (int8 upsampling is nearest or nearest_exact)")
     return get_op("upsample").infer(ts, a)
 
 
 def _qup_ref(xs, a):
+    if a["mode"] == "linear":
+        return [qupsample_linear_ref(xs[0], a)]
     return get_op("upsample").ref(xs, a)
 
 
@@ -83,8 +89,8 @@ def _qamax_cost(node):
     return Cost(out.type.numel * taps, sum(v.type.nbytes for v in node.inputs + node.outputs))
 
 
-register(OpDef("qupsample", _qup_infer, _qup_ref, _qup_vjp, cost=zero_mac_cost, num_inputs=(1, 1)))
-register(OpDef("qupsample_grad", _qup_grad_infer, _qup_grad_ref, num_inputs=(1, 1)))
+register(OpDef("qupsample", _qup_infer, _qup_ref, _qup_vjp, cost=upsample_cost, num_inputs=(1, 1)))
+register(OpDef("qupsample_grad", _qup_grad_infer, _qup_grad_ref, cost=upsample_cost, num_inputs=(1, 1)))
 register(OpDef("qadaptive_max_pool2d", _qamax_infer, lambda xs, a: get_op("adaptive_max_pool2d").ref(xs, a),
                lambda e, n, g, nd: [e.emit("qadaptive_max_pool2d_grad", g[0], n.inputs[0],
                                            output_size=tuple(n.attrs["output_size"]))],

@@ -17,6 +17,8 @@ UpSample.h), so the same input pixels and weights are taken:
                   out == in); y = l0h (l0w x[i0h, i0w] + l1w x[i0h, i1w]) + l1h (...).
 A 1-d upsample is the 2-d one over rows of height 1 (identity weights (1, 0) on that dim).
 The gradient adds each output's gradient times its weights into its sources, output by output.
+In the int8 graph every mode keeps its input's scale: qupsample (ops/qresample.py; linear with
+fixed-point weights, ops/qresample_linear.py).
 """
 from __future__ import annotations
 
@@ -164,7 +166,7 @@ def _grad_infer(ts, a):
     return [g.with_shape(shape)]
 
 
-def _cost(node):
+def upsample_cost(node):
     """LINEAR_TAPS ** dims multiply-adds per output element (linear), one copy (nearest)."""
     taps = LINEAR_TAPS ** len(node.attrs["size"]) if node.attrs["mode"] == "linear" else 0
     big = max(v.type.numel for v in node.inputs + node.outputs)
@@ -175,10 +177,6 @@ def _vjp(e, node, grads, needs):
     return [e.emit("upsample_grad", grads[0], input_shape=node.inputs[0].shape, **dict(node.attrs))]
 
 
-def is_nearest(node) -> bool:
-    return node.attrs["mode"] in ("nearest", "nearest_exact")
-
-
-register(OpDef("upsample", _infer, _ref, _vjp, cost=_cost, num_inputs=(1, 1), tags={SAME_SCALE_TAG},
-               int8=Int8Rule("same", "qupsample", applies=is_nearest)))
-register(OpDef("upsample_grad", _grad_infer, _grad_ref, cost=_cost, num_inputs=(1, 1)))
+register(OpDef("upsample", _infer, _ref, _vjp, cost=upsample_cost, num_inputs=(1, 1), tags={SAME_SCALE_TAG},
+               int8=Int8Rule("same", "qupsample")))
+register(OpDef("upsample_grad", _grad_infer, _grad_ref, cost=upsample_cost, num_inputs=(1, 1)))

@@ -1,7 +1,9 @@
 """The float kernels of 3-D and adaptive pooling and upsampling (runtime/et_float_resample.h) in
 a small model that trains in Cortex-M4 firmware under QEMU, printing the host build's losses
 (and the reference runtime's, to float32 rounding); and their float64 instances against the
-numpy reference, node by node."""
+numpy reference, node by node. And a small int8 segmenter whose bilinear upsampling stays int8
+(qupsample, ops/qresample_linear.py): bit-exact between the reference and the C build, and its
+Cortex-M4 firmware prints the host build's losses."""
 import shutil
 
 import numpy as np
@@ -54,6 +56,58 @@ def test_resample_kernels_on_cortex_m_print_the_host_builds_losses(tmp_path):
     # the kernels' stack use is fixed once their shapes are: a static bound exists and holds
     assert fw.size.stack_bound is not None and fw.run.stack_high_water <= fw.size.stack_bound
     np.testing.assert_allclose(fw.run.losses, [prog.step(x, y) for x, y in data], rtol=1e-5)
+
+
+class Int8Segmenter(torch.nn.Module):
+    """conv -> ReLU -> conv stride 2 -> bilinear upsampling x2 -> 1x1 conv: per-pixel logits,
+    averaged over the pixels (a segmenter's loss as tests/realmodels/families.py's PixelMean)."""
+
+    def __init__(self, classes: int = 4):
+        super().__init__()
+        self.c1, self.c2 = torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.Conv2d(4, 6, 3, stride=2, padding=1)
+        self.head = torch.nn.Conv2d(6, classes, 1)
+
+    def forward(self, x):
+        h = self.c2(F.relu(self.c1(x)))  # n, 6, 4, 4
+        h = F.interpolate(h, scale_factor=2, mode="bilinear", align_corners=False)  # n, 6, 8, 8
+        return self.head(h).mean((2, 3))
+
+
+SEG_SHAPE = (2, 1, 8, 8)
+
+
+def _int8_segmenter():
+    torch.manual_seed(0)
+    calib = np.random.default_rng(0).standard_normal((8,) + SEG_SHAPE[1:]).astype(np.float32)
+    prog = et.compile(Int8Segmenter(), (torch.zeros(SEG_SHAPE),), quantize="int8", optimizer=et.SGD(lr=0.05),
+                      calibration=[calib])
+    nodes = prog.train_graph.nodes
+    assert [n.attrs["mode"] for n in nodes if n.op == "qupsample"] == ["linear"]
+    assert "qupsample_grad" in {n.op for n in nodes} and not [n for n in nodes if n.op == "upsample"]
+    rng = np.random.default_rng(1)
+    data = [(rng.standard_normal(SEG_SHAPE).astype(np.float32), rng.integers(0, 4, SEG_SHAPE[0])) for _ in range(3)]
+    return prog, data
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler")
+def test_int8_bilinear_segmenter_is_bit_exact_between_reference_and_c():
+    from edgetrain.backends.c.host import to_c_program
+
+    prog, data = _int8_segmenter()
+    cprog = to_c_program(prog)
+    x, y = data[0]
+    np.testing.assert_array_equal(cprog.predict(x), prog.predict(x))
+    want, got = prog.gradients(x, y), cprog.gradients(x, y)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+def test_int8_bilinear_segmenter_on_cortex_m_prints_the_host_builds_losses(tmp_path):
+    if cortexm.missing_tools() or shutil.which("make") is None:
+        pytest.skip(f"missing {', '.join(cortexm.missing_tools()) or 'make'}")
+    prog, data = _int8_segmenter()
+    fw = firmware_prints_host_steps(prog, data, tmp_path)
+    assert fw.run.exit_code == 0, fw.run.lines
 
 
 def _node_graph(op: str, arrays: list, attrs: dict) -> Graph:

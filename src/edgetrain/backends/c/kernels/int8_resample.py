@@ -1,11 +1,13 @@
-"""C kernels of ops/qresample.py (int8 nearest upsampling, adaptive and 3-D max pooling, and their
-float32 gradients): runtime/et_int8_resample.h, bit-exact with the references. The gradient of
-int8 upsampling runs et_float_resample.h's float32 upsample_grad on the same tables."""
+"""C kernels of ops/qresample.py (int8 upsampling, adaptive and 3-D max pooling, and their float32
+gradients): runtime/et_int8_resample.h, bit-exact with the references. Linear / bilinear
+upsampling reads the fixed-point weight tables of ops/qresample_linear.py. The gradient of int8
+upsampling runs et_float_resample.h's float32 upsample_grad on the float tables."""
 from __future__ import annotations
 
 from math import prod
 
 from ....ir import Node
+from ....ops.qresample_linear import WEIGHT_BITS, fixed_plane_maps
 from ....ops.resample import plane_maps
 from ..layout import CBackendError
 from .float32_resample import c_block, int_table, pool3d_geometry, upsample_tables
@@ -22,10 +24,18 @@ def _qupsample(node, ctx):
     x, y = node.inputs[0], node.out
     _check(node, x, "int8")
     k = len(node.attrs["size"])
-    rows, cols = plane_maps(node.attrs, tuple(x.shape), "float32")
     h, w = (1, x.shape[-1]) if k == 1 else tuple(x.shape[-2:])
+    lead = prod(x.shape[:len(x.shape) - k])
+    if node.attrs["mode"] == "linear":
+        rows, cols = fixed_plane_maps(node.attrs, tuple(x.shape))
+        tables = [int_table(f"{tag}{f}", getattr(m, f.lower()))
+                  for tag, m in (("R", rows), ("C", cols)) for f in ("I0", "I1", "L0", "L1")]
+        return c_block(*tables, f"et_qupsample_linear({ctx.ptr(x)}, {ctx.ptr(y)}, {lead}, {h}, {w}, "
+                                f"{len(rows.i0)}, {len(cols.i0)}, RI0, RI1, RL0, RL1, CI0, CI1, CL0, CL1, "
+                                f"{WEIGHT_BITS});")
+    rows, cols = plane_maps(node.attrs, tuple(x.shape), "float32")
     return c_block(int_table("RI", rows.i0), int_table("CI", cols.i0),
-                  f"et_qupsample({ctx.ptr(x)}, {ctx.ptr(y)}, {prod(x.shape[:len(x.shape) - k])}, {h}, {w}, "
+                  f"et_qupsample({ctx.ptr(x)}, {ctx.ptr(y)}, {lead}, {h}, {w}, "
                   f"{len(rows.i0)}, {len(cols.i0)}, RI, CI);")
 
 

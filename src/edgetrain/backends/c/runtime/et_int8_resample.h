@@ -1,8 +1,9 @@
-/* edgetrain C runtime: int8 nearest upsampling, adaptive and 3-D max pooling (ops/qresample.py),
+/* edgetrain C runtime: int8 upsampling (nearest, linear / bilinear), adaptive and 3-D max pooling (ops/qresample.py),
  * and their float32 gradients, in the order the references add (outputs in row-major order,
  * starting from zeros): bit-exact with them. Upsampling's source indices come from tables the
- * emitter computes with torch's arithmetic (ops/resample.py); the gradient of upsampling is
- * et_float_resample.h's et_upsample_grad_f. Header-only. */
+ * emitter computes with torch's arithmetic (ops/resample.py), linear ones with their Q(F) weights
+ * (ops/qresample_linear.py); the gradient of upsampling is et_float_resample.h's et_upsample_grad_f.
+ * Header-only. */
 #ifndef ET_INT8_RESAMPLE_H
 #define ET_INT8_RESAMPLE_H
 #include "et_common.h"
@@ -16,6 +17,30 @@ static inline void et_qupsample(const int8_t *X, int8_t *Y, long NC, int H, int 
         int8_t *y = Y + (size_t)c * HO * WO;
         for (int i = 0; i < HO; ++i)
             for (int j = 0; j < WO; ++j) y[(size_t)i * WO + j] = x[(size_t)RI[i] * W + CI[j]];
+    }
+}
+
+/* linear / bilinear upsampling of NC int8 planes H x W to HO x WO with weights in Q(FB) (each
+ * pair l0 + l1 = 2^FB, FB <= 11): acc = RL0 (CL0 x[RI0, CI0] + CL1 x[RI0, CI1]) + RL1 (...) in
+ * int32 (|acc| <= 2^29), y = acc / 2^(2 FB) rounded half away from zero (a convex combination of
+ * the taps: within [-128, 127]) */
+static inline void et_qupsample_linear(const int8_t *X, int8_t *Y, long NC, int H, int W, int HO, int WO,
+                                       const int *RI0, const int *RI1, const int *RL0, const int *RL1,
+                                       const int *CI0, const int *CI1, const int *CL0, const int *CL1, int FB) {
+    const int32_t half = (int32_t)1 << (2 * FB - 1);
+    for (long c = 0; c < NC; ++c) {
+        const int8_t *x = X + (size_t)c * H * W;
+        int8_t *y = Y + (size_t)c * HO * WO;
+        for (int i = 0; i < HO; ++i) {
+            const int8_t *r0 = x + (size_t)RI0[i] * W, *r1 = x + (size_t)RI1[i] * W;
+            for (int j = 0; j < WO; ++j) {
+                const int32_t t0 = (int32_t)r0[CI0[j]] * CL0[j] + (int32_t)r0[CI1[j]] * CL1[j];
+                const int32_t t1 = (int32_t)r1[CI0[j]] * CL0[j] + (int32_t)r1[CI1[j]] * CL1[j];
+                const int32_t acc = t0 * RL0[i] + t1 * RL1[i];
+                const int32_t mag = ((acc < 0 ? -acc : acc) + half) >> (2 * FB);
+                y[(size_t)i * WO + j] = (int8_t)(acc < 0 ? -mag : mag);
+            }
+        }
     }
 }
 
