@@ -23,8 +23,8 @@ TOL = 2e-5
 QUICK = ["audio.raw_cnn1d", "ae.conv"]
 #: the rest that compile today, 5 to 60 seconds each
 SLOW = ["audio.ds_cnn", "audio.hf_hubert", "audio.hf_wav2vec2", "sensors.gru", "sensors.lstm", "seg.unet",
-        "seg.hf_segformer", "ae.fc", "video.c3d", "lm.gpt2_lora", "lm.hf_bart_last_eos", "norm.group_instance_cnn",
-        "act.elu_prelu_mish_mlp"]
+        "seg.hf_segformer", "ae.fc", "video.c3d", "lm.gpt2_lora", "lm.hf_bart", "lm.hf_bart_last_eos",
+        "norm.group_instance_cnn", "act.elu_prelu_mish_mlp"]
 
 
 def check_family_c(name: str):

@@ -11,7 +11,9 @@ import torch
 from ..ir import Value
 from ..ops import Emitter
 from .aten_data import index_at_run_time, promoted
-from .converters import CONVERTERS, LAYOUT_AWARE, TORCH_DTYPES, Known, aten, const_aware, converts, unsupported
+from .aten_dynamic import dynamic_select, dynamic_view, masked_rows
+from .converters import (CONVERTERS, DYNAMIC_AWARE, LAYOUT_AWARE, TORCH_DTYPES, Dynamic, Known, aten, const_aware,
+                         converts, unsupported)
 from .errors import UnsupportedOpError
 
 IDENTITY_OPS = ("clone", "alias", "contiguous", "detach", "lift_fresh_copy")
@@ -34,6 +36,11 @@ def _getitem(e, xs, i):
 @converts(*[getattr(aten, n).default for n in IDENTITY_OPS], aten.dropout.default)
 def _identity(e, x, *args, **kw):
     return x
+
+
+# ops that hand data-dependent shapes (x[mask], its view and select) to aten_dynamic.py
+DYNAMIC_AWARE.update([operator.getitem, aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+                      aten.select.int] + [getattr(aten, n).default for n in IDENTITY_OPS])
 
 
 @converts(aten._assert_tensor_metadata.default)
@@ -150,6 +157,10 @@ def _pow(e, x, exponent):
 # --- reductions ----------------------------------------------------------------------------
 def _reduce(op):
     def conv(e, x, dims=None, keepdim=False, dtype=None):
+        if op == "sum" and x.dtype == "bool":  # a count of True, int64 as torch's (float32: exact below 2**24)
+            count = e.emit(op, e.emit("cast", x, dtype="float32"), dims=tuple(dims) if dims else None,
+                           keepdim=bool(keepdim))
+            return e.emit("cast", count, dtype="int64")
         return e.emit(op, x, dims=tuple(dims) if dims else None, keepdim=bool(keepdim))
 
     return conv
@@ -158,7 +169,7 @@ def _reduce(op):
 CONVERTERS[aten.mean.dim] = _reduce("mean")
 CONVERTERS[aten.sum.dim_IntList] = _reduce("sum")
 CONVERTERS[aten.mean.default] = lambda e, x, dtype=None: e.emit("mean", x, dims=None)
-CONVERTERS[aten.sum.default] = lambda e, x, dtype=None: e.emit("sum", x, dims=None)
+CONVERTERS[aten.sum.default] = lambda e, x, dtype=None: _reduce("sum")(e, x)
 
 
 @converts(aten.linalg_vector_norm.default)
@@ -183,6 +194,8 @@ def _resolve_shape(x: Value, shape) -> tuple[int, ...]:
 
 @converts(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _view(e, x, shape):
+    if isinstance(x, Dynamic) or any(isinstance(d, Dynamic) for d in shape):
+        return dynamic_view(e, x, shape)
     shape = _resolve_shape(x, shape)
     return x if shape == x.shape else e.emit("reshape", x, shape=shape)
 
@@ -238,6 +251,8 @@ def convert_slice(e, x, dim=0, start=None, end=None, step=1):
 
 @converts(aten.select.int)
 def _select(e, x, dim, index):
+    if isinstance(x, Dynamic):
+        return dynamic_select(e, x, dim, index)
     dim = dim % len(x.shape)
     index = index % x.shape[dim]
     s = e.emit("slice", x, dim=dim, start=index, end=index + 1, step=1)
@@ -372,6 +387,8 @@ def _index(e, x, indices, constant=None):
     if isinstance(x, Known):
         x = x.value()
     idx = list(indices)
+    if any(isinstance(i, Value) and i.dtype == "bool" for i in idx):  # x[mask]: a data-dependent shape
+        return masked_rows(e, x, idx)
     if any(isinstance(i, Value) for i in idx):  # positions computed from the inputs (an argmax)
         return index_at_run_time(e, x, idx)
     tensors = []  # (dim, long index tensor)

@@ -9,6 +9,9 @@ converters.CONVERTERS (the package's __init__ imports this module).
   tensors on adjacent dims after leading Nones; indices known at capture time become constant
   operands (a boolean mask known then: the positions it selects), computed ones stay Values;
   x[mask] = v with a computed boolean mask and one value v (h[h > 0] = 0) is a where.
+- t[:, 1:] = ids[:, :-1] (a write into a slice of a new tensor: BART's shift_tokens_right) ->
+  aten.copy.default (src broadcast to the slice) and aten.slice_scatter.default (a cat of the
+  tensor's slices around it; step 1).
 """
 from __future__ import annotations
 
@@ -143,3 +146,46 @@ def _index_put(e, x, indices, values, accumulate=False, constant=None):
         raise ValueError(f"index_put: {len(idx)} index tensors from dim {first} for a {x.shape} tensor")
     v = _as_value(e, values, x.dtype)
     return e.emit("index_put", x, v, *idx, first=first, accumulate=bool(accumulate))
+
+
+# --- writes into a slice, as functionalization leaves them -----------------------------------------
+def _shape_dtype(x) -> tuple:
+    if isinstance(x, Known):
+        return x.shape, TORCH_DTYPES[x.tensor.dtype]
+    return tuple(x.shape), x.dtype
+
+
+@const_aware(aten.copy.default)
+def _copy(e, dst, src, non_blocking=False, constant=None):
+    """dst.copy_(src) made functional (`t[:, 1:] = ids[:, :-1]`, BART's shift_tokens_right): src
+    broadcast to dst's shape in dst's dtype; dst's values are not read."""
+    shape, dtype = _shape_dtype(dst)
+    v = _as_value(e, src, dtype)
+    if tuple(v.shape) != shape:
+        if _broadcast(tuple(v.shape), shape) != shape:
+            raise ValueError(f"copy of a {tuple(v.shape)} tensor into a {shape} one")
+        v = e.emit("expand", v, shape=shape)
+    return v
+
+
+@const_aware(aten.slice_scatter.default)
+def _slice_scatter(e, x, src, dim=0, start=None, end=None, step=1, constant=None):
+    """x with x[..., start:end] (on dim) replaced by src: a cat of x's slices before and after
+    and src (step 1 only)."""
+    shape, dtype = _shape_dtype(x)
+    dim = dim % len(shape)
+    start, end, step = slice(start, end, step).indices(shape[dim])
+    if step != 1:
+        unsupported(f"unsupported op aten.slice_scatter with step {step} (only 1)")
+    v = _as_value(e, src, dtype)
+    want = shape[:dim] + (max(end - start, 0),) + shape[dim + 1:]
+    if tuple(v.shape) != want:
+        raise ValueError(f"slice_scatter of a {tuple(v.shape)} tensor into {want} of a {shape} tensor")
+
+    def piece(a: int, b: int) -> Value:
+        if isinstance(x, Known):
+            return x.value(x.tensor.narrow(dim, a, b - a))
+        return e.emit("slice", x, dim=dim, start=a, end=b, step=1)
+
+    parts = ([piece(0, start)] if start > 0 else []) + [v] + ([piece(end, shape[dim])] if end < shape[dim] else [])
+    return parts[0] if len(parts) == 1 else e.emit("cat", *parts, dim=dim)

@@ -12,6 +12,7 @@ from torch.export.graph_signature import ConstantArgument, InputKind
 
 from ..ir import Graph, Role, TensorType, Value, new_value
 from ..ops import Emitter, verify
+from .aten_dynamic import RunTimeCheck, check_value, gated
 from .converters import TORCH_DTYPES, convert_node
 from .errors import CaptureError, UnsupportedOpError
 
@@ -222,6 +223,30 @@ def _logits_of(ep, out_values):
     return out_values
 
 
+def _checked(e, ep, env: dict, out: Value, source: dict) -> Value:
+    """`out` gated by the run-time checks torch.export asserted on sizes known only at run time
+    (aten_dynamic.RunTimeCheck: BART's eos count check): an error at run time where one fails."""
+    oks, lines = [], []
+    for node in ep.graph.nodes:
+        check = env.get(node.name)
+        if isinstance(check, RunTimeCheck):
+            before = len(e.nodes)
+            try:
+                ok = check_value(e, check)
+            except UnsupportedOpError as err:
+                raise UnsupportedOpError(f"{err} (at {provenance(node)})") from None
+            if ok is not None:
+                oks.append(ok)
+                lines.append(provenance(node))
+            for k in range(before, len(e.nodes)):
+                source[k] = provenance(node)
+    before = len(e.nodes)
+    out = gated(e, oks, out)
+    for k in range(before, len(e.nodes)):
+        source[k] = "; ".join(dict.fromkeys(lines))
+    return out
+
+
 def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
     """Capture `model` (in eval mode: batch norm on running statistics, dropout off)."""
     if not isinstance(model, torch.nn.Module):
@@ -309,7 +334,8 @@ def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
     if not out_values or len(out_values) != 1 or not isinstance(out_values[0], Value):
         raise CaptureError("the model must return exactly one tensor (its output), or a Hugging Face ModelOutput "
                            f"or dict with 'logits'; it returned {len(out_values or [])} values")
+    out = _checked(e, ep, env, out_values[0], source)
     roles = tuple(Role.DATA if v in data else Role.PARAMETER if v in learnable else Role.FROZEN for v in inputs)
-    g = Graph(tuple(inputs), tuple(e.nodes), (out_values[0],), ("output",), roles)
+    g = Graph(tuple(inputs), tuple(e.nodes), (out,), ("output",), roles)
     verify(g)
     return Captured(g, params, tuple(frozen), buffers, tuple(input_name(i) for i in range(user_i)), source)

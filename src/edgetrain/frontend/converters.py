@@ -24,6 +24,16 @@ LAYOUT_AWARE = (aten.as_strided.default, aten.as_strided_copy.default)
 #: converters that take inputs known at capture time as torch tensors (constant indices, masks)
 #: instead of graph Values; they also accept Values (torch.compile's graphs know none)
 CONST_AWARE: dict[Any, Callable] = {}
+#: converters that take a `Dynamic` operand (aten_dynamic.py: data-dependent shapes); any other
+#: converter meeting one is refused by name
+DYNAMIC_AWARE: set = set()
+
+
+class Dynamic:
+    """What an op with a data-dependent shape gives (x[mask], torch.unique_consecutive, their
+    sizes): no Value, a stand-in that only aten_dynamic.py's patterns read. `what` says what it is."""
+
+    what = "a data-dependent shape"
 
 
 def registrar(table: dict) -> Callable:
@@ -90,6 +100,11 @@ def convert_node(e: Emitter, node, env: dict, known: dict = None, materialize: C
     fn = CONVERTERS.get(node.target)
     if fn is None:
         raise UnsupportedOpError(f"unsupported op {node.target}")
+    if node.target not in DYNAMIC_AWARE:
+        dyn = _dynamic_operand((node.args, node.kwargs), env)
+        if dyn is not None:
+            raise UnsupportedOpError(f"unsupported op {node.target} of {dyn.what}, whose shape is known only "
+                                     "at run time")
     kwargs = {k: arg(v) for k, v in node.kwargs.items()}
     if node.target in LAYOUT_AWARE:  # the strides torch gave the input (export records them)
         val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
@@ -98,6 +113,12 @@ def convert_node(e: Emitter, node, env: dict, known: dict = None, materialize: C
     if raw and materialize is not None:  # a constant the converter derives (a causal mask)
         kwargs["constant"] = lambda t: materialize(node.name, t)
     return fn(e, *arg(tuple(node.args)), **kwargs)
+
+
+def _dynamic_operand(args, env: dict):
+    found = []
+    torch.fx.node.map_arg(args, lambda a: found.append(env.get(a.name)))
+    return next((v for v in found if isinstance(v, Dynamic)), None)
 
 
 def unsupported(msg: str):
