@@ -31,7 +31,9 @@ QUANTIZED_OPS_TESTED = {"quantize", "dequantize", "qmask_grad", "qmask_pack", "q
                         "qmax_pool2d", "qmax_pool2d_grad", "qavg_pool2d", "qavg_pool2d_grad", "qcat", "qcat_grad",
                         "qleaky_relu", "qleaky_relu_grad",  # tests/backends/c/test_int8_leaky.py
                         "qupsample", "qupsample_grad", "qadaptive_max_pool2d",  # tests/backends/c/test_int8_resample.py
-                        "qadaptive_max_pool2d_grad", "qmax_pool3d", "qmax_pool3d_grad"}
+                        "qadaptive_max_pool2d_grad", "qmax_pool3d", "qmax_pool3d_grad",
+                        # tests/ops/test_qconv_transpose.py, tests/backends/c/test_int8_transposed.py
+                        "qconv_transpose2d", "qconv_transpose2d_grad_input", "qconv_transpose2d_grad_weight"}
 SETTINGS = settings(max_examples=25, deadline=None)
 
 

@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 
 from ..ir import TensorType
-from .base import LAYER_TAG, ChannelSelect, Cost, OpDef, ParamOperands, register, same_dtype
+from .base import LAYER_TAG, ChannelSelect, Cost, Int8Rule, OpDef, ParamOperands, register, same_dtype
 from .conv import CONV_KEYS, conv2d_grad_input_ref, conv_cost, conv_geometry, is_depthwise
 
 #: spatial dims of conv3d (D, H, W)
@@ -106,7 +106,7 @@ def _single_tap_rows(e, gy, x, w, geo):
 register(OpDef("conv_transpose2d", _transposed_infer,
                lambda xs, a: [conv_transpose2d_ref(xs[0], xs[1], xs[2] if len(xs) > 2 else None, a)],
                _vjp_transposed, cost=_transposed_cost, num_inputs=(2, 3), tags={LAYER_TAG},
-               params=ParamOperands("conv", weight=1, bias=2)))
+               params=ParamOperands("conv", weight=1, bias=2), int8=Int8Rule("qconv", "qconv_transpose2d")))
 
 
 # --- conv3d --------------------------------------------------------------------------------------

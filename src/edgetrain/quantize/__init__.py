@@ -71,11 +71,12 @@ def qas_scales(layers: Mapping[str, QuantLayer], enabled: bool) -> dict[str, tup
     out = {}
     for layer in layers.values():
         s_w = np.asarray(layer.w_scales, dtype=np.float64)
+        rows = np.asarray(layer.row_scales, dtype=np.float64)  # the weight's, per row of its layout
         if enabled:
-            out[layer.weight] = tuple(float(v) for v in s_w ** -2)
+            out[layer.weight] = tuple(float(v) for v in rows ** -2)
             out[layer.bias] = tuple(float(v) for v in (s_w * layer.x.scale) ** -2)
         else:
-            out[layer.weight] = out[layer.bias] = (1.0,) * len(s_w)
+            out[layer.weight], out[layer.bias] = (1.0,) * len(rows), (1.0,) * len(s_w)
     return out
 
 

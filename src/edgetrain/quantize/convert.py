@@ -5,6 +5,8 @@ Each node of the float graph gets one of these kinds (`plan_quantization`), from
 op's int8 rule (`OpDef.int8`: the kind, the int8 op, the nodes it applies to):
 - "qconv"   conv2d / linear with constant weights (+ a following ReLU / clamp, fused as
             the output clamp) -> qconv2d (a linear is a 1x1 convolution on reshaped data);
+            conv_transpose2d -> qconv_transpose2d (TFLite's int8 TRANSPOSE_CONV), its weight
+            on one scale per group (`quantize_transposed_weight`);
             a layer whose output is the graph's output returns float32 logits;
 - "qadd"    add of two int8 tensors of one shape;
 - "same"    ops that keep their input's scale: global mean (-> qmean), ReLU / clamp
@@ -29,9 +31,10 @@ import numpy as np
 from ..ir import Graph, Node, TensorType, Value, new_value
 from ..ops import ACTIVATION_TAG, Emitter, get_op
 from ..ops.fixed_point import INT8_MAX, INT8_MIN, quantize_multiplier
+from ..ops.qconv_transpose import QCONV_TRANSPOSE_OP, TRANSPOSED_KEYS
 from ..ops.qelementwise import qadd_attrs
 from ..ops.qpool import qcat_attrs
-from .qparams import QParams, quantize_bias, quantize_weight
+from .qparams import MIN_WEIGHT_RANGE, WEIGHT_QMAX, QParams, quantize_bias, quantize_weight
 
 
 
@@ -57,7 +60,15 @@ class QuantLayer:
     weight: str
     bias: str
     x: QParams
-    w_scales: tuple[float, ...]
+    w_scales: tuple[float, ...]  # per output channel (the bias's and the requantization's)
+    #: the weight's scale per row (dim 0) of its stored layout where that differs from
+    #: w_scales: a transposed convolution's (C_in, C_out / groups, kH, kW) weight (one scale a group)
+    w_row_scales: Optional[tuple[float, ...]] = None
+
+    @property
+    def row_scales(self) -> tuple[float, ...]:
+        """The weight's scale per row of its stored layout (what QAS, the update and the export read)."""
+        return self.w_row_scales if self.w_row_scales is not None else self.w_scales
 
 
 @dataclass
@@ -279,14 +290,20 @@ class _Builder:
         x, w = n.inputs[0], (w if w is not None else n.inputs[1])
         xq = self.qp[x]
         w_float = self.src_arrays[w.name]
+        transposed = get_op(n.op).int8.op == QCONV_TRANSPOSE_OP
+        rows = None
         if spec is not None:
-            if spec.weight.shape != w_float.shape:
+            if spec.weight.shape != w_float.shape or transposed:
                 raise QuantizeError(f"{w.name}: published weight {spec.weight.shape} does not match the model's "
-                                    f"{w_float.shape}")
+                                    f"{w_float.shape}" + (" (or is a transposed convolution's)" if transposed else ""))
             w_int, w_scales, b_int = spec.weight.astype(np.int8), spec.w_scales.astype(np.float32), spec.bias
         else:
-            w_int, w_scales = quantize_weight(w_float, self.weight_scales.get(w.name))
-            b_float = self.src_arrays[n.inputs[2].name] if len(n.inputs) > 2 else np.zeros(w_float.shape[0])
+            if transposed:
+                w_int, w_scales, rows = quantize_transposed_weight(w_float, int(n.attrs["groups"]),
+                                                                   self.weight_scales.get(w.name))
+            else:
+                w_int, w_scales = quantize_weight(w_float, self.weight_scales.get(w.name))
+            b_float = self.src_arrays[n.inputs[2].name] if len(n.inputs) > 2 else np.zeros(len(w_scales))
             b_int = quantize_bias(b_float, xq.scale, w_scales)
         b_name = n.inputs[2].name if len(n.inputs) > 2 else _bias_name(w.name)
         wv = self._param(w.name, w_int)
@@ -303,7 +320,9 @@ class _Builder:
         xin = self.as_int(x)
         if wv.shape != n.inputs[1].shape:  # the layer's view of its weight, made from the int8 one
             wv = self.e.emit("reshape", wv, shape=n.inputs[1].shape)
-        if get_op(n.op).params.kind == "conv":
+        if transposed:
+            out = self.e.emit(QCONV_TRANSPOSE_OP, xin, wv, bv, **{k: n.attrs[k] for k in TRANSPOSED_KEYS}, **attrs)
+        elif get_op(n.op).params.kind == "conv":
             out = self.e.emit("qconv2d", xin, wv, bv, **{k: n.attrs[k] for k in ("stride", "padding", "dilation",
                                                                                   "groups")}, **attrs)
         else:
@@ -311,7 +330,8 @@ class _Builder:
         if act is not None and float_out:
             raise QuantizeError("a fused activation on a float output")  # plan never fuses into a graph output
         (self.floats if float_out else self.ints)[y] = out
-        return QuantLayer(w.name, b_name, xq, attrs["w_scales"])
+        return QuantLayer(w.name, b_name, xq, attrs["w_scales"],
+                          None if rows is None else tuple(float(v) for v in rows))
 
     def _qlinear(self, xin: Value, wv: Value, bv: Value, attrs: dict) -> Value:
         """A linear layer as a 1x1 convolution: (..., K) -> (M, K, 1, 1) -> (..., O)."""
@@ -336,6 +356,31 @@ class _Builder:
         if op in ("qavg_pool2d", "qleaky_relu"):  # (qleaky_relu: ops/qpointwise.py)
             return self.e.emit(op, x, zero=q.zero, **dict(n.attrs))
         return self.e.emit(op, x, **dict(n.attrs))
+
+
+def quantize_transposed_weight(w: np.ndarray, groups: int, scales: Optional[np.ndarray] = None
+                               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(int8 weight, float32 scale per output channel, float32 scale per weight row) of a
+    transposed convolution's (C_in, C_out / groups, kH, kW) weight, symmetric on one scale per
+    group: the output channels of a group share it (per tensor at groups 1, per channel when
+    depthwise), so each stored row (an input channel) has one scale, which the per-row integer
+    update (QAS factors), the export and the torch backend read as they read a convolution's
+    per-output-channel scales. `scales`: given per output channel (equal within each group)."""
+    w = np.asarray(w, dtype=np.float32)
+    ci, og = w.shape[:2]
+    cg = ci // groups
+    if scales is None:
+        per_group = np.abs(w.reshape(groups, -1)).max(axis=1) if w.size else np.zeros(groups, np.float32)
+        group_scales = (np.maximum(per_group, MIN_WEIGHT_RANGE) / WEIGHT_QMAX).astype(np.float32)
+    else:
+        table = np.asarray(scales, dtype=np.float32).reshape(groups, og)
+        if np.any(table != table[:, :1]):
+            raise QuantizeError(f"a transposed convolution's weight scales must be equal within each of its {groups} "
+                                f"group(s), got {table.tolist()}")
+        group_scales = table[:, 0]
+    rows = np.repeat(group_scales, cg)
+    w_int, _ = quantize_weight(w, rows)
+    return w_int, np.repeat(group_scales, og), rows
 
 
 def _bias_name(weight: str) -> str:

@@ -20,7 +20,8 @@ def dequantized_state(base: Mapping[str, np.ndarray], state: Mapping[str, np.nda
     for layer in layers.values():
         w = state[layer.weight]
         s_w = np.asarray(layer.w_scales, dtype=np.float32)
-        real[layer.weight] = (w.astype(np.float32) * s_w.reshape((-1,) + (1,) * (w.ndim - 1)))
+        rows = np.asarray(layer.row_scales, dtype=np.float32)  # the weight's scale per row of its layout
+        real[layer.weight] = (w.astype(np.float32) * rows.reshape((-1,) + (1,) * (w.ndim - 1)))
         real[layer.bias] = state[layer.bias].astype(np.float64) * layer.x.scale * s_w.astype(np.float64)
     for f in folds:
         if f.weight not in real:

@@ -62,7 +62,7 @@ def _real_scales(compiled: CompiledProgram) -> dict[str, np.ndarray]:
     out = {}
     for layer in compiled.quant_layers.values():
         s_w = np.asarray(layer.w_scales, dtype=np.float64)
-        out[layer.weight] = s_w
+        out[layer.weight] = np.asarray(layer.row_scales, dtype=np.float64)  # per row of the weight's layout
         out[layer.bias] = np.float64(layer.x.scale) * s_w
     return out
 

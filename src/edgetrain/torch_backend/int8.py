@@ -91,7 +91,8 @@ def layer_maps(q: Quantized, arrays: dict, params: set) -> dict[str, LayerMap]:
         f = folds.get(w)
         if f is None:
             bias_param = layer.bias if layer.bias in params else None
-            maps[w] = LayerMap(w, layer.bias, ones, s_w, acc, bias_param, ones, zeros)
+            rows = np.asarray(layer.row_scales, dtype=np.float32)
+            maps[w] = LayerMap(w, layer.bias, np.ones(len(rows)), rows, acc, bias_param, ones, zeros)
             continue
         mean, var = (np.asarray(arrays[k], dtype=np.float64) for k in (f.mean, f.var))
         gamma = np.asarray(arrays[f.norm_weight], dtype=np.float64) if f.norm_weight else ones

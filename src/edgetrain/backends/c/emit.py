@@ -30,7 +30,7 @@ RUNTIME_HEADERS = ("et_common.h", "et_float.h", "et_float_blas.h", "et_float_gem
                    "et_int8_dsp.h", "et_int8_gemm.h", "et_int8_dw.h", "et_int8_grad.h", "et_int8_update.h",
                    "et_float_shape.h", "et_float_fused.h", "et_float_conv_nd.h", "et_float_resample.h",
                    "et_int8_resample.h", "et_float_gnorm.h", "et_float_pointwise.h", "et_int8_pointwise.h",
-                   "et_float_select.h", "et_float_qweights.h", "et_float_lmloss.h")
+                   "et_float_select.h", "et_float_qweights.h", "et_float_lmloss.h", "et_int8_transposed.h")
 #: the storage API of page_in / page_out, included by programs that page
 PAGE_HEADER = "et_page.h"
 
