@@ -24,13 +24,19 @@ QUANTIZE = (None, "int8")
 BATCHNORM = ("eval", "train")
 
 
-def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_entropy",
+def compile(model: torch.nn.Module, example_inputs: tuple, loss: Union[str, torch.nn.Module] = "cross_entropy",
             update: Union[UpdateScheme, str] = Full(), quantize: Optional[str] = None,
             optimizer: SGD = SGD(lr=0.01), budget: Optional[Budget] = None,
             backend: str = "reference", calibration: Optional[Iterable] = None,
             contributions=None, search: str = "exact", batchnorm: str = "eval",
-            frozen: Optional[str] = None) -> Program:
+            frozen: Optional[str] = None, ignore_index: int = -100) -> Program:
     """Compile `model` into a training program for inputs shaped like `example_inputs`.
+
+    loss: one of passes/loss.py's LOSSES, or the torch loss module that computes it
+    (nn.CrossEntropyLoss(ignore_index=...), nn.MSELoss(), nn.L1Loss(), nn.BCEWithLogitsLoss(),
+    with reduction="mean" and no class weights or label smoothing). The class losses do not
+    count a label equal to `ignore_index` (torch's default -100; a CrossEntropyLoss module
+    brings its own).
 
     quantize="int8" trains the int8 model a microcontroller runs: batch norm folded, int8
     weights and activations, int32 biases, QAS when `optimizer.qas`. Its scales come from
@@ -56,10 +62,12 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: str = "cross_en
     in int8 or in 4-bit groups of 32 inputs (ops/qweights.py gives the layout), dequantized
     inside the kernels; `edgetrain.quantize.dequantized(model, frozen, example_inputs, update)` is the PyTorch model
     with the values the program computes with."""
+    loss, ignore_index = loss_spec(loss, ignore_index)
     _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend, contributions, search,
                 batchnorm)
     _check_frozen(frozen, quantize)
-    options = Options(loss=loss, update=update, quantize=quantize, optimizer=optimizer, batchnorm=batchnorm,
+    options = Options(loss=loss, ignore_index=ignore_index, update=update, quantize=quantize, optimizer=optimizer,
+                      batchnorm=batchnorm,
                       budget=budget, calibration=calibration, frozen=frozen)
     if isinstance(update, str):
         return _compile_auto(model, tuple(example_inputs), options, backend, contributions, search)
@@ -74,6 +82,7 @@ def _program(model: torch.nn.Module, front: pipeline.Build, options: Options) ->
     return Program(inputs=cap.inputs, graph_inputs=b.data_inputs, input_transform=b.transform, state=b.state,
                    stages=b.stages, forward=b.forward, grad_graph=b.grads, train_graph=b.graph,
                    trainable=b.trainable, layers=b.layers, memory=memory, loss=options.loss,
+                   ignore_index=options.ignore_index,
                    optimizer=options.optimizer,
                    state_aliases=_state_aliases(model, set(cap.params) | set(cap.buffers)),
                    export=pipeline.export_of(b), quantize=options.quantize, scheme=options.update,
@@ -137,6 +146,38 @@ def _state_aliases(model: torch.nn.Module, names: set[str]) -> dict[str, str]:
                              f"with one that is")
         out[k] = target
     return out
+
+
+#: torch's loss modules compile() takes for a loss name, and the settings it computes as torch
+#: does (anything else is refused rather than silently computed otherwise)
+TORCH_LOSSES = {"CrossEntropyLoss": "cross_entropy", "MSELoss": "mse", "L1Loss": "l1",
+                "BCEWithLogitsLoss": "bce_with_logits"}
+
+
+def loss_spec(loss, ignore_index: int = -100) -> tuple[str, int]:
+    """(loss name, ignore_index) of compile()'s `loss`: a name as it is, or a torch loss module
+    (TORCH_LOSSES) with its ignore_index; anything compile() cannot compute as torch does is
+    a ValueError naming the setting."""
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise TypeError(f"ignore_index must be an int, got {ignore_index!r}")
+    if not isinstance(loss, torch.nn.Module):
+        return loss, ignore_index
+    kind = type(loss).__name__
+    if kind not in TORCH_LOSSES:
+        raise ValueError(f"loss={kind}(): edgetrain computes {', '.join(TORCH_LOSSES)} (or a name of {LOSSES})")
+    if getattr(loss, "reduction", "mean") != "mean":
+        raise ValueError(f"loss={kind}(reduction={loss.reduction!r}): edgetrain trains on the mean only")
+    for attr, off in (("weight", None), ("pos_weight", None), ("label_smoothing", 0.0)):
+        v = getattr(loss, attr, off)
+        if v is not None and not (off is not None and float(v) == off):
+            raise ValueError(f"loss={kind}({attr}=...): not supported (class weights and label smoothing are not "
+                             f"computed); use the plain {kind}()")
+    if kind == "CrossEntropyLoss":
+        if ignore_index != -100 and ignore_index != loss.ignore_index:
+            raise ValueError(f"ignore_index={ignore_index} and {kind}(ignore_index={loss.ignore_index}) differ: "
+                             f"give it once")
+        ignore_index = int(loss.ignore_index)
+    return TORCH_LOSSES[kind], ignore_index
 
 
 def _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend, contributions=None,

@@ -61,6 +61,7 @@ class Options:
     optimizer: SGD = SGD(lr=0.01)
     batchnorm: str = "eval"  # "eval" (running statistics) or "train" (batch statistics)
     budget: Optional[Budget] = None  # checked by `plan`
+    ignore_index: int = -100  # the class losses' label that counts nowhere (torch's default)
     calibration: Optional[Iterable] = None  # int8 calibration batches; None: the example inputs
     frozen: Optional[str] = None  # None (float32), "int8" or "int4": how frozen weights are stored
 
@@ -223,7 +224,8 @@ STEPS: tuple[Step, ...] = (
     # frozen="int8"/"int4": every frozen linear / embedding weight read from its quantized form
     Step("frozen_quantized", TRAIN, _quantize_frozen, _frozen_quantized),
     Step("batch_statistics", TRAIN, _batch_statistics, _batch_train),
-    Step("with_loss", TRAIN, lambda b, o: replace(b, graph=attach_loss(b.graph, o.loss))),
+    Step("with_loss", TRAIN, lambda b, o: replace(b, graph=attach_loss(b.graph, o.loss,
+                                                                            ignore_index=o.ignore_index))),
     # a linear head's logits and loss computed a vocabulary chunk at a time, never whole
     Step("lm_head_chunked", TRAIN, _graph_pass(chunk_lm_head), _vocabulary_loss),
     Step("backward", TRAIN + VJP, _backward),

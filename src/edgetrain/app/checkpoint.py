@@ -51,6 +51,7 @@ class ProgramConfig:
     model_args: dict = field(default_factory=dict)
     classes: Optional[int] = None  # zoo: num_classes; a file: passed as num_classes= when set
     loss: str = "cross_entropy"
+    ignore_index: int = -100  # the class losses' ignored label (torch's ignore_index)
     update: Any = "full"  # "full" | "bias" | "last:K" | {"bias_last": n, "weights": {layer: ratio}}
     quantize: Optional[str] = None
     lr: float = 0.01
@@ -161,7 +162,7 @@ def build_program(config: ProgramConfig, model_state: Optional[dict] = None, cal
         calib = [tuple(b) if isinstance(b, (tuple, list)) else (b,) for b in calibration]
     opt = et.SGD(lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay, qas=config.qas,
                  seed=config.seed)
-    prog = et.compile(model, xs, loss=config.loss, update=update, quantize=config.quantize, optimizer=opt,
+    prog = et.compile(model, xs, loss=config.loss, ignore_index=config.ignore_index, update=update, quantize=config.quantize, optimizer=opt,
                       budget=budget, backend=config.backend, calibration=calib,
                       **({"contributions": contributions, "search": search} if update == "auto" else {}))
     resolved = replace(config, update=scheme_to_json(prog.scheme))

@@ -26,7 +26,8 @@ def config_from_options(args, model_text: str):
     if args.update_spec != "auto" and args.contributions:
         raise ValueError("--contributions is used only with --update auto")
     return ProgramConfig(model=str(spec), inputs=tuple(specs), model_args=parse_model_args(args.model_arg),
-                         classes=args.classes, loss=args.loss or "cross_entropy", update=args.update_spec or "full",
+                         classes=args.classes, loss=args.loss or "cross_entropy",
+                         ignore_index=_or_default(args.ignore_index, -100), update=args.update_spec or "full",
                          quantize=None if args.quantize in (None, "none") else args.quantize,
                          lr=_or_default(args.lr, 0.01), momentum=_or_default(args.momentum, 0.0),
                          weight_decay=_or_default(args.weight_decay, 0.0), qas=not args.no_qas,

@@ -11,7 +11,7 @@ from typing import Callable, Optional, Sequence
 
 from .cli_config import COMPILED_FILE, config_from_options, normalization, say
 from .options import (MAX_CLASSES, MAX_EPOCHS, MAX_IMAGES, MAX_MOMENTUM, MAX_SAMPLES, MAX_SEED, MAX_WEIGHT_DECAY,
-                      at_most, bounded_float, byte_size, count, floats, positive_float, positive_floats, seed,
+                      at_most, bounded_float, byte_size, count, floats, label_value, positive_float, positive_floats, seed,
                       update_scheme_text)
 from ..devices.targets import TARGETS as TARGET_REGISTRY
 
@@ -53,8 +53,12 @@ def add_program_options(p: argparse.ArgumentParser, for_train: bool = False) -> 
                    help="training loss: cross_entropy (classes in dim 1, any rank: per-pixel too), "
                         "sequence_cross_entropy (classes in the last dim: a language model's (N, T, V)), "
                         "causal_lm (the same, each position predicting the next label), all "
-                        "ignoring labels -100; bce_with_logits (float targets: multi-label), mse or l1 (targets "
-                        "shaped like the output) (default cross_entropy)")
+                        "ignoring labels equal to --ignore-index; bce_with_logits (float targets: multi-label), mse "
+                        "or l1 (targets shaped like the output) (default cross_entropy)")
+    g.add_argument("--ignore-index", type=label_value, default=d(-100), metavar="LABEL",
+                   help="the class losses' label that counts neither in the loss nor in its mean, as torch's "
+                        "ignore_index (e.g. 255 for a segmentation's void class, a padding token's id) "
+                        "(default -100, torch's)")
     g.add_argument("--update", dest="update_spec", type=update_scheme_text, default=d("full"), metavar="SCHEME",
                    help="what to train: full, bias (biases only), last:K (the last K conv/linear layers), or auto "
                         "(the sparse scheme of largest measured gain that fits --sram; needs --contributions) "

@@ -97,6 +97,14 @@ def count(maximum: int):
     return read
 
 
+def label_value(text: str) -> int:
+    """A class label as the data holds it (--ignore-index): any int64."""
+    v = _number(text, int, "an integer label")
+    if not -2 ** 63 <= v < 2 ** 63:
+        raise argparse.ArgumentTypeError(f"expected an int64 label, got {_shown(text)!r}")
+    return v
+
+
 def seed(text: str) -> int:
     """A seed: 0 .. MAX_SEED."""
     v = _number(text, int, "an integer >= 0")

@@ -14,8 +14,10 @@ The losses (`et.compile(loss=...)`, the CLI's --loss), as torch computes them wi
 - "bce_with_logits": F.binary_cross_entropy_with_logits(out, targets), float targets shaped
   like the output (multi-label, anomaly scores).
 - "mse", "l1": F.mse_loss, F.l1_loss, targets shaped like the output (autoencoders).
-A batch whose every label is ignored has no mean: its loss is nan (torch's answer) and
-training stops there with NonFiniteLossError.
+The class losses ignore the labels equal to `ignore_index` (torch's default -100; e.g. 0 for a
+padding token, 255 for a segmentation's void class): they count neither in the sum nor in the
+mean's divisor. A batch whose every label is ignored has no mean: its loss is nan (torch's
+answer) and training stops there with NonFiniteLossError.
 """
 from __future__ import annotations
 
@@ -36,10 +38,10 @@ def class_dim(loss: str, out_rank: int) -> int:
     return out_rank - 1 if loss in ("sequence_cross_entropy", "causal_lm") else 1
 
 
-def attach_loss(g: Graph, loss: str, output: str = "output") -> Graph:
+def attach_loss(g: Graph, loss: str, output: str = "output", ignore_index: int = IGNORE_INDEX) -> Graph:
     """Add a `label` input (role LABEL) and a scalar `loss` output computed from the model's `output`.
-    The class losses take int64 labels: the output's shape without its class dim; the others
-    take float targets shaped like the output."""
+    The class losses take int64 labels: the output's shape without its class dim, labels equal
+    to `ignore_index` not counted; the others take float targets shaped like the output."""
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     out = g.output(output)
@@ -53,7 +55,7 @@ def attach_loss(g: Graph, loss: str, output: str = "output") -> Graph:
         logits, target = out, label
         if loss == "causal_lm":
             logits, target = _shifted(e, out, label)
-        lv = e.emit("cross_entropy", logits, target, class_dim=d, ignore_index=IGNORE_INDEX, name="loss")
+        lv = e.emit("cross_entropy", logits, target, class_dim=d, ignore_index=int(ignore_index), name="loss")
     else:
         label = new_value(out.type, LABEL)
         lv = e.emit(loss, out, label, name="loss")

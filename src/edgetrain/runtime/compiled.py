@@ -67,6 +67,8 @@ class CompiledProgram:
     #: int8: weight name -> its layer's quantization (quantize.convert.QuantLayer: the weight's
     #: per-channel scales, the input's scale), what gives integer parameters their real values
     quant_layers: Mapping[str, Any] = field(default_factory=dict)
+    #: the class losses' label that counts nowhere (torch's ignore_index; passes/loss.py)
+    ignore_index: int = -100
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -82,7 +84,7 @@ class CompiledProgram:
     def build(cls, *, inputs, state: Mapping[str, np.ndarray], stages, forward: Graph, grad_graph: Graph,
               train_graph: Graph, trainable, layers, memory: MemoryReport, loss: str, optimizer, state_aliases,
               export=None, quantize=None, graph_inputs=None, input_transform=None, scheme=None, op_sources=None,
-              source_lines=None, search=None, quant_layers=None) -> "CompiledProgram":
+              source_lines=None, search=None, quant_layers=None, ignore_index: int = -100) -> "CompiledProgram":
         """The compiled program of compile()'s results; `state` the weights and buffers (the
         optimizer's momenta are added, at zero)."""
         init = dict(state)
@@ -95,7 +97,7 @@ class CompiledProgram:
                    grad_graph=grad_graph, train_graph=train_graph, trainable=trainable, layers=tuple(layers),
                    memory=memory, loss=loss, optimizer=optimizer, state_aliases=state_aliases, initial_state=init,
                    export=export, quantize=quantize, scheme=scheme, search=search, op_sources=op_sources or {},
-                   source_lines=source_lines or {}, quant_layers=quant_layers or {})
+                   source_lines=source_lines or {}, quant_layers=quant_layers or {}, ignore_index=int(ignore_index))
 
     def fresh_state(self) -> dict[str, np.ndarray]:
         """A writable copy of the initial state (what a new runner starts from)."""

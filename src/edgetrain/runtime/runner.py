@@ -18,7 +18,6 @@ from ..autodiff import grad_name
 from ..backends.reference import run_graph
 from .compiled import COMPILED_FIELDS, CompiledProgram
 from ..ir import FLOAT_DTYPES, Graph, Role, TensorType
-from ..ops.loss import IGNORE_INDEX
 from ..passes.loss import CLASS_LOSSES, class_dim
 
 
@@ -153,7 +152,7 @@ class RunnerBase:
 
     def label_feed(self, g: Graph, y) -> np.ndarray:
         """The labels (class losses: integer class indices of the output's shape without its
-        class dim, each in range or torch's ignore_index) or the float targets shaped like the
+        class dim, each in range or the program's ignore_index) or the float targets shaped like the
         output (mse, l1, bce_with_logits)."""
         want = self._graph_fact(g, Role.LABEL, lambda: g.the_input(Role.LABEL).type)
         loss = self.compiled.loss
@@ -162,9 +161,10 @@ class RunnerBase:
             fwd = self.compiled.forward_graph
             out = self._graph_fact(fwd, ("output type",), lambda: fwd.output("output").type)
             classes = out.shape[class_dim(loss, out.rank)]
-            counted = y[y != IGNORE_INDEX]
+            ignore = self.compiled.ignore_index
+            counted = y[y != ignore]
             if counted.size and (counted.min() < 0 or counted.max() >= classes):
-                raise ValueError(f"labels must lie in [0, {classes}) or equal the ignore_index {IGNORE_INDEX}, got "
+                raise ValueError(f"labels must lie in [0, {classes}) or equal the ignore_index {ignore}, got "
                                  f"values in [{counted.min()}, {counted.max()}]")
             return y
         y = as_array(y, want, "targets")

@@ -28,10 +28,10 @@ from ..backends.reference import run_graph
 from ..ir import FLOAT_DTYPES, Graph, Value, new_value
 from ..memory import plan_memory, trained_channel_bytes
 from ..ops import get_op
-from ..ops.loss import IGNORE_INDEX
 from .graphs import AotGraphs, FlatInput, entry_value, to_numpy
 from .options import BackendOptions
 from .translate import Transposed, Unused
+from .translate_losses import check_class_labels
 
 
 def _reference_runner(g: Graph, ram: list[str]):
@@ -106,11 +106,7 @@ class FloatProgram:
         drawn = self.g.draw()  # every draw, used or not, as eager draws them all
         fixed = {**self.g.constants, **drawn}
         feeds = {v.name: fixed[v.name] if v.name in fixed else to_numpy(by_name[v.name]) for v in self.forward.inputs}
-        for v, classes in self.labels.items():
-            labels = feeds[v.name][feeds[v.name] != IGNORE_INDEX]  # torch's default ignore_index: not counted
-            if labels.size and (labels.min() < 0 or labels.max() >= classes):
-                raise ValueError(f"class labels must lie in [0, {classes}) or equal the ignore_index {IGNORE_INDEX}, "
-                                 f"got {labels.min()}..{labels.max()}")
+        check_class_labels(self.labels, feeds)
         routed = [n for n in self.wrt if by_name[n].requires_grad] if torch.is_grad_enabled() else []
         if self.step is not None and routed:
             outs = _FloatStep.apply(self, feeds, tensors, routed, *[by_name[n] for n in routed])

@@ -40,13 +40,13 @@ from ..frontend.capture import CaptureError
 from ..ir import FLOAT_DTYPES, Graph, TensorType, Value, new_value
 from ..memory import plan_memory, trained_channel_bytes
 from ..ops.fixed_point import INT32_MAX, INT32_MIN
-from ..ops.loss import IGNORE_INDEX
 from ..quantize import Quantized, quantize_int8
 from ..quantize.qparams import WEIGHT_QMAX
 from ..trainable import SchemeError, find_layers, resolve_scheme
 from .graphs import AotGraphs, FlatInput, entry_value, to_numpy
 from .options import BackendOptions, Named
 from .translate import Transposed
+from .translate_losses import check_class_labels
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def layer_maps(q: Quantized, arrays: dict, params: set) -> dict[str, LayerMap]:
         acc = np.float64(layer.x.scale) * s_w.astype(np.float64)
         ones, zeros = np.ones(len(s_w)), np.zeros(len(s_w))
         f = folds.get(w)
-        if f is None:
+        if f is None:  # (a transposed convolution's weight scales are per row of its layout)
             bias_param = layer.bias if layer.bias in params else None
             rows = np.asarray(layer.row_scales, dtype=np.float32)
             maps[w] = LayerMap(w, layer.bias, np.ones(len(rows)), rows, acc, bias_param, ones, zeros)
@@ -244,11 +244,7 @@ class Int8Program:
         feeds, route = self.state(by_name)
         for name in self.data:
             feeds[name] = to_numpy(by_name[name]).copy()
-        for v, classes in self.labels.items():
-            labels = feeds[v.name][feeds[v.name] != IGNORE_INDEX]  # torch's default ignore_index: not counted
-            if labels.size and (labels.min() < 0 or labels.max() >= classes):
-                raise ValueError(f"class labels must lie in [0, {classes}) or equal the ignore_index {IGNORE_INDEX}, "
-                                 f"got {labels.min()}..{labels.max()}")
+        check_class_labels(self.labels, feeds)
         if route:
             outs = _Int8Step.apply(self, feeds, [n for n, _ in route], *[t for _, t in route])
         else:

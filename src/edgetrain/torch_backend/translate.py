@@ -107,7 +107,10 @@ class Translator:
         self.constants: dict[Value, Any] = {}  # graph input -> the array of a constant a converter made
         self._transposed: dict[int, Value] = {}
         self.log_softmax_of: dict[Value, Value] = {}  # log_softmax(x, dim=1) -> x, for nll_loss
-        self.labels: dict[Value, int] = {}  # class labels read by a loss -> the number of classes
+        # a view of such a log_softmax keeping its batch and class dims -> that log_softmax: F.cross_entropy
+        # on (N, C, L) logits views them as (N, C, L, 1) for nll_loss2d
+        self.log_softmax_views: dict[Value, Value] = {}
+        self.labels: dict[Value, tuple[int, int]] = {}  # class labels read by a loss -> (classes, ignore_index)
 
     def value(self, x):
         """A Value for `x`, materializing a Transposed marker (once)."""
@@ -344,7 +347,12 @@ def _permute(t, x, perm):
 def _view(t, x, shape):
     if isinstance(x, Transposed) and tuple(int(d) for d in shape) == tuple(x.shape):
         return x
-    return CONVERTERS[aten.view.default](t.e, t.value(x), shape)
+    xv = t.value(x)
+    out = CONVERTERS[aten.view.default](t.e, xv, shape)
+    src = t.log_softmax_views.get(xv, xv)
+    if src in t.log_softmax_of and tuple(out.shape[:2]) == tuple(src.shape[:2]):
+        t.log_softmax_views[out] = src
+    return out
 
 
 @marker_aware(aten.addmm.default)

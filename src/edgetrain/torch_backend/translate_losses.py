@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import torch
 
-from ..ops.loss import IGNORE_INDEX
 from .translate import Unused, marker_aware, unsupported
 
 aten = torch.ops.aten
@@ -25,20 +24,35 @@ def _check_nll(t, lp, labels, weight, reduction, ignore_index, ranks=(2,)):
     if weight is not None or reduction != 1:
         unsupported("aten.nll_loss with class weights or without mean reduction; edgetrain's loss is "
                     "F.cross_entropy(logits, labels) with reduction='mean'")
-    if ignore_index != IGNORE_INDEX:
-        unsupported(f"aten.nll_loss with ignore_index={ignore_index}: edgetrain's cross entropy ignores torch's "
-                    f"default {IGNORE_INDEX}")
     if len(lp.shape) not in ranks:
-        unsupported(f"aten.nll_loss on a {len(lp.shape)}-d input; edgetrain's cross entropy takes (N, C) or "
-                    f"(N, C, H, W) logits (flatten a sequence's (N, T, V) to (N*T, V), as F.cross_entropy(logits"
-                    f".view(-1, V), labels.view(-1)))")
-    t.labels[labels] = lp.shape[1]  # labels are checked to lie in [0, C) or be ignore_index at each run
+        unsupported(f"aten.nll_loss on a {len(lp.shape)}-d input; edgetrain's cross entropy takes (N, C), "
+                    f"(N, C, L) or (N, C, H, W) logits (flatten a sequence's (N, T, V) to (N*T, V), as "
+                    f"F.cross_entropy(logits.view(-1, V), labels.view(-1)))")
+    # labels are checked to lie in [0, C) or equal ignore_index at each run (check_class_labels)
+    t.labels[labels] = (lp.shape[1], int(ignore_index))
+
+
+def check_class_labels(labels, feeds) -> None:
+    """Raise ValueError unless every class label fed (`labels`: label value -> (classes,
+    ignore_index), as the translation recorded them) lies in [0, classes) or is its ignore_index."""
+    for v, (classes, ignore) in labels.items():
+        counted = feeds[v.name][feeds[v.name] != ignore]
+        if counted.size and (counted.min() < 0 or counted.max() >= classes):
+            raise ValueError(f"class labels must lie in [0, {classes}) or equal the ignore_index {ignore}, "
+                             f"got {counted.min()}..{counted.max()}")
 
 
 def _cross_entropy_of(t, lp, labels, ignore_index):
-    if lp not in t.log_softmax_of:
+    """Cross entropy of the logits whose log_softmax over dim 1 is `lp`, or of those logits viewed
+    as `lp` is (a view keeping the batch and class dims commutes with that log_softmax)."""
+    if lp in t.log_softmax_views:
+        base = t.log_softmax_views[lp]
+        logits = t.e.emit("reshape", t.log_softmax_of[base], shape=tuple(lp.shape))
+    elif lp in t.log_softmax_of:
+        logits = t.log_softmax_of[lp]
+    else:
         unsupported("aten.nll_loss of values that are not a log_softmax over dim 1 (use F.cross_entropy)")
-    return t.e.emit("cross_entropy", t.log_softmax_of[lp], labels, class_dim=1, ignore_index=IGNORE_INDEX)
+    return t.e.emit("cross_entropy", logits, labels, class_dim=1, ignore_index=int(ignore_index))
 
 
 @marker_aware(aten.nll_loss_forward.default)

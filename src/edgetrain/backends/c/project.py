@@ -323,7 +323,6 @@ def label_defines(prog, layout) -> list[str]:
     checks), ET_LABEL_IGNORE and ET_LABEL_ELEM (the bytes of one integer label); none for the
     other losses (float targets)."""
     from ...ir import Role
-    from ...ops.loss import IGNORE_INDEX
     from ...passes.loss import CLASS_LOSSES, class_dim
 
     compiled = prog.compiled
@@ -336,7 +335,7 @@ def label_defines(prog, layout) -> list[str]:
                             "int64 or int32 class indices")
     out = compiled.forward_graph.output("output").type
     return [f"#define ET_LABEL_CLASSES {out.shape[class_dim(compiled.loss, out.rank)]}",
-            f"#define ET_LABEL_IGNORE ({IGNORE_INDEX})", f"#define ET_LABEL_ELEM {dt.itemsize}"]
+            f"#define ET_LABEL_IGNORE ({int(compiled.ignore_index)})", f"#define ET_LABEL_ELEM {dt.itemsize}"]
 
 
 def standalone_main(layout, prog=None) -> str:
