@@ -6,7 +6,7 @@ import pytest
 from edgetrain.data import (CIFAR10_CLASSES, FASHION_CLASSES, DataError, center_crop, default_assets_dir,
                             load_cifar10, load_cifar_samples, load_fashion_mnist,
                             load_imagenet_samples, resize)
-from edgetrain.data import fashion, imagenet_samples
+from edgetrain.data import fashion, wheels
 from edgetrain.data.cifar import CIFAR10_ZIP
 from edgetrain.data.fashion import fashion_mnist_dir
 from edgetrain.data.imagenet_samples import foolbox_data_dir
@@ -39,7 +39,7 @@ def fashion_source():
 
 @pytest.fixture(scope="module")
 def foolbox_source():
-    _skip_unless(foolbox_data_dir, "PyPI package foolbox not installed")
+    _skip_unless(foolbox_data_dir, "PyPI wheel foolbox neither installed nor downloaded")
 
 
 def test_cifar_class_names():
@@ -124,9 +124,10 @@ def test_cifar_samples(foolbox_source):
     assert labels.tolist()[:4] == [3, 8, 8, 0]
 
 
-def test_foolbox_missing_raises(monkeypatch):
-    monkeypatch.setattr(imagenet_samples, "FOOLBOX_PACKAGE", "edgetrain_no_such_package")
-    with pytest.raises(DataError, match="pip install --no-deps foolbox"):
+def test_foolbox_missing_raises(monkeypatch, tmp_path):
+    monkeypatch.setattr(wheels, "installed_dir", lambda package: None)
+    monkeypatch.setenv(wheels.WHEELS_ENV, str(tmp_path))
+    with pytest.raises(DataError, match="foolbox==3.3.4, read without installing it: run `python -m edgetrain.data.wheels`"):
         load_imagenet_samples()
 
 

@@ -2,18 +2,19 @@
 lengths, missing values, and hostile files (each error names the file and line)."""
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import numpy as np
 import pytest
 
+from edgetrain.data import wheels
 from edgetrain.data.mnist import DataError
 from edgetrain.data.timeseries import (MAX_DIMENSIONS, TimeSeriesError, load_ts, load_ts_split, read_ts,
                                        split_files, ucr_dir)
 
-needs_sktime = pytest.mark.skipif(importlib.util.find_spec("sktime") is None,
-                                  reason="the UCR/UEA files come from `pip install --no-deps sktime==1.2.0`")
+needs_sktime = pytest.mark.skipif(not wheels.available("sktime"),
+                                  reason="the UCR/UEA files come from the sktime 1.2.0 wheel "
+                                         "(`python -m edgetrain.data.wheels`)")
 
 HEADER = "#a comment\n@problemName Toy\n@timeStamps false\n@missing {missing}\n@univariate false\n" \
          "@dimensions 2\n@equalLength {equal}\n@classLabel true up down\n@data\n"
@@ -141,8 +142,8 @@ def test_folder_with_train_and_test_and_the_image_set_interface(tmp_path):
 
 
 def test_ucr_dir_unknown_set():
-    if importlib.util.find_spec("sktime") is None:
-        with pytest.raises(DataError, match="pip install --no-deps sktime"):
+    if not wheels.available("sktime"):
+        with pytest.raises(DataError, match="python -m edgetrain.data.wheels"):
             ucr_dir()
     else:
         with pytest.raises(DataError, match="no UCR/UEA set 'Nope'.*BasicMotions"):

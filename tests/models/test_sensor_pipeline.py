@@ -4,7 +4,6 @@ sparse scheme searched by update="auto" within 64 KB), emitted as Cortex-M4 firm
 QEMU losses equal the host C build's, and `edgetrain train --data ts:...` from the command line."""
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import warnings
@@ -16,9 +15,10 @@ from torch import nn
 
 import edgetrain as et
 from edgetrain.backends.c import cortexm
+from edgetrain.data import wheels
 
-pytestmark = [pytest.mark.skipif(importlib.util.find_spec("sktime") is None,
-                                 reason="BasicMotions comes from `pip install --no-deps sktime==1.2.0`"),
+pytestmark = [pytest.mark.skipif(not wheels.available("sktime"),
+                                 reason="BasicMotions comes from the sktime 1.2.0 wheel (`python -m edgetrain.data.wheels`)"),
               pytest.mark.filterwarnings("ignore:.*were assigned during export")]  # nn.GRU's _flat_weights
 needs_firmware_tools = pytest.mark.skipif(bool(cortexm.missing_tools()) or shutil.which("cc") is None,
                                           reason=f"missing {', '.join(cortexm.missing_tools()) or 'cc'}")

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from .mnist import DataError
+from .errors import DataError
 
 ASSETS_ENV = "EDGETRAIN_ASSETS"
 ASSETS_SUBDIR = Path("shared") / "assets"

