@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 
 from .torch_backend import register as _register_torch_backend
 
+#: every module logs to a child of the "edgetrain" logger; a library shows nothing unless the program
+#: configures logging (the command line adds a stderr handler: app/cli_logging.py)
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 _register_torch_backend()  # torch.compile(model, backend="edgetrain"), without importing TorchDynamo now
 
 #: the version, written here only: pyproject.toml reads it ([tool.setuptools.dynamic])

@@ -17,14 +17,20 @@ Phases, in order:
 - "vjp", for torch.compile's backward (torch_backend/): the train phase's backward, pruning
   and fusion, started from the outputs' cotangents instead of a loss (`vjp`).
 
+Each phase's result is narrowed to what the phase guarantees: `front` returns a `Front`
+(captured, with its layer graph and forward graph), `train` a `Trained` (with its gradient
+graph too); the steps in between pass the general `Build`.
+
 To add a pass: write it in passes/ (Graph -> Graph), add a `Step` at its place in `STEPS`
 with a past-participle name and its condition; `tests/core/test_pipeline.py` checks that
 compile stages exactly the declared steps.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Optional
+import logging
+import time
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
 from .autodiff import build_backward, grad_name
 from .config import SGD, Budget
@@ -46,6 +52,9 @@ from .passes.stream import stream_frozen_chains
 from .quantize import SPEC_ATTR, Quantized, dequantized_state, qas_scales, quantize_folded, quantize_frozen
 from .trainable import Full, LoRA, add_adapters, find_layers, resolve_scheme
 
+#: debug lines: each step run, its graph's size and its time
+_log = logging.getLogger(__name__)
+
 
 class BudgetError(ValueError):
     """The program does not fit the memory budget."""
@@ -56,23 +65,30 @@ class Options:
     """compile()'s options as the steps read them (api.compile checks them first)."""
 
     loss: str = "cross_entropy"
+    ignore_index: int = -100  # the class losses' label that counts nowhere (torch's default)
     update: Any = Full()  # a resolved UpdateScheme (update="auto" compiles each candidate)
     quantize: Optional[str] = None  # None (float32) or "int8"
     optimizer: SGD = SGD(lr=0.01)
     batchnorm: str = "eval"  # "eval" (running statistics) or "train" (batch statistics)
     budget: Optional[Budget] = None  # checked by `plan`
-    ignore_index: int = -100  # the class losses' label that counts nowhere (torch's default)
     calibration: Optional[Iterable] = None  # int8 calibration batches; None: the example inputs
     frozen: Optional[str] = None  # None (float32), "int8" or "int4": how frozen weights are stored
 
 
+#: the graph before the front's "captured" step: empty
+NO_GRAPH = Graph((), (), (), ())
+
+
 @dataclass(frozen=True)
 class Build:
-    """The compilation so far: the graph the last step made and what the steps found."""
+    """The compilation so far: the graph the last step made and what the steps found.
+
+    What every step reads and returns; `Front` and `Trained` narrow it to what their phase
+    guarantees."""
 
     model: Any  # the nn.Module
     example_inputs: tuple
-    graph: Optional[Graph] = None  # the last step's graph
+    graph: Graph = NO_GRAPH  # the last step's graph
     stages: Mapping[str, Graph] = field(default_factory=dict)  # every step's graph, in order
     cap: Optional[Captured] = None
     params: Mapping = field(default_factory=dict)  # the parameters an update scheme may train
@@ -98,6 +114,43 @@ class Build:
     def ram_inputs(self) -> frozenset[str]:
         """The graph's inputs held in RAM (data, label, step), read from their roles."""
         return ram_inputs(self.graph)
+
+    @property
+    def captured(self) -> Captured:
+        """`cap`, which the steps after the front's "captured" step read (a "vjp" Build has none)."""
+        if self.cap is None:
+            raise ValueError("this step reads the captured model: it runs after the front's 'captured' step")
+        return self.cap
+
+
+@dataclass(frozen=True, kw_only=True)
+class Front(Build):
+    """The front phase's Build: captured, with the graph update schemes are resolved on and
+    the forward graph `predict` runs. The train phase's steps keep these set."""
+
+    cap: Captured
+    layer_graph: Graph
+    forward: Graph
+
+    def __post_init__(self) -> None:
+        unset = [f.name for f in fields(self) if f.kw_only and getattr(self, f.name) is None]
+        if unset:
+            raise TypeError(f"a {type(self).__name__} Build needs {', '.join(unset)} set")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trained(Front):
+    """The train phase's Build: the training step (`graph`) and its gradient graph."""
+
+    grads: Graph
+
+
+_Phase = TypeVar("_Phase", bound=Front)
+
+
+def narrowed(kind: type[_Phase], b: Build) -> _Phase:
+    """`b` as the phase's Build `kind`; TypeError when a field the phase guarantees is unset."""
+    return kind(**{f.name: getattr(b, f.name) for f in fields(Build)})
 
 
 @dataclass(frozen=True)
@@ -148,12 +201,12 @@ def _fold(b: Build, o: Options) -> Build:
 def _convert(b: Build, o: Options) -> Build:
     calibration = o.calibration if o.calibration is not None else [tuple(b.example_inputs)]
     q = quantize_folded(b.graph, b.layer_arrays, b.folds, getattr(b.model, SPEC_ATTR, {}), calibration)
-    params = {k: v for k, v in q.folded_arrays.items() if k in q.arrays and k not in b.cap.buffers}
+    params = {k: v for k, v in q.folded_arrays.items() if k in q.arrays and k not in b.captured.buffers}
     return replace(b, graph=q.graph, quantized=q, params=params, state=dict(q.arrays))
 
 
 def _split_input(b: Build, o: Options) -> Build:
-    split = split_input_transform(b.graph, b.cap.inputs)
+    split = split_input_transform(b.graph, b.captured.inputs)
     if split is None:
         return b
     # the device reads int8 samples: the float image never sits in RAM
@@ -168,6 +221,7 @@ def _add_adapters(b: Build, o: Options) -> Build:
 
 
 def _quantize_frozen(b: Build, o: Options) -> Build:
+    assert o.frozen is not None, "the step runs when options.frozen is set (_frozen_quantized)"
     g, state, export = quantize_frozen(b.graph, b.state, b.trainable, o.frozen)
     return replace(b, graph=g, forward=g, state=state, frozen_export=export)
 
@@ -260,8 +314,10 @@ def steps(phase: str, options: Options) -> tuple[Step, ...]:
 def run_steps(b: Build, options: Options, todo: Iterable[Step]) -> Build:
     """`b` after each step of `todo`, each one's graph verified and staged under its name."""
     for s in todo:
+        t0 = time.perf_counter()
         b = s.run(b, options)
         b = replace(b, stages={**b.stages, s.name: verify(b.graph)})
+        _log.debug("compiler step %s: %d nodes, %.3f s", s.name, len(b.graph.nodes), time.perf_counter() - t0)
     return b
 
 
@@ -285,14 +341,15 @@ def layer_front(model, example_inputs: tuple, options: Options) -> Build:
     return run_steps(Build(model, tuple(example_inputs)), options, todo)
 
 
-def front(model, example_inputs: tuple, options: Options) -> Build:
+def front(model, example_inputs: tuple, options: Options) -> Front:
     """The "front" phase: the forward graph the device runs, its state, and the layers an
     update scheme names. Independent of `options.update` (and of the optimizer)."""
     b = run_steps(Build(model, tuple(example_inputs)), options, steps("front", options))
-    return replace(b, forward=b.graph, layers=tuple(find_layers(b.layer_graph, set(b.params))))
+    f = narrowed(Front, replace(b, forward=b.graph))
+    return replace(f, layers=tuple(find_layers(f.layer_graph, set(f.params))))
 
 
-def select_trainable(b: Build, update) -> dict:
+def select_trainable(b: Front, update) -> dict:
     """What `update` trains on the front `b`: {parameter: None (all of it) | ChannelSelect}."""
     if isinstance(update, LoRA):
         return {n: None for n in b.adapters}
@@ -304,22 +361,23 @@ def select_trainable(b: Build, update) -> dict:
 SELECTION_STEPS = ("adapters_added",)
 
 
-def train(b: Build, options: Options) -> Build:
+def train(front: Front, options: Options) -> Trained:
     """The "train" phase on a front: the training step's graph (`graph`), its gradient graph
     (`grads`) and the trained selection of `options.update` (LoRA: resolved after the
     adapters are added). The steps that change the forward (adapters, quantized frozen
     weights) set `forward` too: `predict` computes what the training step computes."""
     todo = steps("train", options)
-    b = run_steps(b, options, [s for s in todo if s.name in SELECTION_STEPS])
+    b = narrowed(Front, run_steps(front, options, [s for s in todo if s.name in SELECTION_STEPS]))
     b = replace(b, trainable=select_trainable(b, options.update))
-    return run_steps(b, options, [s for s in todo if s.name not in SELECTION_STEPS])
+    return narrowed(Trained, run_steps(b, options, [s for s in todo if s.name not in SELECTION_STEPS]))
 
 
 def plan(b: Build, options: Options) -> MemoryReport:
     """The memory plan of the trained Build's graph; BudgetError when over `options.budget`."""
     memory = plan_graph(b.graph, b.trainable, b.state)
     budget = options.budget
-    if budget is not None and budget.sram is not None and memory.peak_bytes > budget.sram:
+    # Budget's sizes are bytes (int) or None once constructed (config.parse_bytes)
+    if budget is not None and isinstance(budget.sram, int) and memory.peak_bytes > budget.sram:
         raise BudgetError(f"the program needs {memory.peak_bytes:,} B of SRAM at its peak "
                           f"({memory.summary()}), over the budget of {budget.sram:,} B; "
                           f"the smallest budget that fits this update scheme is {memory.peak_bytes:,} B")
@@ -337,12 +395,12 @@ def plan_graph(g: Graph, trainable: Mapping, state: Mapping) -> MemoryReport:
 
 def check_flash(memory: MemoryReport, budget: Budget) -> None:
     """BudgetError when the read-only weights (and buffers) exceed `budget.flash`."""
-    if memory.frozen_bytes > budget.flash:
+    if isinstance(budget.flash, int) and memory.frozen_bytes > budget.flash:
         raise BudgetError(f"read-only weights need {memory.frozen_bytes:,} B of flash, over the budget "
                           f"of {budget.flash:,} B")
 
 
-def export_of(b: Build) -> Optional[Callable]:
+def export_of(b: Trained) -> Optional[Callable]:
     """state -> the float state the original model loads (int8: dequantized); None: as is."""
     q = b.quantized
     if q is None:

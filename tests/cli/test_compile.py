@@ -31,8 +31,8 @@ def test_help_is_complete(cli):
 
 def test_compile_host_project(cli, model_file, tmp_path):
     out = tmp_path / "out"
-    code, text, err = cli("compile", f"{model_file}:build", "--input", INPUT, "--target", "host", "--update",
-                          "last:2", "--sram", "256KB", "-o", out)
+    code, _, err = cli("compile", f"{model_file}:build", "--input", INPUT, "--target", "host", "--update",
+                       "last:2", "--sram", "256KB", "-o", out)
     assert code == 0, err
     for name in ("model.c", "model.h", "main.c", "samples.h", "Makefile", "memory.json", "memory.png", "program.ckpt"):
         assert (out / name).is_file(), name
@@ -43,7 +43,7 @@ def test_compile_host_project(cli, model_file, tmp_path):
     assert report["arena_bytes"] > 0 and len(report["timeline"]) > 0
     ck = load_checkpoint(out / "program.ckpt")
     assert ck.config.inputs == (INPUT,) and ck.steps == 0 and ck.train["reason"] == "compiled"
-    assert "peak" in text
+    assert "peak" in err  # progress lines: stderr
 
 
 @pytest.mark.skipif(bool(NO_ARM), reason=f"missing {', '.join(NO_ARM)} (Debian: gcc-arm-none-eabi "
@@ -58,7 +58,7 @@ def test_compile_verify_under_qemu(cli, model_file, image_folder, tmp_path, quan
                           "1MB", "--quantize", quantize, *extra, "--target", target, "--weight-banks", banks, "--samples", "3", "--verify",
                           "--no-plot", "-o", out)
     assert code == 0, err + text
-    assert "verified: 3 steps" in text and f"QEMU {target}: step 3 loss" in text
+    assert "verified: 3 steps" in err and f"QEMU {target}: step 3 loss" in err  # progress lines: stderr
     report = json.loads((out / "memory.json").read_text())
     assert report["verify"]["ok"] and len(report["verify"]["losses"]) == 3
     fw = report["firmware"]
@@ -97,12 +97,12 @@ def test_second_weight_bank_counts_against_the_budget(cli, model_file, tmp_path)
     assert code == 3 and "with --weight-banks 2 the program needs" in err and not out.exists()
     need = one["peak_bytes"] + one["trainable_bytes"]
     assert f"the smallest budget that fits is {need:,} B" in err
-    code, text, err = cli(*args, "--sram", str(need))
+    code, _, err = cli(*args, "--sram", str(need))
     assert code == 0, err
     two = json.loads((out / "memory.json").read_text())
     assert two["weight_banks"] == 2 and two["second_bank_bytes"] == one["trainable_bytes"] > 0
     assert two["peak_bytes"] == need and two["program_peak_bytes"] == one["peak_bytes"]
-    assert "two weight banks: +" in text
+    assert "two weight banks: +" in err  # progress lines: stderr
 
 
 def test_update_auto_needs_contributions(cli, model_file, tmp_path):

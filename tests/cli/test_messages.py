@@ -93,7 +93,7 @@ def test_a_converted_data_set_is_announced(cli, model_file, tmp_path):
     code, out, err = cli("train", f"{model_file}:build", "--input", INPUT, "--data", "fashion-mnist", "--limit", "20",
                          "--classes", "10", "-o", tmp_path / "run", "--no-progress")
     assert code == 0, err
-    assert f"note: fashion-mnist (train): 1x28x28 images converted to the model's input 3x{SIDE}x{SIDE}" in out
+    assert f"note: fashion-mnist (train): 1x28x28 images converted to the model's input 3x{SIDE}x{SIDE}" in err
 
 
 def test_inspect_shows_each_ops_model_line(cli, model_file):

@@ -34,7 +34,7 @@ def test_train_resume_equals_uninterrupted(cli, model_file, image_folder, tmp_pa
     code, out, err = cli(*train_args(model_file, image_folder, full, "--epochs", "3", *opts))
     assert code == 0, err
     assert [p.name for p in sorted(full.glob("*.ckpt"))] == ["epoch-0001.ckpt", "epoch-0002.ckpt", "epoch-0003.ckpt"]
-    assert f"epoch 3/3: mean loss" in out and f"over {N_IMAGES} steps" in out
+    assert f"epoch 3/3: mean loss" in err and f"over {N_IMAGES} steps" in err  # progress: stderr
     final = load_checkpoint(full / "epoch-0003.ckpt")
     assert final.steps == 3 * N_IMAGES and final.train["epoch"] == 3 and len(final.train["history"]) == 3
     # one epoch, then resume (from the folder: its furthest checkpoint) to three
@@ -43,7 +43,7 @@ def test_train_resume_equals_uninterrupted(cli, model_file, image_folder, tmp_pa
     code, out, err = cli("train", "--resume", part, "--data", image_folder, "--epochs", "3", "-o", part,
                          "--no-progress", "--model-file", model_file)
     assert code == 0, err
-    assert "epochs 2..3" in out
+    assert "epochs 2..3" in err
     resumed = load_checkpoint(part / "epoch-0003.ckpt")
     assert_same_state(final, resumed)
     assert resumed.train["history"] == final.train["history"]
@@ -141,9 +141,9 @@ def test_corrupt_and_truncated_images(cli, model_file, tmp_path):
         assert str(data / f) in err
     assert "--skip-bad-images" in err and "Traceback" not in err
     assert not out.exists() and snapshot(data) == before
-    code, text, err = cli(*train_args(model_file, data, out, "--skip-bad-images"))
+    code, _, err = cli(*train_args(model_file, data, out, "--skip-bad-images"))
     assert code == 0, err
-    assert "warning: skipped 3 unreadable image(s)" in err and f"{N_IMAGES - 3} images in 3 classes" in text
+    assert "warning: skipped 3 unreadable image(s)" in err and f"{N_IMAGES - 3} images in 3 classes" in err
     assert load_checkpoint(out / "epoch-0001.ckpt").steps == N_IMAGES - 3
 
 

@@ -8,6 +8,7 @@ import sys
 import threading
 
 from .cli_errors import INTERRUPTED, report_error, warning_line
+from .cli_logging import QUIET_HELP, VERBOSE_HELP, command_logging, level_of
 from .options import (MAX_BATCH, MAX_CLASSES, MAX_EPOCHS, MAX_FACTOR, MAX_FRACTION, MAX_IMAGE_SIDE, MAX_IMAGES,
                       MAX_SECONDS, MAX_SEED, at_most, bounded_float, byte_size, count, seed, update_scheme_text)
 
@@ -107,7 +108,8 @@ def _demo(args) -> int:
     from .demo import DemoConfig, run_demo
 
     cfg = DemoConfig(task=args.task, train_images=args.train_images, test_images=args.test_images,
-                     epochs=args.epochs, seed=args.seed, qas=not args.no_qas, assets=args.assets)
+                     epochs=args.epochs, seed=args.seed, qas=not args.no_qas, assets=args.assets,
+                     backend=args.backend)
     res = run_demo(cfg)
     return 0 if res["after"] > res["before"] else NOT_IMPROVED
 
@@ -281,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"edgetrain {__version__}")
     p.add_argument("--traceback", action="store_true", help=TRACEBACK_HELP)
+    p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
+    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_commands(sub)
     add_federate(sub)
@@ -301,10 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=_inspect)
     d = sub.add_parser("demo", help="fine-tune a pretrained model on a downstream set in int8 with QAS",
                        **_texts("demo",
-                                "Compile a pretrained model into the int8 training program a microcontroller runs "
-                                "(Quantization-Aware Scaling, sparse update) and fine-tune it on a data set it has "
-                                "not seen, printing int8 test accuracy before and after, and after loading the "
-                                "trained weights back into PyTorch. Exit 0 when accuracy improved, 6 when it did not.",
+                                "Compile a pretrained model into an int8 training program (Quantization-Aware "
+                                "Scaling, sparse update) and fine-tune it on the host on a data set it has not seen, "
+                                "printing int8 test accuracy before and after, and after loading the trained weights "
+                                "back into PyTorch; beside it, compile the program that fits the target device (a "
+                                "Cortex-M7 with 256 KB of SRAM: batch 1, SGD without momentum, sparse update) and "
+                                "print its peak memory. Exit 0 when accuracy improved, 6 when it did not.",
                                 "edgetrain demo --task digits --train-images 800 --test-images 200",
                                 "edgetrain demo --task cifar10 --epochs 2"))
     d.add_argument("--task", choices=("auto", "digits", "cifar10"), default="auto",
@@ -322,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=seed, default=0,
                    help=f"data order, new classifier and rounding seed (default 0, {at_most(MAX_SEED)})")
     d.add_argument("--no-qas", action="store_true", help="turn Quantization-Aware Scaling off")
+    from .cli_config import BACKEND_HELP
+
+    d.add_argument("--backend", choices=("reference", "c"), help=BACKEND_HELP)
     d.set_defaults(func=_demo)
     f = sub.add_parser("profile", help="print a device's cost profile (RAM, compute, energy, paging)",
                        **_texts("profile",
@@ -364,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_report)
     for command in _subparsers(p).values():  # before or after the command: `edgetrain compile ... --traceback`
         command.add_argument("--traceback", action="store_true", default=argparse.SUPPRESS, help=TRACEBACK_HELP)
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
+        command.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=QUIET_HELP)
     return p
 
 
@@ -456,11 +467,14 @@ def _forget_unhandled_interrupt() -> None:
 
 
 def _run(argv) -> int:
-    args = parse_args(build_parser(), argv)
+    parser = build_parser()
+    args = parse_args(parser, argv)
+    if args.verbose and args.quiet:
+        _subparsers(parser)[args.command].error("-v/--verbose and -q/--quiet exclude each other")
     try:
         import warnings
 
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), command_logging(args.command, level_of(args)):
             warnings.showwarning = warning_line(args.command, warnings.showwarning)
             if isinstance(getattr(args, "update", None), str):
                 args.update = _scheme(args.update)

@@ -7,12 +7,17 @@ from typing import Optional
 
 #: the checkpoint `compile` writes next to the project (a program before any training)
 COMPILED_FILE = "program.ckpt"
+#: --backend of every command that runs a program (train, compile, demo, federate): one rule,
+#: backends/c/toolchain.default_backend (spelled out here: --help imports no numpy)
+BACKEND_HELP = ("run the program on the numpy reference runtime or as the generated C built for this host "
+                "(default c when a host C compiler is found: $CC, else cc, gcc or clang on PATH; else reference)")
 
 
 def config_from_options(args, model_text: str):
     """The ProgramConfig (checkpoint.py) the program options of `args` describe, for the model
     `model_text` (a model file's FACTORY or a zoo name); usage errors as ValueError."""
     from .checkpoint import ProgramConfig
+    from ..backends.c.toolchain import default_backend
     from ..config import parse_bytes
     from .usermodel import default_inputs, parse_input, parse_model_args, parse_model_spec
 
@@ -32,7 +37,7 @@ def config_from_options(args, model_text: str):
                          lr=_or_default(args.lr, 0.01), momentum=_or_default(args.momentum, 0.0),
                          weight_decay=_or_default(args.weight_decay, 0.0), qas=not args.no_qas,
                          seed=_or_default(args.rounding_seed, 0), sram=parse_bytes(args.sram, "--sram"),
-                         flash=parse_bytes(args.flash, "--flash"), backend=args.backend or "reference")
+                         flash=parse_bytes(args.flash, "--flash"), backend=args.backend or default_backend())
 
 
 def _or_default(v, default):
@@ -73,5 +78,8 @@ def calibration_from(args, config, mean_std=None):
 
 
 def say(*a):
-    """A progress line of the command, printed at once (the user watches a long compile)."""
-    print(*a, flush=True)
+    """A progress line of the command: an INFO record of the "edgetrain" logger, which the command
+    line writes to standard error at once (the user watches a long compile; -q silences it)."""
+    import logging
+
+    logging.getLogger(__name__).info(" ".join(map(str, a)))

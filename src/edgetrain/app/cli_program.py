@@ -3,13 +3,13 @@ firmware project (cli_compile.py), a fine-tuned checkpoint, and weights PyTorch 
 from __future__ import annotations
 
 import argparse
+import logging
 import pickle
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from .cli_config import COMPILED_FILE, config_from_options, normalization, say
+from .cli_config import BACKEND_HELP, COMPILED_FILE, config_from_options, normalization, say
 from .options import (MAX_CLASSES, MAX_EPOCHS, MAX_IMAGES, MAX_MOMENTUM, MAX_SAMPLES, MAX_SEED, MAX_WEIGHT_DECAY,
                       at_most, bounded_float, byte_size, count, floats, label_value, positive_float, positive_floats, seed,
                       update_scheme_text)
@@ -91,8 +91,7 @@ def add_program_options(p: argparse.ArgumentParser, for_train: bool = False) -> 
     g.add_argument("--flash", type=byte_size, metavar="BYTES",
                    help="flash budget for read-only weights, e.g. 1MB; also the firmware's flash region (which holds "
                         "its code too)")
-    g.add_argument("--backend", choices=("reference", "c"), default=d("reference"),
-                   help="run the program with the numpy reference (default) or the generated C built for this host")
+    g.add_argument("--backend", choices=("reference", "c"), help=BACKEND_HELP)
     g.add_argument("--mean", type=floats, metavar="M[,M,M]",
                    help="images: per-channel mean subtracted from pixels in [0, 1] (default 0)")
     g.add_argument("--std", type=positive_floats, metavar="S[,S,S]",
@@ -321,7 +320,7 @@ def _run_train(args) -> int:
     meta.mean, meta.std = mean, std
     data = load_images(args.data, (c, h, w), limit=args.limit, skip_bad=args.skip_bad_images)
     if data.skipped:
-        print(describe_skipped(data.skipped), file=sys.stderr)
+        logging.getLogger(__name__).warning(describe_skipped(data.skipped).removeprefix("warning: "))
     if data.conversion((c, h, w)):  # a named set's own size differs from the model's input: say so
         say(f"note: {data.conversion((c, h, w))}")
     fingerprint = data.fingerprint()
@@ -353,9 +352,9 @@ def _run_train(args) -> int:
         say(f"nothing to do: {meta.epoch} epochs are done (--epochs {args.epochs})")
         return 0
     say(f"training on {data.source}: {len(data)} images in {len(data.classes)} classes, epochs "
-        f"{meta.epoch + 1}..{args.epochs}, checkpoints in {out}")
-    opts = TrainOptions(epochs=args.epochs, out_dir=out, mean=mean, std=std, progress=not args.no_progress,
-                        hook=train_hook())
+        f"{meta.epoch + 1}..{args.epochs}, on the {built.prog.backend} backend, checkpoints in {out}")
+    opts = TrainOptions(epochs=args.epochs, out_dir=out, mean=mean, std=std, hook=train_hook(),
+                        progress=not args.no_progress and logging.getLogger(__name__).isEnabledFor(logging.INFO))
     written = fit(built, data, opts, meta, val, log=say)
     say(f"done: {built.prog.steps} steps; last checkpoint {written[-1]}")
     return 0

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
@@ -23,6 +24,7 @@ import numpy as np
 from .average import fed_average, model_bytes, update_bytes
 from .job import FederatedJob, Setup, setup_of
 
+log_ = logging.getLogger(__name__)
 #: images per predict call when measuring test accuracy
 EVAL_CHUNK = 256
 
@@ -54,7 +56,12 @@ class FederatedResult:
     shard_sizes: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {"job": asdict(self.job), "shard_sizes": self.shard_sizes, "rounds": [asdict(r) for r in self.rounds]}
+        """The job (a model factory as the sha256 of its model file's text, when it has one), the
+        shard sizes and every round's figures, as JSON values."""
+        job = {f.name: getattr(self.job, f.name) for f in fields(self.job) if f.name != "model_factory"}
+        if self.job.model_factory is not None:
+            job["model_sha256"] = getattr(self.job.model_factory, "sha256", None)
+        return {"job": job, "shard_sizes": self.shard_sizes, "rounds": [asdict(r) for r in self.rounds]}
 
 
 def _round_start_step(setup: Setup, rnd: int, client: int) -> int:
@@ -126,10 +133,14 @@ def run_serial(job: FederatedJob, log: Optional[Callable[[RoundRecord], None]] =
     setup = setup_of(job)
     values = initial_values(setup)
     res = FederatedResult(job, [RoundRecord(0, evaluate(setup, values))], shard_sizes=[len(s) for s in setup.shards])
+    if log:
+        log(res.rounds[0])
     for rnd in range(1, job.rounds + 1):
         t0 = time.perf_counter()
         updates = [client_update(setup, k, rnd, values) for k in range(job.clients)]
         values = aggregate(setup, updates)
+        for u in updates:
+            log_.debug("round %d client %d: %d steps, mean loss %.4f", rnd, u.client, u.steps, u.loss)
         res.rounds.append(round_record(setup, rnd, values, updates, time.perf_counter() - t0))
         if log:
             log(res.rounds[-1])
@@ -163,6 +174,20 @@ def run_centralized(job: FederatedJob, log: Optional[Callable[[RoundRecord], Non
             log(res.rounds[-1])
     res.values = values
     return res
+
+
+def final_state_dict(res: FederatedResult) -> dict:
+    """The model's state_dict (torch tensors, as Program.state_dict gives it: an int8 program's in
+    real values) with the run's final global trained tensors, checked to load into the model."""
+    setup = setup_of(res.job)
+    reset_with(setup, res.values)
+    sd = {k: v.contiguous() for k, v in setup.prog.state_dict().items()}
+    if setup.model is not None:
+        try:
+            setup.model.load_state_dict(sd)
+        except RuntimeError as err:
+            raise ValueError(f"the final weights do not load into {res.job.model}: {str(err).splitlines()[0]}")
+    return sd
 
 
 def write_results(res: FederatedResult, path) -> Path:

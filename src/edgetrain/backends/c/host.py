@@ -23,7 +23,7 @@ from .cache import cache_path, publish_build
 from .kernel_lib import front_source, kernels_object
 from .layout import CBackendError, Layout, build_layout
 from .step_guard import double_buffered, with_guard
-from .toolchain import run_tool
+from .toolchain import announced_build, host_compiler, run_tool
 
 #: the ctypes library: optimised for this machine, no implicit FMA contraction (int8 kernels'
 #: float sums must be exactly the reference's), sqrt as an instruction; ET_FLOAT_FMA: the float32 GEMM / convolution kernels use explicit fused multiply-adds where
@@ -47,10 +47,10 @@ COMPILE_TIMEOUT = 900
 
 
 def find_cc() -> str:
-    """The C compiler: $CC, else cc, gcc or clang on PATH."""
-    for cand in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if cand and shutil.which(cand):
-            return shutil.which(cand)
+    """The C compiler: $CC, else cc, gcc or clang on PATH (toolchain.host_compiler)."""
+    cc = host_compiler()
+    if cc is not None:
+        return cc
     raise CBackendError("backend='c' needs a C compiler: none of $CC, cc, gcc, clang was found on PATH")
 
 
@@ -87,15 +87,18 @@ def build_library(files: Mapping[str, str], flags: Sequence[str] = DEFAULT_CFLAG
     if lib.exists():
         return lib
 
+    kernels = str(kernels_object(cc, flags, files))  # first: its own build says so
+
     def build(work: Path) -> None:
         for name, text in files.items():
             (work / name).write_text(text)
         (work / "model_host.c").write_text(front_source(files))  # model.c calling the cached kernels
-        kernels = str(kernels_object(cc, flags, files))
         compile_c(cc, [*flags, "-fPIC", "-shared", "-o", "libmodel.so", "model_host.c", kernels,
                        *blas_link_flags(flags)], work)
 
-    publish_build(d, build)
+    with announced_build("this program's C library (libmodel.so)",
+                         f"a program not built before with these flags: not in the cache {d}"):
+        publish_build(d, build)
     return lib
 
 

@@ -23,7 +23,8 @@ specialised kernels (et_float_gemm.h's ET_DW_SPECIALISE), so the wrappers are le
 (PORTABLE_ONLY) and cost that build no compile time. The object is built for this machine
 (-march=native in the host flags: AVX2 / AVX-512 where the CPU has them), so its cache key holds
 the CPU's identity and feature flags (cpu_identity): a cache directory shared with another CPU
-gets its own object."""
+gets its own object. A first build takes minutes: past a second it says what it builds and why,
+with its elapsed time (toolchain.announced_build)."""
 from __future__ import annotations
 
 import hashlib
@@ -35,7 +36,7 @@ from typing import Mapping, Sequence
 
 from .cache import cache_path, publish_build
 from .layout import CBackendError
-from .toolchain import run_tool
+from .toolchain import announced_build, run_tool
 
 #: a kernel definition of the runtime headers: `ET_INLINE void et_name(params) {`
 KERNEL_DEF = re.compile(r"^ET_INLINE void (et_\w+)\(([^)]*)\)\s*\{", re.M)
@@ -195,5 +196,10 @@ def kernels_object(cc: str, flags: Sequence[str], files: Mapping[str, str]) -> P
         if r.returncode != 0:
             raise CBackendError(f"the kernel library failed to compile in {work}:\n{r.stderr[-4000:]}")
 
-    publish_build(d, build, prefix="kernels-build-")
+    n = len(kernel_signatures(files))
+    what = f"the runtime's kernel library ({n} kernel{'' if n == 1 else 's'}, et_kernels.o)"
+    why = (f"first use of these runtime headers, flags and compiler on this machine: not yet in the cache {d}; "
+           f"built once, then reused")
+    with announced_build(what, why):
+        publish_build(d, build, prefix="kernels-build-")
     return obj
