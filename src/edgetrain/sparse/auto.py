@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Callable, Hashable
 
 from ..trainable import Sparse
-from .contribution import ContributionTable
+from .contribution import SIGNIFICANCE, ContributionTable
 from .search import GAIN_TIE_RTOL, InfeasibleBudget, Option, evolutionary_search, solve_exact
 
 SEARCHES = ("exact", "evolutionary")
@@ -48,10 +48,9 @@ SEARCHES = ("exact", "evolutionary")
 #: the prediction is within a few KB on the paper's models: two rounds are typical
 MAX_ROUNDS = 8
 NONE = "none"  # the "do not train this" choice of every group
-#: a piece is offered only if its gain exceeds this many standard errors of a gain
-#: (`ContributionTable.stderr`): with ~70 measured pieces, some gain a few points by chance
-#: alone, and the search would pick exactly those (one-sided 2.3 % false positives)
-SIGNIFICANCE = 2.0
+# a piece is offered only if its gain exceeds SIGNIFICANCE (contribution.py) standard errors
+# of a gain (`ContributionTable.stderr`): with ~70 measured pieces, some gain a few points by
+# chance alone, and the search would pick exactly those (one-sided 2.3 % false positives)
 
 
 class AutoFallbackWarning(UserWarning):
