@@ -5,6 +5,7 @@ int4 base, executed (issue 32, deliverable 5).
 
     PYTHONPATH=src python bench/lora_lm.py [--case smollm2-135m|qwen2.5-0.5b|tiny] [--threads 1 2] [--steps 3]
         [--peer-dtypes float32 bfloat16] [--frozen none int8 int4] [--smallest int4|none] [--time-limit 120]
+        [--mapped-weights off|on|both]
         [--work DIR] [--out docs/results/lora-lm.jsonl]
     PYTHONPATH=src python bench/lora_lm.py --tables docs/results/lora-lm.jsonl [--max-load 2]   # saved rows
 
@@ -30,7 +31,10 @@ Every measurement runs in a fresh process of its own, so its peak RSS (VmHWM) is
   meets: its proven lower bound (greedy.ram_lower_bound) if a schedule exists there, else the smallest
   RAM its min-RAM model finds (the Infeasible message), scheduled, applied, emitted and executed on one
   thread. `budget` is that ram in POET's account (the frozen weights counted whole: the A72 profile holds
-  them in RAM); the binary maps them, so its measured RSS is below it.
+  them in RAM); the binary maps them, so its measured RSS is below it. With --mapped-weights on (or both),
+  the MILP pages the frozen weights too (build_problem's mapped_weights, remat/weights.py: each resident
+  only where the schedule says, read again from the weights file otherwise) and the binary drops their
+  pages where the schedule says: row schedule "smallest-mapped".
 
 step_s is the median over --steps steps after one warm-up step; losses are every step's (warm-up first).
 One JSON line per row (to --out when given) and a table.
@@ -156,26 +160,30 @@ def build(prog, ids, d: Path) -> dict:
             "frozen_kb": ram["frozen"] // 1024}
 
 
-def smallest_schedule(et, prog, time_limit: float, mip_gap: float):
-    """(schedule, facts): POET's schedule at the smallest ram it meets (module docstring)."""
+def smallest_schedule(et, prog, time_limit: float, mip_gap: float, mapped_weights: bool = False):
+    """(schedule, facts): POET's schedule at the smallest ram it meets (module docstring); with
+    `mapped_weights`, the frozen weights paged too (remat/weights.py)."""
     from edgetrain.devices import get_device
     from edgetrain.remat.build import build_problem
     from edgetrain.remat.greedy import ram_lower_bound
     from edgetrain.remat.plan import Infeasible
 
-    problem = build_problem(prog, get_device("a72"))
+    problem = build_problem(prog, get_device("a72"), mapped_weights=mapped_weights)
     lb = ram_lower_bound(problem)
-    facts = {"fixed_ram": problem.fixed_ram, "activation_bytes": problem.activation_bytes, "lower_bound": lb}
+    facts = {"fixed_ram": problem.fixed_ram, "activation_bytes": problem.activation_bytes, "lower_bound": lb,
+             "mapped_weights": mapped_weights}
+    kw = dict(device="a72", time_limit=time_limit, mip_rel_gap=mip_gap, mapped_weights=mapped_weights)
     t = time.perf_counter()
     try:
-        sched, ram = et.schedule(prog, device="a72", ram=lb, time_limit=time_limit, mip_rel_gap=mip_gap), lb
+        sched, ram = et.schedule(prog, ram=lb, **kw), lb
     except Infeasible as e:
         if e.smallest_ram is None:
             raise RuntimeError(f"no schedule at the lower bound {lb:,} and no smallest RAM reported: {e}") from e
         ram = e.smallest_ram
         facts["infeasible_at_lower_bound"] = str(e)[:300]
-        sched = et.schedule(prog, device="a72", ram=ram, time_limit=time_limit, mip_rel_gap=mip_gap)
-    facts.update(budget=ram, schedule_s=round(time.perf_counter() - t, 2), schedule_peak=sched.peak_bytes,
+        sched = et.schedule(prog, ram=ram, **kw)
+    facts.update(weight_page_ins=sched.weight_page_ins, budget=ram, schedule_s=round(time.perf_counter() - t, 2),
+                 schedule_peak=sched.peak_bytes,
                  solver_status=sched.status, gap=round(sched.gap, 5), page_ins=sched.page_ins,
                  recomputations=sched.recomputations,
                  extra_energy=round(sched.energy_j / problem.base_energy_j - 1, 5))
@@ -183,7 +191,7 @@ def smallest_schedule(et, prog, time_limit: float, mip_gap: float):
 
 
 def edgetrain_rows(case: str, frozens, threads, steps: int, work: Path, smallest, time_limit: float, mip_gap: float,
-                   adapters: Path):
+                   adapters: Path, mapped_weights=(False,)):
     """Yield one row per (frozen storage, thread count), then the smallest-budget row; the first
     program's initial adapters are saved to `adapters` (peft's key names) for the peer."""
     import torch
@@ -209,11 +217,12 @@ def edgetrain_rows(case: str, frozens, threads, steps: int, work: Path, smallest
             facts = build(prog, ids, d)
             for th in threads:
                 yield {**base, **facts, "threads": th, **run_binary(d, th, steps)}
-        if frozen == smallest:
-            sched, sfacts = smallest_schedule(et, prog, time_limit, mip_gap)
-            d = work / f"{case}-{frozen or 'float32'}-smallest"
+        for mw in (mapped_weights if frozen == smallest else ()):
+            sched, sfacts = smallest_schedule(et, prog, time_limit, mip_gap, mw)
+            d = work / f"{case}-{frozen or 'float32'}-smallest{'-mapped' if mw else ''}"
             facts = build(prog.apply(sched), ids, d)
-            yield {**base, **sfacts, **facts, "threads": 1, "schedule": "smallest", **run_binary(d, 1, steps)}
+            yield {**base, **sfacts, **facts, "threads": 1, "schedule": "smallest-mapped" if mw else "smallest",
+                   **run_binary(d, 1, steps)}
         del prog
 
 
@@ -229,7 +238,8 @@ def table(rows, case: str) -> str:
            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         w = r.get("dtype") or r.get("frozen")
-        sch = f"smallest ({r['budget'] / 2**20:.0f} MiB)" if r.get("schedule") == "smallest" else "-"
+        sch = f"{r['schedule']} ({r['budget'] / 2**20:.1f} MiB)" if r.get("schedule", "").startswith("smallest") \
+            else "-"
         mod = f"{r['modelled_kb'] / 1024:.1f}" if "modelled_kb" in r else "-"
         p = peer.get(r["threads"])
         rss = f"{r['peak_rss_kb'] / p['peak_rss_kb']:.3f}" if p else "-"
@@ -275,6 +285,9 @@ def main(argv=None) -> int:
     ap.add_argument("--frozen", nargs="*", choices=("none", "int8", "int4"), default=["none", "int8", "int4"])
     ap.add_argument("--smallest", choices=("none", "int8", "int4", "skip"), default="int4",
                     help="the frozen storage of the smallest-budget schedule ('skip': none)")
+    ap.add_argument("--mapped-weights", choices=("off", "on", "both"), default="off",
+                    help="the smallest-budget schedule with the frozen weights paged by the MILP too (on: "
+                         "remat/weights.py), as before (off: held in RAM all along), or both")
     ap.add_argument("--time-limit", type=float, default=120.0, help="the MILP's time limit per solve (s)")
     ap.add_argument("--mip-gap", type=float, default=0.01)
     ap.add_argument("--work", default="/tmp/edgetrain-lora-lm")
@@ -313,8 +326,9 @@ def main(argv=None) -> int:
     smallest = None if a.smallest == "none" else a.smallest
     adapters = Path(a.work) / f"{case}-initial-adapters.pt"
     adapters.unlink(missing_ok=True)
+    mapped = {"off": (False,), "on": (True,), "both": (False, True)}[a.mapped_weights]
     for r in edgetrain_rows(case, frozens, a.threads, a.steps, Path(a.work), smallest, a.time_limit, a.mip_gap,
-                            adapters):
+                            adapters, mapped):
         emit(r)
     for dtype in a.peer_dtypes:
         for th in a.threads:

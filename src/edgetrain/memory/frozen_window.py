@@ -34,7 +34,7 @@ class FrozenWindow:
     kept_bytes: int
 
 
-def _pages(n: int, page: int) -> int:
+def pages_touched(n: int, page: int = PAGE_BYTES) -> int:
     """Bytes of the pages a tensor of n bytes at an unknown (64-byte aligned) offset can touch."""
     return 0 if n <= 0 else (-(-n // page) + 1) * page
 
@@ -50,7 +50,7 @@ def frozen_window(reads: Sequence[Iterable[str]], sizes: Mapping[str, int], rele
     if unknown:
         raise KeyError(f"frozen_window: no size for {sorted(unknown)[:3]}")
     def held(name):  # a small tensor shares its pages with its neighbours in the file: its bytes
-        return _pages(sizes[name], page) if sizes[name] >= release_min else sizes[name]
+        return pages_touched(sizes[name], page) if sizes[name] >= release_min else sizes[name]
 
     resident: dict[str, int] = {}
     peak, at = 0, -1
@@ -63,7 +63,7 @@ def frozen_window(reads: Sequence[Iterable[str]], sizes: Mapping[str, int], rele
         later = reads[i + 1] if i + 1 < len(reads) else set()
         for name in r:
             if sizes[name] >= release_min and name not in later:
-                resident[name] = min(2 * page, _pages(sizes[name], page))
+                resident[name] = min(2 * page, pages_touched(sizes[name], page))
     total = sum(sizes.values())
     kept = sum(b for b in sizes.values() if b < release_min)
-    return FrozenWindow(min(peak, _pages(total, page)), at, total, kept)
+    return FrozenWindow(min(peak, pages_touched(total, page)), at, total, kept)

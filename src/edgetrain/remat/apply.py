@@ -91,11 +91,17 @@ def unit_storages(problem, roots=None) -> dict[int, tuple[Value, ...]]:
     return out
 
 
+def paged_activations(sched: Schedule) -> frozenset:
+    """The units `sched` pages out to the page store: not the mapped frozen weights (Unit.frozen),
+    which are in the weights file already and come back by being read (remat/weights.py)."""
+    return frozenset(u for u in sched.page_out if not sched.problem.units[u].frozen)
+
+
 def page_layout(problem, sched: Schedule, roots=None) -> tuple[dict[Value, int], int]:
     """({storage root: byte offset in the store}, store bytes) for the units paged out."""
     storages = unit_storages(problem, roots)
     offsets, end = {}, 0
-    for u in sorted(sched.page_out):
+    for u in sorted(paged_activations(sched)):
         got = sum(r.type.nbytes for r in storages[u])
         if got != problem.units[u].bytes:
             raise ScheduleError(f"unit {problem.units[u].name}: its storages take {got} B, the problem says "
@@ -125,7 +131,7 @@ def rewrite_graph(problem, sched: Schedule, offsets: dict, store: Optional[Value
 
     # --- 1. the forward, with page-outs after each paged unit's last node ---------------------
     paged_after: dict[int, list[int]] = {}
-    for u in sorted(sched.page_out):
+    for u in sorted(paged_activations(sched)):
         if not units[u].nodes:
             raise ScheduleError(f"{units[u].name} is a graph input: it cannot be paged")
         paged_after.setdefault(max(units[u].nodes), []).append(u)
@@ -158,6 +164,9 @@ def rewrite_graph(problem, sched: Schedule, offsets: dict, store: Optional[Value
         for u in sched.resident[s]:
             here[u] = forward_copy[u] if s == 0 else prev[u]
         for u in sched.page_in[s]:
+            if units[u].frozen:  # read from the mapped weights file by its readers: no node
+                here[u] = {}
+                continue
             if cur_store is None:
                 raise ScheduleError(f"stage {s} pages in {units[u].name} but nothing was paged out")
             m: dict[Value, Value] = {}
@@ -249,7 +258,7 @@ def apply_schedule(compiled, sched: Schedule, page_file=None):
     if problem.graph is not compiled.train_graph and problem.graph != compiled.train_graph:
         raise ScheduleError("the schedule was made for another program's train graph")
     offsets, nbytes = page_layout(problem, sched)
-    store = PageStore(nbytes, page_file) if sched.page_out else None
+    store = PageStore(nbytes, page_file) if paged_activations(sched) else None
     store_v = new_value(TensorType((nbytes,), STORE_DTYPE), STORE_NAME) if store is not None else None
     train = verify(rewrite_graph(problem, sched, offsets, store_v))
     grad = gradient_graph(compiled, train)

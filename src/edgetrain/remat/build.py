@@ -12,27 +12,40 @@ recomputing the first layer in the backward needs it).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import accumulate
 from typing import Optional
 
 from ..ir import Graph, Role, Value, ram_inputs as ram_inputs_of
+from ..memory.frozen_window import pages_touched
 from ..memory.liveness import lifetimes, storage_roots
 from ..ops import get_op
 from .problem import ScheduleProblem, Stage, Unit
 
 
-def build_problem(prog, device, ram_inputs: Optional[set] = None, group: bool = False) -> ScheduleProblem:
+def build_problem(prog, device, ram_inputs: Optional[set] = None, group: bool = False,
+                  mapped_weights: bool = False) -> ScheduleProblem:
     """The schedule problem of `prog` (a compiled Program) on `device` (a devices.Device).
     `group`: join each cheap elementwise node (at most one operation per output element)
     to the unit it alone reads in the forward (conv -> batch norm -> relu chains become one
-    unit): fewer units, solved faster, decided together (kept, recomputed or paged as one)."""
+    unit): fewer units, solved faster, decided together (kept, recomputed or paged as one).
+    `mapped_weights`: the frozen weights are mapped from the weights file (the standalone host
+    binary's ET_MAP_WEIGHTS): each is a unit (Unit.frozen, weights.py) resident only where the
+    schedule says, instead of held in fixed_ram all along (no effect where the device reads its
+    weights from flash: they take no RAM there)."""
+    from .weights import mapped_frozen
+
     g: Graph = prog.train_graph
     if ram_inputs is None:
         ram_inputs = ram_inputs_of(g)
+    ram_inputs = frozenset(n for n in ram_inputs if _has_input(g, n))
     trainable = tuple(v.name for v, r in zip(g.inputs, g.roles) if v.name in prog.trainable
                       or r is Role.OPTIMIZER_STATE)
-    fixed_ram = prog.memory.trainable_bytes + (0 if device.weights_in_flash else prog.memory.frozen_bytes)
-    return _build(g, device, frozenset(n for n in ram_inputs if _has_input(g, n)), trainable, fixed_ram, group)
+    mapped = mapped_frozen(g, ram_inputs, prog.trainable) if mapped_weights and not device.weights_in_flash else {}
+    frozen_ram = 0 if device.weights_in_flash else prog.memory.frozen_bytes - sum(mapped.values())
+    problem = _build(g, device, ram_inputs, trainable, prog.memory.trainable_bytes + frozen_ram, group,
+                     frozenset(mapped))
+    return replace(problem, mapped_weights=bool(mapped_weights))
 
 
 def _has_input(g: Graph, name: str) -> bool:
@@ -40,7 +53,7 @@ def _has_input(g: Graph, name: str) -> bool:
 
 
 def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram: int,
-           group: bool = False) -> ScheduleProblem:
+           group: bool = False, mapped: frozenset = frozenset()) -> ScheduleProblem:
     nodes, N = g.nodes, len(g.nodes)
     root = storage_roots(g)
     inputs = set(g.inputs)
@@ -102,6 +115,14 @@ def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram:
                 r = root[v]
                 if r in inputs and r.name in ram_inputs and r not in input_unit and r not in read_inputs:
                     read_inputs.append(r)
+    # mapped frozen weights (build_problem's mapped_weights) read by any node become frozen units, after them;
+    # a node whose output is a view of one does not read it (it only points into it)
+    for n in nodes:
+        views = {root[o] for o in n.outputs}
+        for v in n.inputs:
+            r = root[v]
+            if r in inputs and r.name in mapped and r not in views and r not in read_inputs:
+                read_inputs.append(r)
     k = len(read_inputs)
     unit_of = {r: u + k for r, u in unit_of.items()}
     for i, r in enumerate(read_inputs):
@@ -110,10 +131,14 @@ def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram:
     all_units: list[tuple[int, ...]] = [()] * k + [tuple(ns) for ns in unit_nodes]
     U = len(all_units)
     node_unit = {p: u for u, ns in enumerate(all_units) for p in ns}
+    is_frozen = [u < k and read_inputs[u].name in mapped for u in range(U)]
 
     # --- stages: one starts at every backward fixed node that reads a unit's storage ---------
     def reads(p: int) -> set[int]:
-        return {unit_of[root[v]] for v in nodes[p].inputs if root[v] in unit_of}
+        n = nodes[p]
+        views = {root[o] for o in n.outputs}
+        return {unit_of[root[v]] for v in n.inputs
+                if root[v] in unit_of and not (is_frozen[unit_of[root[v]]] and root[v] in views)}
 
     starts = [b0] if b0 < N else []
     for p in range(b0 + 1, N):
@@ -151,7 +176,7 @@ def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram:
         if mine is None:  # a fixed view of a unit's storage keeps the storage alive while it lives
             for o in n.outputs:
                 u = unit_of.get(root[o])
-                if u is None or root[o] is o:
+                if u is None or root[o] is o or is_frozen[u]:  # a view of a mapped weight holds no pages
                     continue
                 end = last_read.get(o, p)
                 if end < b0:
@@ -199,8 +224,8 @@ def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram:
 
     # --- bytes: unit storages, and live bytes of everything else per position ---------------
     ubytes = [0] * U
-    for r, u in unit_of.items():
-        ubytes[u] += r.type.nbytes
+    for r, u in unit_of.items():  # a mapped weight: the pages it can touch
+        ubytes[u] += pages_touched(r.type.nbytes) if is_frozen[u] else r.type.nbytes
     delta_fixed = [0] * (N + 1)
     delta_fwd = [0] * (N + 1)
     plain = [0] * (N + 1)
@@ -217,7 +242,8 @@ def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram:
                 delta_fwd[lt.start] += lt.nbytes
                 delta_fwd[end + 1] -= lt.nbytes
     fixed_at, fwd_at, plain_at = (list(accumulate(d[:N])) for d in (delta_fixed, delta_fwd, plain))
-    forward_live = tuple(fixed_at[p] + fwd_at[p] for p in range(b0))
+    frozen_at = [sum(ubytes[u] for u in reads(p) if is_frozen[u]) for p in range(b0)]  # read, so resident
+    forward_live = tuple(fixed_at[p] + fwd_at[p] + frozen_at[p] for p in range(b0))
 
     # --- costs ------------------------------------------------------------------------------------
     t_node, e_node = [], []
@@ -229,13 +255,15 @@ def _build(g: Graph, device, ram_inputs: frozenset, trainable: tuple, fixed_ram:
     for u, ns in enumerate(all_units):
         b = ubytes[u]
         name = read_inputs[u].name if u < k else (nodes[ns[0]].outputs[0].name or nodes[ns[0]].op)
+        fz = is_frozen[u]  # in the weights file already: paged out for nothing
         units.append(Unit(index=u, name=f"{name}@{produced[u]}", nodes=ns, bytes=b,
                           time_s=sum(t_node[p] for p in ns), energy_j=sum(e_node[p] for p in ns),
-                          page_out_s=device.page_out_s(b), page_out_j=device.page_out_j(b),
+                          page_out_s=0.0 if fz else device.page_out_s(b),
+                          page_out_j=0.0 if fz else device.page_out_j(b),
                           page_in_s=device.page_in_s(b), page_in_j=device.page_in_j(b),
                           inputs=tuple(sorted(unit_inputs[u])), produced=produced[u], last_forward=last_forward[u],
                           last_stage=last_stage[u], recompute_until=recompute_until[u], holds=tuple(holds[u]),
-                          pageable=bool(ns) and b > 0))
+                          pageable=(bool(ns) or fz) and b > 0, frozen=fz))
     stages = []
     for s, a in enumerate(starts):
         b = starts[s + 1] if s + 1 < S else N

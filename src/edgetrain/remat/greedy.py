@@ -226,7 +226,7 @@ def _run(problem, solver, choose_keep: Callable, pol: _Policy, keep, t0, page_ou
     us = problem.units
     keep = set(keep) | f.must_keep
     pins: dict = {}
-    page_out = set(page_out)
+    page_out = set(page_out) | {u.index for u in us if u.frozen}  # mapped frozen weights: in their file
     for _ in range(4 * len(us) + 4):
         try:
             k = choose_keep(keep, pins, page_out)
@@ -351,6 +351,9 @@ def rebuild_energy(problem, u: int, have, stage: int) -> float:
         if x in seen or (x != u and x in have):
             continue
         seen.add(x)
+        if us[x].frozen:  # a mapped frozen weight is read again from the weights file
+            total += us[x].page_in_j
+            continue
         if stage > us[x].recompute_until:
             return INF
         total += us[x].energy_j
@@ -421,7 +424,7 @@ def _evicting(problem: ScheduleProblem, ram: Optional[int], deadline: Optional[f
     us = problem.units
 
     def evictable(u):
-        return u.pageable if page else u.recompute_until >= 0
+        return u.pageable if page else u.recompute_until >= 0 or u.frozen
 
     def cost(u, k):
         return us[u].page_in_j + us[u].page_out_j if page else rebuild_energy(problem, u, k - {u}, f.direct_last[u])
@@ -451,7 +454,7 @@ def solve_guided(problem: ScheduleProblem, ram: Optional[int], solver: str, weig
 
     def choose_keep(keep, pins, po):
         fixed = f.must_keep | {u for u, (a, _) in pins.items() if a < 0}
-        ok = (lambda u: u.index not in fixed and u.recompute_until >= 0) if recompute else \
+        ok = (lambda u: u.index not in fixed and (u.recompute_until >= 0 or u.frozen)) if recompute else \
             (lambda u: u.index not in fixed and u.pageable)
         k = _forward_evict(problem, f, keep, budget, ok, lambda u, kk: weight(0, u) * us[u].bytes *
                            (problem.forward_end - us[u].last_forward), solver)

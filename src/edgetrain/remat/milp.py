@@ -87,7 +87,7 @@ class _Model:
                 self.S[s, i] = self._col(1.0 if held else 0.0, 1.0, 0.0)
                 if remat and s <= u.recompute_until and not held and (near is None or i in near[s]):
                     self.R[s, i] = self._col(0.0, 1.0, u.energy_j / escale)
-                if paging and u.pageable and i in readable[s] and not held:
+                if (paging or u.frozen) and u.pageable and i in readable[s] and not held:  # frozen: read again
                     self.I[s, i] = self._col(0.0, 1.0, u.page_in_j / escale)
             if any(k[1] == i for k in self.I):
                 self.O[i] = self._col(0.0, 1.0, u.page_out_j / escale)
@@ -276,7 +276,7 @@ def _warm_start(problem, ram, deadline, remat, paging, model=None, x=None):
         except Infeasible:
             continue
         if (ram is None or s.peak_bytes <= ram) and (deadline is None or s.time_s <= deadline) and \
-                (remat or not s.recomputations) and (paging or not s.page_ins):
+                (remat or not s.recomputations) and (paging or not s.page_in_bytes):
             if best is None or s.energy_j < best.energy_j:
                 best = s
     return best

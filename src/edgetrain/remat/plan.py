@@ -70,12 +70,24 @@ class Schedule:
 
     @property
     def page_in_bytes(self) -> int:
+        """Bytes of activations paged in (the page store's; mapped frozen weights: weight_page_in_bytes)."""
         us = self.problem.units
-        return sum(us[u].bytes for p in self.page_in for u in p)
+        return sum(us[u].bytes for p in self.page_in for u in p if not us[u].frozen)
 
     @property
     def page_out_bytes(self) -> int:
-        return sum(self.problem.units[u].bytes for u in self.page_out)
+        return sum(self.problem.units[u].bytes for u in self.page_out if not self.problem.units[u].frozen)
+
+    @property
+    def weight_page_ins(self) -> int:
+        """Times a mapped frozen weight is read again from the weights file in the backward."""
+        us = self.problem.units
+        return sum(1 for p in self.page_in for u in p if us[u].frozen)
+
+    @property
+    def weight_page_in_bytes(self) -> int:
+        us = self.problem.units
+        return sum(us[u].bytes for p in self.page_in for u in p if us[u].frozen)
 
     def decisions(self) -> list[tuple[int, str, Decision]]:
         """(stage, unit name, decision) for every unit that is not simply dropped: stage -1

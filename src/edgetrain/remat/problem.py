@@ -16,6 +16,11 @@ at a forward position, the plain schedule's live bytes plus the units kept past 
 last forward use; at a stage's first node (the one reading units), its fixed live bytes
 plus every unit carried into, recomputed in or paged in at the stage; at the stage's
 other nodes, their fixed live bytes plus the units carried on into the next stage.
+
+With `mapped_weights` (build_problem's option; the standalone host binary maps its weights
+file), each frozen weight is a unit too (`Unit.frozen`): not in `fixed_ram`, resident at the
+forward nodes that read it (in `forward_live`), then kept, paged in again (read from the
+file) or dropped like a paged activation, at its page-rounded bytes (weights.py).
 """
 from __future__ import annotations
 
@@ -52,6 +57,8 @@ class Unit:
     holds: tuple[tuple[int, int], ...] = ()  # (first, last) stage spans where it must stay
     #                      resident (a fixed view of its storage is alive); first == 0 forces keep
     pageable: bool = True
+    frozen: bool = False  # a frozen weight mapped from the weights file (mapped_weights): never
+    #                      recomputed, paged out for free (it is in the file), paged in by reading it
 
 
 @dataclass(frozen=True)
@@ -77,12 +84,14 @@ class ScheduleProblem:
     stages: tuple[Stage, ...]
     forward_live: tuple[int, ...]  # live bytes at each forward position in the plain schedule
     fixed_ram: int  # RAM held all along: trained weights, optimizer state, frozen weights
-    #                 when the device does not read them from flash
+    #                 when the device does not read them from flash (and they are not mapped)
     base_time_s: float  # every node once
     base_energy_j: float
     activation_bytes: int  # the plain schedule's peak of live bytes (no rematerialization)
     ram_inputs: frozenset = frozenset()  # graph inputs living in RAM (data, labels)
     trainable: tuple = ()  # graph inputs updated in place (weights, optimizer state)
+    mapped_weights: bool = False  # frozen weights are units (Unit.frozen), resident only as the
+    #                               schedule says, not in fixed_ram (weights.py)
 
     @property
     def forward_end(self) -> int:

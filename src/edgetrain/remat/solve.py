@@ -14,7 +14,7 @@ MILP_SOLVERS = ("milp", "checkmate", "paging")  # those with a gap to a proven b
 
 def schedule(prog, device="a72", ram: Union[int, str, None] = None, deadline: Optional[float] = None,
              solver: str = "milp", time_limit: float = 60.0, group: bool = False,
-             mip_rel_gap: Optional[float] = None) -> Schedule:
+             mip_rel_gap: Optional[float] = None, mapped_weights: bool = False) -> Schedule:
     """Decide, per saved tensor and backward stage, to keep it in RAM, recompute it or page
     it out to storage and back, so that the training step fits `ram` bytes (int or "3MB";
     None: unlimited) and `deadline` seconds (None: unlimited) on `device` (a name from
@@ -26,7 +26,11 @@ def schedule(prog, device="a72", ram: Union[int, str, None] = None, deadline: Op
     milp.MIP_REL_GAP, 1 %): the relative gap to the proven bound at which it stops, on the
     total energy (base included), so 1 % of the total may be far more of the extra energy:
     ask for less (say 1e-3) where the extra energy itself matters. `group=True` decides
-    cheap elementwise chains as one unit (a smaller problem; see schedule.build). Run the
+    cheap elementwise chains as one unit (a smaller problem; see schedule.build).
+    `mapped_weights=True`: the program runs as the standalone host binary mapping its weights
+    file, so the frozen weights are paged too (remat/weights.py): each is resident only where
+    the schedule says (read from the file again, or kept), not counted in RAM all along; the
+    binary emitted from `prog.apply(sched)` drops their pages where the schedule says. Run the
     result with `prog.apply(sched)`."""
     from ..devices import get_device
 
@@ -47,7 +51,7 @@ def schedule(prog, device="a72", ram: Union[int, str, None] = None, deadline: Op
         if not (isinstance(mip_rel_gap, (int, float)) and 0 <= mip_rel_gap < 1):
             raise ValueError(f"mip_rel_gap must be a number in [0, 1), got {mip_rel_gap!r}")
         kw["mip_rel_gap"] = float(mip_rel_gap)
-    problem = build_problem(prog, get_device(device), group=bool(group))
+    problem = build_problem(prog, get_device(device), group=bool(group), mapped_weights=bool(mapped_weights))
     from .solvers import SOLVERS
 
     return SOLVERS[solver](problem, ram, deadline, float(time_limit), **kw)

@@ -399,7 +399,7 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
 
     def graph_hooks(k):  # the checked step's (train); without embedded weights the frozen weights' release
         h = hooks if k == "train" else None
-        return h if u.embed else release_hooks(u.layout, k, h)
+        return h if u.embed else release_hooks(u.layout, k, h, schedule=getattr(u.prog, "schedule", None))
     funcs = [graph_function(u.layout, k, gather_bufs, u.banks and k == "train", pool, graph_hooks(k)) for k in u.keys]
     consts = ["", f"/* the kernels' constant tables ({len(pool)}, each once: backends/c/constpool.py) */"]
     c = _includes(u) + _arena_and_state(u) + _helpers(u, gather_bufs) + consts + pool.declarations()

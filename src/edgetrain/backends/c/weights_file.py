@@ -276,23 +276,34 @@ def released_reads(layout, key: str, min_bytes: int = RELEASE_MIN_BYTES) -> list
     return out
 
 
-def release_hooks(layout, key: str, inner=None, min_bytes: int = RELEASE_MIN_BYTES):
+def release_hooks(layout, key: str, inner=None, min_bytes: int = RELEASE_MIN_BYTES, schedule=None):
     """For graph_function: `inner`'s hooks (node -> (before, after)) with, after each node, the
     release of the large frozen tensors it read that the next node does not read
     (ET_RELEASE_WEIGHT: a no-op unless the build maps the weights); `inner` itself when no node
-    reads one."""
+    reads one. `schedule` (the program's, for the train graph): when its problem was built with
+    mapped_weights, the releases are the schedule's instead (remat/weights.weight_releases: a
+    weight it keeps stays resident, one it pages in again is dropped after its reader)."""
     reads = released_reads(layout, key, min_bytes)
     if not any(reads):
         return inner
     nodes = layout.graphs[key].graph.nodes
     pos = {id(n): i for i, n in enumerate(nodes)}
+    planned = None
+    if key == "train" and schedule is not None and getattr(schedule.problem, "mapped_weights", False):
+        from ...remat.weights import weight_releases
+
+        by_name = {st.name: st for st in layout.states.values() if st.kind == "flash"}
+        planned = [[by_name[n] for n in r if n in by_name] for r in weight_releases(schedule, layout.graphs[key].graph)]
 
     def hooks(node):
         before, after = inner(node) if inner is not None else ([], [])
         i = pos[id(node)]
-        later = {st.name for st in reads[i + 1]} if i + 1 < len(reads) else set()
-        rel = [f"ET_RELEASE_WEIGHT({st.index}, {st.c_name}, {st.numel * np.dtype(st.dtype).itemsize});"
-               for st in reads[i] if st.name not in later]
+        if planned is not None:
+            drop = planned[i]
+        else:
+            later = {st.name for st in reads[i + 1]} if i + 1 < len(reads) else set()
+            drop = [st for st in reads[i] if st.name not in later]
+        rel = [f"ET_RELEASE_WEIGHT({st.index}, {st.c_name}, {st.numel * np.dtype(st.dtype).itemsize});" for st in drop]
         return before, [*after, *rel]
     return hooks
 
