@@ -131,7 +131,7 @@ def _plan(args, prog):
     from edgetrain.remat.build import build_problem
     from edgetrain.remat.solvers import SOLVERS
 
-    problem = build_problem(prog, get_device(args.device), group=args.group)
+    problem = build_problem(prog, get_device(args.device), group=args.group, mapped_weights=args.mapped_weights)
     ram = parse_bytes(args.ram, "--ram")  # the parser checked the numbers (cli_types) and that one was given
     if args.fraction is not None:
         ram = problem.fixed_ram + int(args.fraction * problem.activation_bytes)
@@ -223,7 +223,7 @@ def _smallest_fraction(args, prog, err) -> str:
     from edgetrain.remat.build import build_problem
     from edgetrain.remat.greedy import ram_lower_bound
 
-    problem = build_problem(prog, get_device(args.device), group=args.group)
+    problem = build_problem(prog, get_device(args.device), group=args.group, mapped_weights=args.mapped_weights)
     ram = err.smallest_ram or ram_lower_bound(problem)
     act = max(problem.activation_bytes, 1)
     f = math.ceil(100 * (ram - problem.fixed_ram) / act) / 100
@@ -254,6 +254,11 @@ def _add_schedule_options(c) -> None:
                    help=f"MILP time limit in seconds (default 60, {at_most(MAX_SECONDS)})")
     c.add_argument("--group", action="store_true", help="decide cheap elementwise chains (conv -> bn -> relu) as one "
                    "unit: a smaller problem, coarser decisions")
+    c.add_argument("--mapped-weights", action="store_true",
+                   help="the frozen weights are mapped from weights.bin, as the standalone host binary runs them "
+                        "(compile --target host): the schedule also decides when each is resident and pays to read "
+                        "it back, instead of holding all of them in RAM (no effect on devices whose weights sit in "
+                        "flash)")
     c.add_argument("--update", type=update_scheme_text, default="full", metavar="SCHEME", help=UPDATE_HELP)
     c.add_argument("--batch", type=count(MAX_BATCH), default=1, help=BATCH_HELP)
     c.add_argument("--size", type=count(MAX_IMAGE_SIDE),
