@@ -294,15 +294,23 @@ def foldable_inputs(node, known: dict) -> bool:
 
 
 def where(node) -> str:
-    """The model source line of an FX node, or else the module it belongs to."""
+    """Where an FX node of a TorchDynamo graph comes from, as capture.provenance says it for
+    et.compile: its model source line with the path of the submodule that made it, when the line
+    does not name that module itself ('net.py:12: [features.4: Cummax] x = self.features(x)'),
+    or else the module alone."""
     line = source_line(node)
     stack = node.meta.get("nn_module_stack") or {}
-    if line == "unknown source line" and stack:
-        path, kind = list(stack.values())[-1]
-        name = getattr(kind, "__name__", str(kind).rsplit(".", 1)[-1].strip("'>"))
-        path = re.sub(r"^L\['[^']*'\]\.?|^L__self___", "", str(path)) or "the model"
-        return f"module {path} ({name})"
-    return line
+    if not stack:
+        return line
+    path, kind = list(stack.values())[-1]
+    name = getattr(kind, "__name__", str(kind).rsplit(".", 1)[-1].strip("'>"))
+    path = re.sub(r"^L\['[^']*'\]\.?|^L__self___", "", str(path))
+    if line == "unknown source line":
+        return f"module {path or 'the model'} ({name})"
+    m = re.match(r"^(.*?:\d+): ?(.*)$", line)
+    if not path or m is None or re.search(rf"(?<![\w.])self\.{re.escape(path)}(?!\w)", m.group(2)):
+        return line  # the model's own forward, or a line that calls the module by its path
+    return f"{m.group(1)}: [{path}: {name}] {m.group(2)}".rstrip()
 
 
 def unsupported(what: str):
