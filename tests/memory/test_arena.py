@@ -252,3 +252,16 @@ def test_a_graph_without_nodes_holds_its_inputs_for_one_step():
     (lt,) = lifetimes(g, {"random:0"})
     assert (lt.start, lt.end, lt.nbytes) == (0, 0, 8)
     assert plan_arena([lt]).size >= 8
+
+
+def test_the_memory_report_of_a_graph_without_nodes():
+    """Such a graph's memory report (plan_memory, which every program makes) has empty timelines:
+    the held-bytes timeline of in-place reuse raised IndexError on it (Hubert under torch.compile
+    in train())."""
+    from edgetrain.ir import Graph, new_value
+    from edgetrain.memory import plan_memory
+
+    v = new_value(TensorType((1,), "float64"), "random:0")
+    g = Graph((v,), (), (v,), ("output",))
+    m = plan_memory(g, {"random:0"}, ())
+    assert m.timeline == m.held_timeline == () and m.arena_bytes >= 8

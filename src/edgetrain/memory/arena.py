@@ -129,11 +129,13 @@ def storage_spans(lifetimes: Sequence[Lifetime], merges: Sequence[tuple[Value, V
 
 
 def held_bytes_timeline(spans: Sequence[tuple[Lifetime, int, int, int]], nodes: int) -> list[int]:
-    """Arena bytes held at each of `nodes` nodes (`storage_spans`' storages, each once)."""
+    """Arena bytes held at each of `nodes` nodes (`storage_spans`' storages, each once); none for
+    a graph without nodes (whose inputs still live one step: liveness.lifetimes)."""
     delta = np.zeros(nodes + 1, dtype=np.int64)
     for _, a, b, n in spans:
-        delta[a] += n
-        delta[b + 1] -= n
+        if a < nodes:
+            delta[a] += n
+            delta[min(b, nodes - 1) + 1] -= n
     return np.cumsum(delta[:-1]).tolist()
 
 
