@@ -1,8 +1,10 @@
 """The converters of data-dependent shapes (frontend/aten_dynamic.py) and of writes into a slice
 (aten.copy / aten.slice_scatter, frontend/aten_select.py) against torch, through capture and the
 reference runtime (gradients through et.compile against torch.autograd): x[mask].view(G, -1, D)[:, i]
-for every i and any True counts torch accepts, the errors where torch raises, BART's
-unique_consecutive check enforced at run time, and the refusals, named with the model line."""
+for every i and any True counts torch accepts, the errors where torch raises (RunTimeCheckError from
+the `check` ops on the output, ops/check.py: the model's own message when its source has one, on the
+reference and the C backend, whose training step then keeps its weights), BART's unique_consecutive
+check enforced at run time, and the refusals, named with the model line."""
 from __future__ import annotations
 
 import re
@@ -16,6 +18,7 @@ import edgetrain as et
 from edgetrain.backends.reference import run_graph
 from edgetrain.frontend import capture
 from edgetrain.frontend.capture import UnsupportedOpError
+from edgetrain.ops.check import RunTimeCheckError
 
 B, T, D = 2, 6, 3
 EOS = 2
@@ -89,7 +92,7 @@ def test_masked_rows_torch_refuses_stop_the_reference(ids):
     model = Fn(pick(1))
     with pytest.raises((RuntimeError, IndexError)):
         model(_x(), ids)
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(RunTimeCheckError, match=r"view\(2, -1, 3\)\[:, 1\]: .*torch's view or select refuses it"):
         reference(model, _x(), EXAMPLE)(_x(), ids)
 
 
@@ -123,19 +126,48 @@ def test_unique_consecutive_check_raises_at_run_time_as_torch(fn):
     bad = OTHERS["one and three"]  # torch's view accepts it: only the check refuses
     with pytest.raises(RuntimeError, match="same number"):
         model(_x(), bad)
-    with pytest.raises(IndexError, match="out of range"):
+    # the check's message is not in the graph nor on its line (self.fn(...)): torch.export's assert
+    with pytest.raises(RunTimeCheckError, match=r"expression Eq\(u0, 1\) .*test_aten_dynamic\.py:\d+: return self\.fn"):
         run(_x(), bad)
     _gradients_match_torch(model, _x(), EXAMPLE, torch.ones(B, D, dtype=torch.float64))
 
 
-def test_a_failed_check_reads_zeros_in_c():
-    """(the C embedding kernel's answer to the gate's row out of range, reported through ET_ERROR_HOOK)"""
-    model = Fn(only_check).float()
-    x = _x().float()
-    prog = et.compile(model, (x, EXAMPLE), backend="c")
-    good = OTHERS["three per row"]
-    np.testing.assert_allclose(prog.predict((x.numpy(), good.numpy())), model(x, good).detach().numpy(), rtol=1e-6)
-    np.testing.assert_array_equal(prog.predict((x.numpy(), OTHERS["one and three"].numpy())), 0.0)
+class SameEosCount(nn.Module):
+    """a check in the forward itself, its message a lambda (torch.export keeps its condition only)"""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.linspace(0.5, 1.5, D))
+
+    def forward(self, x, ids):
+        torch._check(torch.unique_consecutive(ids.eq(EOS).sum(1)).numel() == 1,
+                     lambda: "All examples must have the same number of <eos> tokens.")
+        return x[:, 0] * self.w
+
+
+#: the message the compiled program gives: the model's, its condition as torch.export asserts it, its line
+OWN_MESSAGE = (r"^All examples must have the same number of <eos> tokens\. \(run-time check Eq\(u0, 1\) at "
+               r".*test_aten_dynamic\.py:\d+: torch\._check\(torch\.unique_consecutive")
+
+
+@pytest.mark.parametrize("backend", ["reference", "c"])
+def test_a_failed_check_raises_the_models_message_and_keeps_the_weights(backend):
+    model = SameEosCount()
+    x, y = _x().float(), np.ones((B, D), np.float32)
+    prog = et.compile(model, (x, EXAMPLE), loss="mse", update=et.Full(), backend=backend)
+    good, bad = OTHERS["three per row"], OTHERS["one and three"]
+    with torch.no_grad():
+        np.testing.assert_allclose(prog.predict((x.numpy(), good.numpy())), model(x, good).numpy(), rtol=1e-6)
+    with pytest.raises(RuntimeError, match="same number"):
+        model(x, bad)
+    before = {k: np.array(v) for k, v in prog.state.items()}
+    for call in (lambda: prog.predict((x.numpy(), bad.numpy())), lambda: prog.step((x.numpy(), bad.numpy()), y),
+                 lambda: prog.gradients((x.numpy(), bad.numpy()), y)):
+        with pytest.raises(RunTimeCheckError, match=OWN_MESSAGE):
+            call()
+    assert all(np.array_equal(prog.state[k], v) for k, v in before.items())  # the failed step changed nothing
+    assert np.isfinite(prog.step((x.numpy(), good.numpy()), y))
+    assert not np.array_equal(prog.state["w"], before["w"])
 
 
 def shift_tokens_right(x, ids):
@@ -180,3 +212,28 @@ def test_data_dependent_shapes_it_cannot_express_are_named(fn, message):
     with pytest.raises(UnsupportedOpError, match=re.escape(message)) as err:
         capture(Fn(fn), (_x(), EXAMPLE))
     assert "test_aten_dynamic.py" in str(err.value)
+
+
+CHECK_SOURCE = '''import torch
+def f(x, n):
+    torch._check(n == 1, lambda: "from a lambda")
+    torch_compilable_check(
+        n == 1,
+        "spread over lines",
+    )
+    torch._check_with(ValueError, n == 1, "with its error type")
+    torch._check(n == 1, msg="a keyword")
+    torch._check(n == 1, lambda: f"an f-string {n}")
+    return x * n
+'''
+
+
+def test_a_checks_message_is_read_from_its_call_in_the_source(tmp_path):
+    from edgetrain.frontend.check_source import check_text
+
+    path = tmp_path / "model.py"
+    path.write_text(CHECK_SOURCE)
+    got = [check_text(str(path), line) for line in range(1, 12)]
+    assert got == [None, None, "from a lambda", "spread over lines", "spread over lines", "spread over lines",
+                   "spread over lines", "with its error type", "a keyword", None, None]
+    assert check_text(str(tmp_path / "missing.py"), 3) is None

@@ -71,28 +71,46 @@ def test_family_gradients_match_torch_slow(name):
     check_family(name)
 
 
+#: what the compiled BART says where torch raises "All examples must have the same number of <eos>
+#: tokens.": that message (read from the model's torch_compilable_check call), the condition
+#: torch.export asserts and the model line (ops/check.py's RunTimeCheckError, a ValueError as torch's)
+BART_EOS_MESSAGE = (r"^All examples must have the same number of <eos> tokens\. \(run-time check Eq\(u0, 1\) at "
+                    r".*modeling_bart\.py:\d+: \[m: BartForSequenceClassification\] torch\.unique_consecutive")
+
+
 @pytest.mark.slow
 def test_bart_rows_with_different_eos_counts_stop_as_torch():
     """BART's head requires every row to have as many eos tokens: torch raises, and the compiled
-    program stops there too (the reference runtime's IndexError, frontend/aten_dynamic.py); rows
+    program raises the same ValueError with torch's message, on the reference runtime and on the
+    C backend (whose failed step keeps the weights: frontend/aten_dynamic.py, ops/check.py); rows
     with two eos tokens each are read at their last, as torch reads them."""
+    import copy
+
     import torch
+
+    from edgetrain.ops.check import RunTimeCheckError
 
     model, x, y = build("lm.hf_bart")
     prog = et.compile(model, (x,), loss="cross_entropy", update=et.Full())
+    progs = {"reference": prog, "c": et.compile(copy.deepcopy(model).float(), (x,), loss="cross_entropy",
+                                                update=et.Full(), backend="c")}
     two = x.clone()
     two[:, 5] = BART_EOS
     with torch.no_grad():
         np.testing.assert_allclose(prog.predict(two.numpy()), model(two).numpy(), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(progs["c"].predict(two.numpy()), model(two).numpy(), rtol=1e-4, atol=1e-5)
     for row in (0, 1):
         bad = x.clone()
         bad[row, 5] = BART_EOS
         with pytest.raises(ValueError, match="same number of <eos> tokens"):
             model(bad)
-        with pytest.raises(IndexError, match="out of range"):
-            prog.step(bad.numpy(), y.numpy())
-        with pytest.raises(IndexError, match="out of range"):
-            prog.predict(bad.numpy())
+        for name, p in progs.items():
+            before = {k: np.array(v) for k, v in p.state.items()}
+            with pytest.raises(RunTimeCheckError, match=BART_EOS_MESSAGE):
+                p.step(bad.numpy(), y.numpy())
+            with pytest.raises(RunTimeCheckError, match=BART_EOS_MESSAGE):
+                p.predict(bad.numpy())
+            assert all(np.array_equal(p.state[k], v) for k, v in before.items()), name  # the step changed nothing
 
 
 @pytest.mark.slow

@@ -10,8 +10,8 @@ aten.py's view, select and index converters hand these cases here.
   g's row i is the masked row whose running count (cumsum of the mask) is g*k + i + 1 (i < 0:
   (g+1)*k + i + 1), found per group without a division (G*count == g*n + G*(i+1)) and read with one
   `embedding` of x's rows. Where no row matches (n no multiple of G, or k too small for i: what
-  torch's view / select refuse) the position is out of range: the reference runtime stops there
-  (embedding's IndexError) and the C kernel reads zeros (ET_ERROR_HOOK).
+  torch's view / select refuse) row 0 is read and the MaskedRows keeps a run-time check that
+  every group found its row (`MaskedRows.checks`: the capture puts it on the output).
 - torch.unique_consecutive(x) computed at run time: `ConsecutiveUnique`; only its length is
   translated, 1 + the count of x[j] != x[j-1] (BART checks that every row has as many eos tokens:
   `torch_compilable_check(torch.unique_consecutive(eos_mask.sum(1)).numel() == 1, ...)`, a
@@ -22,9 +22,10 @@ aten.py's view, select and index converters hand these cases here.
 - `aten._assert_scalar(cond)` of one (torch.export's guards, and the model's own check: BART's
   becomes `Eq(u0, 1)`) is a `RunTimeCheck`; capture ends with `check_value` of each: a check that
   holds for every value its symbol can take (its range; for a MaskedRows count, the multiples of
-  G its gather leaves) is dropped, any other computed at run time (int64 compares), and `gated`
-  reads the output through one `embedding` at row 0 when they all hold, row 1 (out of range: the
-  same IndexError / ET_ERROR_HOOK) when one fails, where PyTorch raises.
+  G its gather's own check leaves) is dropped, any other computed at run time (int64 compares),
+  and `checked` puts them all, in the model's order, on the output as `check` ops (ops/check.py):
+  where PyTorch raises, the reference runtime raises RunTimeCheckError with the check's message
+  (the C backend's runner too: kernels/check.py).
 
 Anything else reading one of these is refused by name (converters.convert_node).
 """
@@ -36,6 +37,7 @@ from typing import Callable, Optional
 
 from ..ir import Value
 from ..ops import Emitter
+from ..ops.check import CHECK
 from .converters import CONVERTERS, DYNAMIC_AWARE, Dynamic, aten, unsupported
 
 _FLOATS = ("float32", "float64")
@@ -162,21 +164,13 @@ def check_value(e: Emitter, check: RunTimeCheck) -> Optional[Value]:
     return ok
 
 
-def gated(e: Emitter, oks: list, out: Value) -> Value:
-    """`out` read through one embedding of its flat row: row 0 when every check of `oks` holds,
-    row 1 (out of range: the reference runtime's IndexError, the C kernel's ET_ERROR_HOOK) when one
-    fails."""
-    if not oks:
-        return out
-    if out.dtype not in _FLOATS:
-        unsupported(f"run-time checks on a model whose output is {out.dtype} (only float outputs)")
-    ok = oks[0]
-    for o in oks[1:]:
-        ok = e.emit("where", ok, o, e.const(False, "bool"))
-    bad = _int64(e, e.emit("compare", ok, e.const(False, "bool"), cmp="eq"))
-    row = e.emit("reshape", out, shape=(1, math.prod(out.shape)))
-    read = e.emit("embedding", row, e.emit("reshape", bad, shape=(1,)))
-    return e.emit("reshape", read, shape=tuple(out.shape))
+def checked(e: Emitter, checks: list, out: Value) -> Value:
+    """`out` through one `check` op (ops/check.py: a view of it) per (ok, message) of `checks`, in
+    their order: the first that fails at run time stops the program with its message. Nothing
+    removes them: the output is computed through them."""
+    for ok, message in checks:
+        out = e.emit(CHECK, out, ok, message=message)
+    return out
 
 
 # --- torch.unique_consecutive ---------------------------------------------------------------
@@ -215,6 +209,8 @@ class MaskedRows(Dynamic):
         self.n = math.prod(mask.shape)
         self.what = f"x[mask] of a {tuple(x.shape)} tensor and a {tuple(mask.shape)} mask computed at run time"
         self._counts = None
+        #: (bool scalar Value, message): what its gathers need at run time (dynamic_select)
+        self.checks: list[tuple[Value, str]] = []
         self.count = Symbol(f"the number of rows of {self.what}", range(self.n + 1),
                             lambda e: e.emit("reshape", e.emit("slice", self.counts(e), dim=0, start=self.n - 1,
                                                                end=self.n, step=1), shape=()))
@@ -282,10 +278,13 @@ def dynamic_select(e: Emitter, x, dim: int, index: int) -> Value:
     flat_mask = e.emit("reshape", rows.mask, shape=(rows.n,))
     hit = e.emit("where", flat_mask, hit, e.const(False, "bool"))
     scores = e.emit("cast", hit, dtype="float32")
-    pos = e.emit("argmax", scores, dim=1, keepdim=False)
+    pos = e.emit("argmax", scores, dim=1, keepdim=False)  # none found: row 0, and the check fails
     found = e.emit("compare", e.emit("sum", scores, dims=(1,)), e.const(0.0, "float32"), cmp="gt")
-    pos = e.emit("where", found, pos, e.const(rows.n, "int64"))  # none: out of range, an error
-    rows.count.narrow(lambda v: v % g == 0 and v // g >= need)
+    every = e.emit("compare", _count(e, found), e.const(g, "int64"), cmp="eq")
+    rest = ", ".join(str(d) for d in rows.rest)
+    rows.checks.append((every, f"x[mask].view({g}, -1, {rest})[:, {index}]: the mask's True count is not {g} "
+                               f"groups of at least {need} (torch's view or select refuses it)"))
+    rows.count.narrow(lambda v: v % g == 0 and v // g >= need)  # the others stop at that check
     width = math.prod(rows.rest)
     table = e.emit("reshape", rows.x, shape=(rows.n, width))
     picked = e.emit("embedding", table, pos)

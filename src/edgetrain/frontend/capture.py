@@ -12,7 +12,8 @@ from torch.export.graph_signature import ConstantArgument, InputKind
 
 from ..ir import Graph, Role, TensorType, Value, new_value
 from ..ops import Emitter, verify
-from .aten_dynamic import RunTimeCheck, check_value, gated
+from .aten_dynamic import MaskedRows, RunTimeCheck, check_value, checked
+from .check_source import check_text
 from .converters import TORCH_DTYPES, convert_node
 from .errors import CaptureError, UnsupportedOpError
 
@@ -223,27 +224,51 @@ def _logits_of(ep, out_values):
     return out_values
 
 
+#: torch.export's message of a run-time assert: the expression it checks
+_ASSERTED = re.compile(r"^Runtime assertion failed for expression (.+?) on node '[^']*'$", re.S)
+
+
+def check_message(fx_node, torch_message: str) -> str:
+    """The message of a run-time check of the model: the message of the model's own check call on
+    the node's source line when it has one (torch._check(cond, lambda: "..."), transformers'
+    torch_compilable_check(cond, "...")), else torch.export's; with the expression torch.export
+    asserts and where it comes from (provenance)."""
+    asserted = _ASSERTED.match(torch_message)
+    frame = _frame(fx_node)
+    text = check_text(frame[0], int(frame[1])) if frame is not None else None
+    if text is None:
+        return f"{torch_message} (at {provenance(fx_node)})"
+    expr = f" {asserted.group(1)}" if asserted else ""
+    return f"{text} (run-time check{expr} at {provenance(fx_node)})"
+
+
 def _checked(e, ep, env: dict, out: Value, source: dict) -> Value:
-    """`out` gated by the run-time checks torch.export asserted on sizes known only at run time
-    (aten_dynamic.RunTimeCheck: BART's eos count check): an error at run time where one fails."""
-    oks, lines = [], []
+    """`out` through the run-time checks of the model, in its order: torch.export's asserts on
+    sizes known only at run time (aten_dynamic.RunTimeCheck: BART's eos count check) and what the
+    gathers of masked rows need (MaskedRows.checks); each a `check` op (ops/check.py) that stops
+    the program with its message where one fails."""
+    checks, lines, seen = [], [], set()
     for node in ep.graph.nodes:
-        check = env.get(node.name)
-        if isinstance(check, RunTimeCheck):
-            before = len(e.nodes)
+        found = env.get(node.name)
+        before = len(e.nodes)
+        if isinstance(found, RunTimeCheck):
             try:
-                ok = check_value(e, check)
+                ok = check_value(e, found)
             except UnsupportedOpError as err:
                 raise UnsupportedOpError(f"{err} (at {provenance(node)})") from None
             if ok is not None:
-                oks.append(ok)
+                checks.append((ok, check_message(node, found.message)))
                 lines.append(provenance(node))
-            for k in range(before, len(e.nodes)):
-                source[k] = provenance(node)
+        elif isinstance(found, MaskedRows) and id(found) not in seen:  # (a view of it as itself: once)
+            seen.add(id(found))
+            checks += [(ok, f"{message} (at {provenance(node)})") for ok, message in found.checks]
+            lines += [provenance(node)] * len(found.checks)
+        for k in range(before, len(e.nodes)):
+            source[k] = provenance(node)
     before = len(e.nodes)
-    out = gated(e, oks, out)
-    for k in range(before, len(e.nodes)):
-        source[k] = "; ".join(dict.fromkeys(lines))
+    out = checked(e, checks, out)
+    for k, line in zip(range(before, len(e.nodes)), lines):
+        source[k] = line
     return out
 
 
@@ -315,7 +340,7 @@ def capture(model: torch.nn.Module, example_inputs: tuple) -> Captured:
                 derived from it by a converter), made once per node."""
                 if t is known.get(name) and name in env:
                     return env[name]
-                v = constant_value(e, t, lambda a: _array_input(a, name, inputs, buffers))
+                v = constant_value(e, t, lambda array: _array_input(array, name, inputs, buffers))
                 if t is known.get(name):
                     env[name] = v
                 return v

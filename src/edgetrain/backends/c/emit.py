@@ -13,6 +13,7 @@ from ...ir import Role
 from .banks import BANK_API, BANK_FUNCS, bank_arrays, bank_decls, bank_fresh_start
 from .constpool import ConstPool
 from .emit_graphs import PROFILE, SPLIT_HELPERS, gather_call, graph_function, scatter_call, state_decls, value_ptr
+from .kernels.check import CHECK_HEADER, has_check
 from .layout import GRAPHS, CBackendError, Layout, build_layout
 from .step_guard import checked_step, double_buffer_decls, double_for, guard_declarations, node_hooks, slots_for
 from .weights_file import release_hooks
@@ -33,6 +34,9 @@ RUNTIME_HEADERS = ("et_common.h", "et_float.h", "et_float_blas.h", "et_float_gem
                    "et_float_select.h", "et_float_qweights.h", "et_float_lmloss.h", "et_int8_transposed.h")
 #: the storage API of page_in / page_out, included by programs that page
 PAGE_HEADER = "et_page.h"
+#: model.h of a program with a run-time check (kernels/check.py)
+CHECK_API = ("/* the message of the first run-time check that failed since the last call (0: none) */",
+             "const char *et_check_error(void);")
 
 
 # --- what the sections share ----------------------------------------------------------------------
@@ -89,6 +93,8 @@ def _unit(prog, layout: Layout, embed: bool, weight_banks: int) -> _Unit:
         headers.append("et_bank.h")
     if layout.page_bytes > 0:
         headers.append(PAGE_HEADER)
+    if has_check(gl.graph for gl in layout.graphs.values()):
+        headers.append(CHECK_HEADER)
     return _Unit(prog=prog, layout=layout, embed=embed, keys=keys,
                  data=[train.input(n) for n in layout.data_inputs], label=train.the_input(Role.LABEL),
                  out_v=prog.forward_graph.output("output"),
@@ -121,6 +127,7 @@ def _model_h(u: _Unit) -> list[str]:
         "int et_check_guards(void);",
         "void et_set_step(int32_t step);",
         "int32_t et_get_step(void);",
+        *(CHECK_API if CHECK_HEADER in u.headers else []),
         *(BANK_API.splitlines() if u.banks else []),
         *(PAGE_API.format(nbytes=u.layout.page_bytes).splitlines() if u.paging else []),
         "#ifndef ET_NO_STATE_IO",

@@ -16,6 +16,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from ...ops.check import RunTimeCheckError
 from ...runtime.compiled import CompiledProgram
 from ...runtime.runner import RunnerBase, as_array
 from .blas import default_flags as blas_default_flags, describe as blas_describe, link_flags as blas_link_flags
@@ -132,6 +133,18 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
         f = getattr(dll, name)
         f.restype, f.argtypes = res, args
     return dll
+
+
+def raise_failed_check(dll: ctypes.CDLL) -> None:
+    """RunTimeCheckError with the message of the first run-time check of the model (ops/check.py)
+    that failed in the library's last call, as the reference runtime raises it; nothing when none did."""
+    if not hasattr(dll, "et_check_error"):  # a program without a check (runtime/et_check.h)
+        return
+    fn = dll.et_check_error
+    fn.restype, fn.argtypes = ctypes.c_char_p, []
+    msg = fn()
+    if msg:
+        raise RunTimeCheckError(msg.decode("utf-8", "replace"))
 
 
 class CRunner(RunnerBase):
@@ -260,6 +273,7 @@ class CRunner(RunnerBase):
         bad = self._lib.et_train_step_checked(xin.ctypes.data, yin.ctypes.data, ctypes.byref(loss_c))
         self._follow_flips()
         self._check_pages(paged)
+        raise_failed_check(self._lib)  # a failed check made the loss NaN: the state was kept
         loss = float(loss_c.value)
         if bad:
             raise self.non_finite(loss, "" if bad < 0 else self.c_layout_names[bad - 1])
@@ -278,6 +292,7 @@ class CRunner(RunnerBase):
         paged = self.paged_bytes()
         self._lib.et_gradients(xin.ctypes.data, yin.ctypes.data, ptrs)
         self._check_pages(paged)
+        raise_failed_check(self._lib)
         return self.full_gradients(dict(zip(g.output_names, outs)))
 
     def predict(self, x) -> np.ndarray:
@@ -291,6 +306,7 @@ class CRunner(RunnerBase):
         # alive (the int8 input transform's fresh array was freed before the call read it)
         xin = self.input_bytes(g, x)
         self._lib.et_predict(xin.ctypes.data, out.ctypes.data)
+        raise_failed_check(self._lib)
         return out
 
     def check_guards(self) -> bool:

@@ -42,8 +42,8 @@ from .toolchain import announced_build, run_tool
 KERNEL_DEF = re.compile(r"^ET_INLINE void (et_\w+)\(([^)]*)\)\s*\{", re.M)
 #: a shorter function stays inline in model.c (a helper, called per element or per row)
 MIN_BODY_LINES = 6
-#: headers with per-program state (weight banks, the page file): never in the shared object
-PROGRAM_HEADERS = ("et_bank.h", "et_page.h")
+#: headers with per-program state (weight banks, the page file, a failed check): never in the shared object
+PROGRAM_HEADERS = ("et_bank.h", "et_page.h", "et_check.h")
 #: the wrappers' prefix
 PREFIX = "etk_"
 #: seconds the kernel object's compile may take
