@@ -74,7 +74,7 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: Union[str, torc
     return _on_backend(_program(model, pipeline.front(model, tuple(example_inputs), options), options), backend)
 
 
-def _program(model: torch.nn.Module, front: pipeline.Build, options: Options) -> Program:
+def _program(model: torch.nn.Module, front: pipeline.Front, options: Options) -> Program:
     """The Program of `options.update` from the pipeline's front: the train phase, the plan."""
     b = pipeline.train(front, options)
     memory = pipeline.plan(b, options)

@@ -88,7 +88,7 @@ def _inspect(args) -> int:
           f"in brackets, the submodule that ran it)")
     print(format_graph(prog.stages["captured"], {i: _short_source(line) for i, line in prog.source_lines.items()}))
     if args.training_graph:
-        print(f"\n# training graph (backward, updates, node order)")
+        print("\n# training graph (backward, updates, node order)")
         print(prog.train_graph)
     n_train = sum(prog.state[p].size for p in prog.trainable)
     print(f"\n# trained parameters ({len(prog.trainable)} tensors, {n_train:,} values)")

@@ -45,7 +45,7 @@ class Deprecated(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         setattr(namespace, self.dest, values)
         old = list(getattr(namespace, "deprecated", None) or [])
-        setattr(namespace, "deprecated", old + [option_string])
+        namespace.deprecated = old + [option_string]
 
 
 def add_federate(sub) -> None:

@@ -390,7 +390,8 @@ def run_export(args) -> int:
     try:
         built.model.load_state_dict(sd)
     except RuntimeError as err:
-        raise ValueError(f"the exported weights do not load into {ck.config.model}: {str(err).splitlines()[0]}")
+        raise ValueError(f"the exported weights do not load into {ck.config.model}: {str(err).splitlines()[0]}") \
+            from err
     meta = {"format": "pt", "edgetrain_model": ck.config.model, "edgetrain_steps": str(built.prog.steps)}
     path = atomic_write(args.output, save(sd, metadata=meta))
     say(f"wrote {len(sd)} tensors ({sum(v.numel() for v in sd.values()):,} values) of {ck.config.model} after "

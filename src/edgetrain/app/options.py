@@ -62,7 +62,7 @@ def _number(text: str, kind, what: str):
     try:
         return kind(text)
     except (ValueError, OverflowError):
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
 
 
 def positive_int(text: str) -> int:
@@ -160,7 +160,7 @@ def byte_size(text: str) -> str:
         n = parse_bytes(text, "size")
     except ValueError as err:
         message = str(err).removeprefix("size: ").removeprefix("size ")  # argparse names the option
-        raise argparse.ArgumentTypeError(message.replace(repr(text), repr(shown)))
+        raise argparse.ArgumentTypeError(message.replace(repr(text), repr(shown))) from err
     if n > MAX_BUDGET_BYTES:
         raise argparse.ArgumentTypeError(f"{shown!r} is {n:.3g} B, more than any device here "
                                          f"(at most {MAX_BUDGET_BYTES >> 30} GB)")
@@ -172,7 +172,8 @@ def floats(text: str) -> tuple[float, ...]:
     try:
         vals = tuple(float(v) for v in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, e.g. 0.5,0.5,0.5; got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, e.g. 0.5,0.5,0.5; got {text!r}") \
+            from None
     if not vals or not all(math.isfinite(v) for v in vals):
         raise argparse.ArgumentTypeError(f"expected finite numbers, got {text!r}")
     return vals

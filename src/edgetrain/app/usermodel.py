@@ -336,7 +336,6 @@ def check_forward(model, inputs: tuple, what: str, loss: Optional[str] = None):
     if not isinstance(out, torch.Tensor):
         raise InputSpecError(f"{what} returned a {type(out).__name__} for input {shapes}; it must return one "
                              f"tensor (its output)")
-    batch = inputs[0].shape[0] if inputs and inputs[0].dim() else None
     if loss in ("cross_entropy", "sequence_cross_entropy") and out.dim() < 2:
         raise InputSpecError(f"{what} gives output {tuple(out.shape)} for input {shapes}; {loss} training needs "
                              f"logits of rank >= 2 ((batch, classes, ...) or (batch, ..., classes))")

@@ -186,7 +186,8 @@ def final_state_dict(res: FederatedResult) -> dict:
         try:
             setup.model.load_state_dict(sd)
         except RuntimeError as err:
-            raise ValueError(f"the final weights do not load into {res.job.model}: {str(err).splitlines()[0]}")
+            raise ValueError(f"the final weights do not load into {res.job.model}: "
+                             f"{str(err).splitlines()[0]}") from err
     return sd
 
 

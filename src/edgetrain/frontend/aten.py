@@ -333,7 +333,7 @@ def _as_strided(e, x, size, stride, storage_offset=None, layout=None):
     if any(s < 0 for s in stride) or any(s < 0 for s in xstride):
         unsupported("unsupported op aten.as_strided with negative strides")
     where = torch.full((), xoff, dtype=torch.long)
-    for d, (sz, st) in enumerate(zip(x.shape, xstride)):
+    for sz, st in zip(x.shape, xstride):
         where = where[..., None] + torch.arange(sz) * st
     extent = max(int(where.max()) + 1 if n else 0,
                  off + sum((a - 1) * b for a, b in zip(size, stride)) + 1 if math.prod(size) else 0)

@@ -129,8 +129,8 @@ class Graph:
         """This graph with some fields replaced. New `inputs` without `roles` keep each kept
         input's role (an input this graph lacks needs its role given: KeyError); `owners`
         keep the pairs whose two values are still inputs."""
-        d = dict(inputs=self.inputs, nodes=self.nodes, outputs=self.outputs, output_names=self.output_names,
-                 roles=self.roles, owners=self.owners)
+        d: dict[str, Any] = dict(inputs=self.inputs, nodes=self.nodes, outputs=self.outputs,
+                                 output_names=self.output_names, roles=self.roles, owners=self.owners)
         d.update(kw)
         if "inputs" in kw and "roles" not in kw:
             known = self.roles_by_input()

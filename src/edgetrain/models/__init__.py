@@ -30,7 +30,8 @@ from .mcu import TABLES, mcu_net
 from .mlperf_tiny import ZOO as MLPERF_TINY
 from .norm_init import BN_MEAN_STD, BN_VAR_RANGE, NORM_SCALE_RANGE, NORM_SHIFT_STD
 from .resnet import ResNet18
-from .tiny_training import from_tiny_training, load_tiny_training
+from .tiny_training import from_tiny_training as from_tiny_training  # re-exported (the demo, docs)
+from .tiny_training import load_tiny_training as load_tiny_training
 
 IMAGE_SIZE, CIFAR_IMAGE_SIZE, SEQ_LEN = 128, 32, 128
 

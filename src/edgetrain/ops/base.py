@@ -28,7 +28,7 @@ Facts that passes look up instead of keeping their own tables of op names:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import AbstractSet, Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -75,7 +75,7 @@ class ChannelSelect:
     def scatter(self, grad: np.ndarray, full: tuple[int, ...]) -> np.ndarray:
         """The selected channels' gradient `grad` placed into zeros of the whole shape `full`."""
         out = np.zeros(tuple(full), dtype=grad.dtype)
-        idx = [slice(None)] * out.ndim
+        idx: list[Any] = [slice(None)] * out.ndim
         idx[self.dim] = np.asarray(self.index, dtype=np.intp)
         out[tuple(idx)] = grad
         return out
@@ -149,7 +149,7 @@ class OpDef:
     cost: Callable[[Node], Cost] = default_cost
     shares: tuple[tuple[int, int], ...] = ()
     mutates: bool = False
-    num_inputs: Optional[tuple[int, int]] = None  # (min, max) operand count, None = any
+    num_inputs: Optional[tuple[int, Optional[int]]] = None  # (min, max) operand count (max None: no most), None = any
     #: (output k, input j): an elementwise op whose output k may be written over input j's
     #: storage when input j is read by nobody after this node and has output k's type (the
     #: arena planner then gives both one offset: in-place reuse; the op itself is unchanged)
@@ -158,7 +158,7 @@ class OpDef:
     #: outputs are read from it; None: no page traffic
     io: Optional[str] = None
     #: the classes this op belongs to (TAGS)
-    tags: frozenset = frozenset()
+    tags: AbstractSet[str] = frozenset()  # stored as a frozenset
     #: a layer's or norm's trained operands (LAYER_TAG / NORM_TAG ops)
     params: Optional[ParamOperands] = None
     #: the int8 lowering of a float op, None: it stays float32 in an int8 graph
@@ -191,6 +191,14 @@ def register(opdef: OpDef) -> OpDef:
 def ops_tagged(tag: str) -> tuple[str, ...]:
     """Names of the registered ops carrying `tag`, in registration order."""
     return tuple(name for name, d in OPS.items() if tag in d.tags)
+
+
+def out_grad(g: Sequence[Optional[Value]]) -> Value:
+    """A single-output op's gradient, in its VJP (the backward calls a VJP only when one of
+    the node's outputs has a gradient)."""
+    if g[0] is None:
+        raise ValueError("a single-output op's VJP called without its output's gradient")
+    return g[0]
 
 
 def get_op(name: str) -> OpDef:

@@ -31,7 +31,7 @@ def _gather_infer(ts, a):
 def _positions(idx: np.ndarray, dim: int) -> tuple:
     """numpy fancy indices of the elements gather reads: idx along dim, the output's own
     coordinates along the other dims."""
-    grid = list(np.indices(idx.shape, sparse=True))
+    grid: list[np.ndarray] = list(np.indices(idx.shape, sparse=True))
     grid[dim] = idx.astype(np.int64)
     return tuple(grid)
 

@@ -24,7 +24,7 @@ from math import prod
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, register
+from .base import Cost, OpDef, out_grad, register
 from .detmath import exp_like_c, log_like_c
 from .embedding import INDEX_DTYPES
 
@@ -119,7 +119,7 @@ def _ce_grad_ref(xs, a):
 
 
 register(OpDef("cross_entropy", _ce_infer, _ce_ref,
-               lambda e, n, g, nd: [e.emit("cross_entropy_grad", g[0], *n.inputs, **n.attrs), None],
+               lambda e, n, g, nd: [e.emit("cross_entropy_grad", out_grad(g), *n.inputs, **n.attrs), None],
                cost=_loss_cost, num_inputs=(2, 2)))
 register(OpDef("cross_entropy_grad", lambda ts, a: [ts[1]], _ce_grad_ref, cost=_loss_cost, num_inputs=(3, 3)))
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import TensorType
 from .base import UPDATE_TAG, Cost, OpDef, register
 
 

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import TensorType
-from .base import SAME_SCALE_TAG, Int8Rule, OpDef, register
+from .base import SAME_SCALE_TAG, Int8Rule, OpDef, out_grad, register
 from .conv import conv_out_hw, window_tap
 
 _ONE = (1, 1)
@@ -103,11 +102,11 @@ def _keys(node):
 
 
 register(OpDef("avg_pool2d", _pool_infer, _avg_ref,
-               lambda e, n, g, nd: [e.emit("avg_pool2d_grad", g[0], input_shape=n.inputs[0].shape, **_keys(n))],
+               lambda e, n, g, nd: [e.emit("avg_pool2d_grad", out_grad(g), input_shape=n.inputs[0].shape, **_keys(n))],
                num_inputs=(1, 1), tags={SAME_SCALE_TAG}, int8=Int8Rule("same", "qavg_pool2d")))
 register(OpDef("avg_pool2d_grad", lambda ts, a: [ts[0].with_shape(a["input_shape"])], _avg_grad_ref,
                num_inputs=(1, 1)))
 register(OpDef("max_pool2d", _pool_infer, _max_ref,
-               lambda e, n, g, nd: [e.emit("max_pool2d_grad", g[0], n.inputs[0], **_keys(n))], num_inputs=(1, 1),
+               lambda e, n, g, nd: [e.emit("max_pool2d_grad", out_grad(g), n.inputs[0], **_keys(n))], num_inputs=(1, 1),
                tags={SAME_SCALE_TAG}, int8=Int8Rule("same", "qmax_pool2d")))
 register(OpDef("max_pool2d_grad", lambda ts, a: [ts[1]], _max_grad_ref, num_inputs=(2, 2)))

@@ -14,7 +14,7 @@ import itertools
 
 import numpy as np
 
-from .base import SAME_SCALE_TAG, Cost, Int8Rule, OpDef, register
+from .base import SAME_SCALE_TAG, Cost, Int8Rule, OpDef, out_grad, register
 
 _ONE3 = (1, 1, 1)
 #: spatial dims of the 3-D pools (NCDHW)
@@ -176,12 +176,12 @@ def _keys(node):
 
 
 register(OpDef("avg_pool3d", pool3d_infer, _avg3_ref,
-               lambda e, n, g, nd: [e.emit("avg_pool3d_grad", g[0], input_shape=n.inputs[0].shape, **_keys(n))],
+               lambda e, n, g, nd: [e.emit("avg_pool3d_grad", out_grad(g), input_shape=n.inputs[0].shape, **_keys(n))],
                cost=_window_cost(_kernel_volume), num_inputs=(1, 1)))
 register(OpDef("avg_pool3d_grad", lambda ts, a: [ts[0].with_shape(tuple(a["input_shape"]))], _avg3_grad_ref,
                cost=_window_cost(_kernel_volume), num_inputs=(1, 1)))
 register(OpDef("max_pool3d", pool3d_infer, max_pool3d_ref,
-               lambda e, n, g, nd: [e.emit("max_pool3d_grad", g[0], n.inputs[0], **_keys(n))],
+               lambda e, n, g, nd: [e.emit("max_pool3d_grad", out_grad(g), n.inputs[0], **_keys(n))],
                cost=_window_cost(_kernel_volume), num_inputs=(1, 1), tags={SAME_SCALE_TAG},
                int8=Int8Rule("same", "qmax_pool3d")))
 register(OpDef("max_pool3d_grad", lambda ts, a: [ts[1]], _max3_grad_ref, cost=_window_cost(_kernel_volume),
@@ -287,13 +287,13 @@ def _adaptive_attrs(node):
 
 
 register(OpDef("adaptive_avg_pool2d", _adaptive_infer, _adaptive_avg_ref,
-               lambda e, n, g, nd: [e.emit("adaptive_avg_pool2d_grad", g[0], input_shape=n.inputs[0].shape,
+               lambda e, n, g, nd: [e.emit("adaptive_avg_pool2d_grad", out_grad(g), input_shape=n.inputs[0].shape,
                                            **_adaptive_attrs(n))],
                cost=_window_cost(_adaptive_volume), num_inputs=(1, 1)))
 register(OpDef("adaptive_avg_pool2d_grad", lambda ts, a: [ts[0].with_shape(tuple(a["input_shape"]))],
                _adaptive_avg_grad_ref, cost=_window_cost(_adaptive_volume), num_inputs=(1, 1)))
 register(OpDef("adaptive_max_pool2d", _adaptive_infer, _adaptive_max_ref,
-               lambda e, n, g, nd: [e.emit("adaptive_max_pool2d_grad", g[0], n.inputs[0], **_adaptive_attrs(n))],
+               lambda e, n, g, nd: [e.emit("adaptive_max_pool2d_grad", out_grad(g), n.inputs[0], **_adaptive_attrs(n))],
                cost=_window_cost(_adaptive_volume), num_inputs=(1, 1), tags={SAME_SCALE_TAG},
                int8=Int8Rule("same", "qadaptive_max_pool2d")))
 register(OpDef("adaptive_max_pool2d_grad", lambda ts, a: [ts[1]], _adaptive_max_grad_ref,

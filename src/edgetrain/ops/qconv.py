@@ -239,8 +239,8 @@ def _qgrad_cost(node):
     return Cost(macs, sum(v.type.nbytes for v in node.inputs + node.outputs))
 
 
-register(OpDef("qconv2d", qconv_infer, lambda xs, a: [qconv2d_ref(*xs, a)], _vjp_qconv, cost=conv_cost,
-               num_inputs=(3, 3), stream_operands=(0,)))
+register(OpDef("qconv2d", qconv_infer, lambda xs, a: [qconv2d_ref(xs[0], xs[1], xs[2], a)], _vjp_qconv,
+               cost=conv_cost, num_inputs=(3, 3), stream_operands=(0,)))
 register(OpDef("qconv2d_grad_input", _grad_infer("input"), _grad_input_ref, cost=_qgrad_cost, num_inputs=(2, 2)))
 register(OpDef("qconv2d_dw_grad_input", _dw_grad_input_infer, _dw_grad_input_ref, cost=_qgrad_cost,
                num_inputs=(2, 2), inplace=((0, 0),)))

@@ -181,7 +181,7 @@ def _cost(node):
     return Cost(x_numel * int(np.prod(w_shape[1:])), sum(v.type.nbytes for v in node.inputs + node.outputs))
 
 
-register(OpDef(QCONV_TRANSPOSE_OP, _infer, lambda xs, a: [qconv_transpose2d_ref(*xs, a)], _vjp, cost=_cost,
+register(OpDef(QCONV_TRANSPOSE_OP, _infer, lambda xs, a: [qconv_transpose2d_ref(xs[0], xs[1], xs[2], a)], _vjp, cost=_cost,
                num_inputs=(3, 3)))
 register(OpDef(GRAD_INPUT_OP, _grad_infer("input"), _grad_input_ref, cost=_cost, num_inputs=(2, 2)))
 register(OpDef(GRAD_WEIGHT_OP, _grad_infer("weight"), _grad_weight_ref, cost=_cost, num_inputs=(2, 2)))

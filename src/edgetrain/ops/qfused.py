@@ -30,7 +30,7 @@ op's operands (the block buffer stays in the working set, it is never written ou
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
@@ -57,7 +57,8 @@ def fuse_attrs(pw: Mapping[str, Any], dw: Mapping[str, Any]) -> dict:
 
 def split_attrs(a: Mapping[str, Any]) -> tuple[dict, dict]:
     """(pointwise attrs, depthwise attrs) of a fused node: the inverse of `fuse_attrs`."""
-    return unprefix_attrs(a, PW, DW)
+    pw, dw = unprefix_attrs(a, PW, DW)
+    return pw, dw
 
 
 def _channel_slice(a: Mapping[str, Any], lo: int, hi: int) -> dict:
@@ -86,16 +87,18 @@ def qconv2d_pw_dw_ref(x, w1, b1, w2, b2, a) -> tuple[np.ndarray, np.ndarray]:
     block buffer `scratch` (returned holding the last block)."""
     pw, dw = split_attrs(a)
     c = w1.shape[0]
-    y = scratch = None
+    y: Optional[np.ndarray] = None
+    scratch: Optional[np.ndarray] = None
     for lo in range(0, c, CHANNEL_BLOCK):
         hi = min(lo + CHANNEL_BLOCK, c)
         block = qconv2d_ref(x, w1[lo:hi], b1[lo:hi], _channel_slice(pw, lo, hi))
         out = qconv2d_ref(block, w2[lo:hi], b2[lo:hi], {**_channel_slice(dw, lo, hi), "groups": hi - lo})
-        if y is None:
+        if y is None or scratch is None:  # the first block: both None
             y = np.empty((out.shape[0], c) + out.shape[2:], dtype=np.int8)
             scratch = np.zeros((block.shape[0], min(CHANNEL_BLOCK, c)) + block.shape[2:], dtype=np.int8)
         y[:, lo:hi] = out
         scratch[:, :hi - lo] = block
+    assert y is not None and scratch is not None, "a layer has at least one channel"
     return y, scratch
 
 
@@ -107,7 +110,7 @@ def _cost(node) -> Cost:
     return Cost(macs, sum(v.type.nbytes for v in node.inputs) + y.type.nbytes)
 
 
-register(OpDef(PW_DW_OP, _infer, lambda xs, a: list(qconv2d_pw_dw_ref(*xs, a)), cost=_cost,
-               num_inputs=(5, 5), stream_operands=(0,)))
+register(OpDef(PW_DW_OP, _infer, lambda xs, a: list(qconv2d_pw_dw_ref(xs[0], xs[1], xs[2], xs[3], xs[4], a)),
+               cost=_cost, num_inputs=(5, 5), stream_operands=(0,)))
 
 __all__ = ["CHANNEL_BLOCK", "PW_DW_OP", "fuse_attrs", "qconv2d_pw_dw_ref", "split_attrs"]

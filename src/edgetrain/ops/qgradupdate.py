@@ -42,7 +42,8 @@ def fuse_attrs(gw: Mapping[str, Any], up: Mapping[str, Any]) -> dict:
 
 
 def split_attrs(a: Mapping[str, Any]) -> tuple[dict, dict]:
-    return unprefix_attrs(a, GW, UP)
+    gw, up = unprefix_attrs(a, GW, UP)
+    return gw, up
 
 
 def fusable(gw_attrs: Mapping[str, Any], x_channels: int) -> bool:

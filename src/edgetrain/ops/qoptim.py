@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import TensorType
 from .base import UPDATE_TAG, Cost, OpDef, register
 
 #: murmur3's 32-bit finaliser constants and golden-ratio style odd multipliers for the key

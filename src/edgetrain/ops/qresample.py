@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, get_op, register
+from .base import Cost, OpDef, get_op, out_grad, register
 from .pool_nd import max_pool3d_ref, pool3d_infer, adaptive_max_grad, geo3, max3_grad_in_output_order, \
     max_adaptive_window, pool3d_out
 from .qresample_linear import qupsample_linear_ref
@@ -92,7 +92,7 @@ def _qamax_cost(node):
 register(OpDef("qupsample", _qup_infer, _qup_ref, _qup_vjp, cost=upsample_cost, num_inputs=(1, 1)))
 register(OpDef("qupsample_grad", _qup_grad_infer, _qup_grad_ref, cost=upsample_cost, num_inputs=(1, 1)))
 register(OpDef("qadaptive_max_pool2d", _qamax_infer, lambda xs, a: get_op("adaptive_max_pool2d").ref(xs, a),
-               lambda e, n, g, nd: [e.emit("qadaptive_max_pool2d_grad", g[0], n.inputs[0],
+               lambda e, n, g, nd: [e.emit("qadaptive_max_pool2d_grad", out_grad(g), n.inputs[0],
                                            output_size=tuple(n.attrs["output_size"]))],
                cost=_qamax_cost, num_inputs=(1, 1)))
 register(OpDef("qadaptive_max_pool2d_grad", _qamax_grad_infer,
@@ -128,7 +128,7 @@ def _qmax3_cost(node):
 
 
 register(OpDef("qmax_pool3d", _qmax3_infer, _qmax3_ref,
-               lambda e, n, g, nd: [e.emit("qmax_pool3d_grad", g[0], n.inputs[0],
+               lambda e, n, g, nd: [e.emit("qmax_pool3d_grad", out_grad(g), n.inputs[0],
                                            **{k: n.attrs[k] for k in POOL3_KEYS if k in n.attrs})],
                cost=_qmax3_cost, num_inputs=(1, 1)))
 register(OpDef("qmax_pool3d_grad", _qmax3_grad_infer,

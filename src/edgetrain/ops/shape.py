@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import TensorType
-from .base import SAME_SCALE_TAG, Emitter, Int8Rule, OpDef, broadcast_shapes, norm_dim, register, zero_mac_cost
+from .base import SAME_SCALE_TAG, Int8Rule, OpDef, broadcast_shapes, norm_dim, out_grad, register, zero_mac_cost
 
 
 def _copy(x) -> np.ndarray:
@@ -20,7 +19,7 @@ def _reshape_infer(ts, a):
 
 
 register(OpDef("reshape", _reshape_infer, lambda xs, a: [xs[0].reshape(a["shape"])],
-               lambda e, n, g, nd: [e.emit("reshape", g[0], shape=n.inputs[0].shape)],
+               lambda e, n, g, nd: [e.emit("reshape", out_grad(g), shape=n.inputs[0].shape)],
                cost=zero_mac_cost, shares=((0, 0),), num_inputs=(1, 1), tags={SAME_SCALE_TAG},
                int8=Int8Rule("same", "reshape")))
 
@@ -50,7 +49,7 @@ def _expand_infer(ts, a):
 
 
 register(OpDef("expand", _expand_infer, lambda xs, a: [_copy(np.broadcast_to(xs[0], a["shape"]))],
-               lambda e, n, g, nd: [e.sum_to(g[0], n.inputs[0].shape)], cost=zero_mac_cost, num_inputs=(1, 1)))
+               lambda e, n, g, nd: [e.sum_to(out_grad(g), n.inputs[0].shape)], cost=zero_mac_cost, num_inputs=(1, 1)))
 
 
 def _sum_to_infer(ts, a):
@@ -68,7 +67,7 @@ def _sum_to_ref(xs, a):
 
 
 register(OpDef("sum_to", _sum_to_infer, _sum_to_ref,
-               lambda e, n, g, nd: [e.emit("expand", g[0], shape=n.inputs[0].shape)], num_inputs=(1, 1)))
+               lambda e, n, g, nd: [e.emit("expand", out_grad(g), shape=n.inputs[0].shape)], num_inputs=(1, 1)))
 
 
 def _slice_params(shape, a):
@@ -162,7 +161,7 @@ def _index_select_grad_ref(xs, a):
 
 register(OpDef("index_select", _index_select_infer,
                lambda xs, a: [_copy(np.take(xs[0], np.asarray(a["index"], dtype=np.int64), axis=a["dim"]))],
-               lambda e, n, g, nd: [e.emit("index_select_grad", g[0], input_shape=n.inputs[0].shape,
+               lambda e, n, g, nd: [e.emit("index_select_grad", out_grad(g), input_shape=n.inputs[0].shape,
                                            dim=n.attrs["dim"], index=n.attrs["index"])],
                cost=zero_mac_cost, num_inputs=(1, 1)))
 register(OpDef("index_select_grad", lambda ts, a: [ts[0].with_shape(a["input_shape"])], _index_select_grad_ref,

@@ -3,7 +3,7 @@ after an in-place overwrite, a consistent role for every graph input. Tests run 
 every pass."""
 from __future__ import annotations
 
-from ..ir import Graph, Role
+from ..ir import Graph, Role, Value
 from ..ir.roles import SINGLE_ROLES
 from ..ir.printer import format_value, number_values
 from .base import get_op
@@ -29,7 +29,7 @@ def verify(g: Graph) -> Graph:
         names.add(v.name)
         defined.add(v)
     check_roles(g, fmt)
-    clobbered = {}
+    clobbered: dict[Value, int] = {}  # value -> the node that wrote over it in place
     for i, n in enumerate(g.nodes):
         where = f"node {i} ({n.op})"
         try:
@@ -90,14 +90,14 @@ def check_roles(g: Graph, fmt) -> None:
     store = g.inputs_with(Role.PAGE_STORE)
     if store and store[0].type.rank != 1:
         raise VerificationError(f"page store input {fmt(store[0])} must be one flat array, got {store[0].type}")
-    role = g.roles_by_input()
+    role_of = g.roles_by_input()
     owners: dict = {}
     for state, param in g.owners:
-        if role.get(state) is not Role.OPTIMIZER_STATE:
+        if role_of.get(state) is not Role.OPTIMIZER_STATE:
             raise VerificationError(f"{fmt(state)} has an owning parameter but is not an optimizer-state input")
         if state in owners:
             raise VerificationError(f"optimizer state {fmt(state)} belongs to two parameters")
-        if role.get(param) is not Role.PARAMETER:
+        if role_of.get(param) is not Role.PARAMETER:
             raise VerificationError(f"optimizer state {fmt(state)} belongs to {fmt(param)}, which is not a "
                                     f"parameter input of the graph")
         owners[state] = param

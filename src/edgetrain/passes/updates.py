@@ -78,7 +78,7 @@ def apply_updates_early(g: Graph) -> Graph:
         for v in n.inputs:
             last_read[v] = i
     slots: dict[int, list] = {}
-    for i, n in moves:
+    for _, n in moves:
         after = max([producer_idx.get(v, -1) for v in n.inputs] + [last_read.get(v, -1) for v in n.inputs])
         slots.setdefault(after, []).append(n)
     order = list(slots.get(-1, []))

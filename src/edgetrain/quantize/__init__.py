@@ -80,5 +80,6 @@ def qas_scales(layers: Mapping[str, QuantLayer], enabled: bool) -> dict[str, tup
     return out
 
 
-__all__ = ["CalibrationError", "LayerSpec", "QParams", "QuantLayer", "QuantizeError", "Quantized", "SPEC_ATTR",
-           "dequantized_state", "qas_scales", "quantize_bias", "quantize_folded", "quantize_int8", "quantize_weight"]
+__all__ = ["CalibrationError", "FROZEN", "LayerSpec", "QParams", "QuantLayer", "QuantizeError", "Quantized",
+           "SPEC_ATTR", "dequantized", "dequantized_state", "qas_scales", "quantize_bias", "quantize_folded",
+           "quantize_frozen", "quantize_int8", "quantize_weight"]

@@ -105,7 +105,7 @@ class _Model:
                     self._row([(r, 1.0), (self.S[s, v], -1.0)] + self._mat(s, v, -1.0), -inf, 0.0)
                 else:
                     self.ub[r] = 0.0
-        for (s, i), c in self.I.items():
+        for (_, i), c in self.I.items():
             self._row([(c, 1.0), (self.O[i], -1.0)], -inf, 0.0)
         self._memory_rows(budget)
         if deadline is not None:
@@ -136,7 +136,7 @@ class _Model:
     def _memory_rows(self, budget):
         if budget is None and self.bcol is None:
             return
-        p, us, f = self.p, self.p.units, self.f
+        p, us = self.p, self.p.units
         kept = sorted((us[i].last_forward, i) for (s, i) in self.S if s == 0)
         groups, k = [], 0  # (number of kept units behind, max live bytes)
         for pos, live in enumerate(p.forward_live):
@@ -151,7 +151,6 @@ class _Model:
             if live > later:
                 self._mem_row([(self.S[0, i], us[i].bytes / KIB) for _, i in kept[:k]], live, budget)
             later = max(later, live)
-        S = len(p.stages)
         for s, st in enumerate(p.stages):
             terms = []
             for i in range(len(us)):

@@ -10,6 +10,7 @@ fields) with live state, which is what the backends' emitters take.
 """
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Mapping, Optional, Protocol, runtime_checkable
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from ..autodiff import grad_name
 from ..backends.reference import run_graph
 from .compiled import COMPILED_FIELDS, CompiledProgram
-from ..ir import FLOAT_DTYPES, Graph, Role, TensorType
+from ..ir import FLOAT_DTYPES, Graph, Role, TensorType, Value
 from ..passes.loss import CLASS_LOSSES, class_dim
 
 
@@ -70,6 +71,18 @@ def as_array(x, want: TensorType, what: str, batch_free: bool = False) -> np.nda
     return np.ascontiguousarray(a, dtype=want.dtype)
 
 
+#: load_state's default: no entries (read-only, so one default serves every call)
+NO_STATE: Mapping[str, np.ndarray] = MappingProxyType({})
+
+
+def label_input(g: Graph) -> Value:
+    """The label input of a training step `g` (every training step has one)."""
+    v = g.the_input(Role.LABEL)
+    if v is None:
+        raise ValueError("the training step has no label input")
+    return v
+
+
 @runtime_checkable
 class Runner(Protocol):
     """What runs a compiled program: state in (`state`, `steps`, `load_state`) and out
@@ -86,7 +99,7 @@ class Runner(Protocol):
 
     def predict(self, x) -> np.ndarray: ...
 
-    def load_state(self, state: Mapping[str, np.ndarray] = (), steps: Optional[int] = None) -> None: ...
+    def load_state(self, state: Mapping[str, np.ndarray] = NO_STATE, steps: Optional[int] = None) -> None: ...
 
     def rebind(self, compiled: CompiledProgram) -> "Runner": ...
 
@@ -116,7 +129,7 @@ class RunnerBase:
         starting from a copy of this one's state and step count."""
         return type(self)(compiled, self.state, self.steps)
 
-    def load_state(self, state: Mapping[str, np.ndarray] = (), steps: Optional[int] = None) -> None:
+    def load_state(self, state: Mapping[str, np.ndarray] = NO_STATE, steps: Optional[int] = None) -> None:
         """State in: each of `state`'s entries replaces the runner's, and `steps` its step count."""
         for k, v in dict(state).items():
             self.state[k] = v
@@ -141,7 +154,7 @@ class RunnerBase:
         if len(xs) != len(c.inputs):
             raise ValueError(f"the model takes {len(c.inputs)} inputs, got {len(xs)}")
         src = c.input_transform or g
-        feeds = {name: as_array(v, self._graph_fact(src, name, lambda: src.input(name).type), f"input {i}")
+        feeds = {name: as_array(v, self._graph_fact(src, name, lambda name=name: src.input(name).type), f"input {i}")
                  for i, (name, v) in enumerate(zip(c.inputs, xs))}
         if training:
             for i, name in enumerate(c.inputs):
@@ -154,7 +167,7 @@ class RunnerBase:
         """The labels (class losses: integer class indices of the output's shape without its
         class dim, each in range or the program's ignore_index) or the float targets shaped like the
         output (mse, l1, bce_with_logits)."""
-        want = self._graph_fact(g, Role.LABEL, lambda: g.the_input(Role.LABEL).type)
+        want = self._graph_fact(g, Role.LABEL, lambda: label_input(g).type)
         loss = self.compiled.loss
         if loss in CLASS_LOSSES:
             y = as_array(y, want, "labels")
@@ -175,7 +188,7 @@ class RunnerBase:
         """Every input of `g`: state, data, labels, the page store and the step count."""
         feeds = {v.name: self.state[v.name] for v in g.inputs if v.name in self.state}
         feeds.update(self.data_feeds(g, x, training=True))
-        feeds[g.the_input(Role.LABEL).name] = self.label_feed(g, y)
+        feeds[label_input(g).name] = self.label_feed(g, y)
         store, step = g.the_input(Role.PAGE_STORE), g.the_input(Role.STEP)
         if store is not None:
             feeds[store.name] = self.compiled.page_store.array

@@ -21,7 +21,7 @@ class Executor(ABC):
         """Yield `(key, fn(shared, pieces[key]))` for every key, each as soon as it is done
         (the order is the executor's; a piece's result does not depend on it)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  a no-op by default, not abstract: the serial executor starts nothing
         """Give back what the executor started (nothing for the serial one)."""
 
     def __enter__(self):

@@ -71,7 +71,8 @@ def _scales_slot(flat, options) -> Optional[tuple[dict, tuple]]:
     ref, slot = _SCALES.get(id(first), (None, None))
     if ref is None or ref() is not first:
         slot = {}
-        _SCALES[id(first)] = (weakref.ref(first, lambda _r, k=id(first): _SCALES.pop(k, None)), slot)
+        key = id(first)
+        _SCALES[key] = (weakref.ref(first, lambda _r, k=key: _SCALES.pop(k, None)), slot)
     return slot, (id(options), tuple(f.name for f in flat if f.kind in ("param", "buffer")))
 
 

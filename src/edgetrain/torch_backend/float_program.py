@@ -131,7 +131,7 @@ class FloatProgram:
     def run_forward(self, feeds: dict, tensors: list) -> tuple:
         """The forward's user outputs as tensors; the inputs it writes are written."""
         outs = self._run_fwd(feeds)
-        for i, v in self.g.mutations:
+        for i, _ in self.g.mutations:
             new, old = outs[f"mutated:{self.flat[i].name}"], feeds[self.flat[i].name]
             if not np.shares_memory(new, old):  # an in-place op wrote the buffer itself already
                 with torch.no_grad():

@@ -78,7 +78,7 @@ def bank_decls(arrays: list) -> list[str]:
          "   resumes from the committed bank (QEMU keeps it across a reset; on a device it would be backup",
          "   SRAM, or flash with a flash driver). The initial weights are a const image in flash. */",
          "typedef struct {"]
-    for k, (name, t, n, _) in enumerate(arrays):
+    for k, (_, t, n, _) in enumerate(arrays):
         c.append(f"  {t} a{k}[{max(n, 1)}] ET_ALIGNED(16);")
     c.append("} et_bank_t;")
     inits = [f"  .a{k} = {fmt_values(init)}" for k, (_, _, _, init) in enumerate(arrays)

@@ -343,7 +343,7 @@ def _checked_step(u: _Unit) -> list[str]:
          "  const int prev = et_bank_active;"]
     c += ["  const int32_t step = et_step;", "  *loss = et_train_step(input, label);", "  int bad = 0;",
           "  { union { float f; uint32_t u; } l = {*loss}; if ((l.u & 0x7f800000u) == 0x7f800000u) bad = -1; }"]
-    for k, (n, t) in enumerate(guarded):
+    for n, t in guarded:
         st = next(s for s in sts if s.sram == n)
         if t == "float":
             c += ["  if (!bad) { uint32_t acc = 0; const uint32_t *u = (const uint32_t *)" + n + ";",

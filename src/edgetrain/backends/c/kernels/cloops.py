@@ -41,7 +41,7 @@ def loop_nest(shape, ptr_strides, body) -> str:
     if not dims:
         return body(["0"] * len(ptr_strides))
     lines, offs = [], []
-    for k, s in enumerate(strides):
+    for s in strides:
         offs.append(" + ".join(f"i{j} * {st}" for j, st in enumerate(s) if st) or "0")
     for j, d in enumerate(dims):
         if j == len(dims) - 1:

@@ -71,7 +71,7 @@ def _positions(node: Node, x, idx, first: int):
 
     def locate(o) -> str:
         lines = [f"long p = {o[0]}; int ok = 1;"]
-        for j, i in enumerate(idx):
+        for j in range(len(idx)):
             lines.append(f"{{ const int64_t q = et_sel_position((int64_t)I{j}[{o[1 + j]}], {x.shape[first + j]}); "
                          f"if (q < 0) ok = 0; else p += (long)q * {xs[first + j]}; }}")
         return " ".join(lines)
