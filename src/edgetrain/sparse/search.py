@@ -341,13 +341,13 @@ def evolutionary_search(groups: Sequence[Sequence[Option]], budget: int, *,
         parents = sorted(dict.fromkeys(pop), key=rank)[:n_parents]
         arr = np.array(parents)
 
-        def mutant():
+        def mutant(arr=arr):  # (bound: each generation's parents)
             child = arr[rng.integers(len(arr))].copy()
             hit = rng.random(n_groups) < mutation_rate
             child[hit] = rng.integers(0, sizes[hit])
             return child
 
-        def crossed():
+        def crossed(arr=arr):
             a, b = arr[rng.integers(len(arr), size=2)]
             return np.where(rng.random(n_groups) < CROSSOVER_MIX, a, b)
 
