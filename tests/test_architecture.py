@@ -27,7 +27,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 
 #: The floors of the package, bottom first: a unit imports units of its own floor or lower
 #: ones, never higher (within a floor, the cycle test keeps imports one way). A unit is a
-#: top-level module or subpackage of edgetrain (backends/ split in its parts); "edgetrain" is
+#: top-level module or subpackage of edgetrain (backends/ is one unit: the runners of compiled programs;
+#: the reference interpreter the compiler runs graphs with is interpreter.py); "edgetrain" is
 #: the package's own __init__, the public facade. Derived from the drawing in
 #: docs/architecture.md ("Layers"), each of its floors ordered by what reads what.
 LAYERS: list[tuple[str, ...]] = [
@@ -35,7 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ir", "config", "safepickle", "scale"),
     ("ops", "devices"),
     # compiler
-    ("frontend", "autodiff", "backends.reference"),
+    ("frontend", "autodiff", "interpreter"),
     ("memory",),
     ("passes",),
     ("quantize", "trainable"),
@@ -45,7 +46,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("sparse", "remat"),
     # programs: the frozen compiled program, its runners, the C backend
     ("runtime",),
-    ("backends.capabilities", "backends.c", "backends.reference_runner"),
+    ("backends",),
     ("program",),
     # public API
     ("api", "models"),
@@ -243,13 +244,10 @@ def private_names(modules: dict, imports: list[Import]) -> list[tuple[Import, st
 
 
 def unit_of(module: str) -> str:
-    """The floor-table unit of a module: its top-level module or subpackage under edgetrain
-    (the parts of backends/ apart)."""
+    """The floor-table unit of a module: its top-level module or subpackage under edgetrain."""
     parts = module.split(".")
     if len(parts) == 1:
         return parts[0]
-    if parts[1] == "backends" and len(parts) > 2:
-        return f"backends.{parts[2]}"
     return parts[1]
 
 
@@ -261,7 +259,7 @@ def floor_violations(graph: dict, layers: list[tuple[str, ...]]) -> list[tuple[I
     for mod, deps in graph.items():
         for tgt, imp in deps.items():
             a, b = unit_of(mod), unit_of(tgt)
-            if a != b and b != "backends" and floor[b] > floor[a] and (imp, b) not in seen:
+            if a != b and floor[b] > floor[a] and (imp, b) not in seen:
                 seen.add((imp, b))
                 out.append((imp, b, floor[a], floor[b]))
     return out
@@ -338,7 +336,7 @@ def test_the_named_report_edges_exist_and_lead_nowhere_below(package):
 
 def test_every_unit_has_one_floor(package):
     """LAYERS names every unit of the package once, and nothing that is gone."""
-    units = {unit_of(m) for m in package.modules} - {"backends"}
+    units = {unit_of(m) for m in package.modules}
     listed = [u for floor in LAYERS for u in floor]
     assert not units - set(listed), f"units with no floor in LAYERS: {sorted(units - set(listed))}"
     assert not set(listed) - units, f"LAYERS names units that do not exist: {sorted(set(listed) - units)}"

@@ -60,7 +60,7 @@ def test_sparse_channels_are_largest_norm_first():
 def test_vector_jacobian_product_from_cotangents():
     """build_backward started from the outputs' cotangents (no loss): torch.autograd's VJP."""
     from edgetrain.autodiff import build_backward
-    from edgetrain.backends.reference import run_graph
+    from edgetrain.interpreter import run_graph
     from edgetrain.frontend import capture
     from edgetrain.ir import Role, TensorType, new_value
 

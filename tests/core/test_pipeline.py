@@ -11,7 +11,7 @@ from torch import nn
 
 import edgetrain as et
 from edgetrain import pipeline
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Node, Role, TensorType, new_value
 from edgetrain.ops import VerificationError, verify
 from edgetrain.passes import apply_updates_early

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import edgetrain as et
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.memory.liveness import inplace_merges, lifetimes, storage_roots
 from edgetrain.ops import verify
 from edgetrain.ir import Role, ram_inputs

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import edgetrain as et
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.frontend import capture
 from edgetrain.frontend.capture import UnsupportedOpError
 from edgetrain.ops.check import RunTimeCheckError

@@ -334,7 +334,7 @@ def test_group_norm_where_cumsum_on_cortex_m_print_the_host_builds_losses(tmp_pa
 # --- an index out of its dim's range: the reference raises (as torch), the C kernel skips it -------
 def test_index_put_out_of_range_is_skipped_in_c_and_raises_in_the_reference():
     from edgetrain.backends.c.graph_lib import build_graph_library
-    from edgetrain.backends.reference import run_graph
+    from edgetrain.interpreter import run_graph
     from tests.ops.test_ops import feeds, forward_graph
 
     x, v = np.zeros(3, np.float32), np.array([1.0, 2.0, 3.0], np.float32)

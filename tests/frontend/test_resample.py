@@ -9,7 +9,7 @@ from torch import nn
 
 import edgetrain as et
 from edgetrain.frontend import capture
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.frontend.capture import UnsupportedOpError
 
 #: max |ours - torch| / max(|torch|, 1) of outputs and gradients in float32

@@ -10,7 +10,7 @@ import pytest
 
 from edgetrain.backends.c.graph_lib import build_graph_library, graph_layout
 from edgetrain.backends.c.kernels.check import c_string
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.ops import Emitter, verify
 from edgetrain.ops.check import RunTimeCheckError

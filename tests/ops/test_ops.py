@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgetrain.autodiff import build_backward
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.ops import OPS, Emitter, verify
 from edgetrain.passes import eliminate_dead_code

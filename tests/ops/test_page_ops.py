@@ -3,7 +3,7 @@ back, the bytes counted by the runtime; the store is threaded through the graph.
 import numpy as np
 import pytest
 
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph, Node, TensorType, new_value
 from edgetrain.ops import VerificationError, verify
 from edgetrain.remat.apply import STORE_NAME

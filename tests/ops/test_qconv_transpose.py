@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from edgetrain.autodiff import build_backward
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.ops import Emitter, verify
 from edgetrain.ops.fixed_point import quantize_multiplier

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgetrain.autodiff import build_backward
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.ops import Emitter, verify
 from edgetrain.ops.fixed_point import multiply_by_quantized_multiplier, quantize_multiplier

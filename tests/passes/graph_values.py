@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph, Role, TensorType, new_value
 from edgetrain.ops import Emitter, verify
 from edgetrain.passes.fold import FoldedNorm, fold_batchnorm

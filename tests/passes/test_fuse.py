@@ -13,7 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import edgetrain as et
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph, TensorType, new_value, ram_inputs
 from edgetrain.memory import plan_memory
 from edgetrain.ops import Emitter, verify

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import edgetrain as et
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph, TensorType, new_value, ram_inputs
 from edgetrain.ops import Emitter, verify
 from edgetrain.ops import gradupdate

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.ops import Emitter, verify
 from edgetrain.ops.qgradupdate import GRAD_UPDATE_OP

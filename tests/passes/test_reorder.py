@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import edgetrain as et
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph, TensorType, new_value, ram_inputs
 from edgetrain.ops import Emitter, get_op, verify
 from edgetrain.passes.reorder import RULES, build_problem, order_by_rule, order_peak_bytes, reorder_for_memory

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgetrain.autodiff import ChannelSelect
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph, Role, TensorType, new_value
 from edgetrain.ops import Emitter, verify
 from edgetrain.ops.qoptim import uniform_hash

@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import edgetrain as et
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ops.qelementwise import dequantize_ref, quantize_ref
 from edgetrain.ops.qpool import is_copy, qcat_attrs
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import edgetrain as et
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.frontend import capture
 
 

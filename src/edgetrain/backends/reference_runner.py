@@ -6,7 +6,7 @@ import numpy as np
 
 from ..ir import ram_inputs
 from ..runtime.runner import RunnerBase
-from .reference import run_graph
+from ..interpreter import run_graph
 
 
 class ReferenceRunner(RunnerBase):

@@ -5,7 +5,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..backends.reference import run_graph
+from ..interpreter import run_graph
 from ..ir import Graph, Value
 
 

@@ -16,7 +16,7 @@ from typing import Mapping, Optional, Protocol, runtime_checkable
 import numpy as np
 
 from ..autodiff import grad_name
-from ..backends.reference import run_graph
+from ..interpreter import run_graph
 from .compiled import COMPILED_FIELDS, CompiledProgram
 from ..ir import FLOAT_DTYPES, Graph, Role, TensorType, Value
 from ..passes.loss import CLASS_LOSSES, class_dim

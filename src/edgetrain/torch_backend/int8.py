@@ -35,7 +35,7 @@ import torch
 
 from .. import pipeline
 from ..autodiff import grad_name
-from ..backends.reference import run_graph
+from ..interpreter import run_graph
 from ..frontend.capture import CaptureError
 from ..ir import FLOAT_DTYPES, Graph, TensorType, Value, new_value
 from ..memory import plan_memory, trained_channel_bytes

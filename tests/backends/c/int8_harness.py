@@ -15,7 +15,7 @@ import numpy as np
 
 from edgetrain.backends.c.kernels import EmitContext, kernel_for
 from edgetrain.backends.c.layout import C_TYPES, Layout, StateArray, plan_graph
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph
 from edgetrain.ops.base import Emitter
 

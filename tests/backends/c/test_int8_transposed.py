@@ -13,7 +13,7 @@ import torch
 
 import edgetrain as et
 from edgetrain.backends.c.graph_lib import build_graph_library
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.ops import Emitter
 from edgetrain.ops.qconv_transpose import qconv_transpose2d_ref

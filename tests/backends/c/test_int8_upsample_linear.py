@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgetrain.backends.c.graph_lib import build_graph_library
-from edgetrain.backends.reference import run_graph
+from edgetrain.interpreter import run_graph
 from edgetrain.ir import Graph, TensorType, new_value
 from edgetrain.ops import OPS, Emitter
 from edgetrain.ops.qresample_linear import ONE, WEIGHT_BITS, exact_scale, fixed_axis_map

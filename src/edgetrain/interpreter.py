@@ -1,4 +1,6 @@
-"""The reference runtime: executes a graph with each op's numpy rule, in node order.
+"""The reference interpreter (the numpy reference runtime that is the spec): executes a graph with
+each op's numpy rule, in node order. Its own unit on the compiler's floor (passes and quantization
+run graphs with it); the runners of compiled programs are in backends/.
 
 It frees every array after its last use and counts the bytes it holds as it goes,
 independently of the static liveness analysis (memory/liveness.py), which tests compare
@@ -13,8 +15,8 @@ from typing import Mapping
 
 import numpy as np
 
-from ..ir import Graph, Value
-from ..ops import get_op
+from .ir import Graph, Value
+from .ops import get_op
 
 
 @dataclass(frozen=True)
