@@ -90,7 +90,7 @@ def _median_ms(ts):
 
 def torch_step_fn(model, prog, x, y, lr, momentum, compiled=False):
     trained = set(prog.trainable)
-    names = {k: v for k, v in prog._aliases.items()}
+    names = {k: v for k, v in prog.state_aliases.items()}
     params = []
     for k, p in model.named_parameters():
         p.requires_grad_(names.get(k, k) in trained)
@@ -144,11 +144,11 @@ def bench_float(args, name, scheme_key, batch, out):
     yin = np.ascontiguousarray(y.astype(np.int64))
     tmodel = et.models.get(args.model, num_classes=10).eval()
     tstep = torch_step_fn(tmodel, prog, x, y, lr, mom)
-    runs = {"c": lambda: prog.step(x, y), "c_raw": lambda: prog.raw_step(xin, yin), "torch": tstep}
+    runs = {"c": lambda: prog.step(x, y), "c_raw": lambda: prog.runner.raw_step(xin, yin), "torch": tstep}
     if args.kernels == "both":
         old = to_c_program(et.compile(model, (x,), update=SCHEMES[scheme_key], optimizer=et.SGD(lr=lr, momentum=mom)),
                            cflags(args, portable=True))
-        runs["c_portable_raw"] = lambda: old.raw_step(xin, yin)
+        runs["c_portable_raw"] = lambda: old.runner.raw_step(xin, yin)
     if args.torch_compile:
         cmodel = et.models.get(args.model, num_classes=10).eval()
         try:
@@ -208,7 +208,7 @@ def ort_python(args):
 
 def ort_row(args, exe, model, prog, x, y, lr) -> dict:
     """bench/ort_step.py's figures for this model, weights, batch and trained set (module docstring)."""
-    aliases = prog._aliases  # torch name -> program name, as torch_step_fn reads it
+    aliases = prog.state_aliases  # torch name -> program name, as torch_step_fn reads it
     trained = [k for k, _ in model.named_parameters() if aliases.get(k, k) in prog.trainable]
     with tempfile.TemporaryDirectory(prefix="et-ort-") as d:
         work = Path(d)

@@ -4,8 +4,9 @@ It holds a frozen compiled program (runtime/compiled.py: graphs, memory report, 
 selection, quantization, schedule, ...) and a runner (runtime/runner.py; the reference runner
 of backends/reference_runner.py, the C runner of backends/c/host.py) that holds the weights
 and runs `step`, `gradients` and `predict`.
-The compiled program's fields read as the Program's own (`prog.train_graph`, `prog.memory`),
-and a runner's own attributes too (the C runner's `c_files`, `check_guards`, ...).
+The compiled program's fields read as the Program's own through explicit read-only properties
+(`prog.train_graph`, `prog.memory`, ...: one per CompiledProgram field, checked by a test); what
+only a runner has (the C runner's `c_files`, `check_guards`, ...) is `prog.runner.<name>`.
 """
 from __future__ import annotations
 
@@ -25,6 +26,11 @@ from .trainable.lora import LoRA, merge_adapters, peft_state_dict
 __all__ = ["Program", "NonFiniteLossError", "MAX_TRAIN_MAGNITUDE", "TrainedTensor", "as_array", "check_trainable"]
 
 
+def compiled_field(name: str, doc: str) -> property:
+    """A read-only property of Program reading field `name` of its compiled program."""
+    return property(lambda self: getattr(self.compiled, name), doc=f"{doc} (CompiledProgram.{name}).")
+
+
 class Program:
     """A model compiled for training (`compiled`) and what runs it (`runner`). Weights live
     in `self.state` (numpy arrays, the runner's)."""
@@ -40,16 +46,9 @@ class Program:
             raise ValueError("the runner runs another compiled program")
         object.__setattr__(self, "compiled", compiled)
         object.__setattr__(self, "runner", runner if runner is not None else ReferenceRunner(compiled))
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        d = self.__dict__
-        if name in COMPILED_FIELDS and "compiled" in d:
-            return getattr(d["compiled"], name)
-        if "runner" in d:
-            return getattr(d["runner"], name)
-        raise AttributeError(name)
+        #: the linked firmware's size report (backends.c.cortexm.FirmwareSize), once
+        #: `record_firmware` noted it
+        object.__setattr__(self, "firmware", None)
 
     def __setattr__(self, name: str, value) -> None:
         if name in ("state", "steps"):
@@ -64,6 +63,32 @@ class Program:
         """A shallow copy: the same compiled program, a shallow copy of the runner (sharing its
         state until either's `state` is rebound)."""
         return Program(self.compiled, copy.copy(self.runner))
+
+    # --- the compiled program's fields, read-only -----------------------------------------------
+    inputs = compiled_field("inputs", "the model's inputs, as the user passes them")
+    graph_inputs = compiled_field("graph_inputs", "the compiled graphs' data inputs")
+    input_transform = compiled_field("input_transform", "int8: the graph making int8 samples of float data")
+    stages = compiled_field("stages", "every intermediate graph, by pass")
+    forward_graph = compiled_field("forward_graph", "the forward (predict) graph")
+    grad_graph = compiled_field("grad_graph", "the gradient graph (no update)")
+    train_graph = compiled_field("train_graph", "the training step's graph")
+    trainable = compiled_field("trainable", "param -> None (all of it) or the ChannelSelect trained")
+    layers = compiled_field("layers", "the model's conv / linear layers, in forward order")
+    memory = compiled_field("memory", "the memory plan of the training step (MemoryReport)")
+    loss = compiled_field("loss", "the training loss's name")
+    ignore_index = compiled_field("ignore_index", "the class losses' ignored label")
+    optimizer = compiled_field("optimizer", "the optimizer (edgetrain.SGD)")
+    state_aliases = compiled_field("state_aliases", "the model's state_dict key -> state name")
+    initial_state = compiled_field("initial_state", "the weights the program starts from")
+    export = compiled_field("export", "int8: the state -> the model's float values")
+    quantize = compiled_field("quantize", "None (float32) or 'int8'")
+    scheme = compiled_field("scheme", "the update scheme it trains")
+    search = compiled_field("search", "update='auto': how the scheme was chosen")
+    schedule = compiled_field("schedule", "the rematerialization / paging schedule it runs")
+    page_store = compiled_field("page_store", "where that schedule pages tensors to")
+    op_sources = compiled_field("op_sources", "captured op -> the model source lines it comes from")
+    source_lines = compiled_field("source_lines", "captured node index -> its model source line")
+    quant_layers = compiled_field("quant_layers", "int8: weight name -> its layer's quantization")
 
     # --- state in and out --------------------------------------------------------------------
     @property
@@ -171,12 +196,9 @@ class Program:
         return Program(c, self.runner.rebind(c))
 
     def record_firmware(self, size) -> None:
-        """Note the size report of this program's firmware (backends/c/cortexm.py) in
-        `memory.firmware`: the Program holds the compiled program with that report."""
-        c = self.compiled
-        object.__setattr__(self, "compiled", dataclasses.replace(c, memory=dataclasses.replace(c.memory,
-                                                                                                firmware=size)))
-        self.runner.compiled = self.compiled
+        """Note the size report of this program's firmware (backends/c/cortexm.py: flash, SRAM,
+        stack, instructions per step) as `self.firmware`; the compiled program is unchanged."""
+        object.__setattr__(self, "firmware", size)
 
     def emit_c(self, out_dir, target: str = "host", samples=(), embed_weights=None, graphs=None):
         """Write this program as a C project (backends/c: host library or Cortex-M firmware)
@@ -185,23 +207,7 @@ class Program:
 
         return emit_c(self, out_dir, target=target, samples=samples, embed_weights=embed_weights, graphs=graphs)
 
-    # --- the runner's shared helpers, under the names backends and tests use -----------------
-    def _data_feeds(self, g, x, training: bool = False) -> dict:
-        return self.runner.data_feeds(g, x, training)
-
-    def _label_feed(self, g, y) -> np.ndarray:
-        return self.runner.label_feed(g, y)
-
-    def _feeds(self, g, x, y) -> dict:
-        return self.runner.feeds(g, x, y)
-
-    def _written_state(self) -> list:
-        return self.runner.written_state()
-
-    @property
-    def _aliases(self) -> Mapping[str, str]:
-        return self.compiled.state_aliases
-
+    # --- what it trains ------------------------------------------------------------------------
     def update_summary(self) -> str:
         """The update scheme and the layers it chose (frozen, requires_grad=False layers are never chosen)."""
         from .trainable import LoRA, describe_selection

@@ -139,7 +139,7 @@ def run_both(ref, x, data, int8: bool, flags=FLAGS):
             close(c.state[k], ref.state[k], f"step {i}: {k}", exact, floor, kinks=True)
             c.state[k][...] = ref.state[k]
     close(c.predict(x), ref.predict(x), "predict after the steps", exact, rtol=predict_rtol)
-    assert c.check_guards()
+    assert c.runner.check_guards()
     return c
 
 

@@ -29,7 +29,7 @@ def test_peak_equals_runtime_recount(model, update):
     prog = et.compile(model, (X,), update=update, optimizer=et.SGD(0.01, momentum=0.9))
     g = prog.train_graph
     prog.step(X, Y)
-    trace = prog.last_trace
+    trace = prog.runner.last_trace
     assert trace.peak_bytes == prog.memory.activation_bytes
     assert trace.timeline == prog.memory.timeline
     # recount at the peak step: storages produced at or before it and read at or after it
@@ -240,3 +240,29 @@ def test_bad_config_values():
     with pytest.raises(ValueError, match="k >= 1"):
         et.LastK(0)
     assert et.Budget(sram="256KB", flash="1MB").sram == 262144
+
+
+def test_program_reads_its_compiled_fields_through_explicit_properties():
+    """Program forwards nothing invisibly (issue 34 item 14): one documented read-only property per
+    CompiledProgram field, no __getattr__; what only a runner has is prog.runner.<name>; and
+    record_firmware notes the report without swapping the frozen compiled program."""
+    import torch
+    from torch import nn
+
+    import edgetrain as et
+    from edgetrain.program import Program
+    from edgetrain.runtime.compiled import COMPILED_FIELDS
+
+    assert "__getattr__" not in vars(Program)
+    for name in COMPILED_FIELDS:
+        prop = vars(Program).get(name)
+        assert isinstance(prop, property) and prop.fset is None and prop.__doc__, name
+    prog = et.compile(nn.Linear(4, 3), (torch.randn(2, 4),))
+    assert prog.train_graph is prog.compiled.train_graph
+    with pytest.raises(AttributeError):
+        prog.last_trace  # noqa: B018  (a runner's attribute: prog.runner.last_trace)
+    with pytest.raises(AttributeError, match="frozen compiled program"):
+        prog.memory = None
+    compiled = prog.compiled
+    prog.record_firmware("size report")
+    assert prog.compiled is compiled and prog.firmware == "size report"

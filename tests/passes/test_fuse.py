@@ -240,7 +240,7 @@ def one_step(p, g, seed=0):
     """Run one training step of `g` on copies of p's weights: (outputs, weights after)."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((1, 3, 128, 128)).astype(np.float32)
-    feeds = {k: np.array(v, copy=True) for k, v in p._feeds(g, x, np.array([3])).items()}
+    feeds = {k: np.array(v, copy=True) for k, v in p.runner.feeds(g, x, np.array([3])).items()}
     out, _ = run_graph(g, feeds, ram_of(p))
     return out, feeds
 

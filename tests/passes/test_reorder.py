@@ -298,7 +298,7 @@ def test_training_programs_compute_the_same_step_in_less_or_equal_memory(case):
     assert after <= before
     if case == "full":  # the last 1x1 conv's weight gradient waits until memory is low
         assert after < before
-    feeds = prog._feeds(g, x, y)
+    feeds = prog.runner.feeds(g, x, y)
     if prog.optimizer.momentum:  # start from a non-zero momentum, so the buffers are exercised
         feeds.update({k: np.full_like(v, 0.5) for k, v in feeds.items() if k.startswith("momentum:")})
     assert_same_outputs(run_copy(g, feeds, ram), run_copy(r, feeds, ram))

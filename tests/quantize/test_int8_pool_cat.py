@@ -259,7 +259,7 @@ def test_c_backend_is_bit_exact_for_predict_gradients_and_steps(name):
         for k in prog.state:
             np.testing.assert_array_equal(cprog.state[k], prog.state[k], err_msg=f"step {i}: {k}")
     assert sum(not np.array_equal(before[k], prog.state[k]) for k in prog.trainable) >= len(prog.trainable) // 2
-    assert cprog.check_guards()
+    assert cprog.runner.check_guards()
 
 
 @pytest.mark.skipif(not HAS_CC, reason="no C compiler")

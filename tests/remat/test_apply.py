@@ -172,7 +172,7 @@ def check_run(case: Case, sched, ram=None, page_file=None):
     assert loss == case.loss
     for k, v in case.stepped.items():
         assert np.array_equal(prog.state[k], v), f"{sched.solver}: {k} differs after one step"
-    trace = prog.last_trace
+    trace = prog.runner.last_trace
     assert trace.peak_bytes == prog.memory.activation_bytes, "the runtime and the liveness analysis agree"
     assert measured_peak(prog, trace) <= sched.peak_bytes, sched.peak_where
     if ram is not None:
@@ -284,20 +284,20 @@ def test_c_backend_pages_to_a_file_as_planned():
     sched = hand_schedule(case.problem, mixed)
     assert sched.recomputations and sched.page_ins
     sp = cprog.apply(sched)
-    assert isinstance(sp.runner, CRunner) and sp.c_layout.page_bytes == sp.page_store.nbytes
-    assert "et_page_write" in sp.c_files["model.c"] and "et_page_read" in sp.c_files["model.c"]
+    assert isinstance(sp.runner, CRunner) and sp.runner.c_layout.page_bytes == sp.page_store.nbytes
+    assert "et_page_write" in sp.runner.c_files["model.c"] and "et_page_read" in sp.runner.c_files["model.c"]
     got = sp.gradients(case.x, case.y)
     for k in want:
         assert np.array_equal(got[k], want[k]), k
         np.testing.assert_allclose(got[k], case.grads[k], rtol=1e-4, atol=1e-6)
     # (the gradient graph runs no update: a page-in only an update reads is dropped with it)
-    assert sp.last_paged_in_bytes <= sched.page_in_bytes and sp.last_paged_out_bytes == sched.page_out_bytes
+    assert sp.runner.last_paged_in_bytes <= sched.page_in_bytes and sp.runner.last_paged_out_bytes == sched.page_out_bytes
     loss = sp.step(case.x, case.y)
-    assert (sp.last_paged_in_bytes, sp.last_paged_out_bytes) == (sched.page_in_bytes, sched.page_out_bytes)
+    assert (sp.runner.last_paged_in_bytes, sp.runner.last_paged_out_bytes) == (sched.page_in_bytes, sched.page_out_bytes)
     assert loss == cprog.step(case.x, case.y)
     for k in cprog.state:
         assert np.array_equal(sp.state[k], cprog.state[k]), k
-    assert sp.check_guards()
+    assert sp.runner.check_guards()
 
 
 def test_cortex_m_refuses_paging(tmp_path):

@@ -187,4 +187,4 @@ def test_grouped_chains_are_fewer_units_and_still_run_bit_equal():
     from edgetrain.remat.apply import measured_peak
 
     scheduled.step(x, y)
-    assert measured_peak(scheduled, scheduled.last_trace) <= sched.peak_bytes <= ram
+    assert measured_peak(scheduled, scheduled.runner.last_trace) <= sched.peak_bytes <= ram

@@ -98,8 +98,8 @@ def _run_compile(args) -> int:
         report["verify"] = _verify(prog, out, args.target, samples)
         if not report["verify"]["ok"]:
             code = 5
-    if prog.memory.firmware is not None:
-        report["firmware"] = _firmware_dict(prog.memory.firmware)
+    if prog.firmware is not None:
+        report["firmware"] = _firmware_dict(prog.firmware)
     atomic_write(out / "memory.json", (json.dumps(report, indent=1) + "\n").encode())
     if not args.no_plot:
         prog.memory.plot(out / "memory.png")
@@ -245,7 +245,7 @@ def _verify(prog, out: Path, target: str, samples) -> dict:
         prog.record_firmware(cortexm.firmware_size(elf, run))
         losses, exit_code, lines = list(run.losses), run.exit_code, list(run.lines)
         where = f"QEMU {target}"
-        say(f"  firmware: {prog.memory.firmware.describe()}")
+        say(f"  firmware: {prog.firmware.describe()}")
     spec = prog if prog.backend == "reference" else _reference_of(prog)  # the losses of the spec
     ref = [spec.step(x, y) for x, y in samples]
     diff = max((abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref)), default=float("inf"))

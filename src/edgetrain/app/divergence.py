@@ -127,7 +127,7 @@ class DivergenceGuard:
     # --- undoing a step --------------------------------------------------------------------
     def before_step(self) -> dict[str, np.ndarray]:
         """A copy of the state the next step writes, for `undo`."""
-        return {k: np.array(self.prog.state[k], copy=True) for k in self.prog._written_state()}
+        return {k: np.array(self.prog.state[k], copy=True) for k in self.prog.runner.written_state()}
 
     def undo(self, saved: Mapping[str, np.ndarray]) -> None:
         """Put back the state of `before_step` and count the step as not taken."""

@@ -32,9 +32,6 @@ class MemoryReport:
     ops: tuple[str, ...]
     arena_bytes: int = 0
     arena: ArenaPlan | None = field(default=None, repr=False, compare=False)
-    #: the linked Cortex-M firmware's size report (backends.c.cortexm.FirmwareSize), once
-    #: `backends.c.cortexm.run_firmware` has built and run it
-    firmware: object = field(default=None, compare=False)
     #: of `trainable_bytes`, the optimizer's state (SGD momentum buffers)
     optimizer_bytes: int = 0
     #: arena bytes held at each node with in-place reuse (each storage once, aligned): what
@@ -55,8 +52,7 @@ class MemoryReport:
                  else f"trained weights {kb(trained)}")
         return (f"peak {kb(self.peak_bytes)} = arena {kb(self.arena_bytes)} (live peak without "
                 f"in-place reuse {kb(self.activation_bytes)} at node {self.peak_step}, {self.peak_op}) + {state}; "
-                f"flash {kb(self.frozen_bytes)}; all weights {kb(self.weight_bytes)}"
-                + (f"; firmware: {self.firmware.describe()}" if self.firmware is not None else ""))
+                f"flash {kb(self.frozen_bytes)}; all weights {kb(self.weight_bytes)}")
 
     def plot(self, path) -> str:
         """Draw the arena bytes held per node (PNG) and return the path (reports/memory_timeline.py)."""

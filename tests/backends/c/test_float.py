@@ -90,7 +90,7 @@ def _check_run(ref, c, x, y, steps=3):
     for k in ref.state:
         close(c.state[k], ref.state[k])
     close(c.predict(x), ref.predict(x))
-    assert c.check_guards()
+    assert c.runner.check_guards()
 
 
 OPT = et.SGD(lr=0.05, momentum=0.9, weight_decay=1e-3)
@@ -103,7 +103,7 @@ def test_conv_net_matches_reference(scheme):
     y = np.array([3, 7])
     ref, c = _pair(_model(Block), x, update=scheme, optimizer=OPT)
     if isinstance(scheme, et.Sparse):
-        assert any(st.kind == "split" for st in c.c_layout.states.values())
+        assert any(st.kind == "split" for st in c.runner.c_layout.states.values())
         assert any(sel is not None and sel.dim == 0 for sel in c.trainable.values())  # a depthwise weight
         assert any(sel is not None and sel.dim == 1 for sel in c.trainable.values())  # a dense weight
     _check_run(ref, c, x, y)
@@ -125,7 +125,7 @@ def test_zoo_model_small_resolution():
     y = np.array([5])
     ref, c = _pair(model, x, update=et.LastK(3), optimizer=et.SGD(lr=0.01, momentum=0.9))
     assert "batch_norm_backward_fused" in {n.op for n in c.train_graph.nodes}  # passes/fuse_batchnorm_backward.py
-    assert "et_bn_backward_fused(" in c.c_files["model.c"]
+    assert "et_bn_backward_fused(" in c.runner.c_files["model.c"]
     _check_run(ref, c, x, y, steps=2)
 
 

@@ -56,7 +56,7 @@ def test_backend_c_in_compile(progs):
         assert abs(lc - lr_) <= 1e-5 * abs(lr_)
     for k in ref.state:
         np.testing.assert_allclose(c.state[k], ref.state[k], rtol=1e-5, atol=1e-6)
-    assert c.check_guards()
+    assert c.runner.check_guards()
     assert c.state_dict().keys() == ref.state_dict().keys()
     # the C train graph uses the very arena plan that prog.memory reports
     train = build_layout(ref, ("train",)).graphs["train"]
@@ -89,7 +89,7 @@ def full_pair():
 
 def test_programs_do_not_share_weights(full_pair):
     a, b = full_pair
-    assert a.c_library == b.c_library  # one cached build
+    assert a.runner.c_library == b.runner.c_library  # one cached build
     before = {k: v.copy() for k, v in b.state.items()}
     a.step(X, Y)
     for k, v in before.items():

@@ -420,7 +420,7 @@ def train_both(prog, batches):
         assert np.isclose(got, want, rtol=1e-6, atol=0), f"step {i}: loss {got} != {want}"
         for k in prog.state:
             assert np.array_equal(prog.state[k], cprog.state[k]), f"step {i}: {k} differs"
-    assert cprog.check_guards()
+    assert cprog.runner.check_guards()
     return cprog
 
 

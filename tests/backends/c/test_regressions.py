@@ -67,7 +67,7 @@ def check_run(ref, c, x, y, steps=STEPS):
     for k in ref.state:
         close(c.state[k], ref.state[k], f"{k} after {steps} steps")
     close(c.predict(x), ref.predict(x), "predict after the steps")
-    assert c.check_guards()
+    assert c.runner.check_guards()
 
 
 def tiny_training_dir():

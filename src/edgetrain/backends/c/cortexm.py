@@ -223,7 +223,7 @@ def run_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = (
     """Emit `prog` as a `target` firmware training on `samples`, link it (CortexMError if it
     does not fit 256 KB SRAM / 1 MB flash), run it under QEMU, and attach the size report
     (flash, SRAM, measured stack high-water mark, instructions and estimated cycles per step) to the program:
-    `prog.memory.firmware` (Program.record_firmware)."""
+    `prog.firmware` (Program.record_firmware)."""
     d = emit_firmware(prog, out_dir, target, samples)
     elf = build(d)
     run = run_qemu(d, target, icount=icount)

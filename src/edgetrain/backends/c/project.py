@@ -22,9 +22,9 @@ def program_samples(prog, samples: Iterable) -> tuple[list[np.ndarray], list[np.
     graphs' data inputs laid end to end: an int8 program's samples already transformed)."""
     xs, ys = [], []
     for x, y in samples:
-        feeds = prog._data_feeds(prog.train_graph, x)
+        feeds = prog.runner.data_feeds(prog.train_graph, x)
         xs.append(np.concatenate([feeds[n].reshape(-1).view(np.uint8) for n in prog.graph_inputs]))
-        ys.append(prog._label_feed(prog.train_graph, y).reshape(-1).view(np.uint8))
+        ys.append(prog.runner.label_feed(prog.train_graph, y).reshape(-1).view(np.uint8))
     return xs, ys
 
 
