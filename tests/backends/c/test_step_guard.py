@@ -2,8 +2,8 @@
 up just before its first writer and checked just after, or, written by a fused update alone,
 double-buffered (the new rows go to the other copy, which the step commits by a pointer flip); a
 step whose loss or a weight turns non-finite leaves every state tensor as it was, names the
-tensor, and the next step runs normally. The guard is compiled only into the ctypes library
-(-DET_STEP_GUARD), never into a project."""
+tensor, and the next step runs normally. The guard is compiled into the ctypes library
+(-DET_STEP_GUARD) and, by default (STEP_GUARD=1), into an emitted project's drivers."""
 from __future__ import annotations
 
 import re

@@ -74,7 +74,19 @@ int main(void) {
 #endif
     for (int e = 0; e < ET_EPOCHS; ++e)
         for (int i = 0; i < ET_NUM_SAMPLES; ++i) {
-            float loss = et_train_step(et_sample_input[i], et_sample_label[i]);
+            const int step = (int)et_get_step() + 1;
+#ifdef ET_STEP_GUARD
+            float loss;  /* the checked step (STEP_GUARD=1, the default): a non-finite one is undone */
+            const int bad = et_train_step_checked(et_sample_input[i], et_sample_label[i], &loss);
+#else
+            const float loss = et_train_step(et_sample_input[i], et_sample_label[i]);
+            const int bad = loss - loss != 0.0f ? -1 : 0; /* nan or inf */
+#endif
+            if (bad) {
+                printf("error: step %d came out non-finite (%s); stopped with the weights from before it\n",
+                       step, bad < 0 ? "the loss" : "a trained weight");
+                return 4;
+            }
             printf("step %d loss %.9g\n", (int)et_get_step(), loss);
         }
 #if ET_HAS_PREDICT
