@@ -147,3 +147,23 @@ def run_ref(g: Graph, feeds: dict, state: dict, steps: int = 1, step0: int = 0, 
         res, _ = run_graph(g, {**f, **st}, ram_inputs=set(f))
         outs = res
     return outs, st
+
+
+def assert_c_trains_as_reference(prog, one, steps) -> None:
+    """An int8 program on C equals the reference bit for bit: predict and the gradients on `one`
+    (x, y), then a training step on each of `steps` [(x, y), ...] (the float loss within 1e-6,
+    every state tensor equal); every gradient is non-zero (the layers are exercised)."""
+    from edgetrain.backends.c.host import to_c_program
+
+    cprog = to_c_program(prog)
+    x, y = one
+    np.testing.assert_array_equal(cprog.predict(x), prog.predict(x))
+    want, got = prog.gradients(x, y), cprog.gradients(x, y)
+    for k in want:
+        assert np.abs(want[k]).max() > 0, k
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    for i, (xs, ys) in enumerate(steps):
+        lw, lg = prog.step(xs, ys), cprog.step(xs, ys)
+        assert np.isclose(lg, lw, rtol=1e-6, atol=0), (i, lg, lw)  # the float loss kernel
+        for k in prog.state:
+            np.testing.assert_array_equal(cprog.state[k], prog.state[k], err_msg=f"step {i}: {k}")

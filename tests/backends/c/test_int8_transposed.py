@@ -112,21 +112,10 @@ def test_the_relu_after_a_transposed_convolution_is_its_output_clamp():
 
 @pytest.mark.parametrize("model", [UpNet, TinyAE])
 def test_int8_program_is_bit_exact_between_reference_and_c(model):
-    from edgetrain.backends.c.host import to_c_program
+    from tests.backends.c.int8_harness import assert_c_trains_as_reference
 
-    prog = _program(model())
-    cprog = to_c_program(prog)
-    (x, y), = _batches(1, 1)
-    np.testing.assert_array_equal(cprog.predict(x), prog.predict(x))
-    want, got = prog.gradients(x, y), cprog.gradients(x, y)
-    for k in want:
-        assert np.abs(want[k]).max() > 0, k
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-    for i, (xs, ys) in enumerate(_batches(3, 2)):
-        lw, lg = prog.step(xs, ys), cprog.step(xs, ys)
-        assert np.isclose(lg, lw, rtol=1e-6, atol=0), (i, lg, lw)  # the float loss kernel
-        for k in prog.state:
-            np.testing.assert_array_equal(cprog.state[k], prog.state[k], err_msg=f"step {i}: {k}")
+    (one,) = _batches(1, 1)
+    assert_c_trains_as_reference(_program(model()), one, _batches(3, 2))
 
 
 class Up1d(torch.nn.Module):
