@@ -41,7 +41,8 @@ def _run_compile(args) -> int:
 
     t0 = time.perf_counter()
     config = config_from_options(args, args.model)
-    if args.target != "host":
+    host_like = args.target == "host" or _is_cross(args.target)  # a host project, built here or cross
+    if not host_like:
         for name, v in (("--sram", config.sram), ("--flash", config.flash)):
             if v is not None and v > QEMU_REGION_BYTES:
                 raise ValueError(f"{name} {v:,} B: the Cortex-M firmware here runs on QEMU boards with "
@@ -52,10 +53,10 @@ def _run_compile(args) -> int:
     prog = built.prog
     from ..backends.capabilities import backend_of_target, check_program
 
-    check_program(prog, backend_of_target(args.target))  # exit 2 naming the op, before anything is written
-    if args.target != "host":
+    check_program(prog, backend_of_target("host" if host_like else args.target))  # exit 2 naming the op, first
+    if not host_like:
         _check_firmware_flash(config.flash)
-    second_bank = prog.memory.trainable_bytes if args.weight_banks == 2 and args.target != "host" else 0
+    second_bank = prog.memory.trainable_bytes if args.weight_banks == 2 and not host_like else 0
     if second_bank and config.sram is not None and prog.memory.peak_bytes + second_bank > config.sram:
         need = prog.memory.peak_bytes + second_bank
         raise BudgetError(f"with --weight-banks 2 the program needs {need:,} B of SRAM at its peak "
@@ -79,7 +80,7 @@ def _run_compile(args) -> int:
     if prog.search is not None:
         say(f"  update=auto: {prog.search.summary()}")
     samples = _samples(prog, args, calib[1] if calib else None)
-    if args.target == "host":
+    if host_like:
         from ..backends.c.project import project_files
 
         files = project_files(prog, samples)
@@ -105,6 +106,13 @@ def _run_compile(args) -> int:
         prog.memory.plot(out / "memory.png")
     say(f"  memory report: {out / 'memory.json'}" + ("" if args.no_plot else f", {out / 'memory.png'}"))
     return code
+
+
+def _is_cross(target: str) -> bool:
+    """Whether `target` is the host project cross-built for another Linux architecture (cross.py)."""
+    from ..backends.c.cross import CROSS_TARGETS
+
+    return target in CROSS_TARGETS
 
 
 def calibration(args, *more):
@@ -237,6 +245,14 @@ def _verify(prog, out: Path, target: str, samples) -> dict:
         losses = [float(m.group(2)) for m in map(_STEP_LINE.match, lines) if m]
         exit_code = r.returncode
         where = "host build"
+    elif _is_cross(target):  # the host project cross-built, run under QEMU user mode (cross.py)
+        from ..backends.c import cross
+
+        arch = cross.get_arch(target)
+        cross.build_cross(out, arch)
+        run = cross.run_emulated(out, (), arch, timeout=cross.RUN_TIMEOUT_S)
+        losses, exit_code, lines = list(run.losses), run.exit_code, list(run.lines)
+        where = f"{arch.emulator} ({arch.name})"
     else:
         from ..backends.c import cortexm
 

@@ -21,7 +21,11 @@ LOSS_CHOICES = ("cross_entropy", "sequence_cross_entropy", "causal_lm", "mse", "
 
 #: firmware steps embedded by `compile` when no --samples is given
 DEFAULT_SAMPLES = 4
-TARGETS = tuple(TARGET_REGISTRY)  # the emit targets (devices/targets.py)
+#: the emit targets (devices/targets.py), then the host project cross-built for another Linux
+#: architecture and run under QEMU user mode (backends/c/cross.py CROSS_TARGETS, spelled out so that
+#: --help imports no numpy; tests/backends/c/test_aarch64.py checks that they agree)
+CROSS_TARGET_NAMES = ("aarch64-linux",)
+TARGETS = tuple(TARGET_REGISTRY) + CROSS_TARGET_NAMES
 # --- parsers -------------------------------------------------------------------------------------
 #: what --data, --val and --calibrate accept (edgetrain.data.folder.load_images)
 DATA_HELP = ("an ImageFolder path (DIR/<class>/<image>), or a data set as NAME:PATH in its published form: "
@@ -124,7 +128,9 @@ def add_commands(sub) -> None:
     c.add_argument("model", help=MODEL_HELP)
     add_program_options(c)
     c.add_argument("--target", choices=TARGETS, default="cortex-m4",
-                   help="host (C library + test driver) or cortex-m4 | cortex-m7 firmware (default cortex-m4)")
+                   help="host (C library + test driver), cortex-m4 | cortex-m7 firmware, or aarch64-linux (the "
+                   "host project cross-built with aarch64-linux-gnu-gcc; --verify runs it under qemu-aarch64) "
+                   "(default cortex-m4)")
     c.add_argument("--weight-banks", type=int, choices=(1, 2), default=1,
                    help="Cortex-M firmware: 2 keeps the trained weights in two banks and commits a step by one "
                    "header write after its CRC-32, so a reset mid-step resumes from the last complete update "
