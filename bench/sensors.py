@@ -12,13 +12,22 @@ Per (set, model):
    (100..1344 samples) are cropped/padded to PLAID_LENGTH;
 2. pretraining: PyTorch float32 Adam on the training cases of the first half of the classes
    (the model's head already has every class): "before" is its top-1 on the whole test split;
-3. contribution analysis (`et.sparse.analyze_contributions`, float32 PyTorch fine-tunes at
-   batch 1) on the training split, scored on a held-out quarter of it (never the test split);
+3. the analysis learning rate: of LR_GRID, the one whose classifier-only fine-tune (float32
+   PyTorch, the part every sparse scheme trains) scores the best top-1 on a held-out quarter of
+   the training split (ties: the smaller lr; never the test split); contribution analysis
+   (`et.sparse.analyze_contributions`, float32 PyTorch fine-tunes at batch 1, at that lr) on
+   the other three quarters, scored on that held-out quarter;
 4. `et.compile(update="auto", budget=Budget(sram=B), quantize="int8", optimizer=SGD(qas=True))`
-   with that table, calibrated on training cases;
-5. Cortex-M4 firmware of that program trained on the first --firmware-steps training cases
-   under QEMU; its losses are compared, as text, with the host C build's;
-6. fine-tuning on every training case, batch 1, --epochs epochs, the case order of
+   with that table, calibrated on CALIBRATION_CASES of the three fitting quarters;
+5. each side's fine-tuning learning rate (unless --lr), chosen as a user would, by its own
+   training: of LR_GRID, the one whose fine-tune of the chosen scheme on the three quarters
+   scores the best top-1 on the held-out quarter (ties: the smaller lr): edgetrain's int8
+   program by its own int8 training, PyTorch float32 by its own (`choose_lrs`). One lr for both
+   sides does not fit both: int8 weights live on the per-channel scale of the pretrained
+   weights, so an lr at which float32 weights grow far beyond that range saturates them;
+6. Cortex-M4 firmware of the int8 program at its lr trained on the first --firmware-steps
+   training cases under QEMU; its losses are compared, as text, with the host C build's;
+7. fine-tuning on every training case, batch 1, --epochs epochs, the case order of
    `numpy.random.default_rng(seed).permutation` per epoch: edgetrain's int8 program (the
    numpy reference runner) and, as the peer, PyTorch float32 SGD on exactly the same
    parameters and channels (`prog.trainable`; `et.sparse.FineTuner`), same data, same order.
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 import subprocess
 import sys
 import tempfile
@@ -55,10 +65,11 @@ CALIBRATION_CASES = 16
 #: the GRU reads every GRU_POOL-th averaged sample: BasicMotions' 100 steps become 50
 GRU_POOL, GRU_HIDDEN = 2, 32
 CNN_WIDTH = 32
-#: fine-tuning learning rates (SGD, batch 1; QAS makes the int8 program's the same as float's): the
-#: GRU, pretrained to saturation on two classes, needs a larger step to move its gates (classifier
-#: plus its input weights in PyTorch float32: 0.50 top-1 at lr 0.03, 0.85 at 0.1)
-LR = {"cnn": 0.03, "gru": 0.1}
+#: learning rates tried (SGD, batch 1; QAS makes the int8 program's step the same as float's), chosen
+#: per (set, model) and per side on the held-out quarter of the training split (`choose_lr`,
+#: `choose_lrs`). It reaches down to 0.001: the 1-D CNN's pooled features have a squared norm of
+#: ~1,500 on BasicMotions, so at lr 0.01 one batch-1 step already moves a logit by ~15
+LR_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3)
 
 
 class SensorCNN(nn.Module):
@@ -144,6 +155,43 @@ def distinct_pieces(model: nn.Module, x) -> tuple[list[int], list[int]]:
     return layers, ks
 
 
+def choose_lr(model: nn.Module, fit, val, grid, epochs: int, seed: int) -> tuple[float, dict]:
+    """(lr, {lr: held-out top-1}): the lr of `grid` whose classifier-only fine-tune (float32,
+    batch 1, the fine-tuning's epochs and order) scores the best top-1 on `val`; ties: the smaller."""
+    import edgetrain as et
+    from edgetrain.sparse.finetune import FineTune, FineTuner
+    from edgetrain.sparse.scheme_layers import scheme_layers
+
+    classifier = scheme_layers(model, (torch.from_numpy(fit[0][:1]),), "int8").resolve(et.Sparse())
+    scores = {lr: FineTuner(model, fit, val, FineTune(epochs=epochs, batch=1, lr=lr, momentum=0.0, seed=seed))
+              .accuracy(classifier) for lr in sorted(grid)}
+    return max(scores, key=lambda lr: (scores[lr], -lr)), scores
+
+
+def choose_lrs(model: nn.Module, scheme, fit, val, grid, epochs: int, seed: int, calib) -> dict:
+    """{"edgetrain": (lr, {lr: held-out top-1}), "torch": (...)}: for each side, the lr of `grid`
+    whose fine-tune of `scheme` on `fit` (batch 1, `epochs`, the order of default_rng(seed)) scores
+    the best top-1 on `val`, by that side's own training: edgetrain's int8 program (QAS, calibrated
+    on `calib`) and PyTorch float32 on the parameters the program trains; ties: the smaller lr."""
+    import edgetrain as et
+    from edgetrain.sparse.finetune import FineTune, FineTuner
+
+    example = (torch.from_numpy(fit[0][:1]),)
+    int8, peer = {}, {}
+    for lr in sorted(grid):
+        prog = et.compile(model, example, update=scheme, quantize="int8",
+                          optimizer=et.SGD(lr=lr, qas=True, seed=seed), calibration=calib)
+        rng = np.random.default_rng(seed)
+        for _ in range(epochs):
+            for i in rng.permutation(len(fit[1])):
+                prog.step(fit[0][i:i + 1], fit[1][i:i + 1])
+        int8[lr] = top1(prog.predict, *val)
+        peer[lr] = FineTuner(model, fit, val, FineTune(epochs=epochs, batch=1, lr=lr, momentum=0.0, seed=seed)
+                             ).accuracy(dict(prog.trainable))
+    best = lambda scores: max(scores, key=lambda lr: (scores[lr], -lr))  # noqa: E731
+    return {"edgetrain": (best(int8), int8), "torch": (best(peer), peer)}
+
+
 def top1(predict, x, y) -> float:
     return float((np.concatenate([predict(x[i:i + 1]) for i in range(len(x))]).argmax(-1) == y).mean())
 
@@ -160,28 +208,40 @@ def run(set_name: str, model_name: str, args) -> dict:
     from edgetrain.backends.c import cortexm
     from edgetrain.sparse.finetune import FineTune, FineTuner
 
-    lr = args.lr if args.lr is not None else LR[model_name]
     xtr, ytr, xte, yte, classes = load(set_name, args.data)
     torch.manual_seed(args.seed)
     model = pretrain(BUILD[model_name](xtr.shape[1], len(classes)), xtr, ytr, len(classes), args.seed)
     before = top1(lambda b: model(torch.from_numpy(b)).detach().numpy(), xte, yte)
-    # contribution analysis on the training split: fine-tune on 3/4, score on the held-out 1/4
+    # lr and contribution analysis on the training split: fine-tune on 3/4, score on the held-out 1/4
     perm = np.random.default_rng([args.seed, 1]).permutation(len(ytr))
     n_val = max(1, int(len(ytr) * VALIDATION_SHARE))
     val, fit = np.sort(perm[:n_val]), np.sort(perm[n_val:])
     t0 = time.perf_counter()
+    grid = LR_GRID if args.lr is None else (args.lr,)
+    lr, lr_val = choose_lr(model, (xtr[fit], ytr[fit]), (xtr[val], ytr[val]), grid, args.epochs, args.seed)
     tune = FineTune(epochs=args.epochs, batch=1, lr=lr, momentum=0.0, seed=args.seed)
     layers, bias_ks = distinct_pieces(model, xtr[:1])
     table = et.sparse.analyze_contributions(model, (xtr[fit], ytr[fit]), (xtr[val], ytr[val]),
                                             name=f"{set_name}-{model_name}", config=tune, layers=layers,
                                             bias_ks=bias_ks)
     t_analysis = time.perf_counter() - t0
-    calib = [xtr[i:i + 1] for i in perm[:CALIBRATION_CASES]]
+    calib = [xtr[i:i + 1] for i in perm[n_val:n_val + CALIBRATION_CASES]]  # the held-out quarter stays unseen
     t0 = time.perf_counter()
-    prog = et.compile(model, (torch.from_numpy(xtr[:1]),), update="auto", budget=et.Budget(sram=args.budget),
-                      quantize="int8", optimizer=et.SGD(lr=lr, qas=True, seed=args.seed), contributions=table,
-                      calibration=calib)
+    example = (torch.from_numpy(xtr[:1]),)
+    searched = et.compile(model, example, update="auto", budget=et.Budget(sram=args.budget), quantize="int8",
+                          optimizer=et.SGD(lr=lr, qas=True, seed=args.seed), contributions=table, calibration=calib)
     t_compile = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if args.lr is None:
+        lrs = choose_lrs(model, searched.scheme, (xtr[fit], ytr[fit]), (xtr[val], ytr[val]), LR_GRID, args.epochs,
+                         args.seed, calib)
+    else:
+        lrs = {"edgetrain": (args.lr, {}), "torch": (args.lr, {})}
+    t_lrs = time.perf_counter() - t0
+    lr_int8, lr_torch = lrs["edgetrain"][0], lrs["torch"][0]
+    prog = et.compile(model, example, update=searched.scheme, quantize="int8",
+                      optimizer=et.SGD(lr=lr_int8, qas=True, seed=args.seed), calibration=calib)
+    assert prog.memory.peak_bytes == searched.memory.peak_bytes, "the scheme compiled alone differs from the search's"
     # firmware: the first training cases, on the chip and in the host C build
     samples = [(xtr[i:i + 1], ytr[i:i + 1]) for i in perm[:args.firmware_steps]]
     with tempfile.TemporaryDirectory() as tmp:
@@ -189,14 +249,25 @@ def run(set_name: str, model_name: str, args) -> dict:
         fw = cortexm.run_firmware(prog, Path(tmp) / "m4", "cortex-m4", samples)
     same = list(fw.run.step_lines) == host
     # fine-tuning: edgetrain int8 (reference runner) vs PyTorch float32, same parameters and order
-    rng = np.random.default_rng(tune.seed)
+    rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     for _ in range(args.epochs):
         for i in rng.permutation(len(ytr)):
             prog.step(xtr[i:i + 1], ytr[i:i + 1])
     t_train = time.perf_counter() - t0
     after = top1(prog.predict, xte, yte)
-    torch_after, _ = FineTuner(model, (xtr, ytr), (xte, yte), tune).trained(dict(prog.trainable))
+    if lr_torch != lr_int8:  # edgetrain int8 at PyTorch's lr, for the record
+        other = et.compile(model, example, update=prog.scheme, quantize="int8",
+                           optimizer=et.SGD(lr=lr_torch, qas=True, seed=args.seed), calibration=calib)
+        rng = np.random.default_rng(args.seed)
+        for _ in range(args.epochs):
+            for i in rng.permutation(len(ytr)):
+                other.step(xtr[i:i + 1], ytr[i:i + 1])
+        after_at_torch_lr = top1(other.predict, xte, yte)
+    else:
+        after_at_torch_lr = after
+    peer = {lr_: FineTuner(model, (xtr, ytr), (xte, yte), replace(tune, lr=lr_)).accuracy(dict(prog.trainable))
+            for lr_ in {lr_torch, lr_int8}}  # its own lr, and edgetrain's
     return {"bench": "sensors", "set": set_name, "model": model_name, "classes": len(classes),
             "pretrain_classes": (len(classes) + 1) // 2, "train": len(ytr), "test": len(yte),
             "input": list(xtr.shape[1:]), "scheme": str(prog.scheme), "budget": args.budget,
@@ -204,8 +275,15 @@ def run(set_name: str, model_name: str, args) -> dict:
             "firmware_sram_used_bytes": int(fw.size.sram_used), "firmware_flash_bytes": int(fw.size.flash),
             "cycles_per_step": fw.size.cycles_per_step, "firmware_steps": args.firmware_steps,
             "firmware_losses_equal_host": same, "firmware_losses": list(fw.run.losses),
-            "top1_before": before, "top1_edgetrain_int8": after, "top1_torch_float32": torch_after,
-            "epochs": args.epochs, "lr": lr, "seconds": {"analysis": round(t_analysis, 1),
+            "top1_before": before, "top1_edgetrain_int8": after, "top1_torch_float32": peer[lr_torch],
+            "top1_torch_float32_at_edgetrain_lr": peer[lr_int8],
+            "top1_edgetrain_int8_at_torch_lr": after_at_torch_lr,
+            "epochs": args.epochs, "lr_analysis": lr, "lr_analysis_validation_top1": lr_val,
+            "lr_edgetrain": lr_int8, "lr_torch": lr_torch, "lr_validation_top1_edgetrain": lrs["edgetrain"][1],
+            "lr_validation_top1_torch": lrs["torch"][1],
+            "contribution_weight_base": table.weight_base, "contributions_top": table.top(6),
+            "search_fallback": searched.search.fallback if searched.search else "",
+            "seconds": {"analysis": round(t_analysis, 1), "lr_choice": round(t_lrs, 1),
                                                               "compile": round(t_compile, 1),
                                                               "edgetrain_train": round(t_train, 1)}}
 
@@ -216,7 +294,8 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     p.add_argument("--budget", default="64KB")
     p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--lr", type=float, help=f"fine-tuning learning rate (default per model: {LR})")
+    p.add_argument("--lr", type=float, help=f"one learning rate for the analysis and both sides (default: chosen of "
+                                            f"{LR_GRID} on the held-out quarter of the training split, per side)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--firmware-steps", type=int, default=8)
     p.add_argument("--data", help="a folder holding SET_TRAIN.ts and SET_TEST.ts (default: the sktime wheel's)")
@@ -227,14 +306,16 @@ def main(argv=None) -> int:
             row = run(s, m, args)
             print(json.dumps(row), flush=True)
             rows.append(row)
-    print("\n| set | model | scheme (searched under " + args.budget + ") | peak SRAM | firmware SRAM / flash | "
-          "QEMU = host | top-1 before | edgetrain int8 | PyTorch float32 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| set | model | scheme (searched under " + args.budget + ") | lr int8 / float32 | peak SRAM | "
+          "firmware SRAM / flash | "
+          "QEMU = host | top-1 before | edgetrain int8 | PyTorch float32 | PyTorch float32 at the int8 lr |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['set']} | {r['model']} | {r['scheme']} | {r['peak_sram_bytes'] / KB:.1f} KB | "
+        print(f"| {r['set']} | {r['model']} | {r['scheme']} | {r['lr_edgetrain']:g} / {r['lr_torch']:g} | {r['peak_sram_bytes'] / KB:.1f} KB | "
               f"{r['firmware_sram_bytes'] / KB:.1f} KB / {r['firmware_flash_bytes'] / KB:.1f} KB | "
               f"{'yes' if r['firmware_losses_equal_host'] else 'NO'} | {r['top1_before']:.3f} | "
-              f"{r['top1_edgetrain_int8']:.3f} | {r['top1_torch_float32']:.3f} |")
+              f"{r['top1_edgetrain_int8']:.3f} | {r['top1_torch_float32']:.3f} | "
+              f"{r['top1_torch_float32_at_edgetrain_lr']:.3f} |")
     return 0 if all(r["firmware_losses_equal_host"] for r in rows) else 1
 
 
