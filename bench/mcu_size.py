@@ -2,7 +2,7 @@
 instructions per training step under QEMU, beside the paper's figures.
 
     PYTHONPATH=src python bench/mcu_size.py [--models mbv2-w0.35 ...] [--scheme 49kb]
-        [--target cortex-m7] [--steps 2] [--no-run] [--no-icount] [--breakdown [N]] [--check-host] [--out DIR]
+        [--target cortex-m7|cortex-m4|rv32imafc|rv32imc] [--steps 2] [--no-run] [--no-icount] [--breakdown [N]] [--check-host] [--out DIR]
 
 For each model: `from_tiny_training(..., num_classes=10)` at 128x128, compiled with
 quantize="int8", the paper's sparse update scheme (default "49kb" of
@@ -11,7 +11,7 @@ firmware project that trains on `--steps` embedded samples (seeded random images
 `make` links it into the 1 MiB flash / 256 KiB SRAM regions (a program that does not fit fails
 to link: reported as such), and QEMU (mps2-an500 for the Cortex-M7) runs it: the losses, the
 stack high-water mark (stack painting) and, with a TCG plugin, the guest instructions of each
-step by class (loads, stores, multiplies, DSP SIMD, divides, taken and not-taken branches,
+step (on a RISC-V target (QEMU virt) the totals only: no cycle table yet) by class (loads, stores, multiplies, DSP SIMD, divides, taken and not-taken branches,
 floating point, ...) and per function. QEMU has no timing model: the cycles are estimated from
 the classes with the target's cost table (edgetrain.backends.c.cycles: the Arm TRM's cycles
 per class, zero-wait-state memory, no dual issue; its docstring says what else it leaves out),
@@ -108,6 +108,7 @@ def measure(model: str, args, table: dict) -> dict:
         row.update(qemu_s=time.time() - t0, exit_code=run.exit_code, steps=list(run.step_lines))
         if run.instructions_per_step:
             row["instructions_per_step"] = list(run.instructions_per_step)
+        if run.cycles_per_step:  # a target with a cycle table (the Cortex-M)
             row["cycles_per_step"] = [round(c) for c in run.cycles_per_step]
             row["ms_at_216mhz"] = 1e3 * float(np.mean(run.cycles_per_step)) / (PAPER_MHZ * 1e6)
             first = run.counts_per_step[0]
@@ -117,7 +118,7 @@ def measure(model: str, args, table: dict) -> dict:
                 {"function": name, "instructions": c.instructions, "cycles": round(cy), "classes": c.as_dict(),
                  "words": c.words}
                 for name, c, cy in cycles.breakdown(first, args.target, top=None)]
-    size = cortexm.firmware_size(elf, run)
+    size = cortexm.firmware_size(elf, run, args.target)
     row.update(flash_kb=size.flash / KB, sram_kb=size.sram / KB, sram_used_kb=size.sram_used / KB,
                text_kb=size.text / KB, rodata_kb=size.rodata / KB, data_kb=size.data / KB, bss_kb=size.bss / KB,
                stack_reserve_kb=size.stack_reserve / KB, heap_reserve_kb=size.heap_reserve / KB,
@@ -170,7 +171,10 @@ def show(r: dict) -> None:
               f"SRAM with the measured stack {r['sram_used_kb']:.1f} KB")
         for l in r["steps"]:
             print("   ", l)
-    if "instructions_per_step" in r:
+    if "instructions_per_step" in r and "cycles_per_step" not in r:
+        print(f"  per step: {', '.join(f'{i / 1e6:.1f} M' for i in r['instructions_per_step'])} instructions "
+              f"({r['target']}: no cycle table)")
+    if "cycles_per_step" in r:
         ins, cyc = r["instructions_per_step"], r["cycles_per_step"]
         paper = PAPER_MCYCLES.get(r["model"]) if r["target"] == "cortex-m7" else None  # measured on an M7
         print(f"  per step: {', '.join(f'{i / 1e6:.1f} M' for i in ins)} instructions, "
@@ -218,7 +222,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     ap.add_argument("--scheme", default="49kb")
-    ap.add_argument("--target", default="cortex-m7", choices=sorted(cortexm.TARGETS))
+    ap.add_argument("--target", default="cortex-m7", choices=sorted(cortexm.FIRMWARE_TARGETS))
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--no-run", action="store_true")
     ap.add_argument("--no-icount", action="store_true")
@@ -228,8 +232,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="/tmp/edgetrain-mcu")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
-    if cortexm.missing_tools():
-        print("missing tools:", ", ".join(cortexm.missing_tools()), file=sys.stderr)
+    if cortexm.missing_tools(args.target):
+        print("missing tools:", ", ".join(cortexm.missing_tools(args.target)), file=sys.stderr)
         return 2
     table = json.loads(require_assets("tiny-training/schemes.json").read_text())
     rows = []

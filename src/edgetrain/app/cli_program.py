@@ -128,7 +128,8 @@ def add_commands(sub) -> None:
     c.add_argument("model", help=MODEL_HELP)
     add_program_options(c)
     c.add_argument("--target", choices=TARGETS, default="cortex-m4",
-                   help="host (C library + test driver), cortex-m4 | cortex-m7 firmware, or aarch64-linux (the "
+                   help="host (C library + test driver); firmware: cortex-m4 | cortex-m7 (QEMU mps2), rv32imafc | "
+                   "rv32imc (RISC-V, QEMU virt; rv32imc has no FPU: float code in soft-float); or aarch64-linux (the "
                    "host project cross-built with aarch64-linux-gnu-gcc; --verify runs it under qemu-aarch64) "
                    "(default cortex-m4)")
     c.add_argument("--weight-banks", type=int, choices=(1, 2), default=1,

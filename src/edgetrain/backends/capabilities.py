@@ -7,6 +7,11 @@ read by the compiler before anything is built (DESIGN principle 13).
   programs in int8 / int32 with float32 gradients.
 - "cortex-m": the same C kernels in a bare-metal firmware; no file system, so the page ops
   (paging a tensor to storage: ops/page.py) are the host's only.
+- "riscv": the same on a RISC-V microcontroller (rv32imafc, rv32imc: the portable kernels; a
+  core without an FPU computes float arithmetic with libgcc's soft-float routines).
+
+Each emit target names its row (devices/targets.py `Target.backend`); a target row is the
+firmware's: the C kernels less FIRMWARE_LACKS.
 
 `check_program(prog, backend)` refuses a program with an op or a dtype its backend lacks:
 `UnsupportedOpError` (exit 2 in the CLI) naming the op and the model source line it comes
@@ -22,15 +27,18 @@ from ..ops import OPS
 
 #: value dtypes a C program may hold (float64 is not one: the float kernels compute in C `float`)
 C_DTYPES = frozenset({"float32", "int8", "int32", "int64", "bool"})
-#: ops a Cortex-M firmware cannot run, and why
-CORTEX_M_LACKS = {
+#: ops a bare-metal firmware (Cortex-M, RISC-V) cannot run, and why
+FIRMWARE_LACKS = CORTEX_M_LACKS = {
     "page_in": "paging reads tensors back from a file: the firmware has no file system",
     "page_out": "paging writes tensors to a file: the firmware has no file system",
 }
 #: where a backend's ops come from, for the docs
 ORIGIN = {"reference": "the numpy reference of every OpDef (ops/)",
           "c": "the registered C kernels (backends/c/kernels)",
-          "cortex-m": "the C kernels, less the ops that need a file system"}
+          "cortex-m": "the C kernels, less the ops that need a file system",
+          "riscv": "the C kernels (portable), less the ops that need a file system"}
+#: the capability rows of firmware targets
+FIRMWARE_BACKENDS = ("cortex-m", "riscv")
 
 
 @dataclass(frozen=True)
@@ -58,21 +66,21 @@ def capabilities() -> dict[str, Capability]:
     every = frozenset(OPS)
     c_ops = _c_ops()
     c_lacks = {op: "no C kernel" for op in sorted(every - c_ops)}
-    m_ops = c_ops - frozenset(CORTEX_M_LACKS)
-    m_lacks = {**c_lacks, **{op: why for op, why in CORTEX_M_LACKS.items()}}
+    m_ops = c_ops - frozenset(FIRMWARE_LACKS)
+    m_lacks = {**c_lacks, **{op: why for op, why in FIRMWARE_LACKS.items()}}
     return {
         "reference": Capability("reference", every),
         "c": Capability("c", c_ops, C_DTYPES, c_lacks),
-        "cortex-m": Capability("cortex-m", m_ops, C_DTYPES, m_lacks),
+        **{b: Capability(b, m_ops, C_DTYPES, m_lacks) for b in FIRMWARE_BACKENDS},
     }
 
 
 def backend_of_target(target: str) -> str:
-    """The capability row of an emit target ("host", "cortex-m4", "cortex-m7"): the target
-    registry's `backend` (devices/targets.py)."""
-    from ..devices.targets import get_target
+    """The capability row of an emit target ("host", "cortex-m4", "rv32imc", or its record): the
+    target registry's `backend` (devices/targets.py)."""
+    from ..devices.targets import resolve_target
 
-    return get_target(target).backend
+    return resolve_target(target).backend
 
 
 def origin_of(op: str, sources: Mapping[str, tuple]) -> tuple[str, ...]:

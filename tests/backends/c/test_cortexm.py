@@ -180,7 +180,7 @@ def test_compiled_program_matches_host_build(tmp_path, quantize, target):
     assert run.exit_code == 0, run.lines
     # the size report is on the program: it fits, and the stack was measured
     assert prog.firmware is fw.size and 0 < fw.size.sram <= 256 * 1024 and fw.size.flash <= 1024 * 1024
-    assert fw.size.stack_high_water and "firmware: flash" in prog.memory.summary()
+    assert fw.size.stack_high_water and prog.firmware.describe().startswith("flash ")
     assert list(run.step_lines) == host
     # the trained program's reference losses agree (to float tolerance: the references sum
     # in another order)

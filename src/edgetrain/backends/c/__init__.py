@@ -10,9 +10,9 @@ from __future__ import annotations
 from ...devices.targets import FIRMWARE_TARGETS, TARGETS as _REGISTRY
 from .layout import CBackendError
 
-#: the emit targets, from the target registry (devices/targets.py); the firmware ones are
-#: built by backends/c/cortexm.py
-CORTEX_M_TARGETS = FIRMWARE_TARGETS
+#: the emit targets, from the target registry (devices/targets.py); the firmware ones
+#: (Cortex-M and RISC-V) are built by backends/c/cortexm.py
+CORTEX_M_TARGETS = tuple(name for name in FIRMWARE_TARGETS if _REGISTRY[name].backend == "cortex-m")
 TARGETS = tuple(_REGISTRY)
 
-__all__ = ["CBackendError", "CORTEX_M_TARGETS", "TARGETS"]
+__all__ = ["CBackendError", "CORTEX_M_TARGETS", "FIRMWARE_TARGETS", "TARGETS"]

@@ -1,8 +1,12 @@
-"""Cortex-M firmware projects for emitted training programs.
+"""Firmware projects for emitted training programs: Cortex-M and RISC-V microcontrollers.
 
 `write_project(out_dir, target, samples)` adds to a directory holding an emitted program
 (model.c / model.h and their runtime headers) what makes it a bare-metal firmware for a
-Cortex-M4 or Cortex-M7: startup code (vector table, .data/.bss set-up, FPU on, stack painting),
+firmware target of devices/targets.py (a name, resolved once, or its record: every step
+below reads the record's toolchain, emulator, memory map and runtime folder). For a
+Cortex-M4 or Cortex-M7 (runtime/cortexm/; RISC-V's runtime/riscv/ is the same contract on
+QEMU's virt board: crt0.S, a trap handler, the NS16550A UART, exit through the test device):
+startup code (vector table, .data/.bss set-up, FPU on, stack painting),
 a linker script with a 1 MiB flash and a 256 KiB SRAM region (a program that does not fit
 fails to link), output on the board's UART and exit through its watchdog (board.c), a main.c
 that trains on the samples embedded in flash and prints `step <i> loss <value>` per step, a
@@ -26,22 +30,24 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
 from ...devices.targets import Target
 from . import firmware_reserves as reserves
 # the targets, the memory map, the run and the size report, importable from here too
-from .cortexm_target import (BUILD_DIR, FLASH_BYTES, FLASH_ORIGIN, RAM_ORIGIN, RUNTIME_DIR, SRAM_BYTES,  # noqa: F401
-                             TARGETS, TOOLS, CortexMError, get_target, missing_tools)
+from .cortexm_target import (BUILD_DIR, FIRMWARE_TARGETS, FLASH_BYTES, FLASH_ORIGIN, RAM_ORIGIN,  # noqa: F401
+                             RUNTIME_DIR, SRAM_BYTES, TARGETS, TOOLS, CortexMError, get_target, missing_tools, resolve,
+                             runtime_file)
 from .firmware_size import FirmwareSize, firmware_size  # noqa: F401
 from .qemu_run import QEMU_TIMEOUT_S, QemuRun, qemu_command, run_qemu  # noqa: F401
 from .staging import write_files
 from .toolchain import ToolTimeout, run_tool
 
-# Copied verbatim into the project (main.c includes model.h and the generated samples.h).
-RUNTIME_FILES = ("startup.c", "main.c", "board.c", "board.h", "cortexm.h", "et_format.h", "Makefile")
+# Copied verbatim into a Cortex-M project (main.c includes model.h and the generated samples.h);
+# each target's list is its record's startup_files
+RUNTIME_FILES = TARGETS["cortex-m4"].startup_files
 # Stack and heap reserves of a project linked by `make` alone; `build` sizes them
 # (firmware_reserves.py) unless the project was written with explicit ones.
 DEFAULT_STACK_BYTES = reserves.DEFAULT_STACK_BYTES
@@ -60,7 +66,7 @@ def format_step_line(step: int, loss: float) -> str:
 
 
 # --- project ---------------------------------------------------------------------------------
-def emit_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = (), weight_banks: int = 1,
+def emit_firmware(prog, out_dir, target: Union[str, Target] = "cortex-m4", samples: Sequence = (), weight_banks: int = 1,
                   graphs: tuple = ("train",), **project) -> Path:
     """A firmware project for `prog` in out_dir: the emitted model.c / model.h / runtime
     headers with the initial weights compiled in (frozen ones `const`: flash), and the
@@ -75,30 +81,30 @@ def emit_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = 
     return write_files(out_dir, firmware_project_files(prog, target, samples, weight_banks, graphs, **project))
 
 
-def firmware_project_files(prog, target: str = "cortex-m4", samples: Sequence = (), weight_banks: int = 1,
+def firmware_project_files(prog, target: Union[str, Target] = "cortex-m4", samples: Sequence = (), weight_banks: int = 1,
                            graphs: tuple = ("train",), **project) -> dict:
     """{file name: text or bytes} of emit_firmware's project, nothing written."""
     from .emit import emit_sources
     from .project import program_samples
 
-    get_target(target)
+    t = resolve(target)
     if getattr(prog, "page_store", None) is not None:
         raise CortexMError("this program runs a paging schedule (page_in / page_out); the C backend reaches "
                            "secondary storage on the host build only (a file, backends/c/runtime/et_page.h)")
     from ..capabilities import check_program
 
-    check_program(prog, "cortex-m")  # an op without a kernel: refused before anything is written
+    check_program(prog, t.backend)  # an op without a kernel: refused before anything is written
     if len(prog.inputs) != 1:
         raise CortexMError(f"the firmware drives models with one input; this one takes {len(prog.inputs)}")
     # The firmware runs the train graph only, so by default the arena is the train graph's plan
     # (at 128x128 the predict graph, planned without row streaming, alone needs about 240 KB).
     files = emit_sources(prog, embed_weights=True, graphs=tuple(graphs), weight_banks=weight_banks)
-    files.update(firmware_files(target, program_samples(prog, samples), **project))
+    files.update(firmware_files(t, program_samples(prog, samples), **project))
     return files
 
 
 
-def write_project(out_dir, target: str = "cortex-m4", samples=None, *, stack_bytes: Optional[int] = None,
+def write_project(out_dir, target: Union[str, Target] = "cortex-m4", samples=None, *, stack_bytes: Optional[int] = None,
                   heap_bytes: Optional[int] = None, opt: str = DEFAULT_OPT,
                   flash_bytes: Optional[int] = None, sram_bytes: Optional[int] = None) -> Path:
     """Writes the firmware files into `out_dir` (which holds, or will hold, the emitted
@@ -111,14 +117,15 @@ def write_project(out_dir, target: str = "cortex-m4", samples=None, *, stack_byt
                                                opt=opt, flash_bytes=flash_bytes, sram_bytes=sram_bytes))
 
 
-def firmware_files(target: str = "cortex-m4", samples=None, *, stack_bytes: Optional[int] = None,
+def firmware_files(target: Union[str, Target] = "cortex-m4", samples=None, *, stack_bytes: Optional[int] = None,
                    heap_bytes: Optional[int] = None, opt: str = DEFAULT_OPT,
                    flash_bytes: Optional[int] = None, sram_bytes: Optional[int] = None) -> dict:
     """{file name: text or bytes} of the firmware files write_project writes (flash_bytes,
     sram_bytes: the linker's regions, by default the target's)."""
     from .project import samples_source
 
-    t = get_target(target)
+    t = resolve(target)
+    mem = t.memory
     flash_bytes = t.flash_bytes if flash_bytes is None else flash_bytes
     sram_bytes = t.sram_bytes if sram_bytes is None else sram_bytes
     if samples is None:
@@ -135,10 +142,10 @@ def firmware_files(target: str = "cortex-m4", samples=None, *, stack_bytes: Opti
                            f"extends it to page boundaries)")
     if stack_bytes is not None and (stack_bytes <= 0 or stack_bytes % 8):
         raise CortexMError(f"stack_bytes={stack_bytes}: the stack must be a positive multiple of 8 bytes")
-    files = {name: (RUNTIME_DIR / name).read_bytes() for name in RUNTIME_FILES}
-    ld = Template((RUNTIME_DIR / "link.ld.in").read_text()).substitute(
-        flash_origin=f"0x{FLASH_ORIGIN:08X}", flash_bytes=str(flash_bytes),
-        ram_origin=f"0x{RAM_ORIGIN:08X}", ram_bytes=str(sram_bytes),
+    files = {name: runtime_file(t, name).read_bytes() for name in t.startup_files}
+    ld = Template(runtime_file(t, "link.ld.in").read_text()).substitute(
+        flash_origin=f"0x{mem.flash_origin:08X}", flash_bytes=str(flash_bytes),
+        ram_origin=f"0x{mem.ram_origin:08X}", ram_bytes=str(sram_bytes),
         stack_bytes=str(DEFAULT_STACK_BYTES if stack_bytes is None else stack_bytes),
         stack_note=reserves.AUTO_NOTE if stack_bytes is None else "",
         heap_bytes=str(DEFAULT_HEAP_BYTES if heap_bytes is None else heap_bytes),
@@ -146,34 +153,37 @@ def firmware_files(target: str = "cortex-m4", samples=None, *, stack_bytes: Opti
     files["link.ld"] = ld
     opt_flags = " ".join((opt,) + fpu_defines(t))
     files["config.mk"] = (f"# generated by edgetrain.backends.c.cortexm for {t.name}\n"
-                          f"CPU = {t.cpu}\nFPU = {t.fpu}\nMACHINE = {t.machine}\nOPT = {opt_flags}\n")
+                          + "".join(f"{k} = {v}\n" for k, v in t.make_vars) + f"OPT = {opt_flags}\n")
     files["samples.h"] = samples_source(list(inputs), list(labels))
-    files["README.md"] = Template((RUNTIME_DIR / "README.md.in").read_text()).substitute(
-        target=t.name, cpu=t.cpu, fpu=t.fpu, machine=t.machine, samples=len(inputs),
-        flash_bytes=f"{flash_bytes:,}", flash_origin=f"0x{FLASH_ORIGIN:08X}",
-        sram_bytes=f"{sram_bytes:,}", ram_origin=f"0x{RAM_ORIGIN:08X}")
+    files["README.md"] = Template(runtime_file(t, "README.md.in").read_text()).substitute(
+        {k.lower(): v for k, v in t.make_vars}, target=t.name, samples=len(inputs),
+        flash_bytes=f"{flash_bytes:,}", flash_origin=f"0x{mem.flash_origin:08X}",
+        sram_bytes=f"{sram_bytes:,}", ram_origin=f"0x{mem.ram_origin:08X}")
     return files
 
 
 def fpu_defines(t: Target) -> tuple[str, ...]:
-    """Defines naming the target's FPU to the runtime headers: -DET_FPV5 for an FPv5 (the
-    Cortex-M7's: VRINTM floors in one instruction; gcc cannot tell it from the M4's FPv4 by
-    its predefined macros). Compiled alongside the optimisation level (config.mk's OPT)."""
-    return ("-DET_FPV5",) if t.fpu.startswith("fpv5") else ()
+    """Defines naming the target's core to the runtime headers (its record's `defines`):
+    -DET_FPV5 for the Cortex-M7's FPv5 (VRINTM floors in one instruction; gcc cannot tell it
+    from the M4's FPv4 by its predefined macros). Compiled alongside the optimisation level
+    (config.mk's OPT)."""
+    return tuple(t.defines)
 
 
-def build(out_dir, jobs: int = 1, extra_cflags: Sequence[str] = ()) -> Path:
+def build(out_dir, jobs: int = 1, extra_cflags: Sequence[str] = (), target: Union[str, Target, None] = None) -> Path:
     """`make` in out_dir; returns firmware.elf. A program that does not fit the flash or SRAM
     region fails here (the linker's message, "region `RAM' overflowed by ...", is in the
     error). The reserves link.ld marks auto are then sized and the firmware relinked: the
     stack to the static worst case of the linked code (stack_bound.py; where the code has
     none, both keep their defaults) plus the guard word, the heap to 0 when nothing linked
-    allocates; a stack reserve given explicitly below that worst case is refused."""
-    missing = [t for t in ("arm-none-eabi-gcc", "make") if shutil.which(t) is None]
+    allocates; a stack reserve given explicitly below that worst case is refused. `target`: the
+    project's target (None: the one its config.mk names), for the tools it needs."""
+    out = Path(out_dir)
+    t = resolve(target if target is not None else project_target(out))
+    missing = [n for n in (t.toolchain.tool("gcc"), "make") if shutil.which(n) is None]
     if missing:
         raise CortexMError(f"cannot build the firmware: {', '.join(missing)} not found "
-                           "(Debian: apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi make)")
-    out = Path(out_dir)
+                           f"(Debian: apt-get install {t.toolchain.packages} make)")
     cmd = ["make", "-C", str(out), f"-j{jobs}", "firmware.elf"]
     if extra_cflags:
         cmd.append("EXTRA_CFLAGS=" + " ".join(extra_cflags))
@@ -203,6 +213,15 @@ def build(out_dir, jobs: int = 1, extra_cflags: Sequence[str] = ()) -> Path:
     return elf
 
 
+def project_target(out_dir) -> str:
+    """The target a firmware project was written for (its config.mk's first line)."""
+    first = (Path(out_dir) / "config.mk").read_text().splitlines()[0]
+    prefix = "# generated by edgetrain.backends.c.cortexm for "
+    if not first.startswith(prefix):
+        raise CortexMError(f"{out_dir}/config.mk does not name its target")
+    return first[len(prefix):].strip()
+
+
 def _make(cmd, out):
     try:
         return run_tool(cmd, timeout=BUILD_TIMEOUT)
@@ -218,15 +237,16 @@ class FirmwareRun:
     size: FirmwareSize
 
 
-def run_firmware(prog, out_dir, target: str = "cortex-m4", samples: Sequence = (), *,
+def run_firmware(prog, out_dir, target: Union[str, Target] = "cortex-m4", samples: Sequence = (), *,
                  icount: bool = True) -> FirmwareRun:
     """Emit `prog` as a `target` firmware training on `samples`, link it (CortexMError if it
     does not fit 256 KB SRAM / 1 MB flash), run it under QEMU, and attach the size report
     (flash, SRAM, measured stack high-water mark, instructions and estimated cycles per step) to the program:
     `prog.firmware` (Program.record_firmware)."""
-    d = emit_firmware(prog, out_dir, target, samples)
-    elf = build(d)
-    run = run_qemu(d, target, icount=icount)
+    t = resolve(target)
+    d = emit_firmware(prog, out_dir, t, samples)
+    elf = build(d, target=t)
+    run = run_qemu(d, t, icount=icount)
     if run.exit_code != 0:
         raise CortexMError(f"the firmware exited with {run.exit_code}: {' | '.join(run.lines[-5:])}")
     size = firmware_size(elf, run)

@@ -8,7 +8,7 @@ loads/stores (`words`). This module turns the counts into cycles with a per-core
 
     cycles = sum(count[class] * cost[class]) + words * cost_per_word
 
-The tables (TIMINGS, one record per firmware target of devices.targets) take their numbers
+The tables (TIMINGS, one record per Cortex-M target of devices.targets: its `cycle_table`) take their numbers
 from Arm's manuals, each with its source in `CoreTiming.notes`:
 
 * Cortex-M4: the Cortex-M4 Technical Reference Manual (Arm DDI 0439B, r0p1), Table 3-1
@@ -162,8 +162,8 @@ CORTEX_M7 = CoreTiming(
         "fp_store": "a VSTR.32 in one cycle like STR: 0 + 1 per word",
     })
 
-#: firmware target name -> its cost table (one per devices.targets.FIRMWARE_TARGETS entry, as a
-#: test checks; run_qemu gives no cycle estimate for a target without one)
+#: cost table name (a target record's `cycle_table`) -> the table (one per Cortex-M target of
+#: devices.targets, as a test checks; run_qemu gives no cycle estimate for a target without one)
 TIMINGS: Mapping[str, CoreTiming] = MappingProxyType({t.target: t for t in (CORTEX_M4, CORTEX_M7)})
 
 
@@ -179,8 +179,10 @@ def timing(target: str) -> CoreTiming:
 # --- the plugin's input and output --------------------------------------------------------------
 def function_symbols(elf) -> list[tuple[int, int, str]]:
     """(start, size, name) of the ELF's sized code symbols, by start, Thumb bit cleared, one per
-    start address (arm-none-eabi-nm): the functions the plugin attributes counts to."""
-    r = subprocess.run(["arm-none-eabi-nm", "-S", "-n", "--defined-only", str(elf)],
+    start address (the ELF's toolchain's nm): the functions the plugin attributes counts to."""
+    from .cortexm_target import elf_toolchain
+
+    r = subprocess.run([elf_toolchain(elf).tool("nm"), "-S", "-n", "--defined-only", str(elf)],
                        capture_output=True, text=True, check=True)
     out, seen = [], set()
     for line in r.stdout.splitlines():

@@ -6,7 +6,7 @@ it can be compared with the weights: a training firmware's flash is at least its
 is what the program adds to them. The embedded training samples are counted apart: they are
 test data that a device reads from its sensor.
 
-Symbols are classified by name and section type (`arm-none-eabi-nm -S`): the state arrays
+Symbols are classified by name and section type (`nm -S` of the ELF's toolchain): the state arrays
 are emit.py's `et_s<k>_<name>` (layout.StateArray), the samples samples.h's `et_sample_*`,
 and model.o's own symbols (its code and its read-only tables) are told apart from the rest
 (startup, board, main, newlib, libgcc) by the names model.o defines. Bytes without a symbol
@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cortexm_target import BUILD_DIR
+from .cortexm_target import BUILD_DIR, elf_toolchain
 
 #: a state tensor's array (layout.StateArray.c_name, `_sel` / `_rest` for a split one)
 STATE = re.compile(r"^et_s\d+_")
@@ -58,9 +58,10 @@ class FlashContents:
 
 def _symbols(path: Path) -> list[tuple[int, int, str, str]]:
     """(address, size, nm section letter, name) of the defined symbols with a size."""
-    r = subprocess.run(["arm-none-eabi-nm", "-S", "-t", "d", str(path)], capture_output=True, text=True)
+    nm = elf_toolchain(path).tool("nm")
+    r = subprocess.run([nm, "-S", "-t", "d", str(path)], capture_output=True, text=True)
     if r.returncode != 0:
-        raise RuntimeError(f"arm-none-eabi-nm failed on {path}: {r.stderr.strip()}")
+        raise RuntimeError(f"{nm} failed on {path}: {r.stderr.strip()}")
     out = []
     for line in r.stdout.splitlines():
         parts = line.split()

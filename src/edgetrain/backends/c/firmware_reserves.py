@@ -48,14 +48,29 @@ def set_auto(ld: str, stack: Optional[int], heap: Optional[int]) -> str:
 
 
 def allocates(elf: Path) -> bool:
-    """Whether the firmware links the C library's allocator (its _sbrk: startup.c's)."""
-    r = subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True, check=True)
-    return any(line.split()[-1] == "_sbrk" for line in r.stdout.splitlines() if line.strip())
+    """Whether the firmware links the C library's allocator (its _sbrk, or picolibc's sbrk on
+    RISC-V: startup.c's)."""
+    from .cortexm_target import elf_toolchain
+
+    r = subprocess.run([elf_toolchain(elf).tool("nm"), str(elf)], capture_output=True, text=True, check=True)
+    return any(line.split()[-1] in ("_sbrk", "sbrk") for line in r.stdout.splitlines() if line.strip())
 
 
-def stack_reserve_for(bound: StackBound) -> int:
-    """The stack reserve that holds `bound` and the guard word below it."""
-    return -(-(bound.bytes + STACK_GUARD_BYTES) // 8) * 8
+#: the stack pointer's alignment: 8 bytes on the Cortex-M (AAPCS), 16 on RISC-V (its psABI;
+#: link.ld aligns the stack's top to it)
+STACK_ALIGN = {"arm": 8, "riscv": 16}
+
+
+def stack_reserve_for(bound: StackBound, align: int = STACK_ALIGN["arm"]) -> int:
+    """The stack reserve that holds `bound` and the guard word below it, whole `align`s."""
+    return -(-(bound.bytes + STACK_GUARD_BYTES) // align) * align
+
+
+def stack_align(elf: Path) -> int:
+    """The stack alignment of the ELF's ISA (STACK_ALIGN)."""
+    from .cortexm_target import elf_toolchain
+
+    return STACK_ALIGN["riscv" if elf_toolchain(elf).prefix.startswith("riscv") else "arm"]
 
 
 def sized(ld: str, elf: Path) -> tuple[str, Optional[StackBound], str]:
@@ -69,8 +84,9 @@ def sized(ld: str, elf: Path) -> tuple[str, Optional[StackBound], str]:
         return set_auto(ld, stack=DEFAULT_STACK_BYTES, heap=DEFAULT_HEAP_BYTES), None, str(err)
     stack, stack_auto = reserve(ld, "__stack_size")
     _, heap_auto = reserve(ld, "__heap_size")
-    if not stack_auto and stack_reserve_for(bound) > stack:
+    want = stack_reserve_for(bound, stack_align(elf))
+    if not stack_auto and want > stack:
         raise ReserveError(f"its stack can reach {bound.describe()}, beyond the {stack}-byte reserve it was "
                            f"written with (less {STACK_GUARD_BYTES} for the guard word)")
-    return set_auto(ld, stack=stack_reserve_for(bound) if stack_auto else None,
+    return set_auto(ld, stack=want if stack_auto else None,
                     heap=(DEFAULT_HEAP_BYTES if allocates(elf) else 0) if heap_auto else None), bound, ""

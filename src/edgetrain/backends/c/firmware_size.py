@@ -6,9 +6,10 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
-from .cortexm_target import FLASH_BYTES, RAM_ORIGIN, SRAM_BYTES, CortexMError
+from ...devices.targets import Target
+from .cortexm_target import FLASH_BYTES, SRAM_BYTES, CortexMError, elf_toolchain, resolve
 from .qemu_run import QemuRun
 from .stack_bound import StackBoundError, stack_bound
 
@@ -58,27 +59,32 @@ class FirmwareSize:
 
 
 def _sections(elf: Path) -> dict[str, tuple[int, int, str]]:
-    """name -> (address, size, type) of the allocated sections (arm-none-eabi-readelf -S)."""
-    r = subprocess.run(["arm-none-eabi-readelf", "-S", "-W", str(elf)], capture_output=True, text=True)
+    """name -> (address, size, type) of the allocated sections (readelf -S), less the
+    thread-local .tbss, which takes no room of its own (RISC-V's link.ld gives it .tbss_space)."""
+    r = subprocess.run([elf_toolchain(elf).tool("readelf"), "-S", "-W", str(elf)], capture_output=True, text=True)
     if r.returncode != 0:
         raise CortexMError(f"readelf failed on {elf}: {r.stderr}")
     out = {}
     row = re.compile(r"^\s*\[\s*\d+\]\s+(\S+)\s+(\S+)\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)\s+\S+\s+(\S*)")
     for line in r.stdout.splitlines():
         m = row.match(line)
-        if m and "A" in m.group(5):
+        if m and "A" in m.group(5) and "T" not in m.group(5):
             out[m.group(1)] = (int(m.group(3), 16), int(m.group(4), 16), m.group(2))
     return out
 
 
-def firmware_size(elf, run: Optional[QemuRun] = None) -> FirmwareSize:
+def firmware_size(elf, run: Optional[QemuRun] = None, target: Union[str, Target, None] = None) -> FirmwareSize:
     """Flash and SRAM of a linked firmware (from its section headers), with the stack
-    high-water mark and instructions per step of `run` when given."""
+    high-water mark and instructions per step of `run` when given. `target`: its memory map
+    tells SRAM from flash (None: the Cortex-M's, or RISC-V's for a RISC-V ELF)."""
+    if target is None:
+        target = "rv32imafc" if elf_toolchain(elf).prefix.startswith("riscv") else "cortex-m4"
+    mem = resolve(target).memory
     secs = _sections(Path(elf))
     text = rodata = data = bss = heap = stack = 0
     flash = 0
     for name, (addr, size, typ) in secs.items():
-        in_ram = RAM_ORIGIN <= addr < RAM_ORIGIN + SRAM_BYTES * 16
+        in_ram = mem.ram_origin <= addr < mem.ram_origin + SRAM_BYTES * 16
         if name == ".heap":
             heap = size
         elif name == ".stack":
@@ -93,7 +99,7 @@ def firmware_size(elf, run: Optional[QemuRun] = None) -> FirmwareSize:
             text += size
         if not in_ram or typ != "NOBITS":
             flash += size  # code and constants, or the initial image of .data
-    sram = sum(size for addr, size, _ in secs.values() if RAM_ORIGIN <= addr)
+    sram = sum(size for addr, size, _ in secs.values() if mem.ram_origin <= addr)
     ips = cps = None
     if run is not None and run.instructions_per_step:
         ips = round(sum(run.instructions_per_step) / len(run.instructions_per_step))
@@ -105,4 +111,5 @@ def firmware_size(elf, run: Optional[QemuRun] = None) -> FirmwareSize:
         bound = None
     return FirmwareSize(flash=flash, sram=sram, text=text, rodata=rodata, data=data, bss=bss, heap_reserve=heap,
                         stack_reserve=stack, stack_high_water=run.stack_high_water if run else None, stack_bound=bound,
-                        instructions_per_step=ips, cycles_per_step=cps)
+                        instructions_per_step=ips, cycles_per_step=cps,
+                        flash_limit=mem.flash_bytes, sram_limit=mem.sram_bytes)

@@ -1,6 +1,8 @@
-"""Running a firmware on QEMU's MPS2 board of its target, confined (no semihosting, seccomp,
+"""Running a firmware on the QEMU board of its target (its record's emulator: the MPS2 boards of
+the Cortex-M, the virt board of RISC-V), confined (no semihosting, seccomp,
 a fresh empty working directory), optionally counting the instructions of each training step
-by class and per function with a small TCG plugin and estimating cycles from them (cycles.py).
+by class and per function with a small TCG plugin and estimating cycles from them (cycles.py;
+the plugin decodes Thumb-2: on another ISA only its instruction totals per step are used).
 The firmware's output lines, exit status, losses and stack high-water mark come back as a
 QemuRun."""
 from __future__ import annotations
@@ -14,11 +16,12 @@ import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from . import cycles
 from .cache import cache_path
-from .cortexm_target import RUNTIME_DIR, CortexMError, get_target
+from ...devices.targets import Target
+from .cortexm_target import RUNTIME_DIR, CortexMError, elf_toolchain, resolve
 
 QEMU_TIMEOUT_S = 600.0
 ICOUNT_MARKER = "et_icount_mark"
@@ -75,7 +78,7 @@ def _plugin_path() -> Path:
 
 
 def _symbol_address(elf: Path, symbol: str) -> int:
-    r = subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True, check=True)
+    r = subprocess.run([elf_toolchain(elf).tool("nm"), str(elf)], capture_output=True, text=True, check=True)
     for line in r.stdout.splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[2] == symbol:
@@ -91,22 +94,24 @@ def _qemu_has_sandbox(qemu: str) -> bool:
     return r.returncode == 0
 
 
-def qemu_command(target: str, elf) -> list[str]:
+def qemu_command(target: Union[str, Target], elf) -> list[str]:
     """The QEMU command line that runs `elf` confined: console on UART0 (stdout), semihosting
-    off, the watchdog's reset ending the emulation (board.c's exit; a reset the firmware asks
-    for through SYSRESETREQ still restarts it), seccomp on where QEMU has it."""
-    t = get_target(target)
-    qemu = shutil.which("qemu-system-arm")
+    off, the board's exit (the target's emulator args: on the MPS2 boards the watchdog's reset
+    ends the emulation (board.c's exit; a reset the firmware asks for through SYSRESETREQ still
+    restarts it); on virt, without OpenSBI, the test device), seccomp on where QEMU has it."""
+    t = resolve(target)
+    emu = t.emulator
+    qemu = shutil.which(emu.binary)
     if qemu is None:
-        raise CortexMError("cannot run the firmware: qemu-system-arm not found (Debian: apt-get install qemu-system-arm)")
-    cmd = [qemu, "-M", t.machine, "-nographic", "-monitor", "none", "-serial", "stdio",
-           "-semihosting-config", "enable=off", "-watchdog-action", "poweroff"]
+        raise CortexMError(f"cannot run the firmware: {emu.binary} not found (Debian: apt-get install {emu.packages})")
+    cmd = [qemu, "-M", emu.machine, *(("-cpu", emu.cpu) if emu.cpu else ()), "-nographic", "-monitor", "none",
+           "-serial", "stdio", "-semihosting-config", "enable=off", *emu.args]
     if _qemu_has_sandbox(qemu):
         cmd += ["-sandbox", QEMU_SANDBOX]
     return cmd + ["-kernel", str(Path(elf).resolve())]
 
 
-def run_qemu(out_dir, target: str = "cortex-m4", *, icount: bool = False,
+def run_qemu(out_dir, target: Union[str, Target] = "cortex-m4", *, icount: bool = False,
              timeout: float = QEMU_TIMEOUT_S) -> QemuRun:
     """Runs out_dir/firmware.elf on the target's QEMU MPS2 board, confined (`qemu_command`):
     its UART output becomes the run's lines and its last line `edgetrain: exit <status>` the
@@ -117,7 +122,8 @@ def run_qemu(out_dir, target: str = "cortex-m4", *, icount: bool = False,
     target's cost table (cycles_per_step; QEMU executes instructions, not cycles: cycles.py
     says what the estimate leaves out)."""
     elf = Path(out_dir) / "firmware.elf"
-    cmd = qemu_command(target, elf)
+    t = resolve(target)
+    cmd = qemu_command(t, elf)
     with tempfile.TemporaryDirectory(prefix="et-qemu-") as tmp:
         marks_file = Path(tmp) / "marks.txt"
         workdir = Path(tmp) / "cwd"
@@ -157,6 +163,8 @@ def run_qemu(out_dir, target: str = "cortex-m4", *, icount: bool = False,
         counts = cycles.step_counts(marks)
         per_step = tuple(s.instructions for s in counts)
         total = marks[-1].instructions
-        if target in cycles.TIMINGS:
-            estimates = tuple(cycles.timing(target).cycles(s.total) for s in counts)
+        if t.backend != "cortex-m":
+            counts = None  # the plugin's classes decode Thumb-2; another ISA's totals still count
+        elif t.cycle_table in cycles.TIMINGS:
+            estimates = tuple(cycles.timing(t.cycle_table).cycles(s.total) for s in counts)
     return QemuRun(exit_code, lines, tuple(losses), hw, reserve, per_step, total, counts, estimates)

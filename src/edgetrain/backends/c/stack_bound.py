@@ -1,4 +1,5 @@
-"""The worst-case stack of a Cortex-M firmware, found statically from its linked ELF.
+"""The worst-case stack of a firmware, found statically from its linked ELF (Cortex-M here;
+RISC-V's frames and calls are read by stack_bound_riscv.py, the bound is the same).
 
 Every function's frame is read from its code (`objdump -d`): its pushes (4 bytes a core or
 single-precision register, 8 a double one) and its stack-pointer subtractions summed, which is
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
+from .stack_frames import FUNC, Frame, function_blocks  # noqa: F401 (Frame: part of this module's API)
+
 #: the exception frame with the FPU's registers: r0-r3, r12, lr, pc, xPSR, s0-s15, FPSCR and an
 #: alignment word (Armv7-M ARM, B1.5.7)
 EXCEPTION_FRAME_BYTES = 26 * 4
@@ -34,13 +37,6 @@ EXCEPTION_FRAME_BYTES = 26 * 4
 
 class StackBoundError(Exception):
     """The firmware's stack has no static bound (see the module doc)."""
-
-
-@dataclass(frozen=True)
-class Frame:
-    bytes: int  # pushes and sp subtractions, summed
-    dynamic: bool = False  # sp lowered by a register's value
-    callees: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -60,8 +56,6 @@ class StackBound:
 
 
 # --- the ELF's disassembly -------------------------------------------------------------------
-_FUNC = re.compile(r"^([0-9a-f]+) <([^>]+)>:$")
-_INSN = re.compile(r"^\s*[0-9a-f]+:\s+(\S+)\s*(.*)$")
 _REGLIST = re.compile(r"\{([^}]*)\}")
 _IMM = re.compile(r"#(\d+)")
 _TARGET = re.compile(r"^([0-9a-f]+) <[^>]+>")
@@ -82,24 +76,11 @@ def _reg_count(regs: str) -> int:
 
 
 def parse_disassembly(text: str) -> dict[str, Frame]:
-    """{function: Frame} of `objdump -d --no-show-raw-insn` output (see the module doc): the
-    callees are the functions whose code holds the target address of a `bl` or a branch
+    """{function: Frame} of Thumb-2 `objdump -d --no-show-raw-insn` output (see the module doc):
+    the callees are the functions whose code holds the target address of a `bl` or a branch
     (found by address, not by objdump's label, which may name an absolute symbol); a call
     through a register is the callee "<indirect>"."""
-    funcs: list[tuple[int, str]] = []
-    body: dict[str, list[tuple[str, str]]] = {}
-    name = None
-    for line in text.splitlines():
-        m = _FUNC.match(line)
-        if m:
-            name = m.group(2)
-            funcs.append((int(m.group(1), 16), name))
-            body[name] = []
-            continue
-        m = _INSN.match(line)
-        if m and name is not None:
-            body[name].append((m.group(1), m.group(2)))
-    starts = sorted(funcs)
+    starts, body = function_blocks(text)
     addrs = [a for a, _ in starts]
 
     def owner(addr: int) -> Optional[str]:
@@ -136,8 +117,14 @@ def parse_disassembly(text: str) -> dict[str, Frame]:
     return out
 
 
+def _objdump(elf: Path) -> str:
+    from .cortexm_target import elf_toolchain
+
+    return elf_toolchain(elf).tool("objdump")
+
+
 def disassemble(elf: Path) -> str:
-    r = subprocess.run(["arm-none-eabi-objdump", "-d", "--no-show-raw-insn", str(elf)],
+    r = subprocess.run([_objdump(elf), "-d", "--no-show-raw-insn", str(elf)],
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise StackBoundError(f"objdump failed on {elf}: {r.stderr.strip()}")
@@ -146,12 +133,12 @@ def disassemble(elf: Path) -> str:
 
 def function_addresses(text: str) -> dict[int, str]:
     """{address: function} of `objdump -d` output (the name objdump heads the code with)."""
-    return {int(m.group(1), 16): m.group(2) for m in map(_FUNC.match, text.splitlines()) if m}
+    return {int(m.group(1), 16): m.group(2) for m in map(FUNC.match, text.splitlines()) if m}
 
 
 def vector_handlers(elf: Path, functions: Mapping[int, str]) -> list[str]:
     """The functions the vector table names, except the reset handler (entry 1)."""
-    r = subprocess.run(["arm-none-eabi-objdump", "-s", "-j", ".isr_vector", str(elf)],
+    r = subprocess.run([_objdump(elf), "-s", "-j", ".isr_vector", str(elf)],
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise StackBoundError(f"{elf} has no vector table: {r.stderr.strip()}")
@@ -199,11 +186,17 @@ def stack_bound(elf, root: str = "Reset_Handler") -> StackBound:
     """The worst-case stack of a linked firmware (see the module doc)."""
     elf = Path(elf)
     text = disassemble(elf)
-    frames = parse_disassembly(text)
+    if _objdump(elf).startswith("riscv"):  # the trap entry of crt0.S; a trap stacks nothing
+        from . import stack_bound_riscv as rv
+
+        frames, handlers, frame_bytes = rv.parse_disassembly(text), [rv.TRAP_ENTRY], rv.EXCEPTION_FRAME_BYTES
+    else:  # the vector table's handlers, on the exception frame with the FPU's registers
+        frames, frame_bytes = parse_disassembly(text), EXCEPTION_FRAME_BYTES
+        handlers = vector_handlers(elf, function_addresses(text))
     chain_bytes, chain = deepest(root, frames)
     handler_bytes, handler = 0, ()
-    for h in vector_handlers(elf, function_addresses(text)):
+    for h in handlers:
         b, c = deepest(h, frames)
-        if b + EXCEPTION_FRAME_BYTES > handler_bytes:
-            handler_bytes, handler = b + EXCEPTION_FRAME_BYTES, c
+        if b + frame_bytes > handler_bytes:
+            handler_bytes, handler = b + frame_bytes, c
     return StackBound(chain_bytes + handler_bytes, chain, chain_bytes, handler, handler_bytes)

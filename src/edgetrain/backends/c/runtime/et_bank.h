@@ -22,11 +22,11 @@
 #define ET_BANK_BARRIER() ((void)0)
 #endif
 
-/* where the banks, their metadata and the header live: on a bare-metal Arm target the .noinit
- * section (link.ld: neither the reset handler nor a system reset clears it), elsewhere
- * ordinary static storage */
+/* where the banks, their metadata and the header live: on a bare-metal Arm or RISC-V target
+ * the .noinit section (link.ld: neither the reset handler nor a system reset clears it),
+ * elsewhere ordinary static storage */
 #ifndef ET_NOINIT
-#if defined(__arm__) && !defined(__linux__)
+#if (defined(__arm__) || defined(__riscv)) && !defined(__linux__)
 #define ET_NOINIT __attribute__((section(".noinit")))
 #else
 #define ET_NOINIT
