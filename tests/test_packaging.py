@@ -85,6 +85,18 @@ def test_the_licence_ships_in_the_wheel_and_the_sdist(built):
         assert t.extractfile(names["LICENSE"]).read().decode() == licence
 
 
+def test_the_wheel_carries_every_runtime_file(built):
+    """Every file of backends/c/runtime (headers, the Cortex-M and RISC-V firmware runtimes) is in
+    the wheel: a target whose startup files were left out would build only from a checkout."""
+    wheel, _ = built
+    runtime = ROOT / "src" / "edgetrain" / "backends" / "c" / "runtime"
+    want = {"edgetrain/backends/c/runtime/" + f.relative_to(runtime).as_posix()
+            for f in runtime.rglob("*") if f.is_file() and "__pycache__" not in f.parts}
+    with zipfile.ZipFile(wheel) as z:
+        missing = sorted(want - set(z.namelist()))
+    assert not missing, missing
+
+
 def test_the_version_is_written_once(built):
     wheel, sdist = built
     meta, _ = _wheel_metadata(wheel)
