@@ -125,10 +125,11 @@ VIRT_MEMORY = MemoryMap(0x8000_0000, MCU_FLASH_BYTES, 0x8040_0000, MCU_SRAM_BYTE
 _MPS2_ARGS = ("-watchdog-action", "poweroff")
 _CORTEX_M = dict(backend="cortex-m", isa="armv7e-m", fpu="single", simd="arm-dsp", kernels=("portable", "arm-dsp"),
                  memory=MPS2_MEMORY, runtime="cortexm",
-                 startup_files=("startup.c", "main.c", "board.c", "board.h", "cortexm.h", "et_format.h", "Makefile"))
+                 startup_files=("startup.c", "main.c", "board.c", "board.h", "cortexm.h", "et_format.h", "et_stack.h",
+                                "Makefile"))
 _RISCV = dict(backend="riscv", memory=VIRT_MEMORY, runtime="riscv",
               startup_files=("crt0.S", "startup.c", "main.c", "board.c", "board.h", "cortexm.h", "et_format.h",
-                             "Makefile"))
+                             "et_stack.h", "Makefile"))
 
 
 def _cortex_m(name: str, profile: str, fpu: str, machine: str, **kw) -> Target:

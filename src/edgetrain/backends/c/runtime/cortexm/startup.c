@@ -7,23 +7,15 @@
 
 #include "cortexm.h"
 #include "board.h"
+#include "et_stack.h"
 
 extern uint32_t _sidata[], _sdata[], _edata[], _sbss[], _ebss[];
-extern uint8_t __heap_start[], __heap_end[];
-extern uint32_t __stack_bottom[], __stack_top[];
 
 int main(void);
 
 /* CPACR (Coprocessor Access Control Register): full access to CP10 and CP11 (the FPU). */
 #define SCB_CPACR (*(volatile uint32_t *)0xE000ED88u)
 #define CPACR_CP10_CP11_FULL (0xFu << 20)
-
-/* Painted into the unused stack at reset; the lowest word that no longer holds it marks the
- * deepest the stack has grown. The bottom word is a guard: overwritten = stack overflow. */
-#define STACK_PAINT 0xC5AC5AC5u
-#define STACK_GUARD 0x5AFE57ACu
-/* Words below the reset handler's own frame left unpainted (the painting loop runs there). */
-#define PAINT_MARGIN_WORDS 16u
 
 static void default_handler(void)
 {
@@ -44,44 +36,15 @@ __attribute__((noreturn)) void Reset_Handler(void)
 
     uintptr_t sp;
     __asm__ volatile("mov %0, sp" : "=r"(sp));
-    volatile uint32_t *limit = (volatile uint32_t *)(sp - PAINT_MARGIN_WORDS * sizeof(uint32_t));
-    for (volatile uint32_t *p = __stack_bottom; p < limit; ++p)
-        *p = STACK_PAINT;
-    __stack_bottom[0] = STACK_GUARD;
+    et_stack_paint(sp);
 
     et_board_exit(main());
 }
 
-uint32_t et_stack_high_water(void)
-{
-    const uint32_t *p = __stack_bottom + 1;
-    while (p < __stack_top && *p == STACK_PAINT)
-        ++p;
-    return (uint32_t)((uintptr_t)__stack_top - (uintptr_t)p);
-}
-
-uint32_t et_stack_reserve(void)
-{
-    return (uint32_t)((uintptr_t)__stack_top - (uintptr_t)__stack_bottom);
-}
-
-int et_stack_guard_ok(void)
-{
-    return __stack_bottom[0] == STACK_GUARD;
-}
-
-/* The C library's heap (printf's number conversion allocates) stays inside the heap reserve
- * of link.ld, so that the SRAM the size report counts is all the firmware can use. */
+/* the C library's heap hook (newlib: _sbrk): bounded by link.ld's heap reserve (et_stack.h) */
 void *_sbrk(ptrdiff_t incr)
 {
-    static uint8_t *brk = __heap_start;
-    if (incr < 0 || incr > __heap_end - brk) {
-        errno = ENOMEM;
-        return (void *)-1;
-    }
-    uint8_t *prev = brk;
-    brk += incr;
-    return prev;
+    return et_heap_grow(incr);
 }
 
 /* Cortex-M vector table: initial stack pointer, then the handlers. */
