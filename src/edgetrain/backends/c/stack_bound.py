@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping
 
-from .stack_frames import FUNC, Frame, function_blocks  # noqa: F401 (Frame: part of this module's API)
+from .stack_frames import FUNC, Frame, function_blocks, owner_of  # noqa: F401 (Frame: part of this module's API)
 
 #: the exception frame with the FPU's registers: r0-r3, r12, lr, pc, xPSR, s0-s15, FPSCR and an
 #: alignment word (Armv7-M ARM, B1.5.7)
@@ -81,11 +80,7 @@ def parse_disassembly(text: str) -> dict[str, Frame]:
     (found by address, not by objdump's label, which may name an absolute symbol); a call
     through a register is the callee "<indirect>"."""
     starts, body = function_blocks(text)
-    addrs = [a for a, _ in starts]
-
-    def owner(addr: int) -> Optional[str]:
-        i = bisect_right(addrs, addr) - 1
-        return starts[i][1] if i >= 0 else None
+    owner = owner_of(starts)
 
     out = {}
     for name, insns in body.items():

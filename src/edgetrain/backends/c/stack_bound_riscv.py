@@ -23,10 +23,9 @@ trap handler's frame (et_trap_entry, crt0.S) is its own code's.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from typing import Optional
 
-from .stack_frames import Frame, function_blocks
+from .stack_frames import Frame, function_blocks, owner_of
 
 #: the RISC-V firmware's trap entry (crt0.S: it jumps to startup.c's et_trap_handler)
 TRAP_ENTRY = "et_trap_entry"
@@ -65,11 +64,7 @@ def _jump_table(op: str, ops: list[str], prev: list[tuple[str, list[str]]]) -> b
 def parse_disassembly(text: str) -> dict[str, Frame]:
     """{function: Frame} of RISC-V `objdump -d --no-show-raw-insn` output (see the module doc)."""
     starts, body = function_blocks(text)
-    addrs = [a for a, _ in starts]
-
-    def owner(addr: int) -> Optional[str]:
-        i = bisect_right(addrs, addr) - 1
-        return starts[i][1] if i >= 0 else None
+    owner = owner_of(starts)
 
     out = {}
     for name, insns in body.items():

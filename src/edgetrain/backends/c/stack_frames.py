@@ -4,7 +4,9 @@ frame (bytes, whether it is dynamic, its callees) and the functions of `objdump 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
+from typing import Callable, Optional
 
 FUNC = re.compile(r"^([0-9a-f]+) <([^>]+)>:$")
 INSN = re.compile(r"^\s*[0-9a-f]+:\s+(\S+)\s*(.*)$")
@@ -34,3 +36,15 @@ def function_blocks(text: str) -> tuple[list[tuple[int, str]], dict[str, list[tu
         if m and name is not None:
             body[name].append((m.group(1), m.group(2)))
     return sorted(funcs), body
+
+
+def owner_of(starts: list[tuple[int, str]]) -> Callable[[int], Optional[str]]:
+    """The function whose code holds an address, from `function_blocks`' (start, name) pairs
+    in address order (None below the first)."""
+    addrs = [a for a, _ in starts]
+
+    def owner(addr: int) -> Optional[str]:
+        i = bisect_right(addrs, addr) - 1
+        return starts[i][1] if i >= 0 else None
+
+    return owner
