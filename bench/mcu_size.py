@@ -11,10 +11,11 @@ firmware project that trains on `--steps` embedded samples (seeded random images
 `make` links it into the 1 MiB flash / 256 KiB SRAM regions (a program that does not fit fails
 to link: reported as such), and QEMU (mps2-an500 for the Cortex-M7) runs it: the losses, the
 stack high-water mark (stack painting) and, with a TCG plugin, the guest instructions of each
-step (on a RISC-V target (QEMU virt) the totals only: no cycle table yet) by class (loads, stores, multiplies, DSP SIMD, divides, taken and not-taken branches,
-floating point, ...) and per function. QEMU has no timing model: the cycles are estimated from
-the classes with the target's cost table (edgetrain.backends.c.cycles: the Arm TRM's cycles
-per class, zero-wait-state memory, no dual issue; its docstring says what else it leaves out),
+step by class (loads, stores, multiplies, DSP SIMD, divides, taken and not-taken branches,
+floating point, ...; Thumb-2 or RV32, the target's decoder) and per function. QEMU has no timing
+model: the cycles are estimated from the classes with the target's cost table
+(edgetrain.backends.c.cycles: the Arm TRMs' cycles per class, or CORE-V CV32E40P / CV32E40X's
+for RISC-V; zero-wait-state memory, no dual issue; its docstring says what else it leaves out),
 and the time per step is cycles / 216e6 s. --breakdown N prints the N functions (kernels)
 with the most estimated cycles in the first step, with their counts by class.
 

@@ -144,7 +144,8 @@ def _rv32(isa: str, abi: str, qemu_cpu: str, fpu: str) -> Target:
     return Target(isa, profile="m4f" if fpu == "single" else "m0", isa=isa, cpu=isa, fpu=fpu,
                   toolchain=Toolchain("riscv64-unknown-elf-", flags, RISCV_ELF),
                   emulator=Emulator("qemu-system-riscv32", "virt", qemu_cpu, ("-bios", "none"), "qemu-system-misc"),
-                  make_vars=(("MARCH", isa), ("MABI", abi), ("MACHINE", "virt"), ("QEMU_CPU", qemu_cpu)), **_RISCV)
+                  make_vars=(("MARCH", isa), ("MABI", abi), ("MACHINE", "virt"), ("QEMU_CPU", qemu_cpu)),
+                  cycle_table=isa, **_RISCV)
 
 
 TARGETS = MappingProxyType({
@@ -156,7 +157,8 @@ TARGETS = MappingProxyType({
     # in one instruction (gcc cannot tell it from the M4's FPv4 by its predefined macros)
     "cortex-m7": _cortex_m("cortex-m7", "m7", "fpv5-sp-d16", "mps2-an500", defines=("-DET_FPV5",)),
     # RISC-V microcontrollers on QEMU virt (its CPU cut to the ISA: an F instruction on the rv32imc
-    # traps); no cycle table yet. rv32imafc (GD32V class): single-precision FPU, the ilp32f ABI;
+    # traps; cycle tables from CORE-V's CV32E40P / CV32E40X: backends/c/cycles.py). rv32imafc (GD32V
+    # class): single-precision FPU, the ilp32f ABI;
     # rv32imc (ESP32-C3 class): no FPU, float arithmetic in libgcc's soft-float routines
     "rv32imafc": _rv32("rv32imafc", "ilp32f", "rv32,d=false", "single"),
     "rv32imc": _rv32("rv32imc", "ilp32", "rv32,a=false,f=false,d=false", "none"),

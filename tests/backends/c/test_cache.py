@@ -29,5 +29,5 @@ def test_default_is_under_xdg_cache_home(tmp_path, monkeypatch):
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no host C compiler")
 def test_qemu_plugin_is_built_into_the_same_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGETRAIN_CACHE", str(tmp_path))
-    so = qemu_run._plugin_path()
+    so = qemu_run.plugin_path()
     assert so.parent == tmp_path / "qemu" and so.exists()

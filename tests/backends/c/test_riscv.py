@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from edgetrain.backends.c import cortexm, firmware_reserves
+from edgetrain.backends.c import cortexm, cycles, firmware_reserves
 from edgetrain.backends.c.stack_bound import StackBoundError, deepest, stack_bound
 from edgetrain.backends.c.stack_bound_riscv import parse_disassembly
 from edgetrain.devices import TARGETS
@@ -133,9 +133,18 @@ def test_fixture_trains_under_qemu_virt(tmp_path, target):
     assert run.stack_reserve == firmware_reserves.stack_reserve_for(bound, 16) < cortexm.DEFAULT_STACK_BYTES
     assert run.stack_reserve % 16 == 0  # the psABI's stack alignment
     assert 0 < run.stack_high_water <= bound.chain_bytes < bound.bytes < run.stack_reserve
-    # instructions counted per step (the plugin's totals; no cycle table for RISC-V yet)
+    # instructions counted per step by class with the RV32 decoder, and cycles from the CORE-V table
     assert run.instructions_per_step is not None and len(run.instructions_per_step) == len(x)
-    assert min(run.instructions_per_step) > 10 and run.cycles_per_step is None and run.counts_per_step is None
+    assert min(run.instructions_per_step) > 10
+    table = cycles.timing(TARGETS[target].cycle_table)
+    for n, step, est in zip(run.instructions_per_step, run.counts_per_step, run.cycles_per_step):
+        assert step.total.instructions == step.instructions == n  # every instruction has one class
+        assert est == table.cycles(step.total) > n  # loads, stores and taken branches cost more than 1
+        c = step.total
+        assert c["load"] and c["store"] and c["branch_taken"] and c["other"]  # (the fixture: a 2-weight step)
+        assert c["load_multiple"] == c["store_multiple"] == c["simd"] == c.words == 0  # none in RV32IMFC
+        fp = c["fp"] + c["fp_mac"] + c["fp_load"] + c["fp_store"]
+        assert (fp > 0) == (TARGETS[target].fpu == "single")  # rv32imc: soft float, integer instructions
     size = cortexm.firmware_size(elf, run, target)
     assert size.sram == size.data + size.bss + size.heap_reserve + size.stack_reserve
     assert size.heap_reserve == 0 and size.stack_bound == bound.bytes and size.rodata >= x.nbytes + y.nbytes

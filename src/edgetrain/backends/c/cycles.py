@@ -1,15 +1,16 @@
-"""Cycles per training step on a Cortex-M, estimated from instruction counts by class.
+"""Cycles per training step on a Cortex-M or RISC-V core, estimated from instruction counts by class.
 
 QEMU executes instructions, not cycles: it has no timing model. The instruction-count plugin
-(runtime/cortexm/icount_plugin.c, run by cortexm.run_qemu) classifies every executed Thumb-2
-instruction from its encoding into CLASSES and counts them per training step and per function
+(runtime/cortexm/icount_plugin.c, run by cortexm.run_qemu, with its ISA's decoder:
+runtime/cortexm/icount_decode.h for Thumb-2, runtime/riscv/icount_decode.h for RV32) classifies
+every executed instruction from its encoding into CLASSES and counts them per training step and per function
 (the enclosing ELF symbol: a kernel is a function), with the registers moved by multiple
 loads/stores (`words`). This module turns the counts into cycles with a per-core cost table:
 
     cycles = sum(count[class] * cost[class]) + words * cost_per_word
 
-The tables (TIMINGS, one record per Cortex-M target of devices.targets: its `cycle_table`) take their numbers
-from Arm's manuals, each with its source in `CoreTiming.notes`:
+The tables (TIMINGS, one record per firmware target of devices.targets: its `cycle_table`) take
+their numbers from the cores' manuals, each with its source in `CoreTiming.notes`:
 
 * Cortex-M4: the Cortex-M4 Technical Reference Manual (Arm DDI 0439B, r0p1), Table 3-1
   "Cortex-M4 instruction set summary" and section 3.3 "Load/store timings", and Table 7-1 of
@@ -18,6 +19,9 @@ from Arm's manuals, each with its source in `CoreTiming.notes`:
   a 6-stage, dual-issue pipeline with 64-bit load/store paths, single-cycle MAC and a branch
   target address cache, but gives no table). Its record keeps the M4 numbers where the M7's
   documented features say nothing faster, and says where it differs and why.
+* rv32imafc / rv32imc: the chips of their class (GD32V, ESP32-C3) publish no timings; OpenHW
+  Group's CORE-V CV32E40P (RV32IMFC) and CV32E40X (RV32IMC) user manuals do ("Pipeline
+  Details", cycle counts per instruction type, zero-stall memories), and stand in for them.
 
 What the model leaves out (so read the estimate as an order of magnitude check, good for
 comparing kernels and for finding where a step spends its time, within some tens of percent of
@@ -162,9 +166,49 @@ CORTEX_M7 = CoreTiming(
         "fp_store": "a VSTR.32 in one cycle like STR: 0 + 1 per word",
     })
 
-#: cost table name (a target record's `cycle_table`) -> the table (one per Cortex-M target of
+_CV32 = "CV32E40P user manual (OpenHW Group), 'Pipeline Details', Table 'Cycle counts per instruction type'"
+_CV32X = "CV32E40X user manual (OpenHW Group), 'Pipeline Details', the same table"
+_RV32_COST = {"other": 1, "load": 1, "load_multiple": 1, "store": 1, "store_multiple": 1, "mul": 1, "mac": 5,
+              "simd": 1, "div": 19, "branch_taken": 3, "branch_not_taken": 1, "fp": 1, "fp_mac": 1, "fp_div": 19,
+              "fp_load": 1, "fp_store": 1}
+
+
+def _rv32_notes(manual: str, fpu: bool) -> dict[str, str]:
+    fp = ("" if fpu else "never counted on this core (no F extension: soft-float runs as integer "
+                         "instructions in libgcc); ")
+    return {
+        "other": f"{manual}: integer computational 1; CSR access 1 (4 for the counters and trap CSRs, rare)",
+        "load": f"{manual}: load 1 (zero-stall data memory; the 1-cycle load-use hazard is not modelled)",
+        "load_multiple": "RV32 has no multiple loads: never counted",
+        "store": f"{manual}: store 1",
+        "store_multiple": "RV32 has no multiple stores: never counted",
+        "mul": f"{manual}: MUL 1 (single-cycle 32 x 32 -> 32 multiplier)",
+        "mac": f"{manual}: MULH, MULHSU, MULHU 5 (the upper word; the plugin's 'mac' class, as Arm's long multiplies)",
+        "simd": "no vector unit on this core: never counted (the plugin counts the V extension here)",
+        "div": f"{manual}: DIV, DIVU, REM, REMU 3 to 35 (by the divisor's leading zeros); 19, the middle, used",
+        "branch_taken": f"{manual}: a taken branch 3, a jump (JAL, JALR) 2; the plugin counts both here at 3 "
+                        f"(jumps are calls and returns, few in the kernels' loops)",
+        "branch_not_taken": f"{manual}: a branch not taken 1",
+        "fp": fp + f"{_CV32}: FP addition, multiplication, comparison, conversion 1 .. LAT + 1 with "
+                   f"FPU_ADDMUL_LAT = FPU_OTHERS_LAT = 0 (the core's parameter defaults): 1",
+        "fp_mac": fp + f"{_CV32}: FMADD, FMSUB, FNMADD, FNMSUB (addition/multiplication unit) 1 at FPU_ADDMUL_LAT = 0",
+        "fp_div": fp + f"{_CV32}: FDIV, FSQRT 1 to 19 (19 when the next instruction uses the result): 19",
+        "fp_load": fp + f"{_CV32}: FLW through the load/store unit, 1",
+        "fp_store": fp + f"{_CV32}: FSW through the load/store unit, 1",
+    }
+
+
+# RISC-V microcontroller cores with published per-instruction timings: OpenHW Group's CORE-V
+# CV32E40P (RV32IMFC, the PULP RI5CY lineage: GAP8/GAP9-class, 4-stage in-order) for rv32imafc,
+# and its CV32E40X (RV32IMC, the same integer timings) for rv32imc. The ESP32-C3's and GD32V's
+# cores publish none; the estimate reads as "on a CORE-V core at zero wait states".
+RV32IMAFC = CoreTiming("rv32imafc", cost=_RV32_COST, cost_per_word=0, notes=_rv32_notes(_CV32, True))
+RV32IMC = CoreTiming("rv32imc", cost=_RV32_COST, cost_per_word=0, notes=_rv32_notes(_CV32X, False))
+
+#: cost table name (a target record's `cycle_table`) -> the table (one per firmware target of
 #: devices.targets, as a test checks; run_qemu gives no cycle estimate for a target without one)
-TIMINGS: Mapping[str, CoreTiming] = MappingProxyType({t.target: t for t in (CORTEX_M4, CORTEX_M7)})
+TIMINGS: Mapping[str, CoreTiming] = MappingProxyType({t.target: t for t in (CORTEX_M4, CORTEX_M7, RV32IMAFC,
+                                                                                   RV32IMC)})
 
 
 def timing(target: str) -> CoreTiming:

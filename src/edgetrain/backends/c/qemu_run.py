@@ -2,7 +2,7 @@
 the Cortex-M, the virt board of RISC-V), confined (no semihosting, seccomp,
 a fresh empty working directory), optionally counting the instructions of each training step
 by class and per function with a small TCG plugin and estimating cycles from them (cycles.py;
-the plugin decodes Thumb-2: on another ISA only its instruction totals per step are used).
+the plugin decodes Thumb-2 or RV32: the decoder of the target's runtime folder, `decoder_dir`).
 The firmware's output lines, exit status, losses and stack high-water mark come back as a
 QemuRun."""
 from __future__ import annotations
@@ -21,10 +21,12 @@ from typing import Optional, Union
 from . import cycles
 from .cache import cache_path
 from ...devices.targets import Target
-from .cortexm_target import RUNTIME_DIR, CortexMError, elf_toolchain, resolve
+from .cortexm_target import RUNTIME_DIR, RUNTIME_ROOT, CortexMError, elf_toolchain, resolve
 
 QEMU_TIMEOUT_S = 600.0
 ICOUNT_MARKER = "et_icount_mark"
+#: the ISA's instruction decoder the plugin includes (one per runtime folder that has its own ISA)
+DECODER = "icount_decode.h"
 # QEMU's seccomp filter: no obsolete system calls, no setuid/setgid, no fork/exec, no
 # scheduler or resource-limit changes (the guest has no way to the host without semihosting;
 # this bounds what a bug in QEMU's device models could do).
@@ -56,11 +58,20 @@ _EXIT_RE = re.compile(r"^edgetrain: exit (-?\d+)$")
 _STACK_RE = re.compile(r"^stack high water (\d+) of (\d+) bytes$")
 
 
-def _plugin_path() -> Path:
-    """The instruction-count plugin, built with the host cc into the cache (keyed by its
-    source's hash). It also exports its decoder, et_decode, for tests (ctypes)."""
-    src = RUNTIME_DIR / "icount_plugin.c"
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
+def decoder_dir(target: Union[str, Target] = "cortex-m4") -> Path:
+    """The runtime folder whose icount_decode.h decodes the target's instructions: its own
+    runtime folder's where it has one (runtime/riscv/: RV32), else runtime/cortexm/'s (Thumb-2)."""
+    t = resolve(target)
+    own = RUNTIME_ROOT / (t.runtime or "cortexm")
+    return own if (own / DECODER).exists() else RUNTIME_DIR
+
+
+def plugin_path(target: Union[str, Target] = "cortex-m4") -> Path:
+    """The instruction-count plugin for the target's ISA (runtime/cortexm/icount_plugin.c with
+    the decoder of `decoder_dir`), built with the host cc into the cache, keyed by both sources'
+    hash. It also exports its decoder, et_decode, for tests (ctypes)."""
+    src, dec = RUNTIME_DIR / "icount_plugin.c", decoder_dir(target)
+    digest = hashlib.sha256(src.read_bytes() + (dec / DECODER).read_bytes()).hexdigest()[:16]
     cache = cache_path("qemu")
     so = cache / f"qemu-icount-{digest}.so"
     if so.exists():
@@ -70,7 +81,8 @@ def _plugin_path() -> Path:
         raise CortexMError("instruction counting needs a host C compiler (cc) to build the QEMU plugin")
     cache.mkdir(parents=True, exist_ok=True)
     tmp = so.with_suffix(f".{os.getpid()}.tmp")
-    r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(tmp), str(src)], capture_output=True, text=True)
+    r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-I", str(dec), "-o", str(tmp), str(src)],
+                       capture_output=True, text=True)
     if r.returncode != 0:
         raise CortexMError(f"building the QEMU instruction-count plugin failed:\n{r.stderr}")
     os.replace(tmp, so)
@@ -131,7 +143,7 @@ def run_qemu(out_dir, target: Union[str, Target] = "cortex-m4", *, icount: bool 
         if icount:
             marker = _symbol_address(elf, ICOUNT_MARKER)
             names = cycles.write_symbols(Path(tmp) / "symbols.txt", cycles.function_symbols(elf))
-            cmd[1:1] = ["-plugin", f"{_plugin_path()},marker=0x{marker:x},out={marks_file},"
+            cmd[1:1] = ["-plugin", f"{plugin_path(t)},marker=0x{marker:x},out={marks_file},"
                                    f"symbols={Path(tmp) / 'symbols.txt'}"]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir,
@@ -163,8 +175,6 @@ def run_qemu(out_dir, target: Union[str, Target] = "cortex-m4", *, icount: bool 
         counts = cycles.step_counts(marks)
         per_step = tuple(s.instructions for s in counts)
         total = marks[-1].instructions
-        if t.backend != "cortex-m":
-            counts = None  # the plugin's classes decode Thumb-2; another ISA's totals still count
-        elif t.cycle_table in cycles.TIMINGS:
+        if t.cycle_table in cycles.TIMINGS:
             estimates = tuple(cycles.timing(t.cycle_table).cycles(s.total) for s in counts)
     return QemuRun(exit_code, lines, tuple(losses), hw, reserve, per_step, total, counts, estimates)
