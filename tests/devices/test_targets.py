@@ -39,7 +39,7 @@ def test_backends_read_the_registry():
     assert cbackend.TARGETS == tuple(TARGETS)
     assert set(cbackend.FIRMWARE_TARGETS) == set(cortexm.FIRMWARE_TARGETS) == {n for n, t in TARGETS.items()
                                                                                if t.firmware}
-    assert set(cbackend.CORTEX_M_TARGETS) == set(cortexm.TARGETS) == {"cortex-m4", "cortex-m7"}
+    assert set(cbackend.CORTEX_M_TARGETS) == set(cortexm.TARGETS) == {"cortex-m4", "cortex-m7", "cortex-m55"}
     assert {"rv32imafc", "rv32imc"} <= set(cortexm.FIRMWARE_TARGETS)
     assert cortexm.get_target("cortex-m4") is TARGETS["cortex-m4"]
     with pytest.raises(cortexm.CortexMError):
@@ -82,6 +82,20 @@ def test_riscv_firmware_files_come_from_its_runtime_folder():
     assert b"0x10000000" in files["board.c"]  # virt's UART, not the MPS2's
     assert files["main.c"] == (cortexm.RUNTIME_DIR / "main.c").read_bytes()  # shared with the Cortex-M
     assert "__global_pointer$ = " in files["link.ld"] and "rv32imc" in files["README.md"]
+
+
+def test_cortex_m55_firmware_files_come_from_its_runtime_folder():
+    """The M55 (MPS3 AN547) differs in its linker script (vectors in the ITCM at 0, code in the
+    SRAM at 0x01000000), its UART0 and watchdog addresses (board.c's, named by -D) and its flags."""
+    t = TARGETS["cortex-m55"]
+    files = cortexm.firmware_files(t, ([[0.0]], [[0]]))
+    assert t.simd == "helium" and "helium" in t.kernels and "-mcpu=cortex-m55" in t.toolchain.arch_flags
+    assert "ORIGIN = 0x00000000" in files["link.ld"] and "ORIGIN = 0x01000000" in files["link.ld"]
+    assert "> VECTORS" in files["link.ld"] and "MACHINE = mps3-an547" in files["config.mk"]
+    assert "-DUART0_BASE=0x59303000u" in files["config.mk"] and "FPU = auto" in files["config.mk"]
+    # no auto-vectorised float loops: Helium's vector float arithmetic flushes subnormals
+    assert "-fno-tree-vectorize" in files["config.mk"]
+    assert files["board.c"] == (cortexm.RUNTIME_DIR / "board.c").read_bytes()  # shared, its addresses by -D
 
 
 # --- a chip is one entry: a copy of the Cortex-M4 under another name -----------------------------

@@ -15,7 +15,8 @@ CLI read it and never parse the name. Adding a chip is one entry here, its runti
 and, where it has SIMD, its kernels.
 
     get_target("cortex-m7").device      # the "m7" cost profile (STM32F746)
-    TARGETS                             # name -> Target: "host", "cortex-m4", "cortex-m7", "rv32imafc", "rv32imc"
+    TARGETS                             # name -> Target: "host", "cortex-m4", "cortex-m7", "cortex-m55",
+                                        # "rv32imafc", "rv32imc"
 """
 from __future__ import annotations
 
@@ -122,6 +123,10 @@ MPS2_MEMORY = MemoryMap(0x0000_0000, MCU_FLASH_BYTES, 0x2000_0000, MCU_SRAM_BYTE
 # QEMU virt's DRAM starts at 0x80000000 (128 MiB by default; the device tree QEMU writes sits at
 # its top), where its reset vector jumps with -bios none: "flash" is its first 4 MiB, SRAM the next.
 VIRT_MEMORY = MemoryMap(0x8000_0000, MCU_FLASH_BYTES, 0x8040_0000, MCU_SRAM_BYTES)
+# QEMU's MPS3 AN547 (Corstone-300: Cortex-M55): the vector table in its 512 KiB ITCM at 0 (where
+# VTOR_S points at reset), code and constants in its 2 MiB SRAM at 0x01000000, data in its 512 KiB
+# DTCM at 0x20000000 (runtime/cortexm55/link.ld.in)
+AN547_MEMORY = MemoryMap(0x0100_0000, MCU_FLASH_BYTES, 0x2000_0000, MCU_SRAM_BYTES, board_bytes=512 << 10)
 _MPS2_ARGS = ("-watchdog-action", "poweroff")
 _CORTEX_M = dict(backend="cortex-m", isa="armv7e-m", fpu="single", simd="arm-dsp", kernels=("portable", "arm-dsp"),
                  memory=MPS2_MEMORY, runtime="cortexm",
@@ -136,7 +141,8 @@ def _cortex_m(name: str, profile: str, fpu: str, machine: str, **kw) -> Target:
     flags = (f"-mcpu={name}", "-mthumb", "-mfloat-abi=hard", f"-mfpu={fpu}")
     return Target(name, profile=profile, cpu=name, toolchain=Toolchain("arm-none-eabi-", flags, ARM_EABI),
                   emulator=Emulator("qemu-system-arm", machine, None, _MPS2_ARGS, "qemu-system-arm"),
-                  make_vars=(("CPU", name), ("FPU", fpu), ("MACHINE", machine)), cycle_table=name, **_CORTEX_M, **kw)
+                  make_vars=(("CPU", name), ("FPU", fpu), ("MACHINE", machine)), cycle_table=name,
+                  **{**_CORTEX_M, **kw})
 
 
 def _rv32(isa: str, abi: str, qemu_cpu: str, fpu: str) -> Target:
@@ -156,6 +162,17 @@ TARGETS = MappingProxyType({
     # M7, the MPS2 AN500, has the double-precision one, a superset); -DET_FPV5: its VRINTM floors
     # in one instruction (gcc cannot tell it from the M4's FPv4 by its predefined macros)
     "cortex-m7": _cortex_m("cortex-m7", "m7", "fpv5-sp-d16", "mps2-an500", defines=("-DET_FPV5",)),
+    # the Cortex-M55 (Armv8.1-M with Helium, MVE: -mfpu=auto takes the M55's FPU and MVE.fp; no
+    # cost profile of its own, the M7's) on QEMU's MPS3 AN547 (Corstone-300): its UART0 and
+    # watchdog at their secure aliases (the core starts Secure), its own memory map.
+    # -fno-tree-vectorize: gcc -O2 turns plain float loops into Helium's vector float arithmetic,
+    # which flushes subnormal operands and results to zero (QEMU 7.2: 1e-39f * 1.0f gives 0 in a
+    # vector, 1e-39f in the scalar FPU) where the reference keeps them; Helium is used where a
+    # kernel asks for it (et_int8_mve.h's integer intrinsics)
+    "cortex-m55": _cortex_m("cortex-m55", "m7", "auto", "mps3-an547", isa="armv8.1-m.main", simd="helium",
+                            kernels=("portable", "arm-dsp", "helium"), memory=AN547_MEMORY, runtime="cortexm55",
+                            defines=("-DET_FPV5", "-DUART0_BASE=0x59303000u", "-DWDOG_BASE=0x5802E000u",
+                                     "-fno-tree-vectorize")),
     # RISC-V microcontrollers on QEMU virt (its CPU cut to the ISA: an F instruction on the rv32imc
     # traps; cycle tables from CORE-V's CV32E40P / CV32E40X: backends/c/cycles.py). rv32imafc (GD32V
     # class): single-precision FPU, the ilp32f ABI;

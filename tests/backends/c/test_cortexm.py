@@ -170,7 +170,7 @@ def _host_step_lines(prog, data, d):
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler (cc) for the host build")
-@pytest.mark.parametrize("quantize,target", [(None, "cortex-m4"), ("int8", "cortex-m7")])
+@pytest.mark.parametrize("quantize,target", [(None, "cortex-m4"), ("int8", "cortex-m7"), ("int8", "cortex-m55")])
 def test_compiled_program_matches_host_build(tmp_path, quantize, target):
     prog, data = _compiled(quantize)
     host = _host_step_lines(prog, data, tmp_path / "host")

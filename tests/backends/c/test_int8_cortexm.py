@@ -287,8 +287,8 @@ def _firmware_cases(d: Path):
     parts.append("static void run_all(void) {\n" + "\n".join(f"    run{i}();" for i in range(len(want))) + "\n}")
     parts.append(MODEL_TAIL)
     shutil.copy(FIXTURE / "model.h", d / "model.h")
-    for header in ("et_int8.h", "et_int8_scales.h", "et_int8_pool.h", "et_int8_dsp.h", "et_int8_gemm.h", "et_int8_dw.h"):
-        shutil.copy(RUNTIME / header, d / header)
+    for header in RUNTIME.glob("et_*.h"):  # et_int8.h and what it includes (et_int8_mve.h on the M55)
+        shutil.copy(header, d / header.name)
     (d / "model.c").write_text("\n".join(parts))
     return want
 
@@ -304,16 +304,26 @@ def _got(lines):
     return out
 
 
-@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7", "cortex-m55", "rv32imafc", "rv32imc"])
 def test_dsp_qconv_kernels_equal_the_reference(tmp_path, target):
+    if cortexm.missing_tools(target):
+        pytest.skip(f"missing {', '.join(cortexm.missing_tools(target))}")
     d = tmp_path / target
     d.mkdir()
     want = _firmware_cases(d)
     x = np.zeros((1, 1, 2), np.float32)
     cortexm.write_project(d, target, (x, np.zeros((1, 1), np.float32)))
     elf = cortexm.build(d)
-    # the DSP paths are the ones built: the firmware calls __smlad (SIMD multiply-accumulate)
-    assert b"smlad" in cortexm_disassembly(elf)
+    if target.startswith("rv32"):
+        # RV32 without SIMD: the pointwise rows in registers (et_int8_rv32.h), the rest portable
+        assert b"<et_qconv_pw_rows" in cortexm_disassembly(elf)  # (or a clone: .constprop, .isra)
+    else:
+        # the DSP paths are the ones built: the firmware calls __smlad (SIMD multiply-accumulate)
+        assert b"smlad" in cortexm_disassembly(elf)
+    # and on the Cortex-M55 the Helium pointwise rows (et_int8_mve.h: VMLADAVA.S8 over 16 inputs)
+    # (gcc writes VMLADAVA.S8 as its alias vmlava.s8; objdump decodes Helium with -m armv8.1-m.main)
+    if target == "cortex-m55":
+        assert b"vmlava.s8" in cortexm_disassembly(elf, "armv8.1-m.main")
     run = cortexm.run_qemu(d, target)
     assert run.exit_code == 0, run.lines
     got = _got(run.lines)
@@ -321,10 +331,13 @@ def test_dsp_qconv_kernels_equal_the_reference(tmp_path, target):
         assert bytes(got.get(i, b"")) == want[i], f"case {case[0]}"
 
 
-def cortexm_disassembly(elf: Path) -> bytes:
+def cortexm_disassembly(elf: Path, arch: str = "") -> bytes:
     import subprocess
 
-    objdump = shutil.which("arm-none-eabi-objdump")
+    from edgetrain.backends.c.cortexm_target import elf_toolchain
+
+    objdump = shutil.which(elf_toolchain(elf).tool("objdump"))  # the ELF's own binutils (Arm or RISC-V)
     if objdump is None:
-        pytest.skip("no arm-none-eabi-objdump")
-    return subprocess.run([objdump, "-d", str(elf)], capture_output=True, check=True).stdout
+        pytest.skip("no objdump for this ELF")
+    return subprocess.run([objdump, "-d", *(("-m", arch) if arch else ()), str(elf)], capture_output=True,
+                          check=True).stdout

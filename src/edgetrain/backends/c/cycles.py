@@ -166,6 +166,24 @@ CORTEX_M7 = CoreTiming(
         "fp_store": "a VSTR.32 in one cycle like STR: 0 + 1 per word",
     })
 
+_M55 = "assumed, not from an Arm timing table"
+#: The Cortex-M55 (Armv8.1-M, Helium): its scalar costs are the M7 record's (loads pipelined from
+#: TCM, predicted branches, single-cycle MAC; no dual issue counted). Helium's instructions fall in
+#: the decoder's coprocessor space outside cp10/cp11 and count as "other": one cycle each. The
+#: M55 executes a 128-bit vector instruction as four 32-bit beats, two a cycle ("dual-beat"), so
+#: one alone takes 2 cycles, but a vector load or store overlaps a vector multiply-accumulate of
+#: the next instruction; in a loop that alternates them (et_int8_mve.h's: VLDRB, VMLADAVA) the
+#: average is about 1 cycle an instruction. Arm's Cortex-M55 Software Optimization Guide has the
+#: per-instruction figures; they are not reproduced here. Read the M55 estimate as the M7's model
+#: applied to the M55's instruction stream, not as a pipeline model of the M55.
+CORTEX_M55 = CoreTiming(
+    "cortex-m55",
+    cost=dict(CORTEX_M7.cost),
+    cost_per_word=CORTEX_M7.cost_per_word,
+    notes={**{c: f"as the M7 record: {n}" for c, n in CORTEX_M7.notes.items()},
+           "other": f"{_M55}: scalar data processing 1; a Helium instruction 1 (dual-beat: 2 alone, "
+                    f"overlapped with the next vector load/store or multiply-accumulate)"})
+
 _CV32 = "CV32E40P user manual (OpenHW Group), 'Pipeline Details', Table 'Cycle counts per instruction type'"
 _CV32X = "CV32E40X user manual (OpenHW Group), 'Pipeline Details', the same table"
 _RV32_COST = {"other": 1, "load": 1, "load_multiple": 1, "store": 1, "store_multiple": 1, "mul": 1, "mac": 5,
@@ -207,7 +225,7 @@ RV32IMC = CoreTiming("rv32imc", cost=_RV32_COST, cost_per_word=0, notes=_rv32_no
 
 #: cost table name (a target record's `cycle_table`) -> the table (one per firmware target of
 #: devices.targets, as a test checks; run_qemu gives no cycle estimate for a target without one)
-TIMINGS: Mapping[str, CoreTiming] = MappingProxyType({t.target: t for t in (CORTEX_M4, CORTEX_M7, RV32IMAFC,
+TIMINGS: Mapping[str, CoreTiming] = MappingProxyType({t.target: t for t in (CORTEX_M4, CORTEX_M7, CORTEX_M55, RV32IMAFC,
                                                                                    RV32IMC)})
 
 

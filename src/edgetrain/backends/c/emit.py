@@ -4,7 +4,6 @@ the host driver, a Makefile and a README; banks.py the two weight banks."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -13,27 +12,16 @@ from ...ir import Role
 from .banks import BANK_API, BANK_FUNCS, bank_arrays, bank_decls, bank_fresh_start
 from .constpool import ConstPool
 from .emit_graphs import PROFILE, SPLIT_HELPERS, gather_call, graph_function, scatter_call, state_decls, value_ptr
-from .kernels.check import CHECK_HEADER, has_check
+from .kernels.check import has_check
 from .layout import GRAPHS, CBackendError, Layout, build_layout
+# RUNTIME_DIR, and KERNEL_HEADERS as RUNTIME_HEADERS: the runtime headers every program includes,
+# every et_*.h of the folder less the per-program ones (runtime_headers.py), re-exported
+from .runtime_headers import BANK_HEADER, CHECK_HEADER, KERNEL_HEADERS, PAGE_HEADER, header_text
+from .runtime_headers import KERNEL_HEADERS as RUNTIME_HEADERS  # noqa: F401
+from .runtime_headers import RUNTIME_DIR as RUNTIME_DIR  # noqa: F401
 from .step_guard import checked_step, double_buffer_decls, double_for, guard_declarations, node_hooks, slots_for
 from .weights_file import release_hooks
 
-RUNTIME_DIR = Path(__file__).parent / "runtime"
-#: runtime headers every program includes (et_int8.h: the int8 forward, with et_int8_scales.h
-#: (the backward's per-channel factors) and et_int8_pool.h (pooling, concatenation), et_int8_dsp.h,
-#: et_int8_gemm.h and et_int8_dw.h: its Cortex-M DSP kernels, et_int8_grad.h: its backward,
-#: et_int8_update.h: its integer SGD;
-#: et_float_nn.h: activations, softmax, layer norm, pooling, embedding; et_float_bn.h: batch norm;
-#: et_float_gemm.h: convolutions and dense layers through the host's BLAS or the portable kernels;
-#: et_float_fused.h: float weight gradients fused with their update)
-RUNTIME_HEADERS = ("et_common.h", "et_float.h", "et_float_blas.h", "et_float_gemm.h", "et_float_nn.h",
-                   "et_float_bn.h", "et_int8.h", "et_int8_scales.h", "et_int8_pool.h",
-                   "et_int8_dsp.h", "et_int8_gemm.h", "et_int8_dw.h", "et_int8_grad.h", "et_int8_update.h",
-                   "et_float_shape.h", "et_float_fused.h", "et_float_conv_nd.h", "et_float_resample.h",
-                   "et_int8_resample.h", "et_float_gnorm.h", "et_float_pointwise.h", "et_int8_pointwise.h",
-                   "et_float_select.h", "et_float_qweights.h", "et_float_lmloss.h", "et_int8_transposed.h")
-#: the storage API of page_in / page_out, included by programs that page
-PAGE_HEADER = "et_page.h"
 #: model.h of a program with a run-time check (kernels/check.py)
 CHECK_API = ("/* the message of the first run-time check that failed since the last call (0: none) */",
              "const char *et_check_error(void);")
@@ -88,9 +76,9 @@ def _unit(prog, layout: Layout, embed: bool, weight_banks: int) -> _Unit:
     banked = bank_arrays(layout, prog.state, embed) if weight_banks == 2 else []
     if weight_banks == 2 and not banked:
         raise CBackendError("weight_banks=2: this program trains no state tensor")
-    headers = [h for h in RUNTIME_HEADERS if (RUNTIME_DIR / h).exists()]
+    headers = list(KERNEL_HEADERS)
     if banked:
-        headers.append("et_bank.h")
+        headers.append(BANK_HEADER)
     if layout.page_bytes > 0:
         headers.append(PAGE_HEADER)
     if has_check(gl.graph for gl in layout.graphs.values()):
@@ -418,7 +406,7 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
     c += ["#endif /* ET_NO_STATE_IO */", ""]
     files = {"model.h": "\n".join(_model_h(u)), "model.c": "\n".join(c)}
     for hh in u.headers:
-        files[hh] = (RUNTIME_DIR / hh).read_text()
+        files[hh] = header_text(hh)
     return files
 
 

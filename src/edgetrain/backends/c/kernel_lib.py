@@ -36,14 +36,14 @@ from typing import Mapping, Sequence
 
 from .cache import cache_path, publish_build
 from .layout import CBackendError
+# headers with per-program state (weight banks, the page file, a failed check): never in the shared object
+from .runtime_headers import PROGRAM_HEADERS
 from .toolchain import announced_build, run_tool
 
 #: a kernel definition of the runtime headers: `ET_INLINE void et_name(params) {`
 KERNEL_DEF = re.compile(r"^ET_INLINE void (et_\w+)\(([^)]*)\)\s*\{", re.M)
 #: a shorter function stays inline in model.c (a helper, called per element or per row)
 MIN_BODY_LINES = 6
-#: headers with per-program state (weight banks, the page file, a failed check): never in the shared object
-PROGRAM_HEADERS = ("et_bank.h", "et_page.h", "et_check.h")
 #: the wrappers' prefix
 PREFIX = "etk_"
 #: seconds the kernel object's compile may take

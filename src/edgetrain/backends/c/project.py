@@ -13,6 +13,7 @@ import numpy as np
 from .cvalues import fmt_values
 from .emit import emit_sources
 from .layout import GRAPHS, CBackendError, build_layout
+from .runtime_headers import header_text
 from .staging import write_files
 from .weights_file import DTYPE_CODES, EMBED_LIMIT_BYTES, SAMPLES_NAME, WEIGHTS_NAME, program_weights, samples_blob
 
@@ -442,7 +443,6 @@ def project_files(prog, samples: Iterable = (), embed_weights: Optional[bool] = 
     blas_make) and samples.bin when samples are given. `graphs`:
     as for emit.emit_sources (by default all three: the library's API has et_train_step,
     et_predict and et_gradients; a standalone trainer needs only ("train",))."""
-    from .emit import RUNTIME_DIR
     from .host import PROJECT_CFLAGS
 
     layout = build_layout(prog, graphs)
@@ -456,7 +456,7 @@ def project_files(prog, samples: Iterable = (), embed_weights: Optional[bool] = 
         files["main.c"] = HOST_MAIN
     elif not embed:
         files[WEIGHTS_NAME] = program_weights(prog, layout)
-        files["et_weights.h"] = (RUNTIME_DIR / "et_weights.h").read_text()
+        files["et_weights.h"] = header_text("et_weights.h")
         files["main.c"] = standalone_main(layout, prog)
         main_deps = "et_weights.h"
         b = blas_make()

@@ -11,8 +11,6 @@ from ..layout import CBackendError
 from .context import EmitContext
 from .registry import register
 
-#: the runtime header of a program with a check (its state: the failed check's message)
-CHECK_HEADER = "et_check.h"
 #: the NaN of each float C type
 _NAN = {"float32": "(0.0f / 0.0f)", "float64": "(0.0 / 0.0)"}
 
@@ -27,7 +25,7 @@ def c_string(text: str) -> str:
 
 
 def has_check(graphs) -> bool:
-    """True when one of `graphs` holds a check (its program includes CHECK_HEADER)."""
+    """True when one of `graphs` holds a check (its program includes runtime_headers.CHECK_HEADER)."""
     return any(n.op == CHECK for g in graphs for n in g.nodes)
 
 

@@ -6,6 +6,7 @@
  * (kernel_lib.PROGRAM_HEADERS). */
 #ifndef ET_CHECK_H
 #define ET_CHECK_H
+#include "et_common.h" /* ET_ERROR_HOOK */
 
 static const char *et_check_failed;
 

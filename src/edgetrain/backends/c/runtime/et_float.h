@@ -4,6 +4,7 @@
 #ifndef ET_FLOAT_H
 #define ET_FLOAT_H
 #include "et_common.h"
+#include "et_float_bn.h" /* batch norm on running statistics (with the training-mode kernels) */
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi" /* notes on passing 32-byte vectors (inline functions only) */
@@ -349,9 +350,6 @@ ET_INLINE void et_conv_grad_input(const float *ET_RESTRICT GY, const float *ET_R
             }
         }
 }
-
-/* ---- batch norm on running statistics: et_float_bn.h (with the training-mode kernels) */
-#include "et_float_bn.h"
 
 /* ---- dense layers --------------------------------------------------------------------- */
 /* Y[n][o] = B[o] + sum_k X[n][k] W[o][k] */

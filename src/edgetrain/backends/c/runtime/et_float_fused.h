@@ -3,12 +3,15 @@
  * linear layer's is computed one output row at a time into a scratch row R and applied to
  * that row of the weight (and momentum) before the next; an embedding's is summed for the
  * rows the batch touches only. The update is sgd_update's arithmetic, element by element:
- * d = g [+ wd * w]; [m = mu * m + d; d = m;] w = w - lr * d. Included after et_float_gemm.h
+ * d = g [+ wd * w]; [m = mu * m + d; d = m;] w = w - lr * d. Uses et_float_gemm.h
  * (et_conv2d_grad_weight: the host BLAS or the portable kernels) and et_float_nn.h (et_index_at). */
 #ifndef ET_FLOAT_FUSED_H
 #define ET_FLOAT_FUSED_H
 
 #include <string.h>
+#include "et_common.h"
+#include "et_float_gemm.h" /* et_conv2d_grad_weight: the host BLAS or the portable kernels */
+#include "et_float_nn.h"   /* et_index_at */
 
 #ifdef ET_STEP_GUARD
 /* The checked step's guard inside the fused updates (the ctypes library only: backends/c/step_guard.py

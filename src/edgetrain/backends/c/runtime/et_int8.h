@@ -17,176 +17,14 @@
 
 #include <stdint.h>
 #include <string.h>
-
-#ifndef ET_RESTRICT
-#define ET_RESTRICT __restrict__
-#endif
-
-/* int32 accumulators held on the stack per output-row segment (1 KB at 256) */
-#define ET_ACC_BLOCK 64
-
-/* ---- fixed point (ops/fixed_point.py) --------------------------------------------------
- * 32-bit integer arithmetic with one 32x32->64 multiply (SMULL/SMLAL on a Cortex-M), equal to
- * the reference for every input: gemmlowp's nudged, truncating high multiply
- * trunc((ab + (ab >= 0 ? 2^30 : 1 - 2^30)) / 2^31) is floor((ab + 2^30) / 2^31) for every
- * ab (for ab < 0, trunc(s / 2^31) = floor((s + 2^31 - 1) / 2^31)); the multiplier is >= 0
- * (quantize_multiplier), so the result fits int32. */
-static inline int32_t et_mbqm(int32_t x, int32_t mult, int32_t shift) {
-    if (shift > 0) { /* saturating x * 2^shift */
-        if (x > (INT32_MAX >> shift)) x = INT32_MAX;
-        else if (x < (INT32_MIN >> shift)) x = INT32_MIN;
-        else x = (int32_t)((uint32_t)x << shift);
-    }
-    const int32_t hi = (int32_t)(((int64_t)x * mult + ((int64_t)1 << 30)) >> 31);
-    if (shift >= 0) return hi;
-    const int32_t right = -shift;
-    const int32_t mask = (int32_t)((1u << right) - 1u);
-    const int32_t thr = (mask >> 1) + (hi < 0);
-    return (hi >> right) + ((hi & mask) > thr);
-}
-
-/* saturating int32 addition (the reference's int64 sum clipped to int32) */
-static inline int32_t et_addsat32(int32_t a, int32_t b) {
-    int32_t s;
-    if (__builtin_add_overflow(a, b, &s)) return a < 0 ? INT32_MIN : INT32_MAX;
-    return s;
-}
-
-static inline int32_t et_clampi(int32_t v, int32_t lo, int32_t hi) {
-    return v < lo ? lo : (v > hi ? hi : v);
-}
-
-/* floor of a float32 without libm (exact for every float) */
-static inline float et_floorf_(float x) {
-    if (!(x > -8388608.0f && x < 8388608.0f)) return x; /* already an integer (or nan/inf) */
-    int32_t i = (int32_t)x;
-    if ((float)i > x) i -= 1;
-    return (float)i;
-}
-
-/* round half to even (np.round) of a float32 without libm */
-static inline float et_rintf_(float x) {
-    if (!(x > -4194304.0f && x < 4194304.0f)) return x; /* |x| >= 2**22: integral enough */
-    volatile float t = x + 12582912.0f;                   /* 1.5 * 2**23 */
-    return t - 12582912.0f;
-}
-
-/* ---- per-channel float32 factors of the backward and updates: et_int8_scales.h */
-#include "et_int8_scales.h"
-
-/* ---- the counter hash of ops/qoptim.py ----------------------------------------------- */
-static inline uint32_t et_hash_key(uint32_t seed, uint32_t param_id, int32_t step) {
-    return seed + (uint32_t)step * 0x85EBCA77u + param_id * 0xC2B2AE3Du;
-}
-
-static inline float et_uniform(uint32_t key, uint32_t index) {
-    uint32_t h = index * 0x9E3779B1u + key;
-    h ^= h >> 16;
-    h *= 0x85EBCA6Bu;
-    h ^= h >> 13;
-    h *= 0xC2B2AE35u;
-    h ^= h >> 16;
-    return (float)(h >> 8) * 0x1p-24f;
-}
-
-/* ---- operands ------------------------------------------------------------------------- */
-/* Rows of an int8 NCHW tensor, whole or a ring buffer of `cap` rows per channel:
- * row k of channel c of image n is at p + n*nstride + c*cstride + (k % cap) * width. */
-typedef struct { int8_t *p; int32_t nstride, cstride, cap; } et_rows8;
-
-/* An int8 OIHW weight, whole (map == 0) or split in two arrays along `dim` (0 or 1):
- * map[k] >= 0: channel k is row map[k] of `sel`; else row -map[k]-1 of `rest`. */
-typedef struct {
-    const int8_t *w; const int8_t *sel; const int8_t *rest; const int16_t *map;
-    int32_t dim, nsel, nrest;
-} et_w8;
-
-/* the KH*KW taps of w[o, c] (c within the group) for a weight of CG channels per group */
-static inline const int8_t *et_w8_taps(const et_w8 *w, int32_t o, int32_t c, int32_t cg, int32_t khkw) {
-    if (!w->map) return w->w + ((int32_t)o * cg + c) * khkw;
-    if (w->dim == 1) {
-        int32_t m = w->map[c];
-        return m >= 0 ? w->sel + (o * w->nsel + m) * khkw : w->rest + (o * w->nrest + (-m - 1)) * khkw;
-    }
-    int32_t m = w->map[o];
-    return m >= 0 ? w->sel + (m * cg + c) * khkw : w->rest + ((-m - 1) * cg + c) * khkw;
-}
-
-/* ---- qconv2d: geometry and quantization of one layer ----------------------------------- */
-/* The geometry and zero points as int16 (kernels/int8_params.py checks the range): 56 bytes of
- * flash a layer instead of 96; the kernels widen them as they read them. */
-typedef struct {
-    int16_t n, c, h, w;        /* input */
-    int16_t o, cg, kh, kw;     /* weight (cg = c / groups) */
-    int16_t ho, wo;            /* output */
-    int16_t sh, sw, ph, pw, dh, dw;
-    int16_t groups;
-    int16_t x_zero, y_zero, qmin, qmax;
-    const int32_t *mult;         /* per output channel (int8 output) */
-    const int8_t *shift;         /* per output channel: -31..30 */
-    const float *out_scale;      /* per output channel (float output: x_scale * w_scale[o]) */
-} et_qconv_p;
-
-/* outputs [lo, hi) of `out` whose input index (output * stride + off) lies in [0, in) */
-static inline void et_tap_range(int32_t off, int32_t stride, int32_t in, int32_t out, int32_t *lo, int32_t *hi) {
-    int32_t a = off >= 0 ? 0 : (-off + stride - 1) / stride;
-    int32_t b = (in - 1 - off) >= 0 ? (in - 1 - off) / stride + 1 : 0;
-    if (b > out) b = out;
-    *lo = a; *hi = b < a ? a : b;
-}
-
-/* output columns [lo, hi) whose tap j reads an in-range input column */
-static inline void et_col_range(const et_qconv_p *P, int32_t j, int32_t *lo, int32_t *hi) {
-    et_tap_range(j * P->dw - P->pw, P->sw, P->w, P->wo, lo, hi);
-}
-
-/* One output row (n, o, ho) of a qconv2d: where it goes and how it is quantized, looked up
- * once per row; et_qrow_put stores the accumulator of column q plus the bias, saturated, to
- * y (requantized int8) or yf (float). */
-typedef struct {
-    int8_t *y;
-    float *yf;
-    int32_t bias, mult, shift, y_zero, qmin, qmax;
-    int32_t right, mask, half; /* shift <= 0: et_mbqm's rounding right shift, set up once */
-    float scale;
-} et_qrow;
-
-static inline et_qrow et_qconv_row(const et_qconv_p *P, et_rows8 y, float *yf, int32_t yo_off, int32_t n, int32_t o,
-                                   int32_t ho, const int32_t *bias) {
-    const int32_t at = n * y.nstride + (o - yo_off) * y.cstride + (ho % y.cap) * P->wo;
-    et_qrow r = {0, 0, bias[o], 0, 0, P->y_zero, P->qmin, P->qmax, 0, 0, 0, 0.0f};
-    if (yf) {
-        r.yf = yf + at;
-        r.scale = P->out_scale[o];
-    } else {
-        r.y = y.p + at;
-        r.mult = P->mult[o];
-        r.shift = P->shift[o];
-        r.right = r.shift > 0 ? 0 : -r.shift;
-        r.mask = (int32_t)((1u << r.right) - 1u);
-        r.half = r.mask >> 1;
-    }
-    return r;
-}
-
-/* et_mbqm(acc, mult, shift) with the row's shift set up (equal for every input) */
-static inline int32_t et_qrow_mbqm(const et_qrow *r, int32_t acc) {
-    if (r->shift > 0) return et_mbqm(acc, r->mult, r->shift);
-    const int32_t hi = (int32_t)(((int64_t)acc * r->mult + ((int64_t)1 << 30)) >> 31);
-    return (hi >> r->right) + ((hi & r->mask) > r->half + (hi < 0));
-}
-
-static inline void et_qrow_put(const et_qrow *r, int32_t q, int32_t acc) {
-    acc = et_addsat32(acc, r->bias);
-    if (r->yf) r->yf[q] = (float)acc * r->scale;
-    else r->y[q] = (int8_t)et_clampi(et_qrow_mbqm(r, acc) + r->y_zero, r->qmin, r->qmax);
-}
-
-#if defined(__ARM_FEATURE_DSP)
-#include "et_int8_dsp.h"  /* the Cortex-M DSP kernels of et_qconv_rows: GEMM columns, requantization */
-#include "et_int8_gemm.h" /* the GEMM's rows and driver */
-#include "et_int8_dw.h"   /* and depthwise */
-#endif
+#include "et_common.h"         /* ET_PARALLEL_FOR2: the host's threads */
+#include "et_int8_core.h"      /* fixed point, the counter hash, operands, a qconv2d layer and its output rows */
+#include "et_int8_scales.h"    /* the per-channel float32 factors of the backward and updates */
+#include "et_int8_dsp.h"       /* on the Cortex-M DSP extension (else empty): GEMM columns, requantization, */
+#include "et_int8_gemm.h"      /* the GEMM's rows and driver, */
+#include "et_int8_dw.h"        /* depthwise: the fast paths of et_qconv_rows, et_qadd, et_qmask_pack */
+#include "et_int8_rv32.h"      /* on RV32 without SIMD (else empty): pointwise rows in registers */
+#include "et_int8_pool.h"      /* int8 pooling and concatenation (ops/qpool.py) */
 
 /* Output rows [r0, r1) of output channels [o0, o1) of a qconv2d. y (int8) or yf (float32,
  * float_out) is addressed like x: row ho of channel o of image n at
@@ -208,10 +46,20 @@ static inline void et_qconv_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off
         return;
     }
 #endif
+#if defined(__riscv) && !defined(__riscv_vector)
+    if (et_qconv_dwp_ok(P)) {
+        et_qconv_dwp_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
+        return;
+    }
+    if (et_qconv_pw_ok(P, w)) {
+        et_qconv_pw_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
+        return;
+    }
+#endif
     const int32_t opg = P->o / P->groups, khkw = P->kh * P->kw;
-    int32_t acc[ET_ACC_BLOCK];
     int32_t col_lo[ET_COL_TAPS], col_hi[ET_COL_TAPS];
     for (int32_t j = 0; j < P->kw && j < ET_COL_TAPS; j++) et_col_range(P, j, &col_lo[j], &col_hi[j]);
+    int32_t acc[ET_ACC_BLOCK];
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t o = o0; o < o1; o++) {
             const int32_t c0 = (o / opg) * P->cg - xc_off;
@@ -312,9 +160,6 @@ static inline void et_qmean(const int8_t *x, int8_t *y, int32_t outer, int32_t i
 static inline void et_qclamp(const int8_t *x, int8_t *y, int32_t count, int32_t lo, int32_t hi) {
     for (int32_t k = 0; k < count; k++) y[k] = (int8_t)et_clampi(x[k], lo, hi);
 }
-
-/* ---- int8 pooling and concatenation (ops/qpool.py): et_int8_pool.h */
-#include "et_int8_pool.h"
 
 /* ---- quantize / dequantize --------------------------------------------------------------- */
 static inline void et_quantize(const float *x, int8_t *y, int32_t count, float scale, int32_t zero,

@@ -25,6 +25,9 @@
  * output channel); all sums are exact integers, so the order does not matter. */
 #ifndef ET_INT8_DSP_H
 #define ET_INT8_DSP_H
+#include <stdint.h>
+#include <string.h>
+#include "et_int8_core.h" /* et_qconv_p, et_w8, et_mbqm, et_qrow_put's arithmetic */
 #if defined(__ARM_FEATURE_DSP)
 #include <arm_acle.h>
 

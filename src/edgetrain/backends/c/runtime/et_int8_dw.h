@@ -12,6 +12,10 @@
  * portable loop of et_int8.h. */
 #ifndef ET_INT8_DW_H
 #define ET_INT8_DW_H
+#include <stdint.h>
+#include <string.h>
+#include "et_int8_core.h" /* et_qconv_p, et_rows8, et_w8 */
+#include "et_int8_dsp.h"  /* the words, packing and requantization */
 #if defined(__ARM_FEATURE_DSP)
 
 /* ---- depthwise ------------------------------------------------------------------------------

@@ -14,6 +14,10 @@
  *   dot products (the packing would cost as much as it saves). */
 #ifndef ET_INT8_GEMM_H
 #define ET_INT8_GEMM_H
+#include <stdint.h>
+#include "et_int8_core.h" /* et_qconv_p, et_rows8, et_w8 */
+#include "et_int8_dsp.h"  /* the words, columns, dot products and requantization */
+#include "et_int8_mve.h"  /* Helium (the Cortex-M55; else empty): et_gemm_row_mve */
 #if defined(__ARM_FEATURE_DSP)
 /* sxtab16 of v rotated by 8: a + the sign-extended bytes 1 and 3 of v, per halfword */
 static inline int32_t et_sxtab16_ror8(int32_t a, uint32_t v) {
@@ -138,6 +142,10 @@ static inline int et_gemm_wide_k(int32_t k) { return (k & 3) == 0 && k >= 8 && 4
 static ET_DSP_NOINLINE void et_gemm_row_wide(const et_gemm_oc *t, int32_t pairs, const int8_t *x, int32_t xs,
                                              int32_t k, int32_t x_zero, int8_t *col, int32_t px, int8_t *y,
                                              int32_t cs) {
+#if defined(__ARM_FEATURE_MVE)
+    et_gemm_row_mve(t, pairs, x, xs, k, x_zero, col, px, y, cs);
+    return;
+#endif
     const int32_t nz = et_pack16(-x_zero, -x_zero);
     if (k == 8) et_gemm_row_wide_k(t, pairs, x, xs, 8, nz, col, px, y, cs);
     else if (k == 16) et_gemm_row_wide_k(t, pairs, x, xs, 16, nz, col, px, y, cs);

@@ -1,7 +1,10 @@
 /* edgetrain C runtime: int8 pooling and concatenation (ops/qpool.py), split from et_int8.h,
- * which includes it after the definitions it uses. Header-only. */
+ * which includes it. Header-only. */
 #ifndef ET_INT8_POOL_H
 #define ET_INT8_POOL_H
+#include <stdint.h>
+#include <string.h>
+#include "et_int8_core.h" /* et_mbqm, et_clampi */
 
 /* ---- int8 pooling and concatenation (ops/qpool.py) ---------------------------------------
  * NCHW planes; a window's taps run in (i, j) order; a padded tap is skipped (a max pool's

@@ -1,6 +1,6 @@
 /* edgetrain C runtime (host): the weights file and the samples file of a host project, whose
  * format backends/c/weights_file.py describes and writes. Included by the standalone driver
- * (main.c) after model.h: it loads and saves the state through model.h's state I/O
+ * (main.c); includes model.h: it loads and saves the state through model.h's state I/O
  * (et_state_ptr: read in place, no second copy; else et_set_state / et_get_state), and reads
  * one sample at a time, so neither the weights nor the samples are held twice.
  * Built with ET_MAP_WEIGHTS=1 (the standalone Makefile's default on Linux), the frozen tensors are
@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "model.h" /* the program's state I/O: et_num_state, et_state_ptr, et_bind_state, ... */
 
 #ifndef ET_MAP_WEIGHTS
 #define ET_MAP_WEIGHTS 0

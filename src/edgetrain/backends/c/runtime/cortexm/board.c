@@ -11,7 +11,11 @@
 
 #define REG(addr) (*(volatile uint32_t *)(addr))
 
+/* A board whose UART0 and watchdog sit elsewhere names them with -D (its target's defines):
+ * the MPS3 AN547 (Cortex-M55) has them at 0x59303000 and 0x5802E000 (secure aliases). */
+#ifndef UART0_BASE
 #define UART0_BASE 0x40004000u
+#endif
 #define UART_DATA (UART0_BASE + 0x00u)
 #define UART_STATE (UART0_BASE + 0x04u)
 #define UART_CTRL (UART0_BASE + 0x08u)
@@ -21,7 +25,9 @@
 /* The smallest divider the UART accepts (its manual: BAUDDIV >= 16); QEMU ignores the rate. */
 #define UART_MIN_BAUDDIV 16u
 
+#ifndef WDOG_BASE
 #define WDOG_BASE 0x40008000u
+#endif
 #define WDOG_LOAD (WDOG_BASE + 0x000u)
 #define WDOG_CONTROL (WDOG_BASE + 0x008u)
 #define WDOG_LOCK (WDOG_BASE + 0xC00u)
