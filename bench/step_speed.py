@@ -24,8 +24,8 @@ backend's default flags (explicit FMA in the float GEMM / convolution kernels), 
 FMA (--no-fma). Convolutions and dense layers run on the host's BLAS (backends/c/blas.py,
 MKL or scipy-openblas32) where installed: --kernels portable builds the dependency-free kernels instead,
 --kernels both builds the two libraries and times them side by side (`c` and `c_portable`).
---threads N runs the BLAS on N threads (EDGETRAIN_BLAS_THREADS=N, read by the library at its
-first GEMM) and PyTorch on N threads; the default is one. Each row gives the convolution and
+--threads N runs the C library on N threads (EDGETRAIN_BLAS_THREADS=N, CRunner's default `threads`: its
+GEMM tiles and its kernels' parallel loops, results independent of N) and PyTorch on N threads; the default is one. Each row gives the convolution and
 dense-layer FLOPs of the step (2 x MACs of conv2d*, linear*, matmul nodes), their GFLOP/s in the
 raw C step and in PyTorch, and this core's single-thread sgemm peak (bench/sgemm_peak.py, same
 BLAS). Prints JSON lines and a markdown table.
@@ -300,7 +300,7 @@ def main(argv=None):
     ap.add_argument("--kernels", choices=("blas", "portable", "both"), default="blas",
                     help="the host library's convolutions and dense layers: the BLAS (where installed), the "
                          "dependency-free kernels, or both side by side")
-    ap.add_argument("--threads", type=int, default=1, help="threads of the BLAS and of PyTorch")
+    ap.add_argument("--threads", type=int, default=1, help="threads of the C library (BLAS and kernels) and of PyTorch")
     ap.add_argument("--ort-python", default="", help="the python of the ONNX Runtime training venv (default: "
                     f"{DEFAULT_ORT_VENV}/bin/python under edgetrain's cache directory)")
     ap.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime training out")

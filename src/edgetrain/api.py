@@ -29,7 +29,7 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: Union[str, torc
             optimizer: SGD = SGD(lr=0.01), budget: Optional[Budget] = None,
             backend: str = "reference", calibration: Optional[Iterable] = None,
             contributions=None, search: str = "exact", batchnorm: str = "eval",
-            frozen: Optional[str] = None, ignore_index: int = -100) -> Program:
+            frozen: Optional[str] = None, ignore_index: int = -100, threads: Optional[int] = None) -> Program:
     """Compile `model` into a training program for inputs shaped like `example_inputs`.
 
     loss: one of passes/loss.py's LOSSES, or the torch loss module that computes it
@@ -61,7 +61,16 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: Union[str, torc
     scheme does not train: with update=LoRA(...), the whole base) quantized, per output channel
     in int8 or in 4-bit groups of 32 inputs (ops/qweights.py gives the layout), dequantized
     inside the kernels; `edgetrain.quantize.dequantized(model, frozen, example_inputs, update)` is the PyTorch model
-    with the values the program computes with."""
+    with the values the program computes with.
+
+    threads: backend="c" built with OpenMP (backends/c/host.py OPENMP_CFLAGS), its GEMM tiles and its
+    kernels' parallel loops on that many threads (an int >= 1); the results do not depend on it. Without
+    it, the default serial library (its BLAS on $EDGETRAIN_BLAS_THREADS threads). The reference runtime
+    does not use it."""
+    if threads is not None:  # backend="c"'s thread count (CRunner): an int >= 1
+        from .backends.c.host import check_threads
+
+        threads = check_threads(threads)
     loss, ignore_index = loss_spec(loss, ignore_index)
     _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend, contributions, search,
                 batchnorm)
@@ -70,8 +79,9 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: Union[str, torc
                       batchnorm=batchnorm,
                       budget=budget, calibration=calibration, frozen=frozen)
     if isinstance(update, str):
-        return _compile_auto(model, tuple(example_inputs), options, backend, contributions, search)
-    return _on_backend(_program(model, pipeline.front(model, tuple(example_inputs), options), options), backend)
+        return _compile_auto(model, tuple(example_inputs), options, backend, contributions, search, threads)
+    return _on_backend(_program(model, pipeline.front(model, tuple(example_inputs), options), options), backend,
+                       threads)
 
 
 def _program(model: torch.nn.Module, front: pipeline.Front, options: Options) -> Program:
@@ -100,18 +110,22 @@ def _op_sources(cap) -> dict[str, tuple[str, ...]]:
     return {op: tuple(lines) for op, lines in out.items()}
 
 
-def _on_backend(prog: Program, backend: str) -> Program:
-    """The program run by `backend` (the reference runner, or the C backend's CRunner)."""
+def _on_backend(prog: Program, backend: str, threads: Optional[int] = None) -> Program:
+    """The program run by `backend` (the reference runner, or the C backend's CRunner on `threads`)."""
     if backend == "c":
         from .backends.c.host import to_c_program
         from .backends.capabilities import check_program
 
         check_program(prog, "c")  # an op without a C kernel: refused before any C is built
-        return to_c_program(prog)
+        from .backends.c.host import OPENMP_CFLAGS
+
+        # threads= asks for the threaded (OpenMP) library; without it, the default serial build
+        return to_c_program(prog, OPENMP_CFLAGS if threads is not None else None, threads)
     return prog
 
 
-def _compile_auto(model, example_inputs: tuple, options: Options, backend, contributions, search) -> Program:
+def _compile_auto(model, example_inputs: tuple, options: Options, backend, contributions, search,
+                  threads: Optional[int] = None) -> Program:
     """update="auto": the search (sparse/auto.py) compiles each candidate scheme from one front."""
     table = as_table(contributions)
     if table.meta.get("quantize", options.quantize) != options.quantize:
@@ -130,7 +144,7 @@ def _compile_auto(model, example_inputs: tuple, options: Options, backend, contr
         raise BudgetError(f"update='auto': {err}") from err
     if budget.flash is not None:
         pipeline.check_flash(prog.memory, budget)
-    return _on_backend(prog.replace(search=info), backend)
+    return _on_backend(prog.replace(search=info), backend, threads)
 
 
 def _state_aliases(model: torch.nn.Module, names: set[str]) -> dict[str, str]:

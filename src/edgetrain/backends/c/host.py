@@ -34,17 +34,46 @@ DEFAULT_CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno"
                   "-DET_FLOAT_FMA", "-std=gnu11",
                   "-Wall", "-Wno-unused-function", "-Wno-unused-variable")
 #: an emitted project's Makefile: every float sum in the source's order, no FMA, so its host
-#: build prints the very losses its Cortex-M build prints
+#: build prints the very losses its Cortex-M build prints; serial (no -fopenmp: the cross builds take these too)
 PROJECT_CFLAGS = tuple(f for f in DEFAULT_CFLAGS if f not in ("-DET_OMP_SIMD", "-DET_FLOAT_FMA"))
 #: the ctypes library on a machine with a BLAS, unless EDGETRAIN_BLAS=0 (blas.py): et_float_gemm.h's
 #: convolutions and dense layers as GEMMs (emitted projects keep the portable kernels)
 DEFAULT_CFLAGS = DEFAULT_CFLAGS + blas_default_flags()
+#: the threaded host library (opt-in: CRunner(flags=OPENMP_CFLAGS, threads=N)): -fopenmp runs the kernels'
+#: ET_PARALLEL_FOR loops and the GEMMs' fixed tiles (runtime/et_common.h, et_float_blas.h) on `threads`
+#: threads, results independent of the count; not the default: on the 2-core machine it was measured on it
+#: was slower than the serial build (the loops' bodies are outlined before the kernels are inlined at their
+#: constant shapes)
+OPENMP_CFLAGS = DEFAULT_CFLAGS + ("-fopenmp",)
 #: the sanitizer build of the tests
 SANITIZE_CFLAGS = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                    "-fno-omit-frame-pointer", "-ffp-contract=off", "-fno-math-errno", "-fopenmp-simd", "-DET_OMP_SIMD",
                    "-std=gnu11")
 #: seconds a compile may take (a large model's model.c at -O3)
 COMPILE_TIMEOUT = 900
+#: environment: a C runner's thread count when none is given (default 1)
+THREADS_ENV = "EDGETRAIN_BLAS_THREADS"
+
+
+def check_threads(threads) -> int:
+    """`threads` (the BLAS's and the kernels' thread count of a C runner) as an int >= 1, or a
+    ValueError / TypeError saying what it got."""
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
+        raise TypeError(f"threads must be an int >= 1, got {threads!r}")
+    if threads < 1:
+        raise ValueError(f"threads must be an int >= 1, got {threads}")
+    return int(threads)
+
+
+def default_threads() -> int:
+    """A C runner's thread count when none is given: $EDGETRAIN_BLAS_THREADS, else 1."""
+    env = os.environ.get(THREADS_ENV, "").strip()
+    if not env:
+        return 1
+    try:
+        return check_threads(int(env))
+    except ValueError as err:
+        raise ValueError(f"{THREADS_ENV}={env!r}: {err}") from None
 
 
 def find_cc() -> str:
@@ -153,14 +182,17 @@ class CRunner(RunnerBase):
     stored split is copied in before and out after each call. The arrays a fused weight-gradient
     update writes are double-buffered (step_guard.py): each step commits by moving them to their
     other copy, and `self.state`'s entries for them are re-pointed after it, so an array taken
-    from `self.state` before a step holds the weights before it (read `self.state` again)."""
+    from `self.state` before a step holds the weights before it (read `self.state` again).
+    `threads` (default $EDGETRAIN_BLAS_THREADS, else 1; settable) is the thread count of the BLAS and
+    of the kernels' parallel loops (runtime/et_common.h's ET_PARALLEL_FOR): the results do not depend on it."""
 
     backend = "c"
 
     def __init__(self, compiled: CompiledProgram, state: Optional[Mapping[str, np.ndarray]] = None, steps: int = 0,
-                 flags: Optional[Sequence[str]] = None):
+                 flags: Optional[Sequence[str]] = None, threads: Optional[int] = None):
         from .emit import emit_sources
 
+        threads = default_threads() if threads is None else check_threads(threads)  # before any build
         super().__init__(compiled, state, steps)
         self.flags = tuple(flags or DEFAULT_CFLAGS)
         self.kernels = blas_describe(self.flags)  # the BLAS or the portable kernels, in words
@@ -168,6 +200,7 @@ class CRunner(RunnerBase):
         self.c_files = emit_sources(self, embed_weights=False, layout=self.c_layout)
         self.c_library = build_library(self.c_files, with_guard(self.flags))  # et_train_step_checked's guard
         self._lib = _bind(load_private(self.c_library))
+        self.threads = threads
         self._lib.et_init()
         self._views: dict[str, np.ndarray] = {}
         self._view_at: dict[tuple[str, int], np.ndarray] = {}  # (name, address) -> view
@@ -184,6 +217,23 @@ class CRunner(RunnerBase):
             self._open_pages()
         self._split = [st for st in self.c_layout.states.values() if st.kind == "split"]
         self.c_layout_names = list(self.c_layout.states)
+
+    @property
+    def threads(self) -> int:
+        """The thread count of the BLAS and the kernels (et_threads of the library)."""
+        return self._threads
+
+    @threads.setter
+    def threads(self, n: int) -> None:
+        n = check_threads(n)
+        try:
+            ctypes.c_int.in_dll(self._lib, "et_threads").value = n
+        except ValueError:  # built without -fopenmp: serial kernels, the BLAS on $EDGETRAIN_BLAS_THREADS
+            if n != default_threads():
+                raise CBackendError(f"threads={n}: this C library was built without -fopenmp (its kernels are "
+                                    f"serial, its BLAS on ${THREADS_ENV} threads); build it with "
+                                    f"flags=host.OPENMP_CFLAGS") from None
+        self._threads = n
 
     def _view(self, st, ptr: int) -> np.ndarray:
         """The numpy view of state `st`'s array at address `ptr` (one per copy, kept)."""
@@ -203,7 +253,7 @@ class CRunner(RunnerBase):
 
     def rebind(self, compiled: CompiledProgram) -> "CRunner":
         """A C runner (same flags, its own library) for `compiled`, from a copy of this state."""
-        return CRunner(compiled, self.state, self.steps, self.flags)
+        return CRunner(compiled, self.state, self.steps, self.flags, self.threads)
 
     def _open_pages(self):
         """Point the library's page API (et_page.h) at the page store's file."""
@@ -341,7 +391,7 @@ def _tt(view):
     return TensorType(tuple(view.shape), str(view.dtype))
 
 
-def to_c_program(prog, flags: Optional[Sequence[str]] = None):
+def to_c_program(prog, flags: Optional[Sequence[str]] = None, threads: Optional[int] = None):
     """The same program run by the C backend: a Program holding `prog`'s compiled program and
-    a C runner (its own library) from a copy of `prog`'s state and step count."""
-    return type(prog)(prog.compiled, CRunner(prog.compiled, prog.state, prog.steps, flags))
+    a C runner (its own library, on `threads` threads) from a copy of `prog`'s state and step count."""
+    return type(prog)(prog.compiled, CRunner(prog.compiled, prog.state, prog.steps, flags, threads))

@@ -11,7 +11,7 @@ from ....ir import Node
 from ....ops.bnfused import operands as bn_operands
 from ....ops.loss import IGNORE_INDEX, ce_layout
 from ..layout import CBackendError
-from .cloops import broadcast_strides, c_block, contiguous_strides, loop_nest, merge_dims
+from .cloops import PARALLEL_MIN_ELEMENTS, broadcast_strides, c_block, contiguous_strides, loop_nest, merge_dims
 from .context import EmitContext
 from .registry import register
 
@@ -55,7 +55,8 @@ def _binary(op):
                 return f"Y[{o[2]}] = A[{o[0]}] {sym} B[{o[1]}];"
             return f"Y[{o[2]}] = ({t})(({arith})A[{o[0]}] {sym} ({arith})B[{o[1]}]);"
 
-        return c_block(f"const {t} *A = {pa}; const {t} *B = {pb}; {t} *Y = {py};", loop_nest(y.shape, sts, body))
+        return c_block(f"const {t} *A = {pa}; const {t} *B = {pb}; {t} *Y = {py};",
+                       loop_nest(y.shape, sts, body, parallel=True))
     return emit
 
 
@@ -70,7 +71,8 @@ def _unary(expr_fn):
         n = node.out.type.numel
         decl = " ".join(f"const float *X{k} = {p};" for k, p in enumerate(ins))
         return c_block(decl + f" float *Y = {ctx.ptr(node.out)};",
-                       "ET_SIMD", f"for (int i = 0; i < {n}; ++i) {{ {expr_fn(node, ctx)} }}")
+                       f"ET_PARALLEL_FOR_SIMD({n})" if n >= PARALLEL_MIN_ELEMENTS else "ET_SIMD",
+                       f"for (int i = 0; i < {n}; ++i) {{ {expr_fn(node, ctx)} }}")
     return emit
 
 
@@ -185,7 +187,7 @@ def _expand(node, ctx):
     t = ctx.ctype(y)
     sts = [broadcast_strides(x.shape, y.shape), contiguous_strides(y.shape)]
     return c_block(f"const {t} *X = {ctx.ptr(x)}; {t} *Y = {ctx.ptr(y)};",
-                   loop_nest(y.shape, sts, lambda o: f"Y[{o[1]}] = X[{o[0]}];"))
+                   loop_nest(y.shape, sts, lambda o: f"Y[{o[1]}] = X[{o[0]}];", parallel=True))
 
 
 @register("permute")
@@ -439,7 +441,8 @@ def _sgd_update(node, ctx):
     decl = f"const float *G = {ctx.ptr(g)};" + (f" float *M = {ctx.ptr(mom)};" if mom is not None else "")
     if a.get("index") is None or (st is not None and st.kind == "split"):
         wp = st.sram if st is not None else ctx.ptr(w)
-        return c_block(decl + f" float *W = (float *){wp};",
+        par = [f"ET_PARALLEL_FOR({n})"] if n >= PARALLEL_MIN_ELEMENTS else []  # each element once: any thread
+        return c_block(decl + f" float *W = (float *){wp};", *par,
                        f"for (int i = 0; i < {n}; ++i) {{ const int j = i; {' '.join(body)} }}")
     # a channel subset of a weight kept whole (not split): indexed update
     outer, d, inner = _outer_inner(w.shape, a["dim"])

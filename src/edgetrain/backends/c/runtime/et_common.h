@@ -50,6 +50,38 @@
 #define ET_SIMD
 #endif
 
+/* host threads (the ctypes host library is built with -fopenmp: backends/c/host.py): ET_PARALLEL_FOR(work) before
+ * a loop over independent outputs (channels, rows, images) runs its iterations on et_threads threads, statically
+ * split, when et_threads > 1 and `work` (about the loop's element operations) reaches ET_PARALLEL_MIN_WORK;
+ * ET_PARALLEL_FOR2 collapses the two loops that follow. An iteration is the same sequence of operations on any
+ * thread and no sum is split across iterations: the results do not depend on the thread count (float32 bit for
+ * bit). et_threads (one per library: weak, shared by the kernels' object and model.c) is set by the host runner
+ * (CRunner's threads=) and gives the BLAS its thread count too. Without OpenMP (the firmware, emitted projects,
+ * the cross builds) every loop is serial and the macros are empty. */
+#ifdef _OPENMP
+#include <omp.h>
+__attribute__((weak)) int et_threads = 1;
+#ifndef ET_PARALLEL_MIN_WORK
+#define ET_PARALLEL_MIN_WORK 32768
+#endif
+#define ET_PARALLEL_FOR(work) \
+    ET_PRAGMA(omp parallel for schedule(static) num_threads(et_threads) if (ET_PARALLEL_WORTH(work)))
+#define ET_PARALLEL_FOR2(work) \
+    ET_PRAGMA(omp parallel for collapse(2) schedule(static) num_threads(et_threads) if (ET_PARALLEL_WORTH(work)))
+#define ET_PARALLEL_FOR_SIMD(work) \
+    ET_PRAGMA(omp parallel for simd schedule(static) num_threads(et_threads) if (ET_PARALLEL_WORTH(work)))
+/* ... with the iterations' flags ORed into the int `v` */
+#define ET_PARALLEL_FOR_OR(work, v) \
+    ET_PRAGMA(omp parallel for schedule(static) reduction(|:v) num_threads(et_threads) if (ET_PARALLEL_WORTH(work)))
+/* more than one thread, enough work, and not already inside a parallel loop (a kernel called from one) */
+#define ET_PARALLEL_WORTH(work) (et_threads > 1 && (double)(work) >= ET_PARALLEL_MIN_WORK && !omp_in_parallel())
+#else
+#define ET_PARALLEL_FOR(work)
+#define ET_PARALLEL_FOR2(work)
+#define ET_PARALLEL_FOR_SIMD(work) ET_SIMD
+#define ET_PARALLEL_FOR_OR(work, v)
+#endif
+
 typedef union { double d; uint64_t u; } et_bits64;
 
 ET_INLINE double et_pow2i(int k) { /* 2^k for k in [-1022, 1023] */

@@ -14,8 +14,10 @@
  * GEMM-path functions are not inlined: their arguments are run-time values, so gcc compiles each once per program
  * instead of once per call site. The scratch matrices live in three per-thread buffers that grow
  * to the largest layer and are kept (host only: malloc); et_float_gemm.h's host depthwise
- * kernels use them too. The BLAS runs on EDGETRAIN_BLAS_THREADS threads (environment, read at
- * the first call; default 1). ET_BLAS_SGEMM / ET_BLAS_SET_THREADS name the library's functions
+ * kernels use them too. The ctypes library (built with OpenMP) cuts each GEMM into tiles fixed by its shape,
+ * single-threaded BLAS calls run on its et_threads threads (et_common.h: the results do not depend on the count);
+ * without OpenMP the BLAS runs on EDGETRAIN_BLAS_THREADS threads (environment, read at the first call; default 1:
+ * an emitted project's `make main`). ET_BLAS_SGEMM / ET_BLAS_SET_THREADS name the library's functions
  * (cblas_sgemm and openblas_set_num_threads unless the build names prefixed ones).
  *
  * Layout: NCHW activations, weights [O][C/G][KH][KW], dense weights [O][K]. Header-only. */
@@ -53,10 +55,17 @@ void MKL_Set_Num_Threads(int);
  * kernels of kernel_lib.py, which wraps the `ET_INLINE void` functions every build defines) */
 #define ET_HOST_INLINE static inline __attribute__((always_inline))
 
-/* C = A B (transposes as asked), row-major; the thread count set once per library */
+#define ET_SGEMM_TILE_M 128
+#define ET_SGEMM_TILE_N 512
+/* C = A B (transposes as asked), row-major; the thread count set once per library (with OpenMP: one, at every
+ * call, 0.2 us: the BLAS's count is the process's; the library's et_threads run its tiles) */
 static void et_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                      float beta, float *Cm, int ldc) {
     static int threads_set = 0;
+#ifdef _OPENMP
+    ET_BLAS_SET_THREADS(1); /* the threads split the GEMM in fixed tiles below */
+    threads_set = 1;
+#endif
     if (!threads_set) {
         const char *e = getenv("EDGETRAIN_BLAS_THREADS");
         const int t = e ? atoi(e) : 1;
@@ -69,6 +78,23 @@ static void et_sgemm(int ta, int tb, int M, int N, int K, const float *A, int ld
             for (int j = 0; j < N; ++j) Cm[(size_t)i * ldc + j] = beta == 0.f ? 0.f : beta * Cm[(size_t)i * ldc + j];
         return;
     }
+#ifdef _OPENMP
+    /* on the library's threads (et_common.h): C in tiles of at most ET_SGEMM_TILE_M rows x ET_SGEMM_TILE_N columns,
+     * one single-threaded BLAS call each; the tiles depend on the shape only, so every element of C is the same
+     * call's on any thread count (OpenBLAS's own threading picks other kernels with its thread count) */
+    const int tm = M > 2 * ET_SGEMM_TILE_M ? ET_SGEMM_TILE_M : M, tn = N > 2 * ET_SGEMM_TILE_N ? ET_SGEMM_TILE_N : N;
+    const int nm = (M + tm - 1) / tm, nn = (N + tn - 1) / tn;
+    if (nm * nn > 1) {
+        ET_PARALLEL_FOR((double)M * N * K)
+        for (int t = 0; t < nm * nn; ++t) {
+            const int i0 = t / nn * tm, j0 = t % nn * tn, mi = M - i0 < tm ? M - i0 : tm, nj = N - j0 < tn ? N - j0 : tn;
+            ET_BLAS_SGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, mi, nj, K, 1.0f,
+                          ta ? A + i0 : A + (size_t)i0 * lda, lda, tb ? B + (size_t)j0 * ldb : B + j0, ldb, beta,
+                          Cm + (size_t)i0 * ldc + j0, ldc);
+        }
+        return;
+    }
+#endif
     ET_BLAS_SGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A,
                   lda, B, ldb, beta, Cm, ldc);
 }

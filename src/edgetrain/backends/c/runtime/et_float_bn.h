@@ -34,6 +34,7 @@ ET_INLINE void et_bn_batch_moments(const float *ET_RESTRICT X, int N, int C, int
 /* Y = (X - mean) / sqrt(var + eps) [* w + b], batch statistics (w, b may both be 0) */
 ET_INLINE void et_bn_train_fwd(const float *ET_RESTRICT X, const float *ET_RESTRICT w, const float *ET_RESTRICT b,
                                float *ET_RESTRICT Y, int N, int C, int HW, double eps) {
+    ET_PARALLEL_FOR((double)N * C * HW)
     for (int c = 0; c < C; ++c) {
         double m, v;
         et_bn_batch_moments(X, N, C, HW, c, &m, &v);
@@ -53,6 +54,7 @@ ET_INLINE void et_bn_train_grad_input(const float *ET_RESTRICT G, const float *E
                                       const float *ET_RESTRICT w, float *ET_RESTRICT GX,
                                       int N, int C, int HW, double eps) {
     const double count = (double)N * (double)HW;
+    ET_PARALLEL_FOR((double)N * C * HW)
     for (int c = 0; c < C; ++c) {
         double m, v;
         et_bn_batch_moments(X, N, C, HW, c, &m, &v);
@@ -80,6 +82,7 @@ ET_INLINE void et_bn_train_grad_input(const float *ET_RESTRICT G, const float *E
 /* GW[c] = sum(G * xhat) over channel c, batch statistics */
 ET_INLINE void et_bn_train_grad_weight(const float *ET_RESTRICT G, const float *ET_RESTRICT X,
                                        float *ET_RESTRICT GW, int N, int C, int HW, double eps) {
+    ET_PARALLEL_FOR((double)N * C * HW)
     for (int c = 0; c < C; ++c) {
         double m, v, s = 0.0;
         et_bn_batch_moments(X, N, C, HW, c, &m, &v);
@@ -100,6 +103,7 @@ ET_INLINE void et_bn_update_stats(float *ET_RESTRICT RM, float *ET_RESTRICT RV, 
     const double count = (double)N * (double)HW;
     if (tracked) *tracked += 1;
     const float f = (float)(momentum < 0.0 ? 1.0 / (double)*tracked : momentum);
+    ET_PARALLEL_FOR((double)N * C * HW)
     for (int c = 0; c < C; ++c) {
         double m, v;
         et_bn_batch_moments(X, N, C, HW, c, &m, &v);
@@ -113,6 +117,7 @@ ET_INLINE void et_bn_update_stats(float *ET_RESTRICT RM, float *ET_RESTRICT RV, 
 ET_INLINE void et_bn_fwd(const float *ET_RESTRICT X, const float *ET_RESTRICT mean, const float *ET_RESTRICT var,
                          const float *ET_RESTRICT w, const float *ET_RESTRICT b, float *ET_RESTRICT Y,
                          int N, int C, int HW, float eps) {
+    ET_PARALLEL_FOR2((double)N * C * HW)
     for (int n = 0; n < N; ++n)
         for (int c = 0; c < C; ++c) {
             const float inv = 1.f / ET_SQRTF(var[c] + eps), m = mean[c];
@@ -129,6 +134,7 @@ ET_INLINE void et_bn_fwd(const float *ET_RESTRICT X, const float *ET_RESTRICT me
  * in-place effect: each element is read before it is written), so X, R and Y are not restrict */
 ET_INLINE void et_bn_act_fwd(const float *X, const float *ET_RESTRICT mean, const float *ET_RESTRICT var,
                              const float *ET_RESTRICT w, const float *ET_RESTRICT b, const float *R, float *Y, int N, int C, int HW, float eps, int act, float lo, float hi) {
+    ET_PARALLEL_FOR2((double)N * C * HW)
     for (int n = 0; n < N; ++n)
         for (int c = 0; c < C; ++c) {
             const float inv = 1.f / ET_SQRTF(var[c] + eps), m = mean[c];
@@ -163,6 +169,7 @@ ET_INLINE void et_bn_act_fwd(const float *X, const float *ET_RESTRICT mean, cons
 
 ET_INLINE void et_bn_grad_input(const float *ET_RESTRICT G, const float *ET_RESTRICT var,
                                 const float *ET_RESTRICT w, float *ET_RESTRICT GX, int N, int C, int HW, float eps) {
+    ET_PARALLEL_FOR2((double)N * C * HW)
     for (int n = 0; n < N; ++n)
         for (int c = 0; c < C; ++c) {
             float a = 1.f / ET_SQRTF(var[c] + eps);
@@ -176,6 +183,7 @@ ET_INLINE void et_bn_grad_input(const float *ET_RESTRICT G, const float *ET_REST
 ET_INLINE void et_bn_grad_weight(const float *ET_RESTRICT G, const float *ET_RESTRICT X,
                                  const float *ET_RESTRICT mean, const float *ET_RESTRICT var,
                                  float *ET_RESTRICT GW, int N, int C, int HW, float eps) {
+    ET_PARALLEL_FOR((double)N * C * HW)
     for (int c = 0; c < C; ++c) {
         const float m = mean[c];
         float s = 0.f;
@@ -216,6 +224,7 @@ ET_INLINE void et_bn_backward_fused(const float *G, const float *ET_RESTRICT XC,
                                     const float *ET_RESTRICT var, const float *ET_RESTRICT w,
                                     float *ET_RESTRICT GW, float *ET_RESTRICT GB, float *GX,
                                     int N, int C, int HW, float eps) {
+    ET_PARALLEL_FOR((double)N * C * HW)
     for (int c = 0; c < C; ++c) {
         const float inv = 1.f / ET_SQRTF(var[c] + eps), m = mean ? mean[c] : 0.f;
         const float a = w ? w[c] * inv : inv;

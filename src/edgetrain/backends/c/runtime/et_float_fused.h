@@ -128,15 +128,23 @@ static void et_row_guard_fence(void) {
 #endif
 
 /* one row of sgd_update: W (and M) updated in place from the gradient row D (D == 0: a zero gradient);
- * in the checked step, out of place into the other copies (et_row_guard) */
+ * in the checked step, out of place into the other copies (et_row_guard), ET_SGD_CHUNK floats at a time
+ * (on the host's threads: et_common.h's ET_PARALLEL_FOR) */
+#define ET_SGD_CHUNK 4096
 ET_INLINE void et_sgd_row(float *ET_RESTRICT W, float *ET_RESTRICT M, const float *ET_RESTRICT D, int len,
                           float lr, float mu, float wd) {
 #ifdef ET_STEP_GUARD
-    if (et_row_guard.on) {
-        et_row_guard.bad |= et_sgd_row_out(W, M, D, len, lr, mu, wd);
+    if (et_row_guard.on) { /* chunks of whole 64-byte lines (the vector steps compute the scalar ones' bits) */
+        int bad = 0;
+        ET_PARALLEL_FOR_OR((double)len * 4, bad)
+        for (int i0 = 0; i0 < len; i0 += ET_SGD_CHUNK)
+            bad |= et_sgd_row_out(W + i0, M ? M + i0 : 0, D ? D + i0 : 0, len - i0 < ET_SGD_CHUNK ? len - i0 : ET_SGD_CHUNK,
+                                  lr, mu, wd);
+        if (bad) __atomic_fetch_or(&et_row_guard.bad, bad, __ATOMIC_RELAXED); /* rows may be updated in parallel */
         return;
     }
 #endif
+    ET_PARALLEL_FOR((double)len * 4)
     for (int i = 0; i < len; ++i) {
         float d = D ? D[i] : 0.f;
         if (wd != 0.f) d = d + wd * W[i];
@@ -179,6 +187,7 @@ ET_BLAS_FN int et_conv2d_grad_weight_update_blas(const float *ET_RESTRICT X, con
     for (size_t j0 = 0; j0 < len; j0 += ch) {
         const int cw = (int)(j0 + ch < len ? ch : len - j0);
         et_sgemm(0, 1, O, cw, (int)NP, g, (int)NP, col + j0 * NP, (int)NP, 0.f, G, cw);
+        ET_PARALLEL_FOR((double)O * cw * 4)
         for (int o = 0; o < O; ++o)
             et_sgd_row(W + o * len + j0, M ? M + o * len + j0 : 0, G + (size_t)o * cw, cw, lr, mu, wd);
         for (int r = 0; r < B; ++r)

@@ -48,10 +48,11 @@ ET_HOST_INLINE void et_dw_fwd(const float *ET_RESTRICT X, const float *ET_RESTRI
                               float *ET_RESTRICT Y, int N, int C, int H, int Wd, int HO, int WO, int SH, int SW,
                               int PH, int PW, int DH, int DW, int KH, int KW) {
     const int HP = et_dw_rows(HO, KH, SH, DH), LP = ET_ROW_LEN(WO, KW, SW, DW);
-    float *XP = et_scratch(0, (size_t)SW * HP * LP);
-    if (!XP) return;
+    ET_PARALLEL_FOR2((double)N * C * HO * WO * KH * KW)
     for (int n = 0; n < N; ++n)
         for (int c = 0; c < C; ++c) {
+            float *XP = et_scratch(0, (size_t)SW * HP * LP); /* this thread's */
+            if (!XP) continue;
             et_dw_phases(X + ((size_t)n * C + c) * H * Wd, XP, H, Wd, PH, PW, SW, HP, LP);
             const float *w = W + (size_t)c * KH * KW;
             const float b = B ? B[c] : 0.f;
@@ -100,9 +101,10 @@ ET_HOST_INLINE void et_dw_grad_weight(const float *ET_RESTRICT X, const float *E
      * multiply-adds, no horizontal sum per row; chunks of 16, 8 and 4 columns summed over an
      * image's rows in registers, et_dw_gw_chunk), summed once per channel */
     const int HP = et_dw_rows(HO, KH, SH, DH), LP = ET_ROW_LEN(WO, KW, SW, DW), T = KH * KW;
-    float *XP = et_scratch(0, (size_t)SW * HP * LP), *ACC = et_scratch(1, (size_t)T * WO);
-    if (!XP || !ACC) return;
+    ET_PARALLEL_FOR((double)N * C * HO * WO * T) /* a channel's sums over the batch in one thread */
     for (int c = 0; c < C; ++c) {
+        float *XP = et_scratch(0, (size_t)SW * HP * LP), *ACC = et_scratch(1, (size_t)T * WO); /* this thread's */
+        if (!XP || !ACC) continue;
         memset(ACC, 0, (size_t)T * WO * sizeof(float));
         for (int n = 0; n < N; ++n) {
             et_dw_phases(X + ((size_t)n * C + c) * H * Wd, XP, H, Wd, PH, PW, SW, HP, LP);
@@ -137,10 +139,11 @@ ET_HOST_INLINE void et_dw_grad_input(const float *ET_RESTRICT GY, const float *E
                                      int N, int C, int H, int Wd, int HO, int WO, int SH, int SW, int PH, int PW,
                                      int DH, int DW, int KH, int KW) {
     const int HP = et_dw_rows(HO, KH, SH, DH), LP = ET_ROW_LEN(WO, KW, SW, DW);
-    float *GP = et_scratch(0, (size_t)SW * HP * LP);
-    if (!GP) return;
+    ET_PARALLEL_FOR2((double)N * C * HO * WO * KH * KW)
     for (int n = 0; n < N; ++n)
         for (int c = 0; c < C; ++c) {
+            float *GP = et_scratch(0, (size_t)SW * HP * LP); /* this thread's */
+            if (!GP) continue;
             memset(GP, 0, (size_t)SW * HP * LP * sizeof(float));
             const float *w = W + (size_t)c * KH * KW, *g = GY + ((size_t)n * C + c) * HO * WO;
             for (int oh = 0; oh < HO; ++oh, g += WO)

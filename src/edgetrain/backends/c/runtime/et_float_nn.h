@@ -238,6 +238,7 @@ ET_NN(et_layer_norm_grad_weight)(const ET_NN_T *G, const ET_NN_T *X, ET_NN_T *GW
 static inline void
 ET_NN(et_max_pool2d)(const ET_NN_T *X, ET_NN_T *Y, int NC, int H, int Wd, int HO, int WO, int KH, int KW, int SH,
                      int SW, int PH, int PW, int DH, int DW) {
+    ET_PARALLEL_FOR((double)NC * HO * WO * KH * KW) /* a plane per iteration */
     for (int c = 0; c < NC; ++c) {
         const ET_NN_T *x = X + (size_t)c * H * Wd;
         ET_NN_T *y = Y + (size_t)c * HO * WO;
@@ -266,6 +267,7 @@ ET_NN(et_max_pool2d_grad)(const ET_NN_T *G, const ET_NN_T *X, ET_NN_T *GX, int N
                           int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
     const ET_NN_T ninf = (ET_NN_T)(-1.0 / 0.0);
     for (size_t i = 0; i < (size_t)NC * H * Wd; ++i) GX[i] = 0;
+    ET_PARALLEL_FOR((double)NC * HO * WO * KH * KW) /* a plane per iteration */
     for (int c = 0; c < NC; ++c) {
         const ET_NN_T *x = X + (size_t)c * H * Wd, *g = G + (size_t)c * HO * WO;
         ET_NN_T *gx = GX + (size_t)c * H * Wd;
@@ -311,6 +313,7 @@ ET_INLINE double ET_NN(et_pool_divisor)(int oh, int ow, int H, int Wd, int KH, i
 static inline void
 ET_NN(et_avg_pool2d)(const ET_NN_T *X, ET_NN_T *Y, int NC, int H, int Wd, int HO, int WO, int KH, int KW, int SH,
                      int SW, int PH, int PW, int DH, int DW, double divisor) {
+    ET_PARALLEL_FOR((double)NC * HO * WO * KH * KW) /* a plane per iteration */
     for (int c = 0; c < NC; ++c) {
         const ET_NN_T *x = X + (size_t)c * H * Wd;
         ET_NN_T *y = Y + (size_t)c * HO * WO;
@@ -336,6 +339,7 @@ static inline void
 ET_NN(et_avg_pool2d_grad)(const ET_NN_T *G, ET_NN_T *GX, int NC, int H, int Wd, int HO, int WO, int KH, int KW, int SH,
                           int SW, int PH, int PW, int DH, int DW, double divisor) {
     for (size_t i = 0; i < (size_t)NC * H * Wd; ++i) GX[i] = 0;
+    ET_PARALLEL_FOR((double)NC * HO * WO * KH * KW) /* a plane per iteration */
     for (int c = 0; c < NC; ++c) {
         const ET_NN_T *g = G + (size_t)c * HO * WO;
         ET_NN_T *gx = GX + (size_t)c * H * Wd;

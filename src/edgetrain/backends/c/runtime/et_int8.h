@@ -59,9 +59,11 @@ static inline void et_qconv_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off
     const int32_t opg = P->o / P->groups, khkw = P->kh * P->kw;
     int32_t col_lo[ET_COL_TAPS], col_hi[ET_COL_TAPS];
     for (int32_t j = 0; j < P->kw && j < ET_COL_TAPS; j++) et_col_range(P, j, &col_lo[j], &col_hi[j]);
-    int32_t acc[ET_ACC_BLOCK];
+    /* the host's threads (et_common.h): one (image, output channel) per iteration, its sums in one thread */
+    ET_PARALLEL_FOR2((double)P->n * (o1 - o0) * (r1 - r0) * P->wo * P->cg * khkw)
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t o = o0; o < o1; o++) {
+            int32_t acc[ET_ACC_BLOCK];
             const int32_t c0 = (o / opg) * P->cg - xc_off;
             for (int32_t ho = r0; ho < r1; ho++)
                 for (int32_t b0 = 0; b0 < P->wo; b0 += ET_ACC_BLOCK) {

@@ -1,0 +1,133 @@
+"""The host C library on several threads (CRunner's threads=, runtime/et_common.h's ET_PARALLEL_FOR):
+the losses, weights and gradients do not depend on the thread count, bit for bit (float32 and int8).
+The layers are large enough that every parallel loop they reach runs split (work >= ET_PARALLEL_MIN_WORK).
+The threaded library is host.OPENMP_CFLAGS's (opt-in)."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import edgetrain as et
+from edgetrain.backends.c.host import OPENMP_CFLAGS, CBackendError, CRunner, check_threads, to_c_program
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                                reason="no C compiler")
+
+THREADS = (1, 2, 3)
+
+
+class _MbBlock(nn.Module):
+    """An MBV2-ish net: conv, depthwise (stride 1 and 2), batch norm, ReLU6, a residual add, max and
+    average pooling, a dense layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU6())
+        self.dw = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.BatchNorm2d(16), nn.ReLU6(),
+                                nn.Conv2d(16, 16, 1), nn.BatchNorm2d(16))
+        self.down = nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=16),
+                                  nn.BatchNorm2d(16), nn.ReLU(), nn.AvgPool2d(2))
+        self.head = nn.Linear(16 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = x + self.dw(x)
+        return self.head(self.down(x).flatten(1))
+
+
+def _net():
+    torch.manual_seed(0)
+    m = _MbBlock()
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.2, 0.2)
+            mod.running_var.uniform_(0.5, 1.5)
+            mod.weight.data.uniform_(0.5, 1.5)
+    return m
+
+
+def _int8_net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1, groups=8),
+                         nn.ReLU(), nn.Conv2d(8, 8, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(8, 5))
+
+
+def _runs(prog, batches):
+    """{threads: (losses, state after the steps, gradients of one more batch)} on the C backend."""
+    out = {}
+    for t in THREADS:
+        c = to_c_program(prog, OPENMP_CFLAGS, threads=t)
+        assert c.runner.threads == t
+        losses = [c.step(x, y) for x, y in batches]
+        grads = c.runner.gradients(*batches[0])
+        out[t] = (losses, {k: np.array(v) for k, v in c.state.items()}, grads)
+    return out
+
+
+def _same(runs):
+    losses, state, grads = runs[THREADS[0]]
+    assert all(np.isfinite(losses))
+    for t in THREADS[1:]:
+        l2, s2, g2 = runs[t]
+        assert l2 == losses, (t, l2, losses)  # bit for bit: float == float
+        for k in state:
+            assert np.array_equal(s2[k], state[k]), (t, k)
+        for k in grads:
+            assert np.array_equal(g2[k], grads[k]), (t, k)
+
+
+@pytest.mark.parametrize("batchnorm", ["eval", "train"])
+def test_float_steps_do_not_depend_on_threads(batchnorm):
+    rng = np.random.default_rng(0)
+    batches = [(rng.normal(size=(4, 3, 32, 32)).astype(np.float32), rng.integers(0, 10, size=4)) for _ in range(3)]
+    prog = et.compile(_net(), (batches[0][0],), optimizer=et.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4),
+                      batchnorm=batchnorm)
+    runs = _runs(prog, batches)
+    _same(runs)
+    ref = [prog.step(x, y) for x, y in batches]  # the reference runtime: the spec
+    np.testing.assert_allclose(runs[1][0], ref, rtol=1e-4)
+
+
+def test_int8_steps_do_not_depend_on_threads():
+    rng = np.random.default_rng(1)
+    batches = [(rng.normal(size=(1, 1, 32, 32)).astype(np.float32), np.array([i % 5])) for i in range(3)]
+    prog = et.compile(_int8_net(), (batches[0][0],), update=et.Full(), quantize="int8",
+                      optimizer=et.SGD(lr=0.05, momentum=0.9))
+    runs = _runs(prog, batches)
+    _same(runs)
+    ref = [prog.step(x, y) for x, y in batches]  # the int8 program is bit-exact against the reference
+    assert runs[1][0] == ref
+
+
+@pytest.mark.parametrize("bad,err", [(0, ValueError), (-2, ValueError), (1.5, TypeError), ("2", TypeError),
+                                     (True, TypeError)])
+def test_threads_is_validated(bad, err):
+    with pytest.raises(err, match="threads must be an int >= 1"):
+        check_threads(bad)
+    x = np.zeros((1, 1, 8, 8), np.float32)
+    with pytest.raises(err, match="threads must be an int >= 1"):
+        et.compile(_int8_net(), (x,), backend="c", threads=bad)
+
+
+def test_threads_default_and_setter(monkeypatch):
+    x = np.zeros((1, 1, 8, 8), np.float32)
+    prog = et.compile(_int8_net(), (x,))
+    monkeypatch.setenv("EDGETRAIN_BLAS_THREADS", "2")
+    r = CRunner(prog.compiled, prog.state, flags=OPENMP_CFLAGS)
+    assert r.threads == 2
+    r.threads = 1
+    assert r.threads == 1 and r.rebind(prog.compiled).threads == 1
+    with pytest.raises(ValueError, match="threads must be an int >= 1"):
+        r.threads = 0
+    serial = CRunner(prog.compiled, prog.state)  # the default build: serial kernels, the BLAS on the variable's
+    assert serial.threads == 2
+    with pytest.raises(CBackendError, match="without -fopenmp"):
+        serial.threads = 3
+    monkeypatch.setenv("EDGETRAIN_BLAS_THREADS", "zero")
+    with pytest.raises(ValueError, match="EDGETRAIN_BLAS_THREADS"):
+        CRunner(prog.compiled, prog.state)
