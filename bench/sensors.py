@@ -24,7 +24,10 @@ Per (set, model):
    scores the best top-1 on the held-out quarter (ties: the smaller lr): edgetrain's int8
    program by its own int8 training, PyTorch float32 by its own (`choose_lrs`). One lr for both
    sides does not fit both: int8 weights live on the per-channel scale of the pretrained
-   weights, so an lr at which float32 weights grow far beyond that range saturates them;
+   weights, so an lr at which float32 weights grow far beyond that range saturates them. The
+   int8 side chooses its `int8_headroom` with its lr, of HEADROOM_GRID (ties: the smaller
+   headroom, then the smaller lr): the trained layers' weight scales and output ranges that
+   many times wider, room for them to grow;
 6. Cortex-M4 firmware of the int8 program at its lr trained on the first --firmware-steps
    training cases under QEMU; its losses are compared, as text, with the host C build's;
 7. fine-tuning on every training case, batch 1, --epochs epochs, the case order of
@@ -70,6 +73,10 @@ CNN_WIDTH = 32
 #: `choose_lrs`). It reaches down to 0.001: the 1-D CNN's pooled features have a squared norm of
 #: ~1,500 on BasicMotions, so at lr 0.01 one batch-1 step already moves a logit by ~15
 LR_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3)
+#: int8 headroom tried with each lr on the int8 side (`choose_lrs`): 1 is the calibrated program;
+#: float32 grows new-class classifier rows 3-35x and a GRU's input projection ~10x beyond the
+#: pretrained int8 ranges (docs/benchmarks.md)
+HEADROOM_GRID = (1, 4, 16, 64)
 
 
 class SensorCNN(nn.Module):
@@ -168,28 +175,41 @@ def choose_lr(model: nn.Module, fit, val, grid, epochs: int, seed: int) -> tuple
     return max(scores, key=lambda lr: (scores[lr], -lr)), scores
 
 
-def choose_lrs(model: nn.Module, scheme, fit, val, grid, epochs: int, seed: int, calib) -> dict:
-    """{"edgetrain": (lr, {lr: held-out top-1}), "torch": (...)}: for each side, the lr of `grid`
-    whose fine-tune of `scheme` on `fit` (batch 1, `epochs`, the order of default_rng(seed)) scores
-    the best top-1 on `val`, by that side's own training: edgetrain's int8 program (QAS, calibrated
-    on `calib`) and PyTorch float32 on the parameters the program trains; ties: the smaller lr."""
+def int8_finetune(model: nn.Module, scheme, x, y, lr: float, headroom: float, epochs: int, seed: int, calib):
+    """edgetrain's int8 program of `scheme` (QAS, calibrated on `calib`, `headroom`) fine-tuned on
+    (x, y): batch 1, `epochs`, the case order of default_rng(seed) per epoch."""
     import edgetrain as et
+
+    prog = et.compile(model, (torch.from_numpy(x[:1]),), update=scheme, quantize="int8",
+                      optimizer=et.SGD(lr=lr, qas=True, seed=seed), calibration=calib, int8_headroom=headroom)
+    rng = np.random.default_rng(seed)
+    for _ in range(epochs):
+        for i in rng.permutation(len(y)):
+            prog.step(x[i:i + 1], y[i:i + 1])
+    return prog
+
+
+def choose_lrs(model: nn.Module, scheme, fit, val, grid, epochs: int, seed: int, calib,
+               headrooms=(1,)) -> dict:
+    """{"edgetrain": (lr, {lr: held-out top-1}), "torch": (...), "headroom": (H, {(lr, H): top-1})}:
+    for each side, the lr of `grid` whose fine-tune of `scheme` on `fit` (batch 1, `epochs`, the
+    order of default_rng(seed)) scores the best top-1 on `val`, by that side's own training:
+    edgetrain's int8 program (QAS, calibrated on `calib`) and PyTorch float32 on the parameters the
+    program trains; ties: the smaller lr. The int8 side chooses its headroom of `headrooms` with
+    its lr (ties: the smaller headroom, then the smaller lr); its {lr: top-1} is at that headroom."""
     from edgetrain.sparse.finetune import FineTune, FineTuner
 
-    example = (torch.from_numpy(fit[0][:1]),)
     int8, peer = {}, {}
     for lr in sorted(grid):
-        prog = et.compile(model, example, update=scheme, quantize="int8",
-                          optimizer=et.SGD(lr=lr, qas=True, seed=seed), calibration=calib)
-        rng = np.random.default_rng(seed)
-        for _ in range(epochs):
-            for i in rng.permutation(len(fit[1])):
-                prog.step(fit[0][i:i + 1], fit[1][i:i + 1])
-        int8[lr] = top1(prog.predict, *val)
+        for h in sorted(headrooms):
+            prog = int8_finetune(model, scheme, *fit, lr, h, epochs, seed, calib)
+            int8[lr, h] = top1(prog.predict, *val)
         peer[lr] = FineTuner(model, fit, val, FineTune(epochs=epochs, batch=1, lr=lr, momentum=0.0, seed=seed)
                              ).accuracy(dict(prog.trainable))
+    lr, h = max(int8, key=lambda k: (int8[k], -k[1], -k[0]))
     best = lambda scores: max(scores, key=lambda lr: (scores[lr], -lr))  # noqa: E731
-    return {"edgetrain": (best(int8), int8), "torch": (best(peer), peer)}
+    return {"edgetrain": (lr, {lr_: int8[lr_, h] for lr_ in sorted(grid)}), "torch": (best(peer), peer),
+            "headroom": (h, int8)}
 
 
 def top1(predict, x, y) -> float:
@@ -232,15 +252,18 @@ def run(set_name: str, model_name: str, args) -> dict:
                           optimizer=et.SGD(lr=lr, qas=True, seed=args.seed), contributions=table, calibration=calib)
     t_compile = time.perf_counter() - t0
     t0 = time.perf_counter()
+    headrooms = HEADROOM_GRID if args.headroom is None else (args.headroom,)
     if args.lr is None:
         lrs = choose_lrs(model, searched.scheme, (xtr[fit], ytr[fit]), (xtr[val], ytr[val]), LR_GRID, args.epochs,
-                         args.seed, calib)
+                         args.seed, calib, headrooms)
     else:
-        lrs = {"edgetrain": (args.lr, {}), "torch": (args.lr, {})}
+        lrs = {"edgetrain": (args.lr, {}), "torch": (args.lr, {}), "headroom": (headrooms[0], {})}
     t_lrs = time.perf_counter() - t0
     lr_int8, lr_torch = lrs["edgetrain"][0], lrs["torch"][0]
+    headroom, grid_scores = lrs["headroom"]
     prog = et.compile(model, example, update=searched.scheme, quantize="int8",
-                      optimizer=et.SGD(lr=lr_int8, qas=True, seed=args.seed), calibration=calib)
+                      optimizer=et.SGD(lr=lr_int8, qas=True, seed=args.seed), calibration=calib,
+                      int8_headroom=headroom)
     assert prog.memory.peak_bytes == searched.memory.peak_bytes, "the scheme compiled alone differs from the search's"
     # firmware: the first training cases, on the chip and in the host C build
     samples = [(xtr[i:i + 1], ytr[i:i + 1]) for i in perm[:args.firmware_steps]]
@@ -256,16 +279,19 @@ def run(set_name: str, model_name: str, args) -> dict:
             prog.step(xtr[i:i + 1], ytr[i:i + 1])
     t_train = time.perf_counter() - t0
     after = top1(prog.predict, xte, yte)
-    if lr_torch != lr_int8:  # edgetrain int8 at PyTorch's lr, for the record
-        other = et.compile(model, example, update=prog.scheme, quantize="int8",
-                           optimizer=et.SGD(lr=lr_torch, qas=True, seed=args.seed), calibration=calib)
-        rng = np.random.default_rng(args.seed)
-        for _ in range(args.epochs):
-            for i in rng.permutation(len(ytr)):
-                other.step(xtr[i:i + 1], ytr[i:i + 1])
+    if lr_torch != lr_int8:  # edgetrain int8 at PyTorch's lr (and the chosen headroom), for the record
+        other = int8_finetune(model, prog.scheme, xtr, ytr, lr_torch, headroom, args.epochs, args.seed, calib)
         after_at_torch_lr = top1(other.predict, xte, yte)
     else:
         after_at_torch_lr = after
+    # the int8 program without headroom, at the lr it would choose alone (the table's earlier figure)
+    plain = [k for k in grid_scores if k[1] == 1]
+    lr_plain = max(plain, key=lambda k: (grid_scores[k], -k[0]))[0] if plain else None
+    if headroom == 1 or lr_plain is None:
+        after_plain = after if headroom == 1 else None
+    else:
+        after_plain = top1(int8_finetune(model, prog.scheme, xtr, ytr, lr_plain, 1, args.epochs, args.seed,
+                                         calib).predict, xte, yte)
     peer = {lr_: FineTuner(model, (xtr, ytr), (xte, yte), replace(tune, lr=lr_)).accuracy(dict(prog.trainable))
             for lr_ in {lr_torch, lr_int8}}  # its own lr, and edgetrain's
     return {"bench": "sensors", "set": set_name, "model": model_name, "classes": len(classes),
@@ -278,6 +304,9 @@ def run(set_name: str, model_name: str, args) -> dict:
             "top1_before": before, "top1_edgetrain_int8": after, "top1_torch_float32": peer[lr_torch],
             "top1_torch_float32_at_edgetrain_lr": peer[lr_int8],
             "top1_edgetrain_int8_at_torch_lr": after_at_torch_lr,
+            "int8_headroom": headroom, "lr_edgetrain_no_headroom": lr_plain if headroom != 1 else lr_int8,
+            "top1_edgetrain_int8_no_headroom": after_plain,
+            "validation_top1_edgetrain_by_lr_headroom": {f"{k[0]:g}/{k[1]:g}": v for k, v in grid_scores.items()},
             "epochs": args.epochs, "lr_analysis": lr, "lr_analysis_validation_top1": lr_val,
             "lr_edgetrain": lr_int8, "lr_torch": lr_torch, "lr_validation_top1_edgetrain": lrs["edgetrain"][1],
             "lr_validation_top1_torch": lrs["torch"][1],
@@ -296,6 +325,8 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--lr", type=float, help=f"one learning rate for the analysis and both sides (default: chosen of "
                                             f"{LR_GRID} on the held-out quarter of the training split, per side)")
+    p.add_argument("--headroom", type=float, help=f"one int8 headroom for the int8 side (default: chosen of "
+                                                  f"{HEADROOM_GRID} with its lr)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--firmware-steps", type=int, default=8)
     p.add_argument("--data", help="a folder holding SET_TRAIN.ts and SET_TEST.ts (default: the sktime wheel's)")
@@ -306,16 +337,19 @@ def main(argv=None) -> int:
             row = run(s, m, args)
             print(json.dumps(row), flush=True)
             rows.append(row)
-    print("\n| set | model | scheme (searched under " + args.budget + ") | lr int8 / float32 | peak SRAM | "
-          "firmware SRAM / flash | "
-          "QEMU = host | top-1 before | edgetrain int8 | PyTorch float32 | PyTorch float32 at the int8 lr |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| set | model | scheme (searched under " + args.budget + ") | lr int8 / float32 | int8 headroom | "
+          "peak SRAM | firmware SRAM / flash | QEMU = host | top-1 before | edgetrain int8 | "
+          "edgetrain int8 without headroom | PyTorch float32 | PyTorch float32 at the int8 lr |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['set']} | {r['model']} | {r['scheme']} | {r['lr_edgetrain']:g} / {r['lr_torch']:g} | {r['peak_sram_bytes'] / KB:.1f} KB | "
+        plain = r["top1_edgetrain_int8_no_headroom"]
+        print(f"| {r['set']} | {r['model']} | {r['scheme']} | {r['lr_edgetrain']:g} / {r['lr_torch']:g} | "
+              f"{r['int8_headroom']:g} | {r['peak_sram_bytes'] / KB:.1f} KB | "
               f"{r['firmware_sram_bytes'] / KB:.1f} KB / {r['firmware_flash_bytes'] / KB:.1f} KB | "
               f"{'yes' if r['firmware_losses_equal_host'] else 'NO'} | {r['top1_before']:.3f} | "
-              f"{r['top1_edgetrain_int8']:.3f} | {r['top1_torch_float32']:.3f} | "
-              f"{r['top1_torch_float32_at_edgetrain_lr']:.3f} |")
+              f"{r['top1_edgetrain_int8']:.3f} | "
+              + ("-" if plain is None else f"{plain:.3f} (lr {r['lr_edgetrain_no_headroom']:g})")
+              + f" | {r['top1_torch_float32']:.3f} | {r['top1_torch_float32_at_edgetrain_lr']:.3f} |")
     return 0 if all(r["firmware_losses_equal_host"] for r in rows) else 1
 
 

@@ -12,6 +12,7 @@ from .passes.loss import LOSSES
 from .pipeline import BudgetError, Options
 from .program import Program
 from .quantize.frozen import FROZEN
+from .quantize.headroom import check_headroom
 from .sparse import Full, UpdateScheme
 from .sparse.auto import SEARCHES, CostCache, search_scheme
 from .sparse.contribution import ContributionError, as_table
@@ -29,7 +30,8 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: Union[str, torc
             optimizer: SGD = SGD(lr=0.01), budget: Optional[Budget] = None,
             backend: str = "reference", calibration: Optional[Iterable] = None,
             contributions=None, search: str = "exact", batchnorm: str = "eval",
-            frozen: Optional[str] = None, ignore_index: int = -100, threads: Optional[int] = None) -> Program:
+            frozen: Optional[str] = None, ignore_index: int = -100, int8_headroom: float = 1,
+            threads: Optional[int] = None) -> Program:
     """Compile `model` into a training program for inputs shaped like `example_inputs`.
 
     loss: one of passes/loss.py's LOSSES, or the torch loss module that computes it
@@ -42,7 +44,11 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: Union[str, torc
     weights and activations, int32 biases, QAS when `optimizer.qas`. Its scales come from
     the published parameters of a pre-quantized model (`models.from_tiny_training`),
     otherwise from the ranges seen on `calibration` (an iterable of input batches, each an
-    array or a tuple of arrays; default: the example inputs).
+    array or a tuple of arrays; default: the example inputs). `int8_headroom` H (1 to 127,
+    default 1) gives the layers the update scheme trains room to grow: each trained weight's
+    int8 scales are H times wider (its pretrained weights take 127 / H steps) and the int8
+    outputs of those layers (and what qadd / qcat compute from them) get ranges H times wider
+    than calibrated; frozen layers keep theirs (quantize/headroom.py).
 
     update="auto" searches the Sparse scheme with the largest summed gain in `contributions`
     (a sparse.ContributionTable or the path of its JSON) whose peak fits `budget.sram`,
@@ -75,9 +81,10 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: Union[str, torc
     _check_args(example_inputs, loss, update, quantize, optimizer, budget, backend, contributions, search,
                 batchnorm)
     _check_frozen(frozen, quantize)
+    int8_headroom = _check_headroom(int8_headroom, quantize)
     options = Options(loss=loss, ignore_index=ignore_index, update=update, quantize=quantize, optimizer=optimizer,
                       batchnorm=batchnorm,
-                      budget=budget, calibration=calibration, frozen=frozen)
+                      budget=budget, calibration=calibration, frozen=frozen, int8_headroom=int8_headroom)
     if isinstance(update, str):
         return _compile_auto(model, tuple(example_inputs), options, backend, contributions, search, threads)
     return _on_backend(_program(model, pipeline.front(model, tuple(example_inputs), options), options), backend,
@@ -226,6 +233,13 @@ def _check_frozen(frozen, quantize):
     if frozen is not None and quantize is not None:
         raise ValueError(f"frozen={frozen!r} stores a float program's frozen weights quantized; quantize='int8' "
                          f"already stores every weight in int8: pass one of the two")
+
+
+def _check_headroom(headroom, quantize) -> float:
+    h = check_headroom(headroom)
+    if h != 1 and quantize != "int8":
+        raise ValueError(f"int8_headroom={headroom!r} widens int8 scales: it needs quantize='int8'")
+    return h
 
 
 def _check_auto(update, budget, contributions, search):

@@ -50,6 +50,7 @@ from .passes.lm_head import chunk_lm_head, loss_in_backward
 from .passes.reorder import reorder_for_memory
 from .passes.stream import stream_frozen_chains
 from .quantize import SPEC_ATTR, Quantized, dequantized_state, qas_scales, quantize_folded, quantize_frozen
+from .quantize.headroom import with_headroom
 from .trainable import Full, LoRA, add_adapters, find_layers, resolve_scheme
 
 #: debug lines: each step run, its graph's size and its time
@@ -73,6 +74,8 @@ class Options:
     budget: Optional[Budget] = None  # checked by `plan`
     calibration: Optional[Iterable] = None  # int8 calibration batches; None: the example inputs
     frozen: Optional[str] = None  # None (float32), "int8" or "int4": how frozen weights are stored
+    #: int8: how many times wider the trained layers' weight scales and output ranges are (1: as calibrated)
+    int8_headroom: float = 1.0
 
 
 #: the graph before the front's "captured" step: empty
@@ -168,6 +171,10 @@ def _int8(o: Options) -> bool:
     return o.quantize == "int8"
 
 
+def _headroom(o: Options) -> bool:
+    return o.quantize == "int8" and o.int8_headroom != 1
+
+
 def _batch_train(o: Options) -> bool:
     return o.batchnorm == "train"
 
@@ -226,6 +233,15 @@ def _quantize_frozen(b: Build, o: Options) -> Build:
     return replace(b, graph=g, forward=g, state=state, frozen_export=export)
 
 
+def _widen_headroom(b: Build, o: Options) -> Build:
+    """The front's int8 program rebuilt with headroom for the layers the scheme trains (known only
+    now: the front is independent of the scheme): their weight scales and output ranges widened."""
+    assert b.quantized is not None, "the step runs on int8 programs (_headroom)"
+    q = with_headroom(b.quantized, getattr(b.model, SPEC_ATTR, {}), b.trainable, o.int8_headroom)
+    b = _split_input(replace(b, graph=q.graph, quantized=q, state=dict(q.arrays)), o)
+    return replace(b, forward=b.graph)
+
+
 def _batch_statistics(b: Build, o: Options) -> Build:
     g, stats = use_batch_statistics(b.graph, batchnorm_momenta(b.model))
     return replace(b, graph=g, batch_stats=tuple(stats))
@@ -277,6 +293,8 @@ STEPS: tuple[Step, ...] = (
     Step("adapters_added", TRAIN, _add_adapters, _lora),  # LoRA: the adapters, before the selection
     # frozen="int8"/"int4": every frozen linear / embedding weight read from its quantized form
     Step("frozen_quantized", TRAIN, _quantize_frozen, _frozen_quantized),
+    # int8_headroom > 1: the trained layers' int8 weight scales and output ranges widened
+    Step("headroom_widened", TRAIN, _widen_headroom, _headroom),
     Step("batch_statistics", TRAIN, _batch_statistics, _batch_train),
     Step("with_loss", TRAIN, lambda b, o: replace(b, graph=attach_loss(b.graph, o.loss,
                                                                             ignore_index=o.ignore_index))),

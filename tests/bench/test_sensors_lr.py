@@ -32,8 +32,8 @@ def test_each_side_takes_its_own_best_lr(case):
     calib = [fit[0][i:i + 1] for i in range(4)]
     scheme = et.Sparse()
     got = sensors.choose_lrs(model, scheme, fit, val, GRID, EPOCHS, SEED, calib)
-    assert set(got) == {"edgetrain", "torch"}
-    for lr, scores in got.values():
+    assert set(got) == {"edgetrain", "torch", "headroom"} and got["headroom"][0] == 1
+    for lr, scores in (got["edgetrain"], got["torch"]):
         assert set(scores) == set(GRID) and all(0.0 <= s <= 1.0 for s in scores.values())
         assert lr == min(l for l in GRID if scores[l] == max(scores.values()))  # the best, ties: the smaller
     # each score is that side's own fine-tune at that lr
@@ -47,3 +47,22 @@ def test_each_side_takes_its_own_best_lr(case):
         assert got["edgetrain"][1][lr] == sensors.top1(prog.predict, *val)
         peer = FineTuner(model, fit, val, FineTune(epochs=EPOCHS, batch=1, lr=lr, momentum=0.0, seed=SEED))
         assert got["torch"][1][lr] == peer.accuracy(dict(prog.trainable))
+
+
+def test_the_int8_side_chooses_its_headroom_with_its_lr(case):
+    """Each (lr, headroom) score is the int8 program's own fine-tune with that headroom; the choice
+    is the best, ties to the smaller headroom and then the smaller lr."""
+    model, fit, val = case
+    calib = [fit[0][i:i + 1] for i in range(4)]
+    scheme = et.Sparse()
+    heads = (1, 16)
+    got = sensors.choose_lrs(model, scheme, fit, val, GRID, EPOCHS, SEED, calib, heads)
+    h, grid = got["headroom"]
+    assert set(grid) == {(lr, hh) for lr in GRID for hh in heads}
+    best = max(grid.values())
+    assert (got["edgetrain"][0], h) == min((k for k in grid if grid[k] == best), key=lambda k: (k[1], k[0]))
+    assert got["edgetrain"][1] == {lr: grid[lr, h] for lr in GRID}
+    prog = sensors.int8_finetune(model, scheme, *fit, GRID[-1], 16, EPOCHS, SEED, calib)
+    assert grid[GRID[-1], 16] == sensors.top1(prog.predict, *val)
+    assert prog.quant_layers["classifier.weight"].w_scales != \
+        sensors.int8_finetune(model, scheme, *fit, GRID[-1], 1, 0, SEED, calib).quant_layers["classifier.weight"].w_scales

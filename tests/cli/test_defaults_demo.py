@@ -196,7 +196,7 @@ def test_the_demo_names_its_device_the_program_that_fits_it_and_its_fallback(cli
 
 
 def demo_exit_not_improved():
-    from edgetrain.app.cli_program import NOT_IMPROVED
+    from edgetrain.app.exit_codes import NOT_IMPROVED
 
     return NOT_IMPROVED
 

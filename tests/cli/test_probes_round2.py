@@ -100,7 +100,7 @@ def test_a_bug_is_exit_1_with_its_traceback_saved(cli, failing_profile, tmp_path
                   "allocate 4800000000000 bytes"), 2),
 ])
 def test_exit_2_is_the_users_input_and_an_oserror_elsewhere_is_a_bug(tmp_path, error, code):
-    from edgetrain.app.cli_program import exit_code_for
+    from edgetrain.app.exit_codes import exit_code_for
 
     out = str(tmp_path / "report")
     if isinstance(error, OSError) and error.filename:
@@ -121,7 +121,7 @@ def test_another_librarys_error_is_one_line(cli, failing_profile):
 
 
 def test_the_projects_own_data_errors_are_exit_2(image_folder):
-    from edgetrain.app.cli_program import exit_code_for
+    from edgetrain.app.exit_codes import exit_code_for
     from edgetrain.backends.c import CBackendError
     from edgetrain.data.folder import FolderError
     from edgetrain.safepickle import Refused
@@ -135,7 +135,7 @@ def test_the_projects_own_data_errors_are_exit_2(image_folder):
 def test_demo_without_improvement_has_its_own_exit_code(cli, monkeypatch):
     """demo documented exit 1 for "accuracy did not improve", the code of a bug."""
     from edgetrain.app import demo
-    from edgetrain.app.cli_program import NOT_IMPROVED
+    from edgetrain.app.exit_codes import NOT_IMPROVED
 
     monkeypatch.setattr(demo, "run_demo", lambda cfg: {"before": 0.5, "after": 0.5})
     code, _, err = cli("demo", "--task", "digits")
@@ -146,7 +146,7 @@ def test_demo_without_improvement_has_its_own_exit_code(cli, monkeypatch):
 
 def test_every_commands_exit_code_table_is_its_own_and_true(cli):
     from edgetrain.app.cli import _subparsers, build_parser
-    from edgetrain.app.cli_program import COMMAND_EXIT_CODES, EXIT_CODE_LINES, NOT_IMPROVED
+    from edgetrain.app.exit_codes import COMMAND_EXIT_CODES, EXIT_CODE_LINES, NOT_IMPROVED
 
     commands = _subparsers(build_parser())
     assert set(commands) == set(COMMAND_EXIT_CODES)
@@ -220,7 +220,7 @@ def test_an_interrupt_reports_without_importing_anything(cli, monkeypatch):
     """The handler imported edgetrain.api (and so torch) to classify an interrupt: with torch half
     loaded by the interrupted import, that import raised again, out of main(), with a traceback."""
     from edgetrain.app import cli as cli_module
-    from edgetrain.app import cli_program
+    from edgetrain.app import exit_codes
 
     def interrupted(args):
         raise KeyboardInterrupt
@@ -229,7 +229,7 @@ def test_an_interrupt_reports_without_importing_anything(cli, monkeypatch):
         raise AttributeError("partially initialized module 'torch' has no attribute 'autograd'")
 
     monkeypatch.setattr(cli_module, "_profile", interrupted)
-    monkeypatch.setattr(cli_program, "exit_code_for", broken)
+    monkeypatch.setattr(exit_codes, "exit_code_for", broken)
     code, _, err = cli("profile")
     assert code == 130 and err.strip() == "edgetrain profile: interrupted", err
 

@@ -54,6 +54,7 @@ class ProgramConfig:
     ignore_index: int = -100  # the class losses' ignored label (torch's ignore_index)
     update: Any = "full"  # "full" | "bias" | "last:K" | {"bias_last": n, "weights": {layer: ratio}}
     quantize: Optional[str] = None
+    int8_headroom: float = 1.0  # int8: the trained layers' scales this many times wider
     lr: float = 0.01
     momentum: float = 0.0
     weight_decay: float = 0.0
@@ -163,7 +164,7 @@ def build_program(config: ProgramConfig, model_state: Optional[dict] = None, cal
     opt = et.SGD(lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay, qas=config.qas,
                  seed=config.seed)
     prog = et.compile(model, xs, loss=config.loss, ignore_index=config.ignore_index, update=update, quantize=config.quantize, optimizer=opt,
-                      budget=budget, backend=config.backend, calibration=calib,
+                      budget=budget, backend=config.backend, calibration=calib, int8_headroom=config.int8_headroom,
                       **({"contributions": contributions, "search": search} if update == "auto" else {}))
     resolved = replace(config, update=scheme_to_json(prog.scheme))
     flat = None

@@ -104,7 +104,7 @@ def _inspect(args) -> int:
 
 
 def _demo(args) -> int:
-    from .cli_program import NOT_IMPROVED
+    from .exit_codes import NOT_IMPROVED
     from .demo import DemoConfig, run_demo
 
     cfg = DemoConfig(task=args.task, train_images=args.train_images, test_images=args.test_images,
@@ -271,7 +271,7 @@ def _texts(command: str, description: str, *examples: str) -> dict:
     every command's --help says what it does, shows how to call it and what its exit code means."""
     import textwrap
 
-    from .cli_program import exit_codes
+    from .exit_codes import exit_codes
 
     shown = "\n".join(f"  {e}" for e in examples)
     return dict(description=textwrap.fill(description, 88), formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -281,7 +281,8 @@ def _texts(command: str, description: str, *examples: str) -> dict:
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
     from .cli_federate import add_federate
-    from .cli_program import EXIT_CODES, add_commands
+    from .cli_program import add_commands
+    from .exit_codes import EXIT_CODES
 
     p = argparse.ArgumentParser(prog="edgetrain", description="Compile PyTorch models into on-device training "
                                 "programs that fit the device's memory.", epilog=EXIT_CODES,

@@ -1,5 +1,5 @@
 """How the command line reports the outcome of a command that raised: one line per error with
-its exit code (cli_program.exit_code_for decides it), an internal error's traceback saved to a
+its exit code (exit_codes.exit_code_for decides it), an internal error's traceback saved to a
 file the line names, and edgetrain's own warnings as one line each (cli.py's main calls these)."""
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ def warning_line(command: str, show):
 
 def report_error(args, err: BaseException, argv: list) -> int:
     """Print `err` as one line and return its exit code: 1 (a bug: the traceback saved to a file
-    the line names), 2 (the user's input), 3, 4, 5 or 130 (cli_program.exit_code_for)."""
+    the line names), 2 (the user's input), 3, 4, 5 or 130 (exit_codes.exit_code_for)."""
     if isinstance(err, KeyboardInterrupt):  # first, importing nothing: the signal may have cut an import short
         code = INTERRUPTED
     else:
-        from .cli_program import exit_code_for, user_paths
+        from .exit_codes import exit_code_for, user_paths
 
         try:
             code = exit_code_for(err, user_paths(args))

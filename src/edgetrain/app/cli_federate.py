@@ -53,7 +53,8 @@ def add_federate(sub) -> None:
     import textwrap
 
     from .cli_config import BACKEND_HELP
-    from .cli_program import DATA_HELP, exit_codes
+    from .cli_program import DATA_HELP
+    from .exit_codes import exit_codes
 
     examples = ("edgetrain federate mbv2-w0.35 --clients 10 --rounds 20 --data cifar10 --partition dirichlet:0.5 "
                 "--train-images 2000 -o fl/",

@@ -51,6 +51,9 @@ MAX_FACTOR = 1e6
 MAX_MOMENTUM = 1.0
 #: SGD weight decay: past 1 a step can flip every weight's sign
 MAX_WEIGHT_DECAY = 1.0
+#: --int8-headroom: past 127 (quantize/headroom.py's MAX_HEADROOM, spelled out: no numpy here) a
+#: channel's largest pretrained weight rounds to no int8 step
+MAX_HEADROOM = 127.0
 
 
 def at_most(maximum) -> str:
@@ -125,6 +128,14 @@ def bounded_float(maximum: float, zero: bool = False):
 
     read.__name__ = f"number_at_most_{maximum:g}"
     return read
+
+
+def headroom(text: str) -> float:
+    """--int8-headroom: a number from 1 (the calibrated program) to MAX_HEADROOM."""
+    v = _number(text, float, "a number from 1")
+    if not (math.isfinite(v) and 1 <= v <= MAX_HEADROOM):
+        raise argparse.ArgumentTypeError(f"expected a number from 1 to {MAX_HEADROOM:g}, got {_shown(text)!r}")
+    return v
 
 
 def finite_float(text: str) -> float:

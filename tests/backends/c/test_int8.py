@@ -424,15 +424,17 @@ def train_both(prog, batches):
     return cprog
 
 
-def test_digitnet_int8_trains_bit_exact(momentum=0.0):
+@pytest.mark.parametrize("headroom", [1, 16])  # 16: the trained layers' scales and output ranges widened
+def test_digitnet_int8_trains_bit_exact(headroom, momentum=0.0):
     import torch
 
     import edgetrain as et
     from edgetrain.app.demo import pretrained_digitnet
 
     rng = np.random.default_rng(0)
-    prog = et.compile(pretrained_digitnet(), (torch.zeros(2, 1, 28, 28),), quantize="int8",
-                      optimizer=et.SGD(lr=0.05, momentum=momentum))
+    update = et.Full() if headroom == 1 else et.LastK(2)  # with headroom: frozen and widened layers together
+    prog = et.compile(pretrained_digitnet(), (torch.zeros(2, 1, 28, 28),), quantize="int8", update=update,
+                      optimizer=et.SGD(lr=0.05, momentum=momentum), int8_headroom=headroom)
     batches = [(rng.standard_normal((2, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, 2)) for _ in range(6)]
     before = {k: v.copy() for k, v in prog.state.items()}
     train_both(prog, batches)
