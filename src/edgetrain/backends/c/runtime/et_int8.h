@@ -55,6 +55,10 @@ static inline void et_qconv_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off
         et_qconv_pw_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
         return;
     }
+    if (et_qconv_kxk_ok(P, w)) {
+        et_qconv_kxk_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
+        return;
+    }
 #endif
     const int32_t opg = P->o / P->groups, khkw = P->kh * P->kw;
     int32_t col_lo[ET_COL_TAPS], col_hi[ET_COL_TAPS];

@@ -1,66 +1,100 @@
 /* edgetrain int8 qconv2d forward for RV32 cores without SIMD (rv32imafc, rv32imc: where
  * __riscv is defined and the V extension is not): the pointwise (1x1, stride 1, no padding,
- * ungrouped) and the depthwise rows of et_qconv_rows with their accumulators in registers.
+ * ungrouped), depthwise and dense 3x3 / 5x5 / 7x7 rows of et_qconv_rows with their
+ * accumulators in registers.
  *
  * The portable loop of et_qconv_rows keeps ET_ACC_BLOCK accumulators in memory and walks the
  * input channels outermost: every multiply-accumulate loads and stores its accumulator (about
  * 12 instructions a MAC on RV32, which has no SIMD and no indexed addressing). Here a block of
  * 4 output channels x 2 pixels keeps its 8 sums in registers over all input channels, and each
- * input channel's 4 weights and 2 pixels are loaded once for its 8 products (about 3.5
+ * input channel's 4 weights and 2 pixels are loaded once for its 8 products (about 3
  * instructions a MAC). Integer sums are exact in any order, so the outputs are the portable
- * loop's bit for bit (the same et_qrow_put: bias added with saturation, then requantized).
- * The weight rows must be whole over the input channels (no weight split by input channel). */
+ * loop's bit for bit (the same et_qrow_put: bias added with saturation, then requantized). */
 #ifndef ET_INT8_RV32_H
 #define ET_INT8_RV32_H
 #include <stdint.h>
 #include "et_int8_core.h" /* et_qconv_p, et_rows8, et_w8, et_qconv_row, et_qrow_put */
 
 #if defined(__riscv) && !defined(__riscv_vector)
+/* input channels up to which a weight split by input channel (a partly trained layer's) is
+ * gathered into 4 stack rows (ET_PW_GATHER bytes each) for et_qconv_pw_rows */
+#define ET_PW_GATHER 256
 /* whether et_qconv_pw_rows runs this conv */
 static inline int et_qconv_pw_ok(const et_qconv_p *P, const et_w8 *w) {
     return P->kh == 1 && P->kw == 1 && P->sh == 1 && P->sw == 1 && P->ph == 0 && P->pw == 0 && P->groups == 1 &&
-           P->wo == P->w && (!w->map || w->dim == 0);
+           P->wo == P->w && (!w->map || w->dim == 0 || P->cg <= ET_PW_GATHER);
 }
 
-/* the 2 x `no` sums (no <= 4 output channels, pixels q and q + 1 when two) of one output row */
-#define ET_PW_SUM(k) s##k##0 += w##k[c] * x0; s##k##1 += w##k[c] * x1;
+/* The raw sums sum_c w_k[c] * x[c] of 4 weight rows w0..w3 at pixels xp (s[k]) and xp + D
+ * (s[4 + k]) over cg input channels (plane stride cs), two channels a step: the weight bytes at
+ * immediate offsets, one pointer add per row and step. D is a constant (1: two pixels; 0: one). */
+#define ET_PW_MAC(k, c, xa, xb) s##k##0 += (int32_t)w##k[c] * xa; s##k##1 += (int32_t)w##k[c] * xb;
+static inline __attribute__((always_inline)) void et_pw_sums(const int8_t *xp, int32_t cs, int32_t cg,
+                                                             const int8_t *w0, const int8_t *w1, const int8_t *w2,
+                                                             const int8_t *w3, const int32_t D, int32_t *s) {
+    int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0, s20 = 0, s21 = 0, s30 = 0, s31 = 0;
+    int32_t c = 0;
+    for (; c + 2 <= cg; c += 2, xp += 2 * cs, w0 += 2, w1 += 2, w2 += 2, w3 += 2) {
+        const int32_t a0 = xp[0], a1 = xp[D], b0 = xp[cs], b1 = xp[cs + D];
+        ET_PW_MAC(0, 0, a0, a1) ET_PW_MAC(1, 0, a0, a1) ET_PW_MAC(2, 0, a0, a1) ET_PW_MAC(3, 0, a0, a1)
+        ET_PW_MAC(0, 1, b0, b1) ET_PW_MAC(1, 1, b0, b1) ET_PW_MAC(2, 1, b0, b1) ET_PW_MAC(3, 1, b0, b1)
+    }
+    if (c < cg) {
+        const int32_t a0 = xp[0], a1 = xp[D];
+        ET_PW_MAC(0, 0, a0, a1) ET_PW_MAC(1, 0, a0, a1) ET_PW_MAC(2, 0, a0, a1) ET_PW_MAC(3, 0, a0, a1)
+    }
+    s[0] = s00; s[1] = s10; s[2] = s20; s[3] = s30;
+    s[4] = s01; s[5] = s11; s[6] = s21; s[7] = s31;
+}
+#undef ET_PW_MAC
+
+/* output rows [r0, r1) of channels [o0, o1): blocks of 4 channels x 2 pixels; the zero point
+ * taken out once per channel (x_zero times its weights' sum: exact in int32) */
 __attribute__((noinline, unused)) static void et_qconv_pw_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off,
                                                                const et_w8 *w, const int32_t *bias, et_rows8 y,
                                                                float *yf, int32_t yo_off, int32_t r0, int32_t r1,
                                                                int32_t o0, int32_t o1) {
-    const int32_t cg = P->cg, wo = P->wo, z = P->x_zero, cs = x.cstride;
-    for (int32_t n = 0; n < P->n; n++)
-        for (int32_t ho = r0; ho < r1; ho++) {
-            /* input channel c of this row at xr + c * cs */
-            const int8_t *xr = x.p + n * x.nstride - xc_off * cs + (ho % x.cap) * P->w;
-            for (int32_t o = o0; o < o1; o += 4) {
-                const int32_t no = o1 - o < 4 ? o1 - o : 4;
-                /* a block of fewer than 4 channels repeats its last row (computed, not stored) */
-                const int8_t *w0 = et_w8_taps(w, o, 0, cg, 1);
-                const int8_t *w1 = et_w8_taps(w, o + (no > 1), 0, cg, 1);
-                const int8_t *w2 = et_w8_taps(w, o + (no > 2 ? 2 : no - 1), 0, cg, 1);
-                const int8_t *w3 = et_w8_taps(w, o + no - 1, 0, cg, 1);
+    const int32_t cg = P->cg, wo = P->wo, cs = x.cstride;
+    for (int32_t o = o0; o < o1; o += 4) {
+        const int32_t no = o1 - o < 4 ? o1 - o : 4;
+        /* a block of fewer than 4 channels repeats its last row (computed, not stored) */
+        const int8_t *wr[4];
+        int32_t zs[4];
+        int8_t gathered[4][ET_PW_GATHER]; /* a weight split by input channel: its rows gathered */
+        const int split = w->map && w->dim == 1;
+        for (int32_t k = 0; k < 4; k++) {
+            const int32_t ok = o + (k < no ? k : no - 1);
+            if (split) {
+                for (int32_t c = 0; c < cg; c++) gathered[k][c] = *et_w8_taps(w, ok, c, cg, 1);
+                wr[k] = gathered[k];
+            } else {
+                wr[k] = et_w8_taps(w, ok, 0, cg, 1);
+            }
+            int32_t sum = 0;
+            for (int32_t c = 0; c < cg; c++) sum += wr[k][c];
+            zs[k] = P->x_zero * sum;
+        }
+        for (int32_t n = 0; n < P->n; n++)
+            for (int32_t ho = r0; ho < r1; ho++) {
+                /* input channel c of this row at xr + c * cs */
+                const int8_t *xr = x.p + n * x.nstride - xc_off * cs + (ho % x.cap) * P->w;
                 et_qrow out[4];
                 for (int32_t k = 0; k < no; k++) out[k] = et_qconv_row(P, y, yf, yo_off, n, o + k, ho, bias);
-                for (int32_t q = 0; q < wo; q += 2) {
-                    const int32_t two = q + 1 < wo;
-                    const int8_t *xp = xr + q;
-                    const int32_t d = two; /* a last single pixel is computed twice, stored once */
-                    int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0, s20 = 0, s21 = 0, s30 = 0, s31 = 0;
-                    for (int32_t c = 0; c < cg; c++, xp += cs) {
-                        const int32_t x0 = (int32_t)xp[0] - z, x1 = (int32_t)xp[d] - z;
-                        ET_PW_SUM(0) ET_PW_SUM(1) ET_PW_SUM(2) ET_PW_SUM(3)
-                    }
-                    const int32_t s0[4] = {s00, s10, s20, s30}, s1[4] = {s01, s11, s21, s31};
+                int32_t q = 0, s[8];
+                for (; q + 2 <= wo; q += 2) {
+                    et_pw_sums(xr + q, cs, cg, wr[0], wr[1], wr[2], wr[3], 1, s);
                     for (int32_t k = 0; k < no; k++) {
-                        et_qrow_put(&out[k], q, s0[k]);
-                        if (two) et_qrow_put(&out[k], q + 1, s1[k]);
+                        et_qrow_put(&out[k], q, s[k] - zs[k]);
+                        et_qrow_put(&out[k], q + 1, s[4 + k] - zs[k]);
                     }
                 }
+                if (q < wo) { /* an odd last pixel */
+                    et_pw_sums(xr + q, cs, cg, wr[0], wr[1], wr[2], wr[3], 0, s);
+                    for (int32_t k = 0; k < no; k++) et_qrow_put(&out[k], q, s[k] - zs[k]);
+                }
             }
-        }
+    }
 }
-#undef ET_PW_SUM
 
 /* ---- depthwise (one input channel per output channel, no dilation): the taps of one output
  * pixel summed in registers. An output row whose tap rows all lie in the image runs its
@@ -145,6 +179,94 @@ __attribute__((noinline, unused)) static void et_qconv_dwp_rows(const et_qconv_p
                     else et_dwp_interior_k7(rp, t, a, b, sw, pw, init, &out);
                 }
                 for (int32_t q = b; q < P->wo; q++) et_qrow_put(&out, q, et_dwp_pixel(P, rp, t, q));
+            }
+        }
+}
+
+/* ---- dense KxK (3, 5, 7; no dilation; any groups with several input channels a group): as the
+ * depthwise rows, each interior pixel's C_g x K x K products summed in one register, the K x K
+ * taps of one input channel unrolled (the weights read from the weight row, too many for
+ * registers); border pixels and rows through et_kxk_pixel; other sizes and weights split by
+ * input channel take the portable loop. */
+static inline int et_qconv_kxk_ok(const et_qconv_p *P, const et_w8 *w) {
+    return P->cg > 1 && P->dh == 1 && P->dw == 1 && P->kh == P->kw && (P->kh == 3 || P->kh == 5 || P->kh == 7) &&
+           (!w->map || w->dim == 0);
+}
+
+/* the sum over the in-image taps of pixel q, input channel c's row i at xb + c * cs + roff[i]
+ * (roff[i] < 0: row i is outside the image) */
+static inline int32_t et_kxk_pixel(const et_qconv_p *P, const int8_t *xb, int32_t cs, const int32_t *roff,
+                                   const int8_t *t, int32_t q) {
+    const int32_t c0 = q * P->sw - P->pw, z = P->x_zero, k = P->kh;
+    int32_t s = 0;
+    for (int32_t c = 0; c < P->cg; c++)
+        for (int32_t i = 0; i < k; i++) {
+            if (roff[i] < 0) continue;
+            const int8_t *r = xb + c * cs + roff[i];
+            for (int32_t j = 0; j < k; j++) {
+                const int32_t col = c0 + j;
+                if (col >= 0 && col < P->w) s += (int32_t)t[(c * k + i) * k + j] * ((int32_t)r[col] - z);
+            }
+        }
+    return s;
+}
+
+#define ET_KXK_INTERIOR(K)                                                                                     \
+    __attribute__((noinline, unused)) static void et_kxk_interior_k##K(                                       \
+        const int8_t *xb, int32_t cs, int32_t cg, const int32_t *roff, const int8_t *t, int32_t qa, int32_t qb, \
+        int32_t sw, int32_t pw, int32_t init, const et_qrow *out) {                                           \
+        for (int32_t q = qa; q < qb; q++) {                                                                    \
+            const int8_t *xc = xb + q * sw - pw;                                                               \
+            const int8_t *w = t;                                                                               \
+            int32_t s = init;                                                                                  \
+            for (int32_t c = 0; c < cg; c++, xc += cs, w += K * K)                                             \
+                for (int32_t i = 0; i < K; i++) {                                                              \
+                    const int8_t *r = xc + roff[i];                                                            \
+                    for (int32_t j = 0; j < K; j++) s += (int32_t)w[i * K + j] * (int32_t)r[j];                \
+                }                                                                                              \
+            et_qrow_put(out, q, s);                                                                            \
+        }                                                                                                      \
+    }
+ET_KXK_INTERIOR(3)
+ET_KXK_INTERIOR(5)
+ET_KXK_INTERIOR(7)
+#undef ET_KXK_INTERIOR
+
+__attribute__((noinline, unused)) static void et_qconv_kxk_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off,
+                                                                const et_w8 *w, const int32_t *bias, et_rows8 y,
+                                                                float *yf, int32_t yo_off, int32_t r0, int32_t r1,
+                                                                int32_t o0, int32_t o1) {
+    const int32_t opg = P->o / P->groups, k = P->kh, cg = P->cg, sw = P->sw, pw = P->pw, cs = x.cstride;
+    const int32_t qa0 = (pw + sw - 1) / sw, lim = P->w - k + pw;
+    int32_t qa = qa0 < P->wo ? qa0 : P->wo, qb = lim < 0 ? qa : lim / sw + 1;
+    if (qb > P->wo) qb = P->wo;
+    if (qb < qa) qb = qa;
+    for (int32_t n = 0; n < P->n; n++)
+        for (int32_t o = o0; o < o1; o++) {
+            /* the weight row of o: cg x k x k taps side by side (not split by input channel: _ok) */
+            const int8_t *t = et_w8_taps(w, o, 0, cg, k * k);
+            int32_t wsum = 0;
+            for (int32_t c = 0; c < cg; c++)
+                for (int32_t m = 0; m < k * k; m++) wsum += t[c * k * k + m];
+            const int8_t *xb = x.p + n * x.nstride + ((o / opg) * cg - xc_off) * cs;
+            for (int32_t ho = r0; ho < r1; ho++) {
+                int32_t roff[ET_DWP_MAX], rows = 0;
+                for (int32_t i = 0; i < k; i++) {
+                    const int32_t hi = ho * P->sh - P->ph + i;
+                    roff[i] = hi >= 0 && hi < P->h ? (hi % x.cap) * P->w : -1;
+                    rows += roff[i] >= 0;
+                }
+                const et_qrow out = et_qconv_row(P, y, yf, yo_off, n, o, ho, bias);
+                const int fast = rows == k;
+                const int32_t a = fast ? qa : P->wo, b = fast ? qb : P->wo;
+                for (int32_t q = 0; q < a; q++) et_qrow_put(&out, q, et_kxk_pixel(P, xb, cs, roff, t, q));
+                if (fast) {
+                    const int32_t init = -P->x_zero * wsum;
+                    if (k == 3) et_kxk_interior_k3(xb, cs, cg, roff, t, a, b, sw, pw, init, &out);
+                    else if (k == 5) et_kxk_interior_k5(xb, cs, cg, roff, t, a, b, sw, pw, init, &out);
+                    else et_kxk_interior_k7(xb, cs, cg, roff, t, a, b, sw, pw, init, &out);
+                }
+                for (int32_t q = b; q < P->wo; q++) et_qrow_put(&out, q, et_kxk_pixel(P, xb, cs, roff, t, q));
             }
         }
 }
