@@ -12,6 +12,7 @@ requantization path). The same firmware runs et_qadd on its 32-bit path (each in
 not) and on the general one, and et_qmask_pack four levels a word."""
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -81,6 +82,11 @@ CASES = [
     ("dw5_tiny", 1, 2, 3, 3, 2, 5, 1, 2, 2, False, "whole"),
     ("dw7_per_row", 1, 2, 8, 8, 2, 7, 1, 3, 2, False, "per_row"),
     ("dw3_narrow_range", 1, 3, 5, 6, 3, 3, 1, 1, 3, False, "narrow"),
+    # rows wide enough for the Helium rows' groups of 16 (3x3) and 8 (5x5, 7x7) pixels at stride 2
+    ("dw3_s2_wide", 1, 2, 4, 40, 2, 3, 2, 1, 2, False, "whole"),
+    ("dw5_s2_wide", 1, 2, 5, 19, 2, 5, 2, 2, 2, False, "whole"),
+    ("dw7_s2_wide", 1, 2, 7, 21, 2, 7, 2, 3, 2, False, "whole"),
+    ("dw5_s2_float_out", 1, 2, 5, 9, 2, 5, 2, 2, 2, True, "whole"),
 ]
 
 
@@ -322,8 +328,14 @@ def test_dsp_qconv_kernels_equal_the_reference(tmp_path, target):
         assert b"smlad" in cortexm_disassembly(elf)
     # and on the Cortex-M55 the Helium pointwise rows (et_int8_mve.h: VMLADAVA.S8 over 16 inputs)
     # (gcc writes VMLADAVA.S8 as its alias vmlava.s8; objdump decodes Helium with -m armv8.1-m.main)
+    # and its Helium depthwise rows (et_int8_mve.h: VMLA.S32 of widened int8 inputs by a tap)
     if target == "cortex-m55":
-        assert b"vmlava.s8" in cortexm_disassembly(elf, "armv8.1-m.main")
+        helium = cortexm_disassembly(elf, "armv8.1-m.main")
+        assert b"vmlava.s8" in helium
+        dw = re.search(rb"<et_mve_dw_row[^>]*>:\n(.*?)\n\n", helium, re.S)  # the function's body
+        assert dw, "no et_mve_dw_row in the M55 firmware"
+        dw = dw.group(1)
+        assert b"vldrb.s32" in dw and b"vmla.s32" in dw and b"vqrdmulh.s32" in dw
     run = cortexm.run_qemu(d, target)
     assert run.exit_code == 0, run.lines
     got = _got(run.lines)

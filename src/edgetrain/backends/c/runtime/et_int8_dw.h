@@ -16,6 +16,7 @@
 #include <string.h>
 #include "et_int8_core.h" /* et_qconv_p, et_rows8, et_w8 */
 #include "et_int8_dsp.h"  /* the words, packing and requantization */
+#include "et_int8_mve.h"  /* Helium (the Cortex-M55; else empty): et_mve_dw_row */
 #if defined(__ARM_FEATURE_DSP)
 
 /* ---- depthwise ------------------------------------------------------------------------------
@@ -280,6 +281,12 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                     rows[i] = slot;
                 }
                 const int32_t at = n * y.nstride + (o - yo_off) * y.cstride + (ho % y.cap) * wo;
+#if defined(__ARM_FEATURE_MVE)
+                if (et_mve_dw_ok(sw)) { /* four pixels a vector (et_int8_mve.h) */
+                    et_mve_dw_row(rows, taps, &c.r, kh, kw, wo, sw, P, bias, o, yp, yf, at);
+                    continue;
+                }
+#endif
                 if (three) {
                     if (c.r.fast) et_dw3_row(rows, &c, wo, sw, 1, P, bias, o, yp, yf, at);
                     else et_dw3_row(rows, &c, wo, sw, 0, P, bias, o, yp, yf, at);
