@@ -99,6 +99,8 @@ PYTHONPATH=src python bench/step_speed.py --no-int8 --torch-compile
 PYTHONPATH=src python bench/step_speed.py --no-fma
 PYTHONPATH=src python bench/mcu_size.py --check-host
 EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --steps 1 --breakdown 15 --check-host
+EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --target cortex-m55 --steps 1 --breakdown 8 --check-host
+EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --target cortex-m7 --steps 1 --breakdown 8 --check-host
 PYTHONPATH=src python bench/sgemm_peak.py
 PYTHONPATH=src python bench/step_speed.py --model mbv2-w0.35 --size 128 --batch 1,8 --schemes full,last8 --kernels both --no-int8 --repeats 15 --warmup 3
 PYTHONPATH=src python bench/step_speed.py --model resnet18-cifar --size 32 --batch 8 --schemes full --kernels both --no-int8 --repeats 7 --warmup 2
