@@ -7,8 +7,9 @@ read by the compiler before anything is built (DESIGN principle 13).
   programs in int8 / int32 with float32 gradients.
 - "cortex-m": the same C kernels in a bare-metal firmware; no file system, so the page ops
   (paging a tensor to storage: ops/page.py) are the host's only.
-- "riscv": the same on a RISC-V microcontroller (rv32imafc, rv32imc: the portable kernels; a
-  core without an FPU computes float arithmetic with libgcc's soft-float routines).
+- "riscv": the same on a RISC-V microcontroller (rv32imafc, rv32imc, rv32imafcv: the portable
+  kernels, int8 rows in registers or vectors; a core without an FPU computes float arithmetic
+  with libgcc's soft-float routines).
 
 Each emit target names its row (devices/targets.py `Target.backend`); a target row is the
 firmware's: the C kernels less FIRMWARE_LACKS.

@@ -16,7 +16,7 @@ and, where it has SIMD, its kernels.
 
     get_target("cortex-m7").device      # the "m7" cost profile (STM32F746)
     TARGETS                             # name -> Target: "host", "cortex-m4", "cortex-m7", "cortex-m55",
-                                        # "rv32imafc", "rv32imc"
+                                        # "rv32imafc", "rv32imc", "rv32imafcv"
 """
 from __future__ import annotations
 
@@ -145,13 +145,18 @@ def _cortex_m(name: str, profile: str, fpu: str, machine: str, **kw) -> Target:
                   **{**_CORTEX_M, **kw})
 
 
-def _rv32(isa: str, abi: str, qemu_cpu: str, fpu: str) -> Target:
-    flags = (f"-march={isa}", f"-mabi={abi}", "-mcmodel=medany")
+def _rv32(isa: str, abi: str, qemu_cpu: str, fpu: str, march: Optional[str] = None, link_march: Optional[str] = None,
+          **kw) -> Target:
+    """A RISC-V target: `march` (default: the ISA's name) compiles the code, `link_march` (default:
+    march) picks the C library's multilib at the link (gcc 12's multilib match is by exact name)."""
+    march = march or isa
+    flags = (f"-march={march}", f"-mabi={abi}", "-mcmodel=medany")
+    link = (("LINK_MARCH", link_march),) if link_march else ()
     return Target(isa, profile="m4f" if fpu == "single" else "m0", isa=isa, cpu=isa, fpu=fpu,
                   toolchain=Toolchain("riscv64-unknown-elf-", flags, RISCV_ELF),
                   emulator=Emulator("qemu-system-riscv32", "virt", qemu_cpu, ("-bios", "none"), "qemu-system-misc"),
-                  make_vars=(("MARCH", isa), ("MABI", abi), ("MACHINE", "virt"), ("QEMU_CPU", qemu_cpu)),
-                  cycle_table=isa, **_RISCV)
+                  make_vars=(("MARCH", march), ("MABI", abi), ("MACHINE", "virt"), ("QEMU_CPU", qemu_cpu), *link),
+                  cycle_table=isa, **{**_RISCV, **kw})
 
 
 TARGETS = MappingProxyType({
@@ -179,6 +184,17 @@ TARGETS = MappingProxyType({
     # rv32imc (ESP32-C3 class): no FPU, float arithmetic in libgcc's soft-float routines
     "rv32imafc": _rv32("rv32imafc", "ilp32f", "rv32,d=false", "single"),
     "rv32imc": _rv32("rv32imc", "ilp32", "rv32,a=false,f=false,d=false", "none"),
+    # rv32imafcv: rv32imafc with the vector extension's embedded integer subset, Zve32x (SEW 8 to
+    # 32, no 64-bit elements, no vector float), VLEN 128 (Zvl128b): the int8 kernels of
+    # et_int8_rvv.h (inline assembly: gcc 12 has no RVV intrinsics and its -O3 emits no vector
+    # code). gcc 12's full "v" implies D (ELEN 64); Zve32x keeps the single-precision FPU alone.
+    # Compiled with the vector subset (__riscv_vector defined), linked with the rv32imafc
+    # multilib's picolibc (no multilib names a vector ISA: linking with this -march would take
+    # the rv64 default). QEMU 7.2 has no Zve32x switch and its V requires D: its Zve32f (Zve32x
+    # and vector float32, unused here) at ELEN 32, VLEN 128, without D (a 64-bit SEW is vill).
+    "rv32imafcv": _rv32("rv32imafcv", "ilp32f", "rv32,d=false,Zve32f=true,vext_spec=v1.0,vlen=128,elen=32", "single",
+                        march="rv32imafc_zve32x_zvl128b", link_march="rv32imafc", simd="rvv",
+                        kernels=("portable", "rvv")),
 })
 #: the names of the firmware targets
 FIRMWARE_TARGETS = tuple(name for name, t in TARGETS.items() if t.firmware)

@@ -310,7 +310,7 @@ def _got(lines):
     return out
 
 
-@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7", "cortex-m55", "rv32imafc", "rv32imc"])
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7", "cortex-m55", "rv32imafc", "rv32imc", "rv32imafcv"])
 def test_dsp_qconv_kernels_equal_the_reference(tmp_path, target):
     if cortexm.missing_tools(target):
         pytest.skip(f"missing {', '.join(cortexm.missing_tools(target))}")
@@ -320,7 +320,16 @@ def test_dsp_qconv_kernels_equal_the_reference(tmp_path, target):
     x = np.zeros((1, 1, 2), np.float32)
     cortexm.write_project(d, target, (x, np.zeros((1, 1), np.float32)))
     elf = cortexm.build(d)
-    if target.startswith("rv32"):
+    if target == "rv32imafcv":
+        # the vector extension: the pointwise and depthwise rows in vectors (et_int8_rvv.h: widening
+        # multiply-accumulates of int8 pixels by a weight) and their requantization (vsmul)
+        rvv = cortexm_disassembly(elf)
+        for kernel, insns in ((b"et_rvv_pw_rows", (b"vwmacc.vx", b"vsext.vf2")),
+                              (b"et_rvv_dw_rows", (b"vwmacc.vx", b"vlse8.v")), (b"et_rvv_qput", (b"vsmul.vx",))):
+            body = re.search(rb"<" + kernel + rb"[^>]*>:\n(.*?)\n\n", rvv, re.S)  # the function's body
+            assert body, f"no {kernel.decode()} in the rv32imafcv firmware"
+            assert all(i in body.group(1) for i in insns), kernel
+    elif target.startswith("rv32"):
         # RV32 without SIMD: the pointwise rows in registers (et_int8_rv32.h), the rest portable
         assert b"<et_qconv_pw_rows" in cortexm_disassembly(elf)  # (or a clone: .constprop, .isra)
     else:

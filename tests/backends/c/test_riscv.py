@@ -1,5 +1,6 @@
 """The RISC-V firmware targets (rv32imafc: single-precision FPU; rv32imc: none, float in libgcc's
-soft-float routines) on QEMU's virt board: crt0 and startup, the NS16550A console and the exit
+soft-float routines; rv32imafcv: rv32imafc with the vector extension's Zve32x, int8 kernels in
+vectors) on QEMU's virt board: crt0 and startup, the NS16550A console and the exit
 through the test device, the trap handler, the static stack bound read from RISC-V code, and
 compiled programs whose losses under QEMU equal the host build's. The QEMU tests skip without
 riscv64-unknown-elf-gcc / picolibc / qemu-system-riscv32 (Debian: gcc-riscv64-unknown-elf
@@ -20,7 +21,7 @@ from edgetrain.devices import TARGETS
 
 from .test_cortexm import FIXTURE, _compiled, _host_step_lines, fixture_losses, fixture_samples
 
-RISCV = ("rv32imafc", "rv32imc")
+RISCV = ("rv32imafc", "rv32imc", "rv32imafcv")
 MISSING = cortexm.missing_tools("rv32imc")
 needs_tools = pytest.mark.skipif(bool(MISSING), reason=f"missing {', '.join(MISSING)}")
 
@@ -142,7 +143,8 @@ def test_fixture_trains_under_qemu_virt(tmp_path, target):
         assert est == table.cycles(step.total) > n  # loads, stores and taken branches cost more than 1
         c = step.total
         assert c["load"] and c["store"] and c["branch_taken"] and c["other"]  # (the fixture: a 2-weight step)
-        assert c["load_multiple"] == c["store_multiple"] == c["simd"] == c.words == 0  # none in RV32IMFC
+        # none in RV32IMFC; the fixture (float, no int8 conv) runs no vector kernel on rv32imafcv
+        assert c["load_multiple"] == c["store_multiple"] == c["simd"] == c.words == 0
         fp = c["fp"] + c["fp_mac"] + c["fp_load"] + c["fp_store"]
         assert (fp > 0) == (TARGETS[target].fpu == "single")  # rv32imc: soft float, integer instructions
     size = cortexm.firmware_size(elf, run, target)
@@ -185,7 +187,8 @@ def test_program_too_big_for_sram_fails_to_link(tmp_path):
 
 @needs_tools
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler (cc) for the host build")
-@pytest.mark.parametrize("quantize,target", [(None, "rv32imc"), ("int8", "rv32imafc"), ("int8", "rv32imc")])
+@pytest.mark.parametrize("quantize,target", [(None, "rv32imc"), ("int8", "rv32imafc"), ("int8", "rv32imc"),
+                                             ("int8", "rv32imafcv")])
 def test_compiled_program_matches_host_build(tmp_path, quantize, target):
     prog, data = _compiled(quantize)
     host = _host_step_lines(prog, data, tmp_path / "host")
@@ -196,3 +199,7 @@ def test_compiled_program_matches_host_build(tmp_path, quantize, target):
     assert size.stack_bound is not None and fw.run.stack_high_water <= size.stack_bound < size.stack_reserve
     assert size.heap_reserve == 0 and size.bss >= prog.memory.arena_bytes
     assert fw.run.instructions_per_step and min(fw.run.instructions_per_step) > 1000
+    # the vector extension's instructions ran (the int8 depthwise and pointwise rows: et_int8_rvv.h) on
+    # rv32imafcv only
+    simd = [step.total["simd"] for step in fw.run.counts_per_step]
+    assert all(simd) if TARGETS[target].simd == "rvv" else not any(simd)

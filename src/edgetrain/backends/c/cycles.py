@@ -22,6 +22,8 @@ their numbers from the cores' manuals, each with its source in `CoreTiming.notes
 * rv32imafc / rv32imc: the chips of their class (GD32V, ESP32-C3) publish no timings; OpenHW
   Group's CORE-V CV32E40P (RV32IMFC) and CV32E40X (RV32IMC) user manuals do ("Pipeline
   Details", cycle counts per instruction type, zero-stall memories), and stand in for them.
+  rv32imafcv: the CV32E40P's scalar numbers and an assumed vector unit (one vector instruction a
+  cycle: no published timing used; RV32IMAFCV's comment).
 
 What the model leaves out (so read the estimate as an order of magnitude check, good for
 comparing kernels and for finding where a step spends its time, within some tens of percent of
@@ -223,10 +225,22 @@ def _rv32_notes(manual: str, fpu: bool) -> dict[str, str]:
 RV32IMAFC = CoreTiming("rv32imafc", cost=_RV32_COST, cost_per_word=0, notes=_rv32_notes(_CV32, True))
 RV32IMC = CoreTiming("rv32imc", cost=_RV32_COST, cost_per_word=0, notes=_rv32_notes(_CV32X, False))
 
+# rv32imafcv: the CV32E40P's scalar numbers and an assumed vector unit, not a published core's
+# timing: one vector instruction (VLEN 128 bits, up to LMUL 4: a vwmacc of 16 lanes into 32-bit
+# accumulators, vsetvli, a unit-stride or strided load / store) issued a cycle, as if its lanes
+# went in one beat; no chaining, no lane-by-lane cost of strided loads and no scalar-vector
+# overlap modelled. Read the vector figure as an instruction count with the scalar costs, an
+# optimistic bound for a narrow embedded vector unit (which takes LMUL x VLEN / datapath beats).
+_RVV = "assumed (no published timing of an RV32 core with Zve32x used)"
+RV32IMAFCV = CoreTiming("rv32imafcv", cost=_RV32_COST, cost_per_word=0,
+                        notes={**_rv32_notes(_CV32, True),
+                               "simd": f"{_RVV}: a vector instruction (VLEN 128, LMUL <= 4) 1 a cycle, "
+                                       f"loads and stores included"})
+
 #: cost table name (a target record's `cycle_table`) -> the table (one per firmware target of
 #: devices.targets, as a test checks; run_qemu gives no cycle estimate for a target without one)
 TIMINGS: Mapping[str, CoreTiming] = MappingProxyType({t.target: t for t in (CORTEX_M4, CORTEX_M7, CORTEX_M55, RV32IMAFC,
-                                                                                   RV32IMC)})
+                                                                                   RV32IMC, RV32IMAFCV)})
 
 
 def timing(target: str) -> CoreTiming:

@@ -23,7 +23,8 @@
 #include "et_int8_dsp.h"       /* on the Cortex-M DSP extension (else empty): GEMM columns, requantization, */
 #include "et_int8_gemm.h"      /* the GEMM's rows and driver, */
 #include "et_int8_dw.h"        /* depthwise: the fast paths of et_qconv_rows, et_qadd, et_qmask_pack */
-#include "et_int8_rv32.h"      /* on RV32 without SIMD (else empty): pointwise rows in registers */
+#include "et_int8_rv32.h"      /* on RV32 (else empty): pointwise, depthwise, dense rows in registers */
+#include "et_int8_rvv.h"       /* on RISC-V's vector extension (else empty): pointwise and depthwise rows */
 #include "et_int8_pool.h"      /* int8 pooling and concatenation (ops/qpool.py) */
 
 /* Output rows [r0, r1) of output channels [o0, o1) of a qconv2d. y (int8) or yf (float32,
@@ -46,7 +47,17 @@ static inline void et_qconv_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off
         return;
     }
 #endif
-#if defined(__riscv) && !defined(__riscv_vector)
+#if defined(__riscv_vector)
+    if (et_rvv_dw_ok(P)) {
+        et_rvv_dw_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
+        return;
+    }
+    if (et_rvv_pw_ok(P, w)) {
+        et_rvv_pw_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
+        return;
+    }
+#endif
+#if defined(__riscv)
     if (et_qconv_dwp_ok(P)) {
         et_qconv_dwp_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
         return;

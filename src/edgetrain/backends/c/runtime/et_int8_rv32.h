@@ -1,5 +1,6 @@
-/* edgetrain int8 qconv2d forward for RV32 cores without SIMD (rv32imafc, rv32imc: where
- * __riscv is defined and the V extension is not): the pointwise (1x1, stride 1, no padding,
+/* edgetrain int8 qconv2d forward for RV32 cores (rv32imafc, rv32imc; on rv32imafcv, with the
+ * vector extension, what et_int8_rvv.h does not vectorise: the dense rows, a weight split by
+ * input channel, and the depthwise border pixels): the pointwise (1x1, stride 1, no padding,
  * ungrouped), depthwise and dense 3x3 / 5x5 / 7x7 rows of et_qconv_rows with their
  * accumulators in registers.
  *
@@ -15,7 +16,7 @@
 #include <stdint.h>
 #include "et_int8_core.h" /* et_qconv_p, et_rows8, et_w8, et_qconv_row, et_qrow_put */
 
-#if defined(__riscv) && !defined(__riscv_vector)
+#if defined(__riscv)
 /* input channels up to which a weight split by input channel (a partly trained layer's) is
  * gathered into 4 stack rows (ET_PW_GATHER bytes each) for et_qconv_pw_rows */
 #define ET_PW_GATHER 256

@@ -1,8 +1,9 @@
 /* RISC-V entry of edgetrain training firmware (QEMU virt, machine mode, no OpenSBI: -bios none).
  * QEMU's reset vector jumps here (the ELF's entry, the start of DRAM) with a0 = hart id. Only
  * hart 0 runs the firmware; the stack pointer and the global pointer come from link.ld, traps go
- * to et_trap_entry, the FPU (where the target has one: __riscv_flen) is switched on, then the C
- * reset handler (startup.c) copies .data, zeroes .bss, paints the stack and calls main. */
+ * to et_trap_entry, the FPU (where the target has one: __riscv_flen) and the vector unit (where
+ * it has one: __riscv_vector) are switched on, then the C reset handler (startup.c) copies .data,
+ * zeroes .bss, paints the stack and calls main. */
 /* the CSR instructions (Zicsr) are part of every core this runs on; gcc 12's -march=rv32imc
  * leaves them out and a "_zicsr" suffix would miss the rv32 multilibs, so they are named here */
     .option arch, +zicsr
@@ -23,6 +24,10 @@ _start:
     li t0, (1 << 13)          /* mstatus.FS = Initial: F instructions allowed */
     csrs mstatus, t0
     csrwi fcsr, 0             /* round to nearest, no flags */
+#endif
+#ifdef __riscv_vector
+    li t0, (1 << 9)           /* mstatus.VS = Initial: vector instructions allowed */
+    csrs mstatus, t0
 #endif
     j Reset_Handler
 .Lpark:
