@@ -105,6 +105,15 @@ __attribute__((noinline, unused)) static void et_qconv_pw_rows(const et_qconv_p 
  * border rows and columns, and other kernel sizes, take et_dwp_pixel, which skips the taps
  * outside the image (a padded tap adds w * (x_zero - x_zero) = 0). */
 #define ET_DWP_MAX 8
+/* the interior output columns [qa, qb) of a row: every tap column in the image
+ * (q * sw - pw >= 0 and q * sw - pw + kw <= w); qa == qb when there are none */
+static inline void et_interior_cols(const et_qconv_p *P, int32_t *qa, int32_t *qb) {
+    const int32_t qa0 = (P->pw + P->sw - 1) / P->sw, lim = P->w - P->kw + P->pw;
+    int32_t a = qa0 < P->wo ? qa0 : P->wo, b = lim < 0 ? a : lim / P->sw + 1;
+    if (b > P->wo) b = P->wo;
+    *qa = a;
+    *qb = b < a ? a : b;
+}
 static inline int et_qconv_dwp_ok(const et_qconv_p *P) {
     return P->cg == 1 && P->dh == 1 && P->dw == 1 && P->kh <= ET_DWP_MAX && P->kw <= ET_DWP_MAX;
 }
@@ -149,11 +158,8 @@ __attribute__((noinline, unused)) static void et_qconv_dwp_rows(const et_qconv_p
                                                                 float *yf, int32_t yo_off, int32_t r0, int32_t r1,
                                                                 int32_t o0, int32_t o1) {
     const int32_t opg = P->o / P->groups, kh = P->kh, kw = P->kw, khkw = kh * kw, sw = P->sw, pw = P->pw;
-    /* interior columns [qa, qb): q * sw - pw >= 0 and q * sw - pw + kw <= w */
-    const int32_t qa0 = (pw + sw - 1) / sw, lim = P->w - kw + pw;
-    int32_t qa = qa0 < P->wo ? qa0 : P->wo, qb = lim < 0 ? qa : lim / sw + 1;
-    if (qb > P->wo) qb = P->wo;
-    if (qb < qa) qb = qa;
+    int32_t qa, qb;
+    et_interior_cols(P, &qa, &qb);
     const int square = kh == kw && (kh == 3 || kh == 5 || kh == 7);
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t o = o0; o < o1; o++) {
@@ -238,10 +244,8 @@ __attribute__((noinline, unused)) static void et_qconv_kxk_rows(const et_qconv_p
                                                                 float *yf, int32_t yo_off, int32_t r0, int32_t r1,
                                                                 int32_t o0, int32_t o1) {
     const int32_t opg = P->o / P->groups, k = P->kh, cg = P->cg, sw = P->sw, pw = P->pw, cs = x.cstride;
-    const int32_t qa0 = (pw + sw - 1) / sw, lim = P->w - k + pw;
-    int32_t qa = qa0 < P->wo ? qa0 : P->wo, qb = lim < 0 ? qa : lim / sw + 1;
-    if (qb > P->wo) qb = P->wo;
-    if (qb < qa) qb = qa;
+    int32_t qa, qb;
+    et_interior_cols(P, &qa, &qb);
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t o = o0; o < o1; o++) {
             /* the weight row of o: cg x k x k taps side by side (not split by input channel: _ok) */

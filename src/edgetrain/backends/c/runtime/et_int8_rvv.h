@@ -249,11 +249,8 @@ __attribute__((noinline, unused)) static void et_rvv_dw_rows(const et_qconv_p *P
                                                              float *yf, int32_t yo_off, int32_t r0, int32_t r1,
                                                              int32_t o0, int32_t o1) {
     const int32_t opg = P->o / P->groups, kh = P->kh, kw = P->kw, khkw = kh * kw, sw = P->sw, pw = P->pw;
-    /* interior columns [qa, qb): q * sw - pw >= 0 and q * sw - pw + kw <= w */
-    const int32_t qa0 = (pw + sw - 1) / sw, lim = P->w - kw + pw;
-    int32_t qa = qa0 < P->wo ? qa0 : P->wo, qb = lim < 0 ? qa : lim / sw + 1;
-    if (qb > P->wo) qb = P->wo;
-    if (qb < qa) qb = qa;
+    int32_t qa, qb;
+    et_interior_cols(P, &qa, &qb); /* et_int8_rv32.h */
     int32_t s[ET_RVV_VL];
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t o = o0; o < o1; o++) {
