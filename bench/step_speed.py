@@ -1,8 +1,9 @@
-"""Training-step time of the C backend against PyTorch eager, one thread.
+"""Training-step time of the C backend against PyTorch eager, one thread (--threads: more).
 
     PYTHONPATH=src python bench/step_speed.py [--model mbv2-w0.35] [--size 128] [--batch 1,8]
         [--schemes full,last8] [--repeats 30] [--no-int8] [--torch-compile] [--no-fma]
-        [--kernels blas|portable|both] [--threads 1] [--ort-python PATH] [--no-ort] [--json-only]
+        [--kernels blas|portable|both] [--threads 1] [--build auto|serial|threaded|both]
+        [--ort-python PATH] [--no-ort] [--json-only]
 
 For each scheme (Full, LastK(8)) on `et.models.get(model, num_classes=10)` (float32, SGD
 lr 0.01 momentum 0.9): the median wall time of one training step of
@@ -24,8 +25,18 @@ backend's default flags (explicit FMA in the float GEMM / convolution kernels), 
 FMA (--no-fma). Convolutions and dense layers run on the host's BLAS (backends/c/blas.py,
 MKL or scipy-openblas32) where installed: --kernels portable builds the dependency-free kernels instead,
 --kernels both builds the two libraries and times them side by side (`c` and `c_portable`).
---threads N runs the C library on N threads (EDGETRAIN_BLAS_THREADS=N, CRunner's default `threads`: its
-GEMM tiles and its kernels' parallel loops, results independent of N) and PyTorch on N threads; the default is one. Each row gives the convolution and
+--threads N runs PyTorch on N threads and the C library on N threads; the default is one. Which C library
+(--build, the `c_build` of each row): `auto` (default) is the serial default library at --threads 1 (as in the
+tables before the threaded build: its kernels serial, its BLAS on one thread) and the threaded library
+(host.OPENMP_CFLAGS, CRunner threads=N: its kernels' parallel loops and GEMM tiles on N threads, results bit for
+bit the same at any N) above; `serial` / `threaded` force one; `both` times the threaded library (`c`, `c_raw`)
+and the serial default one (`c_serial_raw`, whose BLAS alone runs on EDGETRAIN_BLAS_THREADS=N threads: MKL's or
+OpenBLAS's own threading, its bits depending on N) side by side. PyTorch and the C library share one libgomp
+(PyTorch's, loaded by `import torch`), whose idle threads spin between parallel loops: on a busy shared machine
+run with OMP_WAIT_POLICY=passive in the environment (they then sleep; spinning made 2 threads several times
+slower there), on a quiet one without (on 2 quiet cores passive made mbv2's 2-thread step 40 ms against 26 ms
+spinning). With one thread there are no idle threads: --threads 1 rows are unaffected.
+Each row gives the convolution and
 dense-layer FLOPs of the step (2 x MACs of conv2d*, linear*, matmul nodes), their GFLOP/s in the
 raw C step and in PyTorch, and this core's single-thread sgemm peak (bench/sgemm_peak.py, same
 BLAS). Prints JSON lines and a markdown table.
@@ -119,6 +130,19 @@ def cflags(args, portable: bool = False) -> tuple:
     return base if portable else base + blas_flags()  # the BLAS asked for explicitly (opt-in by default)
 
 
+def threaded(args) -> bool:
+    """Whether `c` / `c_raw` run on the threaded library (--build; auto: above one thread)."""
+    return args.build in ("threaded", "both") or (args.build == "auto" and args.threads > 1)
+
+
+def c_program(args, compiled, portable: bool = False, serial: bool = False):
+    """The C program of `compiled`: the threaded library on --threads threads (threaded(args), not `serial`),
+    else the serial default library (its BLAS on EDGETRAIN_BLAS_THREADS threads)."""
+    if threaded(args) and not serial:
+        return to_c_program(compiled, cflags(args, portable) + ("-fopenmp",), threads=args.threads)
+    return to_c_program(compiled, cflags(args, portable))
+
+
 def gemm_flops(prog) -> int:
     """2 x the MACs of the training step's convolutions and dense layers, the weight gradients
     fused with their update included (their cost's MACs less the update's 2 per weight)."""
@@ -138,7 +162,7 @@ def bench_float(args, name, scheme_key, batch, out):
     y = np.arange(batch) % 10
     compiled = et.compile(model, (x,), update=SCHEMES[scheme_key], optimizer=et.SGD(lr=lr, momentum=mom))
     t0 = time.perf_counter()
-    prog = to_c_program(compiled, cflags(args, portable=args.kernels == "portable"))
+    prog = c_program(args, compiled, portable=args.kernels == "portable")
     build_s = time.perf_counter() - t0
     xin = np.ascontiguousarray(x.numpy())
     yin = np.ascontiguousarray(y.astype(np.int64))
@@ -149,6 +173,10 @@ def bench_float(args, name, scheme_key, batch, out):
         old = to_c_program(et.compile(model, (x,), update=SCHEMES[scheme_key], optimizer=et.SGD(lr=lr, momentum=mom)),
                            cflags(args, portable=True))
         runs["c_portable_raw"] = lambda: old.runner.raw_step(xin, yin)
+    if args.build == "both":
+        ser = c_program(args, et.compile(model, (x,), update=SCHEMES[scheme_key], optimizer=et.SGD(lr=lr, momentum=mom)),
+                        portable=args.kernels == "portable", serial=True)
+        runs["c_serial_raw"] = lambda: ser.runner.raw_step(xin, yin)
     if args.torch_compile:
         cmodel = et.models.get(args.model, num_classes=10).eval()
         try:
@@ -177,14 +205,15 @@ def bench_float(args, name, scheme_key, batch, out):
             cpu[k].append(time.thread_time() - tc)
     flops = gemm_flops(prog)
     row = {"model": args.model, "size": args.size, "batch": batch, "scheme": scheme_key, "dtype": "float32",
-           "kernels": prog.runner.kernels, "build_s": round(build_s, 1),
+           "kernels": prog.runner.kernels, "c_build": "threaded" if threaded(args) else "serial",
+           "threads": args.threads, "build_s": round(build_s, 1),
            "trained_weights": int(sum(prog.state[p].size for p in prog.trainable)), "gemm_gflop": round(flops / 1e9, 3)}
     for k, ts in times.items():
         row[f"{k}_ms"] = round(_median_ms(ts), 3)
     if args.threads == 1:  # this thread's CPU time: the other agents' load on a shared machine left out
         for k, ts in cpu.items():
             row[f"{k}_cpu_ms"] = round(_median_ms(ts), 3)
-    for k in ("c_raw", "c_portable_raw", "torch"):
+    for k in ("c_raw", "c_portable_raw", "c_serial_raw", "torch"):
         if f"{k}_ms" in row:
             row[f"{k}_gflops"] = round(flops / row.get(f"{k}_cpu_ms", row[f"{k}_ms"]) / 1e6, 1)
     if args.ort_exe is not None:
@@ -271,16 +300,19 @@ def table(rows, peak) -> str:
     def ms(r, k):
         return r.get(f"{k}_cpu_ms", r.get(f"{k}_ms", ""))
 
+    serial = any("c_serial_raw_ms" in r for r in rows)  # --build both: the serial library's column
     lines = [f"single-thread sgemm peak: {peak} GFLOP/s" if peak else "single-thread sgemm peak: no BLAS", "",
-             "| model | batch | scheme | dtype | C step (ms) | C raw (ms) | C portable raw (ms) | PyTorch eager (ms) | "
+             "| model | batch | scheme | dtype | C step (ms) | C raw (ms) | " + ("C serial raw (ms) | " if serial else "") +
+             "C portable raw (ms) | PyTorch eager (ms) | "
              "torch.compile (ms) | ONNX Runtime training (ms) | reference (ms) | speedup | "
              "GFLOP/s C raw / portable / eager |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if serial else "")]
     for r in rows:
         sp = r.get("speedup_vs_torch", r.get("speedup_vs_reference"))
         gf = " / ".join(str(r.get(f"{k}_gflops", "")) for k in ("c_raw", "c_portable_raw", "torch"))
+        ser = f"{ms(r, 'c_serial_raw')} | " if serial else ""
         lines.append(f"| {r['model']} {r['size']}x{r['size']} | {r.get('batch', 1)} | {r['scheme']} | {r['dtype']} | "
-                     f"{ms(r, 'c')} | {ms(r, 'c_raw')} | {ms(r, 'c_portable_raw')} | {ms(r, 'torch')} | "
+                     f"{ms(r, 'c')} | {ms(r, 'c_raw')} | {ser}{ms(r, 'c_portable_raw')} | {ms(r, 'torch')} | "
                      f"{ms(r, 'torch_compile')} | {ms(r, 'ort')} | {ms(r, 'reference')} | {sp}x | {gf} |")
     return "\n".join(lines)
 
@@ -301,6 +333,9 @@ def main(argv=None):
                     help="the host library's convolutions and dense layers: the BLAS (where installed), the "
                          "dependency-free kernels, or both side by side")
     ap.add_argument("--threads", type=int, default=1, help="threads of the C library (BLAS and kernels) and of PyTorch")
+    ap.add_argument("--build", choices=("auto", "serial", "threaded", "both"), default="auto",
+                    help="the C library: auto = the serial default at --threads 1, the threaded one above; both = "
+                         "the threaded one (c, c_raw) and the serial default (c_serial_raw) side by side")
     ap.add_argument("--ort-python", default="", help="the python of the ONNX Runtime training venv (default: "
                     f"{DEFAULT_ORT_VENV}/bin/python under edgetrain's cache directory)")
     ap.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime training out")

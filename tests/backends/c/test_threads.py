@@ -93,6 +93,28 @@ def test_float_steps_do_not_depend_on_threads(batchnorm):
     np.testing.assert_allclose(runs[1][0], ref, rtol=1e-4)
 
 
+def _wide_net():
+    """Convolutions whose GEMMs are cut into tiles (et_float_blas.h: at least 2 x ET_SGEMM_TILE_MACS multiply-adds):
+    along the columns (64 x 288 x ~900 per block) and along the rows (256 channels of 4x4 pixels); a 5x5 and a
+    strided 7x7 depthwise convolution (ET_DW_SPECIALISE's other sizes) and one of run-time size (3x5)."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(64, 64, 5, padding=2, groups=64), nn.Conv2d(64, 64, 7, stride=2, padding=3, groups=64),
+                         nn.Conv2d(64, 64, (3, 5), padding=(1, 2), groups=64), nn.MaxPool2d(4),
+                         nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.Conv2d(128, 256, 3, padding=1), nn.ReLU(),
+                         nn.Flatten(), nn.Linear(256 * 16, 10))
+
+
+def test_tiled_gemms_and_depthwise_sizes_do_not_depend_on_threads():
+    rng = np.random.default_rng(2)
+    batches = [(rng.normal(size=(4, 3, 32, 32)).astype(np.float32), rng.integers(0, 10, size=4)) for _ in range(2)]
+    prog = et.compile(_wide_net(), (batches[0][0],), optimizer=et.SGD(lr=0.01, momentum=0.9))
+    runs = _runs(prog, batches)
+    _same(runs)
+    ref = [prog.step(x, y) for x, y in batches]
+    np.testing.assert_allclose(runs[1][0], ref, rtol=1e-4)
+
+
 def test_int8_steps_do_not_depend_on_threads():
     rng = np.random.default_rng(1)
     batches = [(rng.normal(size=(1, 1, 32, 32)).astype(np.float32), np.array([i % 5])) for i in range(3)]

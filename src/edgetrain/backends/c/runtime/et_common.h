@@ -70,6 +70,9 @@ __attribute__((weak)) int et_threads = 1;
     ET_PRAGMA(omp parallel for collapse(2) schedule(static) num_threads(et_threads) if (ET_PARALLEL_WORTH(work)))
 #define ET_PARALLEL_FOR_SIMD(work) \
     ET_PRAGMA(omp parallel for simd schedule(static) num_threads(et_threads) if (ET_PARALLEL_WORTH(work)))
+/* ... one iteration at a time to the next free thread (a few large, uneven iterations: GEMM tiles) */
+#define ET_PARALLEL_FOR_TILES(work) \
+    ET_PRAGMA(omp parallel for schedule(dynamic, 1) num_threads(et_threads) if (ET_PARALLEL_WORTH(work)))
 /* ... with the iterations' flags ORed into the int `v` */
 #define ET_PARALLEL_FOR_OR(work, v) \
     ET_PRAGMA(omp parallel for schedule(static) reduction(|:v) num_threads(et_threads) if (ET_PARALLEL_WORTH(work)))
@@ -79,6 +82,7 @@ __attribute__((weak)) int et_threads = 1;
 #define ET_PARALLEL_FOR(work)
 #define ET_PARALLEL_FOR2(work)
 #define ET_PARALLEL_FOR_SIMD(work) ET_SIMD
+#define ET_PARALLEL_FOR_TILES(work)
 #define ET_PARALLEL_FOR_OR(work, v)
 #endif
 

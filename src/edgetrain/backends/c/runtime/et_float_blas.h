@@ -55,10 +55,23 @@ void MKL_Set_Num_Threads(int);
  * kernels of kernel_lib.py, which wraps the `ET_INLINE void` functions every build defines) */
 #define ET_HOST_INLINE static inline __attribute__((always_inline))
 
-#define ET_SGEMM_TILE_M 128
-#define ET_SGEMM_TILE_N 512
+/* the threaded library's GEMM tiles (shape only): a GEMM of at least 2 x ET_SGEMM_TILE_MACS multiply-adds is cut
+ * along the longer side of C into at most ET_SGEMM_MAX_TILES tiles of about ET_SGEMM_TILE_MACS multiply-adds or
+ * more, at least ET_SGEMM_TILE_MIN rows or columns each (multiples of 16 columns or 8 rows). A tile is one more
+ * BLAS call that packs the other operand again: on one core (MKL, mbv2's and ResNet's GEMM shapes) tiles of 4M
+ * multiply-adds and 64 columns cost 0-6 % over the whole GEMM, tiles of 1M or 32 columns up to 25 %; smaller
+ * GEMMs are one call (bench/step_speed.py --threads) */
+#ifndef ET_SGEMM_TILE_MACS
+#define ET_SGEMM_TILE_MACS (4.0 * 1024 * 1024)
+#endif
+#ifndef ET_SGEMM_MAX_TILES
+#define ET_SGEMM_MAX_TILES 32
+#endif
+#ifndef ET_SGEMM_TILE_MIN
+#define ET_SGEMM_TILE_MIN 64
+#endif
 /* C = A B (transposes as asked), row-major; the thread count set once per library (with OpenMP: one, at every
- * call, 0.2 us: the BLAS's count is the process's; the library's et_threads run its tiles) */
+ * call, 3 ns with MKL: the BLAS's count is the process's; the library's et_threads run its tiles) */
 static void et_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                      float beta, float *Cm, int ldc) {
     static int threads_set = 0;
@@ -79,13 +92,22 @@ static void et_sgemm(int ta, int tb, int M, int N, int K, const float *A, int ld
         return;
     }
 #ifdef _OPENMP
-    /* on the library's threads (et_common.h): C in tiles of at most ET_SGEMM_TILE_M rows x ET_SGEMM_TILE_N columns,
-     * one single-threaded BLAS call each; the tiles depend on the shape only, so every element of C is the same
-     * call's on any thread count (OpenBLAS's own threading picks other kernels with its thread count) */
-    const int tm = M > 2 * ET_SGEMM_TILE_M ? ET_SGEMM_TILE_M : M, tn = N > 2 * ET_SGEMM_TILE_N ? ET_SGEMM_TILE_N : N;
+    /* on the library's threads (et_common.h): C in tiles (ET_SGEMM_TILE_MACS), one single-threaded BLAS call each,
+     * taken by the threads in turn; the tiles depend on the shape only, so every element of C is the same call's on
+     * any thread count (OpenBLAS's and MKL's own threading pick other kernels with their thread count) */
+    const double macs = (double)M * N * K;
+    const int want = macs >= ET_SGEMM_MAX_TILES * ET_SGEMM_TILE_MACS ? ET_SGEMM_MAX_TILES : (int)(macs / ET_SGEMM_TILE_MACS);
+    int tm = M, tn = N;
+    if (want >= 2 && N >= M) {
+        tn = ((N + want - 1) / want + 15) / 16 * 16;
+        tn = tn < ET_SGEMM_TILE_MIN ? ET_SGEMM_TILE_MIN : tn;
+    } else if (want >= 2) {
+        tm = ((M + want - 1) / want + 7) / 8 * 8;
+        tm = tm < ET_SGEMM_TILE_MIN ? ET_SGEMM_TILE_MIN : tm;
+    }
     const int nm = (M + tm - 1) / tm, nn = (N + tn - 1) / tn;
     if (nm * nn > 1) {
-        ET_PARALLEL_FOR((double)M * N * K)
+        ET_PARALLEL_FOR_TILES(macs)
         for (int t = 0; t < nm * nn; ++t) {
             const int i0 = t / nn * tm, j0 = t % nn * tn, mi = M - i0 < tm ? M - i0 : tm, nj = N - j0 < tn ? N - j0 : tn;
             ET_BLAS_SGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, mi, nj, K, 1.0f,

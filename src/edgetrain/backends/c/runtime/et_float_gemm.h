@@ -44,32 +44,28 @@ ET_HOST_INLINE void et_dw_phases(const float *ET_RESTRICT x, float *ET_RESTRICT 
     }
 }
 
-ET_HOST_INLINE void et_dw_fwd(const float *ET_RESTRICT X, const float *ET_RESTRICT W, const float *ET_RESTRICT B,
-                              float *ET_RESTRICT Y, int N, int C, int H, int Wd, int HO, int WO, int SH, int SW,
+/* the forward's item i: the plane of image i / C, channel i % C (ET_DW_EACH) */
+ET_HOST_INLINE void et_dw_fwd(int i, const float *ET_RESTRICT X, const float *ET_RESTRICT W, const float *ET_RESTRICT B,
+                              float *ET_RESTRICT Y, int C, int H, int Wd, int HO, int WO, int SH, int SW,
                               int PH, int PW, int DH, int DW, int KH, int KW) {
-    const int HP = et_dw_rows(HO, KH, SH, DH), LP = ET_ROW_LEN(WO, KW, SW, DW);
-    ET_PARALLEL_FOR2((double)N * C * HO * WO * KH * KW)
-    for (int n = 0; n < N; ++n)
-        for (int c = 0; c < C; ++c) {
-            float *XP = et_scratch(0, (size_t)SW * HP * LP); /* this thread's */
-            if (!XP) continue;
-            et_dw_phases(X + ((size_t)n * C + c) * H * Wd, XP, H, Wd, PH, PW, SW, HP, LP);
-            const float *w = W + (size_t)c * KH * KW;
-            const float b = B ? B[c] : 0.f;
-            float *y = Y + ((size_t)n * C + c) * HO * WO;
-            for (int oh = 0; oh < HO; ++oh, y += WO) {
-                const float *rows = XP + (size_t)oh * SH * LP;
-                ET_SIMD
-                for (int ow = 0; ow < WO; ++ow) {
-                    float s = b;
-                    for (int ki = 0; ki < KH; ++ki)
-                        for (int kj = 0; kj < KW; ++kj)
-                            s += w[ki * KW + kj] *
-                                 rows[((size_t)((kj * DW) % SW) * HP + ki * DH) * LP + (kj * DW) / SW + ow];
-                    y[ow] = s;
-                }
-            }
+    const int HP = et_dw_rows(HO, KH, SH, DH), LP = ET_ROW_LEN(WO, KW, SW, DW), c = i % C;
+    float *XP = et_scratch(0, (size_t)SW * HP * LP); /* this thread's */
+    if (!XP) return;
+    et_dw_phases(X + (size_t)i * H * Wd, XP, H, Wd, PH, PW, SW, HP, LP);
+    const float *w = W + (size_t)c * KH * KW;
+    const float b = B ? B[c] : 0.f;
+    float *y = Y + (size_t)i * HO * WO;
+    for (int oh = 0; oh < HO; ++oh, y += WO) {
+        const float *rows = XP + (size_t)oh * SH * LP;
+        ET_SIMD
+        for (int ow = 0; ow < WO; ++ow) {
+            float s = b;
+            for (int ki = 0; ki < KH; ++ki)
+                for (int kj = 0; kj < KW; ++kj)
+                    s += w[ki * KW + kj] * rows[((size_t)((kj * DW) % SW) * HP + ki * DH) * LP + (kj * DW) / SW + ow];
+            y[ow] = s;
         }
+    }
 }
 
 /* columns [ow0, ow0 + L) of one image's et_dw_grad_weight partial sums: each tap's sums over the
@@ -94,119 +90,120 @@ ET_HOST_INLINE void et_dw_gw_chunk(const float *ET_RESTRICT g, const float *ET_R
         for (int j = 0; j < L; ++j) ACC[(size_t)t * WO + ow0 + j] += acc[t][j];
 }
 
-ET_HOST_INLINE void et_dw_grad_weight(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *ET_RESTRICT GW,
-                                      int N, int C, int H, int Wd, int HO, int WO, int SH, int SW, int PH, int PW,
-                                      int DH, int DW, int KH, int KW) {
+/* the weight gradient's item c: channel c, its sums over the batch in one thread (ET_DW_EACH) */
+ET_HOST_INLINE void et_dw_grad_weight(int c, const float *ET_RESTRICT X, const float *ET_RESTRICT GY,
+                                      float *ET_RESTRICT GW, int N, int C, int H, int Wd, int HO, int WO, int SH,
+                                      int SW, int PH, int PW, int DH, int DW, int KH, int KW) {
     /* per tap, a row of WO partial sums accumulated over the batch and the output rows (vector
      * multiply-adds, no horizontal sum per row; chunks of 16, 8 and 4 columns summed over an
      * image's rows in registers, et_dw_gw_chunk), summed once per channel */
     const int HP = et_dw_rows(HO, KH, SH, DH), LP = ET_ROW_LEN(WO, KW, SW, DW), T = KH * KW;
-    ET_PARALLEL_FOR((double)N * C * HO * WO * T) /* a channel's sums over the batch in one thread */
-    for (int c = 0; c < C; ++c) {
-        float *XP = et_scratch(0, (size_t)SW * HP * LP), *ACC = et_scratch(1, (size_t)T * WO); /* this thread's */
-        if (!XP || !ACC) continue;
-        memset(ACC, 0, (size_t)T * WO * sizeof(float));
-        for (int n = 0; n < N; ++n) {
-            et_dw_phases(X + ((size_t)n * C + c) * H * Wd, XP, H, Wd, PH, PW, SW, HP, LP);
-            const float *g0 = GY + ((size_t)n * C + c) * HO * WO;
-            int ow0 = 0;
-            for (; ow0 + 16 <= WO; ow0 += 16) et_dw_gw_chunk(g0, XP, ACC, ow0, 16, HO, WO, SH, SW, DH, DW, KH, KW, HP, LP);
-            for (; ow0 + 8 <= WO; ow0 += 8) et_dw_gw_chunk(g0, XP, ACC, ow0, 8, HO, WO, SH, SW, DH, DW, KH, KW, HP, LP);
-            for (; ow0 + 4 <= WO; ow0 += 4) et_dw_gw_chunk(g0, XP, ACC, ow0, 4, HO, WO, SH, SW, DH, DW, KH, KW, HP, LP);
-            if (ow0 == WO) continue;
-            const float *g = g0;
-            for (int oh = 0; oh < HO; ++oh, g += WO)
-                for (int ki = 0; ki < KH; ++ki)
-                    for (int kj = 0; kj < KW; ++kj) {
-                        const float *ET_RESTRICT r =
-                            XP + ((size_t)((kj * DW) % SW) * HP + oh * SH + ki * DH) * LP + (kj * DW) / SW;
-                        float *ET_RESTRICT a = ACC + (size_t)(ki * KW + kj) * WO;
-                        ET_SIMD
-                        for (int ow = ow0; ow < WO; ++ow) a[ow] += g[ow] * r[ow];
-                    }
+    float *XP = et_scratch(0, (size_t)SW * HP * LP), *ACC = et_scratch(1, (size_t)T * WO); /* this thread's */
+    if (!XP || !ACC) return;
+    memset(ACC, 0, (size_t)T * WO * sizeof(float));
+    for (int n = 0; n < N; ++n) {
+        et_dw_phases(X + ((size_t)n * C + c) * H * Wd, XP, H, Wd, PH, PW, SW, HP, LP);
+        const float *g0 = GY + ((size_t)n * C + c) * HO * WO;
+        int ow0 = 0;
+        for (; ow0 + 16 <= WO; ow0 += 16) et_dw_gw_chunk(g0, XP, ACC, ow0, 16, HO, WO, SH, SW, DH, DW, KH, KW, HP, LP);
+        for (; ow0 + 8 <= WO; ow0 += 8) et_dw_gw_chunk(g0, XP, ACC, ow0, 8, HO, WO, SH, SW, DH, DW, KH, KW, HP, LP);
+        for (; ow0 + 4 <= WO; ow0 += 4) et_dw_gw_chunk(g0, XP, ACC, ow0, 4, HO, WO, SH, SW, DH, DW, KH, KW, HP, LP);
+        if (ow0 == WO) continue;
+        const float *g = g0;
+        for (int oh = 0; oh < HO; ++oh, g += WO)
+            for (int ki = 0; ki < KH; ++ki)
+                for (int kj = 0; kj < KW; ++kj) {
+                    const float *ET_RESTRICT r =
+                        XP + ((size_t)((kj * DW) % SW) * HP + oh * SH + ki * DH) * LP + (kj * DW) / SW;
+                    float *ET_RESTRICT a = ACC + (size_t)(ki * KW + kj) * WO;
+                    ET_SIMD
+                    for (int ow = ow0; ow < WO; ++ow) a[ow] += g[ow] * r[ow];
+                }
+    }
+    for (int t = 0; t < T; ++t) {
+        const float *a = ACC + (size_t)t * WO;
+        float s = 0.f;
+        ET_SIMD_SUM(s)
+        for (int ow = 0; ow < WO; ++ow) s += a[ow];
+        GW[(size_t)c * T + t] = s;
+    }
+}
+
+/* the input gradient's item i: the plane of image i / C, channel i % C (ET_DW_EACH) */
+ET_HOST_INLINE void et_dw_grad_input(int i, const float *ET_RESTRICT GY, const float *ET_RESTRICT W,
+                                     float *ET_RESTRICT GX, int C, int H, int Wd, int HO, int WO, int SH, int SW,
+                                     int PH, int PW, int DH, int DW, int KH, int KW) {
+    const int HP = et_dw_rows(HO, KH, SH, DH), LP = ET_ROW_LEN(WO, KW, SW, DW), c = i % C;
+    float *GP = et_scratch(0, (size_t)SW * HP * LP); /* this thread's */
+    if (!GP) return;
+    memset(GP, 0, (size_t)SW * HP * LP * sizeof(float));
+    const float *w = W + (size_t)c * KH * KW, *g = GY + (size_t)i * HO * WO;
+    for (int oh = 0; oh < HO; ++oh, g += WO)
+        for (int ki = 0; ki < KH; ++ki)
+            for (int kj = 0; kj < KW; ++kj) {
+                float *ET_RESTRICT r = GP + ((size_t)((kj * DW) % SW) * HP + oh * SH + ki * DH) * LP +
+                                       (kj * DW) / SW;
+                const float wv = w[ki * KW + kj];
+                ET_SIMD
+                for (int ow = 0; ow < WO; ++ow) r[ow] += wv * g[ow];
+            }
+    /* the crop: input column iw is padded column iw + PW = j*SW + ph, row ih is padded row ih + PH */
+    float *gx = GX + (size_t)i * H * Wd;
+    for (int ih = 0; ih < H; ++ih) {
+        float *gr = gx + (size_t)ih * Wd;
+        if (ih + PH >= HP) {
+            memset(gr, 0, (size_t)Wd * sizeof(float));
+            continue;
         }
-        for (int t = 0; t < T; ++t) {
-            const float *a = ACC + (size_t)t * WO;
-            float s = 0.f;
-            ET_SIMD_SUM(s)
-            for (int ow = 0; ow < WO; ++ow) s += a[ow];
-            GW[(size_t)c * T + t] = s;
+        for (int ph = 0; ph < SW; ++ph) {
+            const float *src = GP + ((size_t)ph * HP + ih + PH) * LP;
+            const int j0 = et_lo(PW, ph, 1, SW), j1 = et_hi(Wd, PW, ph, 1, SW, (Wd + PW) / SW + 1);
+            for (int j = j0; j < j1; ++j) gr[j * SW + ph - PW] = j < LP ? src[j] : 0.f;
         }
     }
 }
 
-ET_HOST_INLINE void et_dw_grad_input(const float *ET_RESTRICT GY, const float *ET_RESTRICT W, float *ET_RESTRICT GX,
-                                     int N, int C, int H, int Wd, int HO, int WO, int SH, int SW, int PH, int PW,
-                                     int DH, int DW, int KH, int KW) {
-    const int HP = et_dw_rows(HO, KH, SH, DH), LP = ET_ROW_LEN(WO, KW, SW, DW);
-    ET_PARALLEL_FOR2((double)N * C * HO * WO * KH * KW)
-    for (int n = 0; n < N; ++n)
-        for (int c = 0; c < C; ++c) {
-            float *GP = et_scratch(0, (size_t)SW * HP * LP); /* this thread's */
-            if (!GP) continue;
-            memset(GP, 0, (size_t)SW * HP * LP * sizeof(float));
-            const float *w = W + (size_t)c * KH * KW, *g = GY + ((size_t)n * C + c) * HO * WO;
-            for (int oh = 0; oh < HO; ++oh, g += WO)
-                for (int ki = 0; ki < KH; ++ki)
-                    for (int kj = 0; kj < KW; ++kj) {
-                        float *ET_RESTRICT r = GP + ((size_t)((kj * DW) % SW) * HP + oh * SH + ki * DH) * LP +
-                                               (kj * DW) / SW;
-                        const float wv = w[ki * KW + kj];
-                        ET_SIMD
-                        for (int ow = 0; ow < WO; ++ow) r[ow] += wv * g[ow];
-                    }
-            /* the crop: input column iw is padded column iw + PW = j*SW + ph, row ih is padded row ih + PH */
-            float *gx = GX + ((size_t)n * C + c) * H * Wd;
-            for (int ih = 0; ih < H; ++ih) {
-                float *gr = gx + (size_t)ih * Wd;
-                if (ih + PH >= HP) {
-                    memset(gr, 0, (size_t)Wd * sizeof(float));
-                    continue;
-                }
-                for (int ph = 0; ph < SW; ++ph) {
-                    const float *src = GP + ((size_t)ph * HP + ih + PH) * LP;
-                    const int j0 = et_lo(PW, ph, 1, SW), j1 = et_hi(Wd, PW, ph, 1, SW, (Wd + PW) / SW + 1);
-                    for (int j = j0; j < j1; ++j) gr[j * SW + ph - PW] = j < LP ? src[j] : 0.f;
-                }
-            }
-        }
-}
-
-/* GX of a stride-1 depthwise convolution whose padding is at most its dilated kernel's reach
- * ((K-1)*D >= P): the forward kernel on GY padded by (K-1)*D - P, with the taps flipped */
-ET_HOST_INLINE void et_dw_grad_input_s1(const float *ET_RESTRICT GY, const float *ET_RESTRICT W, float *ET_RESTRICT GX,
-                                        int N, int C, int H, int Wd, int HO, int WO, int SH, int SW, int PH, int PW,
-                                        int DH, int DW, int KH, int KW) {
-    const int T = KH * KW;
+/* the taps of each channel's kernel reversed (this thread's scratch 1): the input gradient of a stride-1
+ * depthwise convolution whose padding is at most its dilated kernel's reach ((K-1)*D >= P) is the forward
+ * kernel on GY padded by (K-1)*D - P with these taps */
+ET_HOST_INLINE float *et_dw_flipped(const float *ET_RESTRICT W, int C, int T) {
     float *WF = et_scratch(1, (size_t)C * T);
-    if (!WF) return;
-    for (int c = 0; c < C; ++c)
-        for (int t = 0; t < T; ++t) WF[(size_t)c * T + t] = W[(size_t)c * T + (T - 1 - t)];
-    et_dw_fwd(GY, WF, (const float *)0, GX, N, C, HO, WO, H, Wd, 1, 1, (KH - 1) * DH - PH, (KW - 1) * DW - PW, DH, DW,
-              KH, KW);
-    (void)SH;
-    (void)SW;
+    if (WF)
+        for (int c = 0; c < C; ++c)
+            for (int t = 0; t < T; ++t) WF[(size_t)c * T + t] = W[(size_t)c * T + (T - 1 - t)];
+    return WF;
 }
 
+/* fn(i, ...) for the items i in [0, ITEMS) (planes or channels, independent: each computed alike on any
+ * thread), on the host's threads when WORK is worth it (et_common.h's ET_PARALLEL_FOR). The parallel loop
+ * is written here, inside the specialising macros below, where the kernel size and strides are literals:
+ * gcc outlines a parallel loop's body before it inlines the kernels, so a loop inside fn would see them as
+ * run-time values again (the taps no longer unrolled: the threaded library 3x slower on mbv2) */
+#define ET_DW_EACH(fn, ITEMS, WORK, ...)                                                                   \
+    do {                                                                                                   \
+        const int et_items_ = (ITEMS);                                                                     \
+        ET_PARALLEL_FOR(WORK)                                                                              \
+        for (int et_i_ = 0; et_i_ < et_items_; ++et_i_) fn(et_i_, __VA_ARGS__);                            \
+    } while (0)
 /* the depthwise kernels specialised for the common kernel sizes (3, 5, 7: the taps unrolled),
  * else with run-time sizes: the kernels may be compiled once, out of line (kernel_lib.py) */
-#define ET_DW_SPECIALISE(fn, KH, KW, ...)                                                                   \
+#define ET_DW_SPECIALISE(fn, ITEMS, WORK, KH, KW, ...)                                                     \
     do {                                                                                                   \
-        if ((KH) == 3 && (KW) == 3) fn(__VA_ARGS__, 3, 3);                                                  \
-        else if ((KH) == 5 && (KW) == 5) fn(__VA_ARGS__, 5, 5);                                             \
-        else if ((KH) == 7 && (KW) == 7) fn(__VA_ARGS__, 7, 7);                                             \
-        else fn(__VA_ARGS__, KH, KW);                                                                      \
+        if ((KH) == 3 && (KW) == 3) ET_DW_EACH(fn, ITEMS, WORK, __VA_ARGS__, 3, 3);                        \
+        else if ((KH) == 5 && (KW) == 5) ET_DW_EACH(fn, ITEMS, WORK, __VA_ARGS__, 5, 5);                   \
+        else if ((KH) == 7 && (KW) == 7) ET_DW_EACH(fn, ITEMS, WORK, __VA_ARGS__, 7, 7);                   \
+        else ET_DW_EACH(fn, ITEMS, WORK, __VA_ARGS__, KH, KW);                                             \
     } while (0)
 /* and for strides 1 and 2 without dilation (the padded-plane offsets and phases then constants:
  * a division and a remainder per tap and output row less) */
-#define ET_DW_STRIDED(fn, KH, KW, SH, SW, PH, PW, DH, DW, ...)                                               \
+#define ET_DW_STRIDED(fn, ITEMS, WORK, KH, KW, SH, SW, PH, PW, DH, DW, ...)                                 \
     do {                                                                                                   \
         if ((SH) == 1 && (SW) == 1 && (DH) == 1 && (DW) == 1)                                              \
-            ET_DW_SPECIALISE(fn, KH, KW, __VA_ARGS__, 1, 1, PH, PW, 1, 1);                                 \
+            ET_DW_SPECIALISE(fn, ITEMS, WORK, KH, KW, __VA_ARGS__, 1, 1, PH, PW, 1, 1);                    \
         else if ((SH) == 2 && (SW) == 2 && (DH) == 1 && (DW) == 1)                                         \
-            ET_DW_SPECIALISE(fn, KH, KW, __VA_ARGS__, 2, 2, PH, PW, 1, 1);                                 \
+            ET_DW_SPECIALISE(fn, ITEMS, WORK, KH, KW, __VA_ARGS__, 2, 2, PH, PW, 1, 1);                    \
         else                                                                                               \
-            ET_DW_SPECIALISE(fn, KH, KW, __VA_ARGS__, SH, SW, PH, PW, DH, DW);                             \
+            ET_DW_SPECIALISE(fn, ITEMS, WORK, KH, KW, __VA_ARGS__, SH, SW, PH, PW, DH, DW);                \
     } while (0)
 #endif /* ET_BLAS */
 
@@ -220,7 +217,8 @@ ET_INLINE void et_conv2d(const float *ET_RESTRICT X, const float *ET_RESTRICT W,
         return;
     }
     if (G == C && G == O) {
-        ET_DW_STRIDED(et_dw_fwd, KH, KW, SH, SW, PH, PW, DH, DW, X, W, B, Y, N, C, H, Wd, HO, WO);
+        ET_DW_STRIDED(et_dw_fwd, N * C, (double)N * C * HO * WO * KH * KW, KH, KW, SH, SW, PH, PW, DH, DW, X, W, B, Y,
+                      C, H, Wd, HO, WO);
         return;
     }
 #endif
@@ -241,10 +239,14 @@ ET_INLINE void et_conv2d_grad_input(const float *ET_RESTRICT GY, const float *ET
         return;
     }
     if (G == C && G == O) {
-        if (SH == 1 && SW == 1 && (KH - 1) * DH >= PH && (KW - 1) * DW >= PW)
-            ET_DW_STRIDED(et_dw_grad_input_s1, KH, KW, SH, SW, PH, PW, DH, DW, GY, W, GX, N, C, H, Wd, HO, WO);
-        else
-            ET_DW_STRIDED(et_dw_grad_input, KH, KW, SH, SW, PH, PW, DH, DW, GY, W, GX, N, C, H, Wd, HO, WO);
+        const double work = (double)N * C * HO * WO * KH * KW;
+        if (SH == 1 && SW == 1 && (KH - 1) * DH >= PH && (KW - 1) * DW >= PW) { /* the forward, taps flipped */
+            const float *WF = et_dw_flipped(W, C, KH * KW);
+            if (WF)
+                ET_DW_STRIDED(et_dw_fwd, N * C, work, KH, KW, 1, 1, (KH - 1) * DH - PH, (KW - 1) * DW - PW, DH, DW,
+                              GY, WF, (const float *)0, GX, C, HO, WO, H, Wd);
+        } else
+            ET_DW_STRIDED(et_dw_grad_input, N * C, work, KH, KW, SH, SW, PH, PW, DH, DW, GY, W, GX, C, H, Wd, HO, WO);
         return;
     }
 #endif
@@ -270,7 +272,8 @@ ET_INLINE void et_conv2d_grad_weight(const float *ET_RESTRICT X, const float *ET
         return;
     }
     if (G == C && G == O) {
-        ET_DW_STRIDED(et_dw_grad_weight, KH, KW, SH, SW, PH, PW, DH, DW, X, GY, GW, N, C, H, Wd, HO, WO);
+        ET_DW_STRIDED(et_dw_grad_weight, C, (double)N * C * HO * WO * KH * KW, KH, KW, SH, SW, PH, PW, DH, DW, X, GY,
+                      GW, N, C, H, Wd, HO, WO);
         return;
     }
 #endif
