@@ -94,7 +94,7 @@ def test_ctrl_c_at_start_up_or_twice_is_quiet(cli, monkeypatch):
     """Ctrl-C before the command runs (while modules load) and a second Ctrl-C while the first
     error is being reported: exit 130 and one line, not a traceback."""
     from edgetrain.app import cli as cli_module
-    from edgetrain.app import cli_program
+    from edgetrain.app import exit_codes
 
     def interrupted(*a, **kw):
         raise KeyboardInterrupt
@@ -104,7 +104,7 @@ def test_ctrl_c_at_start_up_or_twice_is_quiet(cli, monkeypatch):
         code, _, err = cli("profile")
     assert code == 130 and err.strip() == "edgetrain: interrupted"
     with monkeypatch.context() as m:
-        m.setattr(cli_program, "exit_code_for", interrupted)
+        m.setattr(exit_codes, "exit_code_for", interrupted)
         code, _, err = cli("profile", "--device", "no-such-device")  # an error, reported as Ctrl-C comes
     assert code == 130 and "Traceback" not in err and err.strip().endswith("edgetrain: interrupted")
 
