@@ -34,42 +34,27 @@
  * out_scale are indexed by the absolute output channel o. The output column range of each
  * tap column is computed once per call (ET_COL_TAPS columns at most, else per tap). */
 #define ET_COL_TAPS 16
+/* et_qconv_rows handed to a target's kernel (the same arguments) */
+#define ET_QCONV_ROWS_BY(fn)                                                  \
+    do {                                                                      \
+        fn(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);             \
+        return;                                                               \
+    } while (0)
 static inline void et_qconv_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
                                  const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0, int32_t r1,
                                  int32_t o0, int32_t o1) {
 #if defined(__ARM_FEATURE_DSP)
-    if (et_qconv_dw_ok(P)) {
-        et_qconv_dw_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
-        return;
-    }
-    if (et_qconv_gemm_ok(P, w)) {
-        et_qconv_gemm_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
-        return;
-    }
+    if (et_qconv_dw_ok(P)) ET_QCONV_ROWS_BY(et_qconv_dw_rows);
+    if (et_qconv_gemm_ok(P, w)) ET_QCONV_ROWS_BY(et_qconv_gemm_rows);
 #endif
 #if defined(__riscv_vector)
-    if (et_rvv_dw_ok(P)) {
-        et_rvv_dw_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
-        return;
-    }
-    if (et_rvv_pw_ok(P, w)) {
-        et_rvv_pw_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
-        return;
-    }
+    if (et_rvv_dw_ok(P)) ET_QCONV_ROWS_BY(et_rvv_dw_rows);
+    if (et_rvv_pw_ok(P, w)) ET_QCONV_ROWS_BY(et_rvv_pw_rows);
 #endif
 #if defined(__riscv)
-    if (et_qconv_dwp_ok(P)) {
-        et_qconv_dwp_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
-        return;
-    }
-    if (et_qconv_pw_ok(P, w)) {
-        et_qconv_pw_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
-        return;
-    }
-    if (et_qconv_kxk_ok(P, w)) {
-        et_qconv_kxk_rows(P, x, xc_off, w, bias, y, yf, yo_off, r0, r1, o0, o1);
-        return;
-    }
+    if (et_qconv_dwp_ok(P)) ET_QCONV_ROWS_BY(et_qconv_dwp_rows);
+    if (et_qconv_pw_ok(P, w)) ET_QCONV_ROWS_BY(et_qconv_pw_rows);
+    if (et_qconv_kxk_ok(P, w)) ET_QCONV_ROWS_BY(et_qconv_kxk_rows);
 #endif
     const int32_t opg = P->o / P->groups, khkw = P->kh * P->kw;
     int32_t col_lo[ET_COL_TAPS], col_hi[ET_COL_TAPS];
@@ -116,6 +101,8 @@ static inline void et_qconv_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off
                 }
         }
 }
+
+#undef ET_QCONV_ROWS_BY
 
 static inline et_rows8 et_whole8(const void *p, int32_t c, int32_t h, int32_t w) {
     et_rows8 r = {(int8_t *)p, c * h * w, h * w, h};

@@ -17,6 +17,13 @@
 #include "et_int8_core.h" /* et_qconv_p, et_rows8, et_w8, et_qconv_row, et_qrow_put */
 
 #if defined(__riscv)
+/* the sum of n int8 weights (x_zero times it is a row's zero-point term: exact in int32) */
+static inline int32_t et_tap_sum(const int8_t *t, int32_t n) {
+    int32_t sum = 0;
+    for (int32_t k = 0; k < n; k++) sum += t[k];
+    return sum;
+}
+
 /* input channels up to which a weight split by input channel (a partly trained layer's) is
  * gathered into 4 stack rows (ET_PW_GATHER bytes each) for et_qconv_pw_rows */
 #define ET_PW_GATHER 256
@@ -71,9 +78,7 @@ __attribute__((noinline, unused)) static void et_qconv_pw_rows(const et_qconv_p 
             } else {
                 wr[k] = et_w8_taps(w, ok, 0, cg, 1);
             }
-            int32_t sum = 0;
-            for (int32_t c = 0; c < cg; c++) sum += wr[k][c];
-            zs[k] = P->x_zero * sum;
+            zs[k] = P->x_zero * et_tap_sum(wr[k], cg);
         }
         for (int32_t n = 0; n < P->n; n++)
             for (int32_t ho = r0; ho < r1; ho++) {
@@ -105,6 +110,19 @@ __attribute__((noinline, unused)) static void et_qconv_pw_rows(const et_qconv_p 
  * border rows and columns, and other kernel sizes, take et_dwp_pixel, which skips the taps
  * outside the image (a padded tap adds w * (x_zero - x_zero) = 0). */
 #define ET_DWP_MAX 8
+/* the input row pointers of output row ho of one channel (channel base xc, rows of width P->w in a
+ * ring of `cap`): rp[i] for tap row i, 0 where it lies outside the image; returns how many are in */
+static inline int32_t et_dwp_row_ptrs(const et_qconv_p *P, const int8_t *xc, int32_t cap, int32_t ho,
+                                      const int8_t **rp) {
+    int32_t rows = 0;
+    for (int32_t i = 0; i < P->kh; i++) {
+        const int32_t hi = ho * P->sh - P->ph + i;
+        rp[i] = hi >= 0 && hi < P->h ? xc + (hi % cap) * P->w : 0;
+        rows += rp[i] != 0;
+    }
+    return rows;
+}
+
 /* the interior output columns [qa, qb) of a row: every tap column in the image
  * (q * sw - pw >= 0 and q * sw - pw + kw <= w); qa == qb when there are none */
 static inline void et_interior_cols(const et_qconv_p *P, int32_t *qa, int32_t *qb) {
@@ -164,17 +182,11 @@ __attribute__((noinline, unused)) static void et_qconv_dwp_rows(const et_qconv_p
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t o = o0; o < o1; o++) {
             const int8_t *t = et_w8_taps(w, o, 0, 1, khkw);
-            int32_t wsum = 0;
-            for (int32_t k = 0; k < khkw; k++) wsum += t[k];
+            const int32_t wsum = et_tap_sum(t, khkw);
             const int8_t *xc = x.p + n * x.nstride + (o / opg - xc_off) * x.cstride;
             for (int32_t ho = r0; ho < r1; ho++) {
                 const int8_t *rp[ET_DWP_MAX];
-                int32_t rows = 0;
-                for (int32_t i = 0; i < kh; i++) {
-                    const int32_t hi = ho * P->sh - P->ph + i;
-                    rp[i] = hi >= 0 && hi < P->h ? xc + (hi % x.cap) * P->w : 0;
-                    rows += rp[i] != 0;
-                }
+                const int32_t rows = et_dwp_row_ptrs(P, xc, x.cap, ho, rp);
                 const et_qrow out = et_qconv_row(P, y, yf, yo_off, n, o, ho, bias);
                 const int fast = square && rows == kh;
                 const int32_t a = fast ? qa : P->wo, b = fast ? qb : P->wo;
@@ -250,9 +262,7 @@ __attribute__((noinline, unused)) static void et_qconv_kxk_rows(const et_qconv_p
         for (int32_t o = o0; o < o1; o++) {
             /* the weight row of o: cg x k x k taps side by side (not split by input channel: _ok) */
             const int8_t *t = et_w8_taps(w, o, 0, cg, k * k);
-            int32_t wsum = 0;
-            for (int32_t c = 0; c < cg; c++)
-                for (int32_t m = 0; m < k * k; m++) wsum += t[c * k * k + m];
+            const int32_t wsum = et_tap_sum(t, cg * k * k);
             const int8_t *xb = x.p + n * x.nstride + ((o / opg) * cg - xc_off) * cs;
             for (int32_t ho = r0; ho < r1; ho++) {
                 int32_t roff[ET_DWP_MAX], rows = 0;

@@ -255,18 +255,11 @@ __attribute__((noinline, unused)) static void et_rvv_dw_rows(const et_qconv_p *P
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t o = o0; o < o1; o++) {
             const int8_t *t = et_w8_taps(w, o, 0, 1, khkw);
-            int32_t wsum = 0;
-            for (int32_t k = 0; k < khkw; k++) wsum += t[k];
-            const int32_t init = -P->x_zero * wsum;
+            const int32_t init = -P->x_zero * et_tap_sum(t, khkw); /* et_int8_rv32.h */
             const int8_t *xc = x.p + n * x.nstride + (o / opg - xc_off) * x.cstride;
             for (int32_t ho = r0; ho < r1; ho++) {
                 const int8_t *rp[ET_DWP_MAX];
-                int32_t rows = 0;
-                for (int32_t i = 0; i < kh; i++) {
-                    const int32_t hi = ho * P->sh - P->ph + i;
-                    rp[i] = hi >= 0 && hi < P->h ? xc + (hi % x.cap) * P->w : 0;
-                    rows += rp[i] != 0;
-                }
+                const int32_t rows = et_dwp_row_ptrs(P, xc, x.cap, ho, rp);
                 const et_qrow out = et_qconv_row(P, y, yf, yo_off, n, o, ho, bias);
                 const int fast = rows == kh;
                 const int32_t a = fast ? qa : P->wo, b = fast ? qb : P->wo;
