@@ -24,6 +24,7 @@ from edgetrain.ir import Graph, Node, new_value
 from edgetrain.ops import OPS
 from tests.backends.c.firmware_agreement import firmware_prints_host_steps
 from tests.ops.cases import CASES, Arg, dim_of, make_inputs, pairs, real
+from tests.ops.test_integer_backward_ops import INTEGER_BACKWARD_OPS_TESTED
 from tests.ops.test_ops import (DIFFERENTIABLE, FORWARD_TOL, GRAD_TOL, backward_graph, draw_case, forward_graph,
                                 rel_err, to_torch, wrt_of)
 
@@ -44,6 +45,8 @@ def skipped(op: str) -> str:
         return NOT_FLOAT[op]
     if op.startswith("q"):
         return "quantized (int8) op: test_int8.py (bit-exact against the reference)"
+    if op in INTEGER_BACKWARD_OPS_TESTED:
+        return "integer-only backward op: tests/quantize/test_integer_backward.py (C bit-exact against the reference)"
     return ""
 
 

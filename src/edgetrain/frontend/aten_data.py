@@ -15,7 +15,7 @@ from .converters import Known, aten, converts, unsupported
 
 #: torch's promotion categories: a bool and an integer compare as the integer, an integer and
 #: a float as the float; within a category the wider dtype wins
-_CATEGORY = {"bool": 0, "int8": 1, "int32": 1, "int64": 1, "float32": 2, "float64": 2}
+_CATEGORY = {"bool": 0, "int8": 1, "int16": 1, "int32": 1, "int64": 1, "float32": 2, "float64": 2}
 _WIDTH = ("bool", "int8", "int32", "int64", "float32", "float64")
 #: the dtype torch gives a Python float met by an integer tensor (its default dtype)
 _DEFAULT_FLOAT = "float32"

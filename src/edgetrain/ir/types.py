@@ -8,7 +8,7 @@ import numpy as np
 from .printer import format_value
 
 #: dtypes the IR knows, with their size in bytes.
-DTYPE_BYTES = {"float64": 8, "float32": 4, "int64": 8, "int32": 4, "int8": 1, "bool": 1}
+DTYPE_BYTES = {"float64": 8, "float32": 4, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "bool": 1}
 FLOAT_DTYPES = ("float32", "float64")
 
 
@@ -41,7 +41,7 @@ class TensorType:
         return TensorType(tuple(int(d) for d in shape), self.dtype)
 
     def __str__(self) -> str:
-        short = {"float32": "f32", "float64": "f64", "int64": "i64", "int32": "i32", "int8": "i8", "bool": "b1"}
+        short = {"float32": "f32", "float64": "f64", "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8", "bool": "b1"}
         return f"{short[self.dtype]}[{','.join(map(str, self.shape))}]"
 
 

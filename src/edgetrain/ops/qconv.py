@@ -3,7 +3,8 @@
 Forward, all in integers: acc = conv(x - x_zero, w) + bias (int32), then per output channel
 y = clamp(MultiplyByQuantizedMultiplier(acc, mult[c], shift[c]) + y_zero, qmin, qmax).
 ReLU and ReLU6 are this clamp. With `float_out` the layer returns real float32 logits
-acc * x_scale * w_scale[c] instead (a classifier feeding the loss).
+acc * x_scale * w_scale[c] instead (a classifier feeding the loss); with `acc_out` (the
+integer-only backward's classifier, ops/icross_entropy.py) the int32 accumulators themselves.
 
 Backward, in float32 on the real values the int8 tensors stand for (the straight-through
 estimator: rounding passes the gradient, saturation stops it):
@@ -47,7 +48,8 @@ def qconv_infer(ts, a):
         if len(a[key]) != o:
             raise ValueError(f"qconv2d: {key} has {len(a[key])} entries for {o} output channels")
     hw = conv_out_hw((h, wd), (kh, kw), tuple(a["stride"]), tuple(a["padding"]), tuple(a["dilation"]))
-    return [TensorType((n, o) + hw, "float32" if a.get("float_out") else "int8")]
+    dtype = "int32" if a.get("acc_out") else "float32" if a.get("float_out") else "int8"
+    return [TensorType((n, o) + hw, dtype)]
 
 
 #: float32 holds every integer up to 2**24 exactly
@@ -72,6 +74,8 @@ def out_scales(a) -> np.ndarray:
 
 def qconv2d_ref(x, w, b, a):
     acc = accumulate(x, w, b, a)
+    if a.get("acc_out"):  # the integer-only backward's logits: its loss rescales them (ops/icross_entropy.py)
+        return acc.astype(np.int32)
     if a.get("float_out"):
         return acc.astype(np.float32) * _channel(out_scales(a))
     y = multiply_by_quantized_multiplier(acc, _channel(a["mult"]), _channel(a["shift"])) + a["y_zero"]

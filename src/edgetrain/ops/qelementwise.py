@@ -4,7 +4,8 @@ straight-through gradient mask they share.
 Every int8 tensor stands for real = scale * (q - zero). Gradients flow as float32 with
 respect to those real values, so quantize and dequantize pass them unchanged (rounding is
 straight-through) and saturation at a clamp bound stops them (`qmask_grad`, reading the
-bit mask `qmask_pack` saved in the forward pass instead of the int8 output itself).
+bit mask `qmask_pack` saved in the forward pass instead of the int8 output itself; an int16
+gradient of the integer-only backward, ops/igrad.py, is masked alike).
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def _pack_ref(xs, a):
 
 def _mask_infer(ts, a):
     g, m = ts
-    if g.dtype != "float32" or m.dtype != "int8" or m.shape != (mask_bytes(g.numel),):
+    if g.dtype not in ("float32", "int16") or m.dtype != "int8" or m.shape != (mask_bytes(g.numel),):
         raise ValueError(f"qmask_grad: gradient {g} does not match packed mask {m}")
     return [g]
 
