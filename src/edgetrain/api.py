@@ -23,6 +23,8 @@ QUANTIZE = (None, "int8")
 #: batch norm in the training step: "eval" on running statistics (the on-device default, as
 #: fine-tuning at batch 1 needs), "train" on batch statistics with torch's running updates
 BATCHNORM = ("eval", "train")
+#: how the training step computes its backward: float32 arithmetic, or integers only (int8 programs)
+BACKWARDS = ("float", "integer")
 
 
 def compile(model: torch.nn.Module, example_inputs: tuple, loss: Union[str, torch.nn.Module] = "cross_entropy",
@@ -31,7 +33,7 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: Union[str, torc
             backend: str = "reference", calibration: Optional[Iterable] = None,
             contributions=None, search: str = "exact", batchnorm: str = "eval",
             frozen: Optional[str] = None, ignore_index: int = -100, int8_headroom: float = 1,
-            threads: Optional[int] = None) -> Program:
+            threads: Optional[int] = None, backward: str = "float") -> Program:
     """Compile `model` into a training program for inputs shaped like `example_inputs`.
 
     loss: one of passes/loss.py's LOSSES, or the torch loss module that computes it
@@ -48,7 +50,11 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: Union[str, torc
     default 1) gives the layers the update scheme trains room to grow: each trained weight's
     int8 scales are H times wider (its pretrained weights take 127 / H steps) and the int8
     outputs of those layers (and what qadd / qcat compute from them) get ranges H times wider
-    than calibrated; frozen layers keep theirs (quantize/headroom.py).
+    than calibrated; frozen layers keep theirs (quantize/headroom.py). backward="integer" (int8
+    only) computes every gradient, the loss and the SGD update in integers, no float arithmetic
+    in the training step (for cores without an FPU; quantize/integer_backward.py): int16
+    gradients with static power-of-two exponents calibrated on `calibration`, cross-entropy loss,
+    SGD without momentum or weight decay; `prog.gradients` stays the float backward.
 
     update="auto" searches the Sparse scheme with the largest summed gain in `contributions`
     (a sparse.ContributionTable or the path of its JSON) whose peak fits `budget.sram`,
@@ -82,8 +88,9 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: Union[str, torc
                 batchnorm)
     _check_frozen(frozen, quantize)
     int8_headroom = _check_headroom(int8_headroom, quantize)
+    _check_backward(backward, quantize, loss)
     options = Options(loss=loss, ignore_index=ignore_index, update=update, quantize=quantize, optimizer=optimizer,
-                      batchnorm=batchnorm,
+                      batchnorm=batchnorm, backward=backward,
                       budget=budget, calibration=calibration, frozen=frozen, int8_headroom=int8_headroom)
     if isinstance(update, str):
         return _compile_auto(model, tuple(example_inputs), options, backend, contributions, search, threads)
@@ -233,6 +240,14 @@ def _check_frozen(frozen, quantize):
     if frozen is not None and quantize is not None:
         raise ValueError(f"frozen={frozen!r} stores a float program's frozen weights quantized; quantize='int8' "
                          f"already stores every weight in int8: pass one of the two")
+
+
+def _check_backward(backward, quantize, loss) -> None:
+    if backward not in BACKWARDS:
+        raise ValueError(f"backward={backward!r}: use one of {BACKWARDS}")
+    if backward == "integer" and (quantize != "int8" or loss != "cross_entropy"):
+        raise ValueError("backward='integer' trains an int8 program with the cross-entropy loss: pass "
+                         f"quantize='int8' and loss='cross_entropy' (got quantize={quantize!r}, loss={loss!r})")
 
 
 def _check_headroom(headroom, quantize) -> float:

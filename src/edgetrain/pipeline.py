@@ -51,6 +51,7 @@ from .passes.reorder import reorder_for_memory
 from .passes.stream import stream_frozen_chains
 from .quantize import SPEC_ATTR, Quantized, dequantized_state, qas_scales, quantize_folded, quantize_frozen
 from .quantize.headroom import with_headroom
+from .quantize.integer_backward import calibrate_gradients, integerize_backward
 from .trainable import Full, LoRA, add_adapters, find_layers, resolve_scheme
 
 #: debug lines: each step run, its graph's size and its time
@@ -76,6 +77,7 @@ class Options:
     frozen: Optional[str] = None  # None (float32), "int8" or "int4": how frozen weights are stored
     #: int8: how many times wider the trained layers' weight scales and output ranges are (1: as calibrated)
     int8_headroom: float = 1.0
+    backward: str = "float"  # "float" or "integer" (int8: the backward and updates in integers only)
 
 
 #: the graph before the front's "captured" step: empty
@@ -173,6 +175,10 @@ def _int8(o: Options) -> bool:
 
 def _headroom(o: Options) -> bool:
     return o.quantize == "int8" and o.int8_headroom != 1
+
+
+def _integer_backward(o: Options) -> bool:
+    return o.quantize == "int8" and o.backward == "integer"
 
 
 def _batch_train(o: Options) -> bool:
@@ -280,6 +286,15 @@ def _updates(b: Build, o: Options) -> Build:
                                            opt.seed))
 
 
+def _integerize(b: Build, o: Options) -> Build:
+    """The float backward and updates rewritten in integers, gradient exponents calibrated on the
+    float backward (quantize/integer_backward.py)."""
+    calibration = o.calibration if o.calibration is not None else [tuple(b.example_inputs)]
+    classes = b.forward.outputs[0].shape[1] if b.forward is not None else 0
+    ranges = calibrate_gradients(b.graph, b.state, calibration, b.data_inputs, b.transform, classes)
+    return replace(b, graph=integerize_backward(b.graph, ranges))
+
+
 def _graph_pass(f: Callable[[Graph], Graph]) -> Callable[[Build, Options], Build]:
     return lambda b, o: replace(b, graph=f(b.graph))
 
@@ -308,6 +323,8 @@ STEPS: tuple[Step, ...] = (
     # the chunked head's loss given by its gradient node: one sweep of the vocabulary's logits fewer
     Step("lm_loss_in_backward", TRAIN, _graph_pass(loss_in_backward), _vocabulary_loss),
     Step("updates", TRAIN, _updates),
+    # backward="integer": every gradient, the loss and the updates in integers (no float arithmetic)
+    Step("integer_backward", TRAIN, _integerize, _integer_backward),
     Step("batch_stat_updates", TRAIN, lambda b, o: replace(b, graph=insert_stat_updates(b.graph, b.batch_stats)),
          _batch_train),
     Step("updates_early", TRAIN, _graph_pass(apply_updates_early)),  # each update right after its gradient

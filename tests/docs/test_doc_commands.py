@@ -56,6 +56,8 @@ RUN = {
     "--val mnist --val-limit 500 -o runs/": 0,
     f"edgetrain export runs/ --model-file {DIGITS} -o digits-int8.safetensors": 0,
     REPORT.format("0.94"): 0,
+    f"edgetrain compile {DIGITS}:build --input 1x1x28x28 --quantize int8 --calibrate mnist --target rv32imc "
+    "--backward integer --verify -o fw/": 0,
     REPORT.format("0.8"): 3,  # docs/reliability.md: below what any schedule meets
     "edgetrain --version": 0,
     "edgetrain --help": 0,

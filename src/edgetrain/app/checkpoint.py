@@ -55,6 +55,7 @@ class ProgramConfig:
     update: Any = "full"  # "full" | "bias" | "last:K" | {"bias_last": n, "weights": {layer: ratio}}
     quantize: Optional[str] = None
     int8_headroom: float = 1.0  # int8: the trained layers' scales this many times wider
+    backward: str = "float"  # int8: "integer" computes the backward and the updates in integers only
     lr: float = 0.01
     momentum: float = 0.0
     weight_decay: float = 0.0
@@ -165,6 +166,7 @@ def build_program(config: ProgramConfig, model_state: Optional[dict] = None, cal
                  seed=config.seed)
     prog = et.compile(model, xs, loss=config.loss, ignore_index=config.ignore_index, update=update, quantize=config.quantize, optimizer=opt,
                       budget=budget, backend=config.backend, calibration=calib, int8_headroom=config.int8_headroom,
+                      backward=config.backward,
                       **({"contributions": contributions, "search": search} if update == "auto" else {}))
     resolved = replace(config, update=scheme_to_json(prog.scheme))
     flat = None

@@ -229,6 +229,21 @@ def _reference_of(prog):
     return Program(prog.compiled, ReferenceRunner(prog.compiled, prog.state, prog.steps))
 
 
+def _integer_only_check(prog, elf: Path, target: str) -> list[str]:
+    """backward='integer' on a core without an FPU: the float uses in the firmware `elf` (none: said).
+    (A core with one may move the loss's bits through a float register: no arithmetic, not looked for.)"""
+    from ..backends.c.float_check import float_uses
+    from ..devices.targets import get_target
+
+    if get_target(target).fpu != "none" or not any(n.op == "icross_entropy" for n in prog.compiled.train_graph.nodes):
+        return []
+
+    floats = float_uses(elf)
+    if not floats:
+        say("  integer-only: no float instruction or soft-float routine in the ELF")
+    return floats
+
+
 def _verify(prog, out: Path, target: str, samples) -> dict:
     """Build and run the project; compare its losses with the reference runtime's."""
     import subprocess
@@ -236,6 +251,7 @@ def _verify(prog, out: Path, target: str, samples) -> dict:
     from ..backends.c import CBackendError
 
     t0 = time.perf_counter()
+    floats: list[str] = []
     if target == "host":
         r = subprocess.run(["make", "-s", "main"], cwd=out, capture_output=True, text=True)
         if r.returncode != 0:
@@ -262,17 +278,19 @@ def _verify(prog, out: Path, target: str, samples) -> dict:
         losses, exit_code, lines = list(run.losses), run.exit_code, list(run.lines)
         where = f"QEMU {target}"
         say(f"  firmware: {prog.firmware.describe()}")
+        floats = _integer_only_check(prog, elf, target)
     spec = prog if prog.backend == "reference" else _reference_of(prog)  # the losses of the spec
     ref = [spec.step(x, y) for x, y in samples]
     diff = max((abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref)), default=float("inf"))
-    ok = exit_code == 0 and len(losses) == len(ref) and diff <= VERIFY_RTOL
+    ok = exit_code == 0 and len(losses) == len(ref) and diff <= VERIFY_RTOL and not floats
     for i, (a, b) in enumerate(zip(losses, ref), start=1):
         say(f"  {where}: step {i} loss {a:.9g}   (reference {b:.9g})")
     verdict = (f"verified: {len(losses)} steps, largest relative difference {diff:.2g} (allowed {VERIFY_RTOL:g})" if ok
                else f"verification FAILED: exit {exit_code}, {len(losses)} of {len(ref)} steps, largest relative "
-                    f"difference {diff:.2g}; last lines: {' | '.join(lines[-3:])}")
+                    f"difference {diff:.2g}; last lines: {' | '.join(lines[-3:])}" if not floats
+               else f"verification FAILED: backward='integer', yet the ELF computes with floats: {', '.join(floats)}")
     say(f"  {verdict} ({time.perf_counter() - t0:.1f} s)")
     if not ok:
         print(f"edgetrain compile: error: {verdict}", file=sys.stderr)
     return {"ok": ok, "where": where, "losses": losses, "reference": ref, "max_rel_diff": diff,
-            "exit_code": exit_code}
+            "exit_code": exit_code, "float_uses": floats}

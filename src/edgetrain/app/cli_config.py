@@ -34,10 +34,13 @@ def config_from_options(args, model_text: str):
     int8_headroom = _or_default(args.int8_headroom, 1.0)
     if int8_headroom != 1 and quantize != "int8":
         raise ValueError("--int8-headroom applies to --quantize int8")
+    backward = _or_default(getattr(args, "backward", None), "float")
+    if backward != "float" and quantize != "int8":
+        raise ValueError("--backward integer applies to --quantize int8")
     return ProgramConfig(model=str(spec), inputs=tuple(specs), model_args=parse_model_args(args.model_arg),
                          classes=args.classes, loss=args.loss or "cross_entropy",
                          ignore_index=_or_default(args.ignore_index, -100), update=args.update_spec or "full",
-                         quantize=quantize, int8_headroom=int8_headroom,
+                         quantize=quantize, int8_headroom=int8_headroom, backward=backward,
                          lr=_or_default(args.lr, 0.01), momentum=_or_default(args.momentum, 0.0),
                          weight_decay=_or_default(args.weight_decay, 0.0), qas=not args.no_qas,
                          seed=_or_default(args.rounding_seed, 0), sram=parse_bytes(args.sram, "--sram"),

@@ -4,7 +4,7 @@ read by the compiler before anything is built (DESIGN principle 13).
 - "reference": the numpy runtime, the living spec: every op of the op table, every dtype.
 - "c": the C backend on the host: the ops with a registered C kernel (backends/c/kernels);
   float programs compute in float32 (its float kernels are written for C `float`), int8
-  programs in int8 / int32 with float32 gradients.
+  programs in int8 / int32 with float32 gradients, or int16 ones (backward="integer").
 - "cortex-m": the same C kernels in a bare-metal firmware; no file system, so the page ops
   (paging a tensor to storage: ops/page.py) are the host's only.
 - "riscv": the same on a RISC-V microcontroller (rv32imafc, rv32imc, rv32imafcv: the portable
@@ -27,7 +27,7 @@ from ..frontend.capture import UnsupportedOpError
 from ..ops import OPS
 
 #: value dtypes a C program may hold (float64 is not one: the float kernels compute in C `float`)
-C_DTYPES = frozenset({"float32", "int8", "int32", "int64", "bool"})
+C_DTYPES = frozenset({"float32", "int8", "int16", "int32", "int64", "bool"})
 #: ops a bare-metal firmware (Cortex-M, RISC-V) cannot run, and why
 FIRMWARE_LACKS = CORTEX_M_LACKS = {
     "page_in": "paging reads tensors back from a file: the firmware has no file system",

@@ -26,7 +26,7 @@ def observe_ranges(g: Graph, arrays: Mapping[str, np.ndarray], batches: Iterable
     hi = np.full(len(values), -np.inf)
     seen = 0
     for batch in batches:
-        for feeds in _chunks(batch, data, arrays):
+        for feeds in chunk_feeds(batch, data, arrays):
             out, _ = run_graph(probe, feeds)
             for i in range(len(values)):
                 a = out[f"v{i}"]
@@ -41,7 +41,7 @@ def observe_ranges(g: Graph, arrays: Mapping[str, np.ndarray], batches: Iterable
     return {v: (float(lo[i]), float(hi[i])) for i, v in enumerate(values)}
 
 
-def _chunks(batch, data: Sequence[Value], arrays):
+def chunk_feeds(batch, data: Sequence[Value], arrays):
     """Feeds for `batch` cut into pieces of the graph's static batch size (a remainder
     smaller than that is dropped)."""
     if isinstance(batch, np.ndarray) or hasattr(batch, "detach"):

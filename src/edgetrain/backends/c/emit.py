@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from ...ir import Role
+from ...ir import FLOAT_DTYPES, Role
 from .banks import BANK_API, BANK_FUNCS, bank_arrays, bank_decls, bank_fresh_start
 from .constpool import ConstPool
 from .emit_graphs import PROFILE, SPLIT_HELPERS, gather_call, graph_function, scatter_call, state_decls, value_ptr
@@ -91,6 +91,17 @@ def _unit(prog, layout: Layout, embed: bool, weight_banks: int) -> _Unit:
 
 
 # --- model.h ----------------------------------------------------------------------------------
+def _integer_only(u: _Unit) -> bool:
+    """Whether the graphs emitted hold no float value but the training step's loss (whose float the
+    integer loss assembles from its bits): an int8 program with backward='integer', train graph only."""
+    for key in u.keys:
+        g = u.layout.graphs[key].graph
+        loss = g.output("loss") if key == "train" else None
+        if any(v.dtype in FLOAT_DTYPES and v is not loss for n in g.nodes for v in (*n.inputs, *n.outputs)):
+            return False
+    return True
+
+
 def _model_h(u: _Unit) -> list[str]:
     """The API: sizes as macros, the entry points (banks' and paging's when used)."""
     out_v, data = u.out_v, u.data
@@ -107,6 +118,8 @@ def _model_h(u: _Unit) -> list[str]:
         f"#define ET_NUM_GRADS {len(u.grad.outputs) if u.grad is not None else 0}",
         f"#define ET_HAS_PREDICT {int('forward' in u.keys)}",
         f"#define ET_HAS_GRADIENTS {int('grad' in u.keys)}",
+        *(["/* no float value in the graphs built (backward='integer'): the kernels' float paths left out */",
+           "#define ET_INTEGER_ONLY 1"] if _integer_only(u) else []),
         "#ifdef __cplusplus", 'extern "C" {', "#endif",
         *LEFT_OUT_MACRO.splitlines(),
         "void et_init(void);",

@@ -19,7 +19,7 @@ from ...memory.arena import ALIGNMENT, ArenaPlan, align_up, plan_arena
 from ...memory.liveness import inplace_merges, lifetimes, storage_roots
 
 #: C element type of each IR dtype
-C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "int8": "int8_t",
+C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t",
            "bool": "uint8_t"}
 #: the three graphs of a program, by the name their C function carries
 GRAPHS = ("train", "forward", "grad")

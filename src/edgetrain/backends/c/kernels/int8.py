@@ -19,6 +19,7 @@ from ....ops.qstream import row_plan
 from ....ops.reduce import reduced_dims
 from ..layout import CBackendError
 from . import int8_grad  # noqa: F401  (registers the backward and the updates)
+from .int8_igrad import iacc_conv  # (and registers the integer-only backward)
 from .int8_params import block, c_int, c_ints, conv_params, numel, weight_decl, whole_rows
 from .registry import register
 
@@ -29,6 +30,8 @@ def qconv2d(node: Node, ctx) -> str:
     x, w, b = node.inputs
     y = node.outputs[0]
     a = node.attrs
+    if a.get("acc_out"):  # the integer backward's classifier: int32 accumulators
+        return iacc_conv(node, ctx)
     lines = conv_params(ctx, "P", x.shape, w.shape, y.shape, a) + weight_decl(ctx, w, "W")
     o, ho, wo = y.shape[1:]
     if a.get("float_out"):
@@ -219,6 +222,9 @@ def qmask_pack(node: Node, ctx) -> str:
 @register("qmask_grad")
 def qmask_grad(node: Node, ctx) -> str:
     g, m = node.inputs
+    if g.dtype == "int16":  # the integer-only backward's gradient
+        return block([f"et_qmask_grad_i16({ctx.ptr(g)}, (const uint8_t *){ctx.ptr(m)}, {ctx.ptr(node.outputs[0])}, "
+                      f"{g.type.numel});"])
     return block([f"et_qmask_grad({ctx.ptr(g)}, (const uint8_t *){ctx.ptr(m)}, {ctx.ptr(node.outputs[0])}, "
                    f"{g.type.numel});"])
 

@@ -166,8 +166,11 @@ static inline int32_t et_qrow_mbqm(const et_qrow *r, int32_t acc) {
 
 static inline void et_qrow_put(const et_qrow *r, int32_t q, int32_t acc) {
     acc = et_addsat32(acc, r->bias);
+#ifndef ET_INTEGER_ONLY /* model.h defines it for a step without float values: no float instruction linked */
     if (r->yf) r->yf[q] = (float)acc * r->scale;
-    else r->y[q] = (int8_t)et_clampi(et_qrow_mbqm(r, acc) + r->y_zero, r->qmin, r->qmax);
+    else
+#endif
+        r->y[q] = (int8_t)et_clampi(et_qrow_mbqm(r, acc) + r->y_zero, r->qmin, r->qmax);
 }
 
 #endif /* ET_INT8_CORE_H */

@@ -114,8 +114,11 @@ static inline et_rq et_rq_make(const et_qconv_p *P, const int32_t *bias, int32_t
 static ET_DSP_NOINLINE void et_rq_slow(const et_qconv_p *P, const int32_t *bias, int32_t o, int32_t acc, int8_t *y,
                                    float *yf) {
     acc = et_addsat32(acc, bias[o]);
+#ifndef ET_INTEGER_ONLY /* model.h defines it for a step without float values: no float instruction linked */
     if (yf) *yf = (float)acc * P->out_scale[o];
-    else *y = (int8_t)et_clampi(et_mbqm(acc, P->mult[o], P->shift[o]) + P->y_zero, P->qmin, P->qmax);
+    else
+#endif
+        *y = (int8_t)et_clampi(et_mbqm(acc, P->mult[o], P->shift[o]) + P->y_zero, P->qmin, P->qmax);
 }
 
 /* output element `at` (of y or yf) of channel o from its sum */
