@@ -4,6 +4,7 @@ without QAS vs int8 with QAS, for the same update scheme, data, order and epochs
     PYTHONPATH=src python bench/accuracy.py --task cifar10 [--train 5000] [--test 2000]
                                             [--epochs 1] [--seeds 0] [--jobs 2]
     PYTHONPATH=src python bench/accuracy.py --task fashion [--train 10000] [--test 2000] ...
+        [--schemes SCHEME ...] [--precisions "int8 QAS" "int8 QAS integer" ...]
 
 Tasks:
 - cifar10: the paper's int8 ImageNet-pretrained MobileNetV2-0.35
@@ -23,7 +24,8 @@ Tasks:
 
 int8 runs compile with quantize="int8" (batch norm folded, calibration on the first 64
 training images for scales not published) and train with integer SGD (stochastic
-rounding); QAS on or off is the only difference between them. Every run of one seed sees
+rounding); QAS on or off is the only difference between them. "int8 QAS integer" is int8 with QAS
+and backward="integer": gradients, loss and SGD in integers only (quantize/integer_backward.py). Every run of one seed sees
 the same images in the same order.
 
 Prints one JSON line per run, then (unless --json-only) a markdown table of the mean
@@ -65,7 +67,8 @@ TASKS = {
                     ("LastK(1)", "BiasOnly", "Sparse(paper 99KB)"), (("Full", 1e-4),)),
     "fashion": Task(16, 0.005, 0.9, 10000, 2000, ("Full", "LastK(1)", "BiasOnly"), ("Full", "LastK(1)", "BiasOnly")),
 }
-PRECISIONS = ("float32", "int8 no QAS", "int8 QAS")
+#: "int8 QAS integer": int8 with QAS and backward="integer" (the backward and the update in integers only)
+PRECISIONS = ("float32", "int8 no QAS", "int8 QAS", "int8 QAS integer")
 
 
 def scheme(name: str):
@@ -151,8 +154,9 @@ def run(job: dict) -> dict:
     prog = et.compile(make_model(), (torch.from_numpy(xtr[:t.batch]),), loss="cross_entropy",
                       update=scheme(job["scheme"]), quantize="int8" if int8 else None,
                       optimizer=et.SGD(lr=job.get("lr") or t.lr_for(job["scheme"]), momentum=t.momentum,
-                                       qas=job["precision"] == "int8 QAS", seed=job["seed"]),
-                      calibration=[xtr[:64]] if int8 else None)
+                                       qas=job["precision"].startswith("int8 QAS"), seed=job["seed"]),
+                      calibration=[xtr[:64]] if int8 else None,
+                      backward="integer" if job["precision"] == "int8 QAS integer" else "float")
 
     def top1():
         return float((prog.predict(xte).argmax(1) == yte).mean())
@@ -183,8 +187,8 @@ def run(job: dict) -> dict:
 
 def table(rows: list[dict], task: str) -> str:
     t = TASKS[task]
-    out = ["| update scheme | lr | float32 | int8 without QAS | int8 with QAS | peak KB (float32 / int8) |",
-           "|---|---|---|---|---|---|"]
+    out = ["| update scheme | lr | float32 | int8 without QAS | int8 with QAS | int8 with QAS, integer backward | "
+           "peak KB (float32 / int8 / integer) |", "|---|---|---|---|---|---|---|"]
 
     def cell(scheme_name, precision):
         rs = [r for r in rows if r["scheme"] == scheme_name and r["precision"] == precision]
@@ -200,7 +204,7 @@ def table(rows: list[dict], task: str) -> str:
 
     for s in t.schemes:
         cells = [cell(s, p) for p in PRECISIONS]
-        peaks = " / ".join(f"{c[1]:,.0f}" for c in (cells[0], cells[2]) if c[1] is not None)
+        peaks = " / ".join(f"{c[1]:,.0f}" for c in (cells[0], cells[2], cells[3]) if c[1] is not None)
         lrs = sorted({r["lr"] for r in rows if r["scheme"] == s})
         out.append(f"| {s} | {', '.join(f'{v:g}' for v in lrs)} | " + " | ".join(c[0] for c in cells) + f" | {peaks} |")
     before = sorted({(r['precision'] != 'float32', round(100 * r['before'], 1)) for r in rows})
@@ -218,6 +222,7 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--schemes", nargs="+", help="only these of the task's schemes")
+    p.add_argument("--precisions", nargs="+", choices=PRECISIONS, help="only these (default: all)")
     p.add_argument("--lr", type=float, help="learning rate for every run (default: the task's, per scheme)")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="runs in parallel (processes)")
     p.add_argument("--json-only", action="store_true")
@@ -236,7 +241,8 @@ def main(argv=None) -> int:
     jobs = [{"task": args.task, "scheme": s, "precision": prec, "seed": seed, "epochs": args.epochs,
              "train": args.train or t.train, "test": args.test or t.test, "lr": args.lr}
             for seed in args.seeds for s in t.schemes if not args.schemes or s in args.schemes
-            for prec in (PRECISIONS if s in t.int8_schemes else PRECISIONS[:1])]
+            for prec in (PRECISIONS if s in t.int8_schemes else PRECISIONS[:1])
+            if not args.precisions or prec in args.precisions]
     rows = []
     with get_context("spawn").Pool(args.jobs) as pool:
         for r in pool.imap_unordered(run, jobs):

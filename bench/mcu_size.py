@@ -3,11 +3,13 @@ instructions per training step under QEMU, beside the paper's figures.
 
     PYTHONPATH=src python bench/mcu_size.py [--models mbv2-w0.35 ...] [--scheme 49kb]
         [--target cortex-m7|cortex-m4|rv32imafc|rv32imc] [--steps 2] [--no-run] [--no-icount] [--breakdown [N]] [--check-host] [--out DIR]
+        [--backward float|integer]
 
 For each model: `from_tiny_training(..., num_classes=10)` at 128x128, compiled with
 quantize="int8", the paper's sparse update scheme (default "49kb" of
 ../shared/assets/tiny-training/schemes.json) and SGD(lr=0.01); `emit_c(target=...)` writes a
-firmware project that trains on `--steps` embedded samples (seeded random images and labels),
+firmware project (`--backward integer`: the backward and the updates in integers only) that trains on
+`--steps` embedded samples (seeded random images and labels),
 `make` links it into the 1 MiB flash / 256 KiB SRAM regions (a program that does not fit fails
 to link: reported as such), and QEMU (mps2-an500 for the Cortex-M7) runs it: the losses, the
 stack high-water mark (stack painting) and, with a TCG plugin, the guest instructions of each
@@ -88,8 +90,9 @@ def measure(model: str, args, table: dict) -> dict:
     path = require_assets(f"tiny-training/{model}.pkl")
     t0 = time.time()
     prog = et.compile(from_tiny_training(path, num_classes=10), (torch.zeros(1, 3, RES, RES),),
-                      update=scheme_of(table, model, args.scheme), quantize="int8", optimizer=et.SGD(lr=0.01))
-    row = {"model": model, "scheme": args.scheme, "target": args.target,
+                      update=scheme_of(table, model, args.scheme), quantize="int8", optimizer=et.SGD(lr=0.01),
+                      backward=args.backward)
+    row = {"model": model, "scheme": args.scheme, "target": args.target, "backward": args.backward,
            "planned_peak_kb": prog.memory.peak_bytes / KB, "planned_flash_kb": prog.memory.flash_bytes / KB,
            "compile_s": time.time() - t0,
            "paper_peak_kb": table["paper_peak_kb_sparse_reorder"][model],
@@ -147,7 +150,7 @@ def flash_ratios(fc, frozen_planned: int) -> dict:
 
 
 def show(r: dict) -> None:
-    print(f"\n{r['model']} ({r['scheme']} scheme, {r['target']}): prog.memory peak {r['planned_peak_kb']:.1f} KB, "
+    print(f"\n{r['model']} ({r['scheme']} scheme, {r['target']}, {r['backward']} backward): prog.memory peak {r['planned_peak_kb']:.1f} KB, "
           f"frozen weights {r['planned_flash_kb']:.1f} KB; paper: {r['paper_peak_kb']} KB peak, "
           f"{r['paper_ms_per_image']} ms/image at {PAPER_MHZ} MHz")
     if "link_error" in r:
@@ -225,6 +228,8 @@ def main(argv=None) -> int:
     ap.add_argument("--scheme", default="49kb")
     ap.add_argument("--target", default="cortex-m7", choices=sorted(cortexm.FIRMWARE_TARGETS))
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--backward", choices=("float", "integer"), default="float",
+                    help="the int8 program's backward: float32 (default) or integers only (backward='integer')")
     ap.add_argument("--no-run", action="store_true")
     ap.add_argument("--no-icount", action="store_true")
     ap.add_argument("--breakdown", type=int, nargs="?", const=10, default=0, metavar="N",

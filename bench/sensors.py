@@ -4,6 +4,11 @@ sparse update searched under an SRAM budget, emitted as Cortex-M4 firmware and r
 
     PYTHONPATH=src python bench/sensors.py [--sets BasicMotions PLAID] [--models cnn gru]
         [--budget 64KB] [--epochs 10] [--lr LR] [--seed 0] [--firmware-steps 8] [--data DIR]
+        [--backward float|integer]
+
+--backward integer runs edgetrain's int8 side with backward="integer" (gradients, loss and SGD
+in integers only) everywhere it runs: the search, the lr / headroom choice, the firmware and the
+fine-tune.
 
 Per (set, model):
 1. data: the set's _TRAIN/_TEST split (`edgetrain.data.timeseries.load_ts`; the sktime 1.2.0
@@ -175,13 +180,18 @@ def choose_lr(model: nn.Module, fit, val, grid, epochs: int, seed: int) -> tuple
     return max(scores, key=lambda lr: (scores[lr], -lr)), scores
 
 
+#: the int8 side's backward (--backward): "float" (float32 gradients) or "integer" (backward="integer")
+BACKWARD = {"backward": "float"}
+
+
 def int8_finetune(model: nn.Module, scheme, x, y, lr: float, headroom: float, epochs: int, seed: int, calib):
     """edgetrain's int8 program of `scheme` (QAS, calibrated on `calib`, `headroom`) fine-tuned on
     (x, y): batch 1, `epochs`, the case order of default_rng(seed) per epoch."""
     import edgetrain as et
 
     prog = et.compile(model, (torch.from_numpy(x[:1]),), update=scheme, quantize="int8",
-                      optimizer=et.SGD(lr=lr, qas=True, seed=seed), calibration=calib, int8_headroom=headroom)
+                      optimizer=et.SGD(lr=lr, qas=True, seed=seed), calibration=calib, int8_headroom=headroom,
+                      **BACKWARD)
     rng = np.random.default_rng(seed)
     for _ in range(epochs):
         for i in rng.permutation(len(y)):
@@ -249,7 +259,8 @@ def run(set_name: str, model_name: str, args) -> dict:
     t0 = time.perf_counter()
     example = (torch.from_numpy(xtr[:1]),)
     searched = et.compile(model, example, update="auto", budget=et.Budget(sram=args.budget), quantize="int8",
-                          optimizer=et.SGD(lr=lr, qas=True, seed=args.seed), contributions=table, calibration=calib)
+                          optimizer=et.SGD(lr=lr, qas=True, seed=args.seed), contributions=table, calibration=calib,
+                          **BACKWARD)
     t_compile = time.perf_counter() - t0
     t0 = time.perf_counter()
     headrooms = HEADROOM_GRID if args.headroom is None else (args.headroom,)
@@ -263,7 +274,7 @@ def run(set_name: str, model_name: str, args) -> dict:
     headroom, grid_scores = lrs["headroom"]
     prog = et.compile(model, example, update=searched.scheme, quantize="int8",
                       optimizer=et.SGD(lr=lr_int8, qas=True, seed=args.seed), calibration=calib,
-                      int8_headroom=headroom)
+                      int8_headroom=headroom, **BACKWARD)
     assert prog.memory.peak_bytes == searched.memory.peak_bytes, "the scheme compiled alone differs from the search's"
     # firmware: the first training cases, on the chip and in the host C build
     samples = [(xtr[i:i + 1], ytr[i:i + 1]) for i in perm[:args.firmware_steps]]
@@ -294,7 +305,7 @@ def run(set_name: str, model_name: str, args) -> dict:
                                          calib).predict, xte, yte)
     peer = {lr_: FineTuner(model, (xtr, ytr), (xte, yte), replace(tune, lr=lr_)).accuracy(dict(prog.trainable))
             for lr_ in {lr_torch, lr_int8}}  # its own lr, and edgetrain's
-    return {"bench": "sensors", "set": set_name, "model": model_name, "classes": len(classes),
+    return {"bench": "sensors", "set": set_name, "model": model_name, "backward": BACKWARD["backward"], "classes": len(classes),
             "pretrain_classes": (len(classes) + 1) // 2, "train": len(ytr), "test": len(yte),
             "input": list(xtr.shape[1:]), "scheme": str(prog.scheme), "budget": args.budget,
             "peak_sram_bytes": int(prog.memory.peak_bytes), "firmware_sram_bytes": int(fw.size.sram),
@@ -330,7 +341,10 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--firmware-steps", type=int, default=8)
     p.add_argument("--data", help="a folder holding SET_TRAIN.ts and SET_TEST.ts (default: the sktime wheel's)")
+    p.add_argument("--backward", choices=("float", "integer"), default="float",
+                   help="the int8 side's backward: float32 gradients (default) or integers only")
     args = p.parse_args(argv)
+    BACKWARD["backward"] = args.backward
     rows = []
     for s in args.sets:
         for m in args.models:

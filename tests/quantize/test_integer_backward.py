@@ -62,6 +62,21 @@ class Sensor(nn.Module):
         return self.fc(self.net(x).mean(2))
 
 
+class Dilated(nn.Module):
+    """Dilated and strided convolutions, dense and depthwise, over rows wider than the C kernel's
+    32-column chunk."""
+
+    def __init__(self, classes=3):
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=2, dilation=2), nn.ReLU(),
+                                 nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=8), nn.ReLU(),
+                                 nn.Conv2d(8, 6, (3, 5), stride=(1, 2), padding=(1, 1)), nn.ReLU())
+        self.fc = nn.Linear(6, classes)
+
+    def forward(self, x):
+        return self.fc(self.net(x).mean((2, 3)))
+
+
 def _data(shape, n, classes, seed=0):
     rng = np.random.default_rng(seed)
     return [(rng.standard_normal(shape).astype(np.float32), rng.integers(0, classes, shape[0]))
@@ -97,6 +112,7 @@ def test_integer_losses_track_the_float_backward_and_hold_no_float():
     (Inverted, (1, 3, 16, 16), et.Sparse(bias_last=3, weights={1: 0.5, 2: 0.5, 3: 1.0}), et.SGD(lr=0.05)),
     (Inverted, (1, 3, 16, 16), et.LastK(2), et.SGD(lr=0.05, momentum=0.5)),
     (Sensor, (4, 6, 40), et.Full(), et.SGD(lr=0.05)),
+    (Dilated, (1, 3, 70, 70), et.Full(), et.SGD(lr=0.05)),
 ])
 def test_the_c_backend_computes_the_same_integers(model_cls, shape, update, opt):
     kw = dict(update=update, optimizer=opt)

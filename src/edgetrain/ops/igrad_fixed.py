@@ -15,6 +15,8 @@ INT16_MIN, INT16_MAX = -(2 ** 15), 2 ** 15 - 1
 #: a per-channel multiplier's mantissa lies in [2**MULT_BITS, 2**(MULT_BITS + 1)): a product
 #: of it with an int16 x int8 term (< 2**22) stays below 2**38, and sums of 2**24 of those in int64
 MULT_BITS = 14
+#: shifts stay within +-MAX_SHIFT (an int64 shifted further is 0; the C kernels store them as int8)
+MAX_SHIFT = 62
 #: the fraction bits of an update in weight steps: Q16 (stochastic rounding takes the top 16
 #: bits of the counter hash as its uniform number)
 UPDATE_FRAC = 16
@@ -47,6 +49,10 @@ def mantissa_shift(real: float, extra: int = 0) -> tuple[int, int]:
     s = MULT_BITS + 1 - exp - extra
     if m == 2 ** (MULT_BITS + 1):
         m, s = m // 2, s - 1
+    if s > MAX_SHIFT:  # below one unit of any int64 product it scales: zero
+        return 0, 0
+    if s < -MAX_SHIFT:
+        raise ValueError(f"an integer-backward multiplier {real} * 2**{extra} is too large for int64 fixed point")
     return m, s
 
 

@@ -31,6 +31,7 @@ import numpy as np
 from ..interpreter import run_graph
 from ..ir import Graph, Node, Role, TensorType, Value, new_value
 from ..ops.igrad_fixed import MULT_BITS, UPDATE_FRAC, exponent_for, mantissa_shift
+from ..ops.qgradupdate import fusable
 from ..ops.qoptim import row_scales
 from ..passes.dce import eliminate_dead_code
 from .calibrate import chunk_feeds
@@ -226,6 +227,9 @@ class _Rewriter:
         if src not in self.pending:
             raise IntegerBackwardError("backward='integer': an update whose gradient is not a convolution's")
         gnode, g = self.pending[src]
+        if gnode.op == "qconv2d_grad_weight" and not fusable(gnode.attrs, gnode.inputs[0].shape[1]):
+            raise IntegerBackwardError(f"backward='integer' trains dense or depthwise convolutions, not "
+                                       f"groups={gnode.attrs['groups']}")
         scales = np.asarray(gnode.attrs["scales"], np.float64) * row_scales(a).astype(np.float64)
         ms = [mantissa_shift(float(a["lr"]) * s, UPDATE_FRAC + self.exp[g]) for s in scales]
         decay = mantissa_shift(float(a["lr"]) * float(a["weight_decay"]), UPDATE_FRAC)

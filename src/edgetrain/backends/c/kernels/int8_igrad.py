@@ -84,16 +84,20 @@ def igrad_add(node: Node, ctx) -> str:
 def iconv_grad_input(node: Node, ctx) -> str:
     g, w = node.inputs
     a = node.attrs
-    return block([_geometry(a["input_shape"], w.shape, g.shape, a), c_ints("int32_t", "MULT", a["mult"]),
+    return block([_geometry(a["input_shape"], w.shape, g.shape, a), c_ints("int16_t", "MULT", a["mult"]),
                   *weight_decl(ctx, w, "W"),
                   f"et_iconv_grad_input(&P, {ctx.ptr(g)}, &W, MULT, {c_int(a['shift'])}, "
                   f"{ctx.ptr(node.out)});"])
 
 
 def _update_lines(node: Node, ctx, a) -> list[str]:
+    """The update's constants: per row a 15-bit multiplier (int16) and its shift (int8), the indices
+    of a channel selection, SGD's settings, the rounding hash's key."""
     idx = a["index"] if a.get("index") is not None else (0,)
+    if max(a["mult"], default=0) >= 2 ** 15:
+        raise CBackendError(f"C kernel for {node.op}: a multiplier past int16 ({max(a['mult'])})")
     opt = (a.get("momentum_q16", 0), a.get("decay_mult", 0), a.get("decay_shift", 0), a["qmin"], a["qmax"])
-    return [c_ints("int32_t", "MULT", a["mult"]), c_ints("int32_t", "SHIFT", a["shift"]),
+    return [c_ints("int16_t", "MULT", a["mult"]), c_ints("int8_t", "SHIFT", a["shift"]),
             c_ints("uint16_t", "IDX", idx), "static const et_iopt_p O = {" + ", ".join(c_int(v) for v in opt) + "};",
             f"const uint32_t key = et_hash_key({int(a['seed']) & 0xFFFFFFFF}u, {int(a['param_id']) & 0xFFFFFFFF}u, "
             f"{ctx.step});"]

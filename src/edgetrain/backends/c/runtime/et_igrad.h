@@ -164,38 +164,61 @@ __attribute__((noinline, unused)) static void et_qmask_grad_i16(const int16_t *g
 }
 
 /* ---- a convolution's input gradient ------------------------------------------------------- */
-/* gx[n, c, y, x] = sat16(round(sum over (o, i, j) of g * w * mult[o] * 2^-shift)), one output
- * element at a time (no int64 buffer the size of the input) */
+/* input columns computed together (an int64 and an int32 accumulator each on the stack) */
+#define ET_IGX_CHUNK 32
+
+/* gx[n, c, y, x] = sat16(round(sum over (o, i, j) of g * w * mult[o] * 2^-shift)), a row chunk of
+ * ET_IGX_CHUNK columns at a time: for each output channel o the int32 sum over the taps, then
+ * times mult[o] into int64. Each tap's valid columns are a strided range found once (no division
+ * per element), so the inner loop is a multiply-accumulate. */
 __attribute__((noinline, unused)) static void et_iconv_grad_input(const et_iconv_p *P, const int16_t *g,
-                                                                  const et_w8 *W, const int32_t *mult,
+                                                                  const et_w8 *W, const int16_t *mult,
                                                                   int32_t shift, int16_t *gx) {
-    const int32_t opg = P->o / P->groups;
+    const int32_t opg = P->o / P->groups, khkw = P->kh * P->kw;
+    int64_t acc[ET_IGX_CHUNK];
+    int32_t t[ET_IGX_CHUNK];
     for (int32_t n = 0; n < P->n; ++n)
         for (int32_t c = 0; c < P->c; ++c) {
             const int32_t grp = c / P->cg, cc = c % P->cg;
             for (int32_t yi = 0; yi < P->h; ++yi)
-                for (int32_t xi = 0; xi < P->w; ++xi) {
-                    int64_t acc = 0;
+                for (int32_t x0 = 0; x0 < P->w; x0 += ET_IGX_CHUNK) {
+                    const int32_t x1 = x0 + ET_IGX_CHUNK < P->w ? x0 + ET_IGX_CHUNK : P->w;
+                    for (int32_t k = 0; k < x1 - x0; ++k) {
+                        acc[k] = 0;
+                        t[k] = 0;
+                    }
                     for (int32_t o = grp * opg; o < (grp + 1) * opg; ++o) {
-                        const int8_t *w = et_w8_taps(W, o, cc, P->cg, P->kh * P->kw);
-                        int32_t t = 0;
+                        const int8_t *w = et_w8_taps(W, o, cc, P->cg, khkw);
+                        int any = 0;
                         for (int32_t i = 0; i < P->kh; ++i) {
                             const int32_t yy = yi + P->ph - i * P->dh;
                             if (yy < 0 || yy % P->sh) continue;
                             const int32_t yo = yy / P->sh;
                             if (yo >= P->ho) continue;
+                            const int16_t *grow = g + ((n * P->o + o) * P->ho + yo) * P->wo;
                             for (int32_t j = 0; j < P->kw; ++j) {
-                                const int32_t xx = xi + P->pw - j * P->dw;
-                                if (xx < 0 || xx % P->sw) continue;
-                                const int32_t xo = xx / P->sw;
-                                if (xo >= P->wo) continue;
-                                t += (int32_t)g[((n * P->o + o) * P->ho + yo) * P->wo + xo] *
-                                     w[i * P->kw + j];
+                                const int32_t wv = w[i * P->kw + j];
+                                if (!wv) continue;
+                                const int32_t off = P->pw - j * P->dw; /* xo * sw = x + off */
+                                int32_t x = x0 > -off ? x0 : -off;
+                                const int32_t r = (x + off) % P->sw;
+                                if (r) x += P->sw - r;
+                                const int32_t last = (P->wo - 1) * P->sw - off; /* xo <= wo - 1 */
+                                const int32_t end = last < x1 - 1 ? last : x1 - 1;
+                                if (x > end) continue;
+                                any = 1;
+                                const int16_t *gp = grow + (x + off) / P->sw;
+                                for (; x <= end; x += P->sw) t[x - x0] += (int32_t)*gp++ * wv;
                             }
                         }
-                        acc += (int64_t)t * mult[o];
+                        if (any) /* t back to zero as it is read */
+                            for (int32_t k = 0; k < x1 - x0; ++k) {
+                                acc[k] += (int64_t)t[k] * mult[o];
+                                t[k] = 0;
+                            }
                     }
-                    gx[((n * P->c + c) * P->h + yi) * P->w + xi] = et_sat16(et_rshift_round(acc, shift));
+                    int16_t *out = gx + ((n * P->c + c) * P->h + yi) * P->w;
+                    for (int32_t k = 0; k < x1 - x0; ++k) out[x0 + k] = et_sat16(et_rshift_round(acc[k], shift));
                 }
         }
 }
@@ -235,7 +258,7 @@ typedef struct {
  * momentum buffer (the selected elements, in order) or 0 */
 __attribute__((noinline, unused)) static void et_iconv_grad_weight_update(
     const et_iconv_p *P, const et_iupd_p *U, const et_iopt_p *O, const int8_t *x, const int16_t *g, int8_t *w,
-    int32_t *m, const int32_t *mult, const int32_t *shift, const uint16_t *idx, uint32_t key) {
+    int32_t *m, const int16_t *mult, const int8_t *shift, const uint16_t *idx, uint32_t key) {
     for (int32_t r = 0; r < U->rows; ++r)
         for (int32_t cc = 0; cc < U->cols; ++cc) {
             const int32_t xc = U->depthwise ? r : cc;
@@ -267,7 +290,7 @@ __attribute__((noinline, unused)) static void et_iconv_grad_weight_update(
  * the sum of g's channel r */
 __attribute__((noinline, unused)) static void et_iconv_bias_update(
     int32_t *b, int32_t *m, const int16_t *g, int32_t n, int32_t rows, int32_t inner, const et_iopt_p *O,
-    const int32_t *mult, const int32_t *shift, const uint16_t *idx, int32_t split, uint32_t key) {
+    const int16_t *mult, const int8_t *shift, const uint16_t *idx, int32_t split, uint32_t key) {
     for (int32_t r = 0; r < rows; ++r) {
         int64_t acc = 0;
         for (int32_t ni = 0; ni < n; ++ni)
