@@ -4,7 +4,7 @@ sparse update searched under an SRAM budget, emitted as Cortex-M4 firmware and r
 
     PYTHONPATH=src python bench/sensors.py [--sets BasicMotions PLAID] [--models cnn gru]
         [--budget 64KB] [--epochs 10] [--lr LR] [--seed 0] [--firmware-steps 8] [--data DIR]
-        [--backward float|integer]
+        [--backward float|integer] [--finetune-seeds K]
 
 --backward integer runs edgetrain's int8 side with backward="integer" (gradients, loss and SGD
 in integers only) everywhere it runs: the search, the lr / headroom choice, the firmware and the
@@ -305,6 +305,9 @@ def run(set_name: str, model_name: str, args) -> dict:
                                          calib).predict, xte, yte)
     peer = {lr_: FineTuner(model, (xtr, ytr), (xte, yte), replace(tune, lr=lr_)).accuracy(dict(prog.trainable))
             for lr_ in {lr_torch, lr_int8}}  # its own lr, and edgetrain's
+    # --finetune-seeds K: the same program fine-tuned with K case orders and rounding seeds (0..K-1)
+    by_seed = [top1(int8_finetune(model, prog.scheme, xtr, ytr, lr_int8, headroom, args.epochs, s, calib).predict,
+                    xte, yte) for s in range(args.finetune_seeds)]
     return {"bench": "sensors", "set": set_name, "model": model_name, "backward": BACKWARD["backward"], "classes": len(classes),
             "pretrain_classes": (len(classes) + 1) // 2, "train": len(ytr), "test": len(yte),
             "input": list(xtr.shape[1:]), "scheme": str(prog.scheme), "budget": args.budget,
@@ -316,7 +319,7 @@ def run(set_name: str, model_name: str, args) -> dict:
             "top1_torch_float32_at_edgetrain_lr": peer[lr_int8],
             "top1_edgetrain_int8_at_torch_lr": after_at_torch_lr,
             "int8_headroom": headroom, "lr_edgetrain_no_headroom": lr_plain if headroom != 1 else lr_int8,
-            "top1_edgetrain_int8_no_headroom": after_plain,
+            "top1_edgetrain_int8_no_headroom": after_plain, "top1_edgetrain_int8_by_finetune_seed": by_seed,
             "validation_top1_edgetrain_by_lr_headroom": {f"{k[0]:g}/{k[1]:g}": v for k, v in grid_scores.items()},
             "epochs": args.epochs, "lr_analysis": lr, "lr_analysis_validation_top1": lr_val,
             "lr_edgetrain": lr_int8, "lr_torch": lr_torch, "lr_validation_top1_edgetrain": lrs["edgetrain"][1],
@@ -341,6 +344,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--firmware-steps", type=int, default=8)
     p.add_argument("--data", help="a folder holding SET_TRAIN.ts and SET_TEST.ts (default: the sktime wheel's)")
+    p.add_argument("--finetune-seeds", type=int, default=0, metavar="K",
+                   help="also fine-tune the chosen int8 program with case orders and rounding seeds 0..K-1 and "
+                        "report each top-1 and their mean (default 0: none)")
     p.add_argument("--backward", choices=("float", "integer"), default="float",
                    help="the int8 side's backward: float32 gradients (default) or integers only")
     args = p.parse_args(argv)
@@ -364,6 +370,11 @@ def main(argv=None) -> int:
               f"{r['top1_edgetrain_int8']:.3f} | "
               + ("-" if plain is None else f"{plain:.3f} (lr {r['lr_edgetrain_no_headroom']:g})")
               + f" | {r['top1_torch_float32']:.3f} | {r['top1_torch_float32_at_edgetrain_lr']:.3f} |")
+    for r in rows:
+        seeds = r["top1_edgetrain_int8_by_finetune_seed"]
+        if seeds:
+            print(f"\n{r['set']} {r['model']}, {r['backward']} backward: edgetrain int8 top-1 over fine-tune seeds "
+                  f"0..{len(seeds) - 1}: mean {np.mean(seeds):.3f} ({', '.join(f'{v:.3f}' for v in seeds)})")
     return 0 if all(r["firmware_losses_equal_host"] for r in rows) else 1
 
 

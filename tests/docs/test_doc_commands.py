@@ -128,6 +128,15 @@ python bench/family_probe.py --cells capture ref_grad int8
 python bench/planner_speed.py --repeats 3
 PYTHONPATH=src python bench/sensors.py --sets BasicMotions
 PYTHONPATH=src python bench/sensors.py --sets PLAID --models cnn
+EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --target rv32imc --steps 1 --backward float --check-host
+EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --target rv32imc --steps 1 --backward integer --check-host --breakdown 8
+EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --target rv32imafc --steps 1 --backward float --check-host
+EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --target rv32imafc --steps 1 --backward integer --check-host
+EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --target cortex-m7 --steps 1 --backward float --check-host
+EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --target cortex-m7 --steps 1 --backward integer --check-host
+EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/accuracy.py --task cifar10 --train 5000 --test 2000 --seeds 0 --schemes "Sparse(paper 99KB)" --precisions "int8 QAS" "int8 QAS integer" --jobs 2
+PYTHONPATH=src python bench/sensors.py --sets BasicMotions --models cnn --lr 0.01 --headroom 4 --backward float --finetune-seeds 8
+PYTHONPATH=src python bench/sensors.py --sets BasicMotions --models cnn --lr 0.01 --headroom 4 --backward integer --finetune-seeds 8
 PYTHONPATH=src python bench/scale_ray.py --train 2000 --test 2000 --last-layers 6 --ratios 0.125 0.25 0.5 1.0 --bias-ks 4 8 12 [--ways cluster serial local --cluster 127.0.0.1:6391]
 """
 NOT_RUN.update({line: BENCH for line in BENCHES.strip().splitlines()})
