@@ -25,13 +25,7 @@ static inline int16_t et_sat16(int64_t v) {
 
 /* the top 16 bits of ops/qoptim.py's counter hash: the update's uniform number in Q16 */
 static inline int64_t et_uniform16(uint32_t key, uint32_t index) {
-    uint32_t h = index * 0x9E3779B1u + key;
-    h ^= h >> 16;
-    h *= 0x85EBCA6Bu;
-    h ^= h >> 13;
-    h *= 0xC2B2AE35u;
-    h ^= h >> 16;
-    return (int64_t)(h >> 16);
+    return (int64_t)(et_hash32(key, index) >> 16);
 }
 
 /* ---- the classifier's int32 accumulators (qconv2d with acc_out) ------------------------ */

@@ -67,14 +67,19 @@ static inline uint32_t et_hash_key(uint32_t seed, uint32_t param_id, int32_t ste
     return seed + (uint32_t)step * 0x85EBCA77u + param_id * 0xC2B2AE3Du;
 }
 
-static inline float et_uniform(uint32_t key, uint32_t index) {
+/* the hash's 32 bits (murmur3's finaliser of index * golden + key) */
+static inline uint32_t et_hash32(uint32_t key, uint32_t index) {
     uint32_t h = index * 0x9E3779B1u + key;
     h ^= h >> 16;
     h *= 0x85EBCA6Bu;
     h ^= h >> 13;
     h *= 0xC2B2AE35u;
     h ^= h >> 16;
-    return (float)(h >> 8) * 0x1p-24f;
+    return h;
+}
+
+static inline float et_uniform(uint32_t key, uint32_t index) {
+    return (float)(et_hash32(key, index) >> 8) * 0x1p-24f;
 }
 
 /* ---- operands ------------------------------------------------------------------------- */
