@@ -53,8 +53,8 @@ def compile(model: torch.nn.Module, example_inputs: tuple, loss: Union[str, torc
     than calibrated; frozen layers keep theirs (quantize/headroom.py). backward="integer" (int8
     only) computes every gradient, the loss and the SGD update in integers, no float arithmetic
     in the training step (for cores without an FPU; quantize/integer_backward.py): int16
-    gradients with static power-of-two exponents calibrated on `calibration`, cross-entropy loss,
-    SGD without momentum or weight decay; `prog.gradients` stays the float backward.
+    gradients with static power-of-two exponents calibrated on `calibration`, the cross-entropy
+    loss, SGD's momentum and weight decay in fixed point; `prog.gradients` stays the float backward.
 
     update="auto" searches the Sparse scheme with the largest summed gain in `contributions`
     (a sparse.ContributionTable or the path of its JSON) whose peak fits `budget.sram`,

@@ -86,8 +86,8 @@ def add_program_options(p: argparse.ArgumentParser, for_train: bool = False) -> 
                         f"coarser); frozen layers keep theirs (default 1, {at_most(MAX_HEADROOM)})")
     g.add_argument("--backward", choices=("float", "integer"), default=d("float"),
                    help="int8: integer computes every gradient, the loss and the SGD update in integers, no float "
-                        "arithmetic in the step (a core without an FPU; cross-entropy, SGD without momentum or "
-                        "weight decay); default float (float32 gradients)")
+                        "arithmetic in the step (a core without an FPU; the cross-entropy loss); default float "
+                        "(float32 gradients)")
     g.add_argument("--lr", type=positive_float, default=d(0.01), help="SGD learning rate (default 0.01)")
     g.add_argument("--momentum", type=bounded_float(MAX_MOMENTUM, zero=True), default=d(0.0),
                    help=f"SGD momentum (default 0, {at_most(MAX_MOMENTUM)})")
@@ -226,8 +226,8 @@ def add_trust_options(p: argparse.ArgumentParser) -> None:
 
 # --- train -------------------------------------------------------------------------------------------
 _PROGRAM_OPTS = ("input", "model_arg", "classes", "loss", "update_spec", "contributions", "search", "quantize",
-                 "calibrate", "int8_headroom", "backward", "lr", "momentum", "weight_decay", "no_qas", "rounding_seed", "sram",
-                 "flash", "backend")
+                 "calibrate", "int8_headroom", "backward", "lr", "momentum", "weight_decay", "no_qas", "rounding_seed",
+                 "sram", "flash", "backend")
 
 
 def train_hook() -> Optional[Callable[[str, object], None]]:

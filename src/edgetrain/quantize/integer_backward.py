@@ -47,8 +47,6 @@ _TARGET_BITS = 15 - HEADROOM_BITS
 #: the loss gradient saturates only when fewer than 1/2**LABEL_SLACK_BITS of the positions count
 #: (the rest carry ignore_index)
 LABEL_SLACK_BITS = 3
-#: ops that pass an int16 gradient through unchanged (its exponent too)
-_VIEWS = ("reshape", "expand", "index_select", "qmask_grad", "permute")
 
 
 class IntegerBackwardError(ValueError):
@@ -136,6 +134,9 @@ class _Rewriter:
             self.sub[n.out] = ins[0]
             self.classifier[ins[0]] = ((float(a["scale"]),) * n.out.shape[1], int(a["zero"]))
             return
+        if n.op != "qsgd_update" and any(v in self.pending for v in n.inputs):
+            raise IntegerBackwardError(f"backward='integer' has no integer form of {n.op} on a weight gradient "
+                                       f"(a layer trained on some output channels only?); use backward='float'")
         if not any(self.converted(v) for v in n.inputs) and n.op not in ("qconv2d_grad_weight", "qconv2d_grad_bias",
                                                                          "cross_entropy_grad", "qsgd_update"):
             self.nodes.append(Node(n.op, tuple(ins), n.outputs, n.attrs))
