@@ -180,18 +180,15 @@ def choose_lr(model: nn.Module, fit, val, grid, epochs: int, seed: int) -> tuple
     return max(scores, key=lambda lr: (scores[lr], -lr)), scores
 
 
-#: the int8 side's backward (--backward): "float" (float32 gradients) or "integer" (backward="integer")
-BACKWARD = {"backward": "float"}
-
-
-def int8_finetune(model: nn.Module, scheme, x, y, lr: float, headroom: float, epochs: int, seed: int, calib):
-    """edgetrain's int8 program of `scheme` (QAS, calibrated on `calib`, `headroom`) fine-tuned on
-    (x, y): batch 1, `epochs`, the case order of default_rng(seed) per epoch."""
+def int8_finetune(model: nn.Module, scheme, x, y, lr: float, headroom: float, epochs: int, seed: int, calib,
+                  backward: str = "float"):
+    """edgetrain's int8 program of `scheme` (QAS, calibrated on `calib`, `headroom`, `backward`)
+    fine-tuned on (x, y): batch 1, `epochs`, the case order of default_rng(seed) per epoch."""
     import edgetrain as et
 
     prog = et.compile(model, (torch.from_numpy(x[:1]),), update=scheme, quantize="int8",
                       optimizer=et.SGD(lr=lr, qas=True, seed=seed), calibration=calib, int8_headroom=headroom,
-                      **BACKWARD)
+                      backward=backward)
     rng = np.random.default_rng(seed)
     for _ in range(epochs):
         for i in rng.permutation(len(y)):
@@ -200,7 +197,7 @@ def int8_finetune(model: nn.Module, scheme, x, y, lr: float, headroom: float, ep
 
 
 def choose_lrs(model: nn.Module, scheme, fit, val, grid, epochs: int, seed: int, calib,
-               headrooms=(1,)) -> dict:
+               headrooms=(1,), backward: str = "float") -> dict:
     """{"edgetrain": (lr, {lr: held-out top-1}), "torch": (...), "headroom": (H, {(lr, H): top-1})}:
     for each side, the lr of `grid` whose fine-tune of `scheme` on `fit` (batch 1, `epochs`, the
     order of default_rng(seed)) scores the best top-1 on `val`, by that side's own training:
@@ -212,7 +209,7 @@ def choose_lrs(model: nn.Module, scheme, fit, val, grid, epochs: int, seed: int,
     int8, peer = {}, {}
     for lr in sorted(grid):
         for h in sorted(headrooms):
-            prog = int8_finetune(model, scheme, *fit, lr, h, epochs, seed, calib)
+            prog = int8_finetune(model, scheme, *fit, lr, h, epochs, seed, calib, backward)
             int8[lr, h] = top1(prog.predict, *val)
         peer[lr] = FineTuner(model, fit, val, FineTune(epochs=epochs, batch=1, lr=lr, momentum=0.0, seed=seed)
                              ).accuracy(dict(prog.trainable))
@@ -260,13 +257,13 @@ def run(set_name: str, model_name: str, args) -> dict:
     example = (torch.from_numpy(xtr[:1]),)
     searched = et.compile(model, example, update="auto", budget=et.Budget(sram=args.budget), quantize="int8",
                           optimizer=et.SGD(lr=lr, qas=True, seed=args.seed), contributions=table, calibration=calib,
-                          **BACKWARD)
+                          backward=args.backward)
     t_compile = time.perf_counter() - t0
     t0 = time.perf_counter()
     headrooms = HEADROOM_GRID if args.headroom is None else (args.headroom,)
     if args.lr is None:
         lrs = choose_lrs(model, searched.scheme, (xtr[fit], ytr[fit]), (xtr[val], ytr[val]), LR_GRID, args.epochs,
-                         args.seed, calib, headrooms)
+                         args.seed, calib, headrooms, args.backward)
     else:
         lrs = {"edgetrain": (args.lr, {}), "torch": (args.lr, {}), "headroom": (headrooms[0], {})}
     t_lrs = time.perf_counter() - t0
@@ -274,7 +271,7 @@ def run(set_name: str, model_name: str, args) -> dict:
     headroom, grid_scores = lrs["headroom"]
     prog = et.compile(model, example, update=searched.scheme, quantize="int8",
                       optimizer=et.SGD(lr=lr_int8, qas=True, seed=args.seed), calibration=calib,
-                      int8_headroom=headroom, **BACKWARD)
+                      int8_headroom=headroom, backward=args.backward)
     assert prog.memory.peak_bytes == searched.memory.peak_bytes, "the scheme compiled alone differs from the search's"
     # firmware: the first training cases, on the chip and in the host C build
     samples = [(xtr[i:i + 1], ytr[i:i + 1]) for i in perm[:args.firmware_steps]]
@@ -291,7 +288,8 @@ def run(set_name: str, model_name: str, args) -> dict:
     t_train = time.perf_counter() - t0
     after = top1(prog.predict, xte, yte)
     if lr_torch != lr_int8:  # edgetrain int8 at PyTorch's lr (and the chosen headroom), for the record
-        other = int8_finetune(model, prog.scheme, xtr, ytr, lr_torch, headroom, args.epochs, args.seed, calib)
+        other = int8_finetune(model, prog.scheme, xtr, ytr, lr_torch, headroom, args.epochs, args.seed, calib,
+                              args.backward)
         after_at_torch_lr = top1(other.predict, xte, yte)
     else:
         after_at_torch_lr = after
@@ -302,13 +300,14 @@ def run(set_name: str, model_name: str, args) -> dict:
         after_plain = after if headroom == 1 else None
     else:
         after_plain = top1(int8_finetune(model, prog.scheme, xtr, ytr, lr_plain, 1, args.epochs, args.seed,
-                                         calib).predict, xte, yte)
+                                         calib, args.backward).predict, xte, yte)
     peer = {lr_: FineTuner(model, (xtr, ytr), (xte, yte), replace(tune, lr=lr_)).accuracy(dict(prog.trainable))
             for lr_ in {lr_torch, lr_int8}}  # its own lr, and edgetrain's
     # --finetune-seeds K: the same program fine-tuned with K case orders and rounding seeds (0..K-1)
-    by_seed = [top1(int8_finetune(model, prog.scheme, xtr, ytr, lr_int8, headroom, args.epochs, s, calib).predict,
-                    xte, yte) for s in range(args.finetune_seeds)]
-    return {"bench": "sensors", "set": set_name, "model": model_name, "backward": BACKWARD["backward"], "classes": len(classes),
+    by_seed = [top1(int8_finetune(model, prog.scheme, xtr, ytr, lr_int8, headroom, args.epochs, s, calib,
+                                  args.backward).predict, xte, yte) for s in range(args.finetune_seeds)]
+    return {"bench": "sensors", "set": set_name, "model": model_name, "backward": args.backward,
+            "classes": len(classes),
             "pretrain_classes": (len(classes) + 1) // 2, "train": len(ytr), "test": len(yte),
             "input": list(xtr.shape[1:]), "scheme": str(prog.scheme), "budget": args.budget,
             "peak_sram_bytes": int(prog.memory.peak_bytes), "firmware_sram_bytes": int(fw.size.sram),
@@ -350,7 +349,6 @@ def main(argv=None) -> int:
     p.add_argument("--backward", choices=("float", "integer"), default="float",
                    help="the int8 side's backward: float32 gradients (default) or integers only")
     args = p.parse_args(argv)
-    BACKWARD["backward"] = args.backward
     rows = []
     for s in args.sets:
         for m in args.models:

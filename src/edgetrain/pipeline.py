@@ -211,9 +211,13 @@ def _fold(b: Build, o: Options) -> Build:
     return replace(b, graph=folded, layer_graph=folded, layer_arrays=arrays, folds=tuple(folds))
 
 
+def _calibration(b: Build, o: Options):
+    """The int8 calibration batches: the options', else the example inputs."""
+    return o.calibration if o.calibration is not None else [tuple(b.example_inputs)]
+
+
 def _convert(b: Build, o: Options) -> Build:
-    calibration = o.calibration if o.calibration is not None else [tuple(b.example_inputs)]
-    q = quantize_folded(b.graph, b.layer_arrays, b.folds, getattr(b.model, SPEC_ATTR, {}), calibration)
+    q = quantize_folded(b.graph, b.layer_arrays, b.folds, getattr(b.model, SPEC_ATTR, {}), _calibration(b, o))
     params = {k: v for k, v in q.folded_arrays.items() if k in q.arrays and k not in b.captured.buffers}
     return replace(b, graph=q.graph, quantized=q, params=params, state=dict(q.arrays))
 
@@ -289,9 +293,8 @@ def _updates(b: Build, o: Options) -> Build:
 def _integerize(b: Build, o: Options) -> Build:
     """The float backward and updates rewritten in integers, gradient exponents calibrated on the
     float backward (quantize/integer_backward.py)."""
-    calibration = o.calibration if o.calibration is not None else [tuple(b.example_inputs)]
     classes = b.forward.outputs[0].shape[1] if b.forward is not None else 0
-    ranges = calibrate_gradients(b.graph, b.state, calibration, b.data_inputs, b.transform, classes)
+    ranges = calibrate_gradients(b.graph, b.state, _calibration(b, o), b.data_inputs, b.transform, classes)
     return replace(b, graph=integerize_backward(b.graph, ranges))
 
 

@@ -52,3 +52,5 @@ def test_integer_backward_firmware_has_no_float_instruction(cli, model_file, ima
                           "--no-plot", "-o", tmp_path / "float")
     assert code == 0, err + text
     assert any(name.startswith("__") for name in float_uses(tmp_path / "float" / "firmware.elf"))
+    floats = json.loads((tmp_path / "float" / "memory.json").read_text())["verify"]["float_uses"]
+    assert floats and f"float step on a core without an FPU: {len(floats)} soft-float routines linked" in err

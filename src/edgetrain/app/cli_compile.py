@@ -229,19 +229,24 @@ def _reference_of(prog):
     return Program(prog.compiled, ReferenceRunner(prog.compiled, prog.state, prog.steps))
 
 
-def _integer_only_check(prog, elf: Path, target: str) -> list[str]:
-    """backward='integer' on a core without an FPU: the float uses in the firmware `elf` (none: said).
-    (A core with one may move the loss's bits through a float register: no arithmetic, not looked for.)"""
+def _float_check(prog, elf: Path, target: str) -> tuple[list[str], bool]:
+    """(the float uses of the firmware `elf`, said; whether they fail the check) on a core without an
+    FPU (backends/c/float_check.py): a step that holds no float value (backward='integer') must
+    link none. A core with an FPU may move the integer loss's bits through a float register (no
+    arithmetic): not looked at, ([], False)."""
+    from ..backends.c.emit import holds_no_float
     from ..backends.c.float_check import float_uses
     from ..devices.targets import get_target
 
-    if get_target(target).fpu != "none" or not any(n.op == "icross_entropy" for n in prog.compiled.train_graph.nodes):
-        return []
-
+    if get_target(target).fpu != "none":
+        return [], False
     floats = float_uses(elf)
+    if not holds_no_float([prog.compiled.train_graph]):
+        say(f"  float step on a core without an FPU: {len(floats)} soft-float routines linked")
+        return floats, False
     if not floats:
         say("  integer-only: no float instruction or soft-float routine in the ELF")
-    return floats
+    return floats, bool(floats)
 
 
 def _verify(prog, out: Path, target: str, samples) -> dict:
@@ -251,7 +256,7 @@ def _verify(prog, out: Path, target: str, samples) -> dict:
     from ..backends.c import CBackendError
 
     t0 = time.perf_counter()
-    floats: list[str] = []
+    floats, float_fault = [], False
     if target == "host":
         r = subprocess.run(["make", "-s", "main"], cwd=out, capture_output=True, text=True)
         if r.returncode != 0:
@@ -278,16 +283,16 @@ def _verify(prog, out: Path, target: str, samples) -> dict:
         losses, exit_code, lines = list(run.losses), run.exit_code, list(run.lines)
         where = f"QEMU {target}"
         say(f"  firmware: {prog.firmware.describe()}")
-        floats = _integer_only_check(prog, elf, target)
+        floats, float_fault = _float_check(prog, elf, target)
     spec = prog if prog.backend == "reference" else _reference_of(prog)  # the losses of the spec
     ref = [spec.step(x, y) for x, y in samples]
     diff = max((abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref)), default=float("inf"))
-    ok = exit_code == 0 and len(losses) == len(ref) and diff <= VERIFY_RTOL and not floats
+    ok = exit_code == 0 and len(losses) == len(ref) and diff <= VERIFY_RTOL and not float_fault
     for i, (a, b) in enumerate(zip(losses, ref), start=1):
         say(f"  {where}: step {i} loss {a:.9g}   (reference {b:.9g})")
     verdict = (f"verified: {len(losses)} steps, largest relative difference {diff:.2g} (allowed {VERIFY_RTOL:g})" if ok
                else f"verification FAILED: exit {exit_code}, {len(losses)} of {len(ref)} steps, largest relative "
-                    f"difference {diff:.2g}; last lines: {' | '.join(lines[-3:])}" if not floats
+                    f"difference {diff:.2g}; last lines: {' | '.join(lines[-3:])}" if not float_fault
                else f"verification FAILED: backward='integer', yet the ELF computes with floats: {', '.join(floats)}")
     say(f"  {verdict} ({time.perf_counter() - t0:.1f} s)")
     if not ok:

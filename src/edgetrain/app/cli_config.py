@@ -34,7 +34,7 @@ def config_from_options(args, model_text: str):
     int8_headroom = _or_default(args.int8_headroom, 1.0)
     if int8_headroom != 1 and quantize != "int8":
         raise ValueError("--int8-headroom applies to --quantize int8")
-    backward = _or_default(getattr(args, "backward", None), "float")
+    backward = _or_default(args.backward, "float")
     if backward != "float" and quantize != "int8":
         raise ValueError("--backward integer applies to --quantize int8")
     return ProgramConfig(model=str(spec), inputs=tuple(specs), model_args=parse_model_args(args.model_arg),

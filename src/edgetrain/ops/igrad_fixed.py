@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from .qoptim import hash_bits
+
 INT16_MIN, INT16_MAX = -(2 ** 15), 2 ** 15 - 1
 #: a per-channel multiplier's mantissa lies in [2**MULT_BITS, 2**(MULT_BITS + 1)): a product
 #: of it with an int16 x int8 term (< 2**22) stays below 2**38, and sums of 2**24 of those in int64
@@ -114,8 +116,5 @@ def float_of_q16(q: np.ndarray) -> np.ndarray:
 
 def uniform16(seed: int, param_id: int, step: int, index: np.ndarray) -> np.ndarray:
     """The stochastic rounding's uniform number in Q16 (0..65535): the top 16 bits of
-    ops/qoptim.py's counter hash, the same bits the float update's u starts with."""
-    from .qoptim import UNIFORM_BITS, uniform_hash
-
-    u = uniform_hash(seed, param_id, step, index)  # top 24 bits / 2**24, exact in float32
-    return (u.astype(np.float64) * 2 ** UNIFORM_BITS).astype(np.int64) >> (UNIFORM_BITS - UPDATE_FRAC)
+    ops/qoptim.py's counter hash, the bits the float update's u starts with."""
+    return (hash_bits(seed, param_id, step, index) >> np.uint32(32 - UPDATE_FRAC)).astype(np.int64)

@@ -24,8 +24,9 @@ _FMIX1, _FMIX2 = 0x85EBCA6B, 0xC2B2AE35
 UNIFORM_BITS = 24
 
 
-def uniform_hash(seed: int, param_id: int, step: int, index: np.ndarray) -> np.ndarray:
-    """float32 numbers in [0, 1) from uint32 arithmetic (wrapping, as in C)."""
+def hash_bits(seed: int, param_id: int, step: int, index: np.ndarray) -> np.ndarray:
+    """The counter hash's uint32 of each element index (uint32 arithmetic, wrapping, as in C's
+    et_hash32)."""
     u32 = np.uint32
     key = u32((seed + step * _STEP_MUL + param_id * _PARAM_MUL) & 0xFFFFFFFF)
     h = np.asarray(index, dtype=np.uint32) * u32(_GOLDEN) + key
@@ -34,7 +35,13 @@ def uniform_hash(seed: int, param_id: int, step: int, index: np.ndarray) -> np.n
     h ^= h >> u32(13)
     h *= u32(_FMIX2)
     h ^= h >> u32(16)
-    return (h >> u32(32 - UNIFORM_BITS)).astype(np.float32) * np.float32(2.0 ** -UNIFORM_BITS)
+    return h
+
+
+def uniform_hash(seed: int, param_id: int, step: int, index: np.ndarray) -> np.ndarray:
+    """float32 numbers in [0, 1): the hash's top UNIFORM_BITS bits."""
+    h = hash_bits(seed, param_id, step, index)
+    return (h >> np.uint32(32 - UNIFORM_BITS)).astype(np.float32) * np.float32(2.0 ** -UNIFORM_BITS)
 
 
 def _selection(shape, a):

@@ -60,11 +60,10 @@ def calibrate_gradients(g: Graph, state: Mapping[str, np.ndarray], batches: Iter
     at random from `classes`. The step runs on a copy of `state`: nothing is updated."""
     probe_values = [o for n in g.nodes for o in n.outputs if o.dtype == "float32"]
     probe = g.replace(outputs=tuple(probe_values), output_names=tuple(f"v{i}" for i in range(len(probe_values))))
-    src = transform if transform is not None else g
-    src_data = tuple(v for v in src.inputs if src.role(v) == Role.DATA) if transform is not None else \
-        tuple(g.input(n) for n in data)
-    label = next(v for v in g.inputs if g.role(v) == Role.LABEL)
-    step = next((v for v in g.inputs if g.role(v) == Role.STEP), None)
+    src_data = transform.inputs_with(Role.DATA) if transform is not None else tuple(g.input(n) for n in data)
+    label, step = g.the_input(Role.LABEL), g.the_input(Role.STEP)
+    if label is None:
+        raise IntegerBackwardError("backward='integer' trains with a loss on labels")
     rng = np.random.default_rng(LABEL_SEED)
     peak = {v: 0.0 for v in probe_values}
     seen = 0
@@ -76,7 +75,7 @@ def calibrate_gradients(g: Graph, state: Mapping[str, np.ndarray], batches: Iter
                 feeds = run_graph(transform, feeds)[0]
             feeds = {**{v.name: np.array(state[v.name]) for v in g.inputs if v.name in state}, **feeds}
             feeds[label.name] = rng.integers(0, classes, size=label.shape).astype(np.int64)
-            feeds.update({v.name: np.zeros(v.shape, v.dtype) for v in g.inputs if g.role(v) == Role.OPTIMIZER_STATE})
+            feeds.update({v.name: np.zeros(v.shape, v.dtype) for v in g.inputs_with(Role.OPTIMIZER_STATE)})
             if step is not None:
                 feeds[step.name] = np.array(0, np.int32)
             out, _ = run_graph(probe, feeds)
@@ -103,6 +102,7 @@ class _Rewriter:
         self.const: dict[Value, float] = {}
         self.ce_grad: dict[tuple, Value] = {}
         self.inputs: dict[Value, Value] = {}  # a float momentum buffer -> its int32 one
+        self.momenta: set[Value] = set()  # the new momentum buffers the updates write (int32 outputs)
 
     def v(self, old: Value) -> Value:
         return self.sub.get(old, old)
@@ -186,10 +186,10 @@ class _Rewriter:
         g = ins[gi]
         if c is None or g not in self.exp or n.out.shape != g.shape or c <= 0:
             raise IntegerBackwardError("backward='integer': only a gradient times a positive constant")
-        frac, e2 = math.frexp(c)  # c = frac * 2**e2, frac in [0.5, 1)
-        mult = int(round(frac * 2 ** (MULT_BITS + 1)))
+        mult, shift = mantissa_shift(c)  # c ~= mult * 2**-shift, mult below 2**(MULT_BITS + 1)
+        # q * mult * 2**-(MULT_BITS + 1): at most q, on an exponent MULT_BITS + 1 - shift higher
         (y,) = self.emit("igrad_scale", [g], [TensorType(g.shape, "int16")],
-                         {"mult": (mult,), "shift": (MULT_BITS + 1,)}, self.exp[g] + e2)
+                         {"mult": (mult,), "shift": (MULT_BITS + 1,)}, self.exp[g] + MULT_BITS + 1 - shift)
         self.sub[n.out] = y
 
     def _add(self, n, ins, a):
@@ -253,6 +253,7 @@ class _Rewriter:
             outs = self.emit("iconv_grad_weight_update", [x, g, ins[0], ins[2], *moms], types, {**geo, **common})
         for old, new in zip(n.outputs, outs):
             self.sub[old] = new
+        self.momenta.update(outs[1:])
 
 
 def integerize_backward(g: Graph, ranges: Mapping[Value, float]) -> Graph:
@@ -276,7 +277,7 @@ def integerize_backward(g: Graph, ranges: Mapping[Value, float]) -> Graph:
         raise IntegerBackwardError(f"backward='integer' leaves a float32 output: {left[0]}")
     outputs = tuple(r.v(o) for o in g.outputs)
     for o, new in zip(g.outputs, outputs):
-        if new.type != o.type and new not in r.inputs.values() and new.dtype != "int32":
+        if new.type != o.type and new not in r.momenta:
             raise IntegerBackwardError(f"backward='integer' changes output {o} to {new}")
     inputs = tuple(r.inputs.get(v, v) for v in g.inputs)
     owners = tuple((r.inputs.get(s, s), p) for s, p in g.owners)

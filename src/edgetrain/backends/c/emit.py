@@ -91,12 +91,11 @@ def _unit(prog, layout: Layout, embed: bool, weight_banks: int) -> _Unit:
 
 
 # --- model.h ----------------------------------------------------------------------------------
-def _integer_only(u: _Unit) -> bool:
-    """Whether the graphs emitted hold no float value but the training step's loss (whose float the
-    integer loss assembles from its bits): an int8 program with backward='integer', train graph only."""
-    for key in u.keys:
-        g = u.layout.graphs[key].graph
-        loss = g.output("loss") if key == "train" else None
+def holds_no_float(graphs) -> bool:
+    """Whether `graphs` hold no float value but a training step's loss (whose float the integer
+    loss assembles from its bits): an int8 program with backward='integer', its train graph."""
+    for g in graphs:
+        loss = g.named_outputs().get("loss")
         if any(v.dtype in FLOAT_DTYPES and v is not loss for n in g.nodes for v in (*n.inputs, *n.outputs)):
             return False
     return True
@@ -119,7 +118,7 @@ def _model_h(u: _Unit) -> list[str]:
         f"#define ET_HAS_PREDICT {int('forward' in u.keys)}",
         f"#define ET_HAS_GRADIENTS {int('grad' in u.keys)}",
         *(["/* no float value in the graphs built (backward='integer'): the kernels' float paths left out */",
-           "#define ET_INTEGER_ONLY 1"] if _integer_only(u) else []),
+           "#define ET_INTEGER_ONLY 1"] if holds_no_float(u.layout.graphs[k].graph for k in u.keys) else []),
         "#ifdef __cplusplus", 'extern "C" {', "#endif",
         *LEFT_OUT_MACRO.splitlines(),
         "void et_init(void);",

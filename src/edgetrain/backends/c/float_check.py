@@ -10,10 +10,10 @@ Two signs of float arithmetic, either of which counts:
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
-from .cortexm_target import elf_toolchain
+from .cycles import function_symbols
+from .stack_bound import disassemble
 
 #: libgcc's soft-float routines (single and double; GNU names and the Arm EABI ones)
 _SOFT_FLOAT = re.compile(r"^__(?:(?:add|sub|mul|div|neg|eq|ne|lt|le|gt|ge|unord|cmp)[sd]f[23]|"
@@ -26,13 +26,9 @@ _FPU_INSN = re.compile(r"^\s*[0-9a-f]+:\s+(?:f[a-z.]*\.(?:s|d|w|x|wu|l|lu)\b|f(?
 
 
 def float_uses(elf: Path) -> list[str]:
-    """What in `elf` computes with floats: the soft-float routines it links, then the first FPU
-    instructions of its code (at most 5 of them, with their addresses); empty: integers only."""
-    tc = elf_toolchain(elf)
-    nm = subprocess.run([tc.tool("nm"), "--defined-only", str(elf)], capture_output=True, text=True, check=True)
-    names = [ln.split()[-1] for ln in nm.stdout.splitlines() if ln.split()]
-    found = sorted({name for name in names if _SOFT_FLOAT.match(name)})
-    dis = subprocess.run([tc.tool("objdump"), "-d", "--no-show-raw-insn", str(elf)], capture_output=True, text=True,
-                         check=True)
-    insns = [ln.strip() for ln in dis.stdout.splitlines() if _FPU_INSN.match(ln)]
+    """What in `elf` computes with floats: the soft-float routines it links (its code symbols,
+    one name per address), then the first FPU instructions of its code (at most 5 of them, with
+    their addresses); empty: integers only."""
+    found = sorted({name for _, _, name in function_symbols(elf) if _SOFT_FLOAT.match(name)})
+    insns = [ln.strip() for ln in disassemble(elf).splitlines() if _FPU_INSN.match(ln)]
     return found + insns[:5]
