@@ -234,6 +234,57 @@ def test_an_interrupt_reports_without_importing_anything(cli, monkeypatch):
     assert code == 130 and err.strip() == "edgetrain profile: interrupted", err
 
 
+
+def test_an_interrupt_a_library_swallows_still_stops_with_130(cli, monkeypatch):
+    """CI once saw `inspect` exit 0 with no word after a SIGINT at start-up: the KeyboardInterrupt
+    was caught by code the command ran (a bare `except:`). main() records the signal itself."""
+    import os
+
+    from edgetrain.app import cli as cli_module
+
+    def swallows(args):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+        except BaseException:  # noqa: B036 (the library's bare except, on purpose)
+            pass
+        return 0
+
+    monkeypatch.setattr(cli_module, "_profile", swallows)
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a shell (xdist's workers ignore it)
+    try:
+        code, _, err = cli("profile")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    finally:
+        signal.signal(signal.SIGINT, outer)
+    assert code == 130 and err.strip() == "edgetrain: interrupted", err
+
+
+def test_a_signal_inside_the_torch_import_waits_for_its_end():
+    """SIGINT inside `import torch`'s C++ start-up aborted the process (exit -6, a C++ stack): the
+    import runs with signals held, and the signal takes effect when it ends."""
+    import os
+
+    from edgetrain.app.interrupts import deferred_interrupts
+
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    reached = False
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with deferred_interrupts():
+                os.kill(os.getpid(), signal.SIGINT)
+                reached = True
+        assert reached and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with deferred_interrupts():  # nothing held: nothing raised
+            pass
+    finally:
+        signal.signal(signal.SIGINT, outer)
+
+
+def test_the_commands_that_import_torch_first_are_the_commands_but_profile():
+    from edgetrain.app.cli import TORCH_COMMANDS, _subparsers, build_parser
+
+    assert TORCH_COMMANDS == set(_subparsers(build_parser())) - {"profile"}
+
 # --- item 22: every count, size and seed has an upper bound -------------------------------------------
 HUGE = "99999999999999999999"
 

@@ -3,11 +3,11 @@ fine-tune it, export its weights, inspect it, plan its schedule, run the demo.""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 
 from .cli_errors import INTERRUPTED, report_error, warning_line
+from .interrupts import command_handlers, deferred_interrupts, forget_unhandled_interrupt, quiet_signals, restore
 from .cli_logging import QUIET_HELP, VERBOSE_HELP, command_logging, level_of
 from .options import (MAX_BATCH, MAX_CLASSES, MAX_EPOCHS, MAX_FACTOR, MAX_FRACTION, MAX_IMAGE_SIDE, MAX_IMAGES,
                       MAX_SECONDS, MAX_SEED, at_most, bounded_float, byte_size, count, seed, update_scheme_text)
@@ -410,20 +410,8 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict:
     return next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
 
 
-def _terminate(signum, frame):
-    """SIGTERM does what Ctrl-C does at this moment: `train` finishes its step, saves
-    stopped.ckpt and exits 130; elsewhere the command stops with exit 130."""
-    handler = signal.getsignal(signal.SIGINT)
-    if callable(handler):
-        handler(signal.SIGINT, frame)
-    else:  # SIGINT ignored (a background job) or default: SIGTERM still stops the command
-        raise KeyboardInterrupt
-
-
-def _quiet_signals() -> dict:
-    """Ignore SIGINT and SIGTERM while the outcome is reported: the exit code is decided, and a
-    signal now would only turn its one line into a traceback. The old handlers, to restore."""
-    return {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+#: the commands whose work imports torch: main() imports it first with signals held back
+TORCH_COMMANDS = frozenset(("compile", "train", "export", "federate", "inspect", "demo", "schedule", "report"))
 
 
 def main(argv=None) -> int:
@@ -432,18 +420,20 @@ def main(argv=None) -> int:
     with one line and no traceback. Run as the program (argv None) a signal after the outcome is
     decided is ignored while Python exits."""
     in_main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there only
-    old = {signal.SIGTERM: signal.signal(signal.SIGTERM, _terminate)} if in_main_thread else {}
+    interrupts, old = command_handlers() if in_main_thread else (None, {})
     try:
         try:
             code = _run(argv)
         except KeyboardInterrupt:  # at start-up, or a signal while an error was being reported
             code = None
+        if interrupts is not None and interrupts.seen and code != INTERRUPTED:  # one something caught
+            code = None
         if in_main_thread:
-            old = {**_quiet_signals(), **old}
+            old = {**quiet_signals(), **old}
     except KeyboardInterrupt:  # a signal between the outcome and the quiet handlers
         code = None
         if in_main_thread:
-            old = {**_quiet_signals(), **old}
+            old = {**quiet_signals(), **old}
     try:
         if code is None:
             print("edgetrain: interrupted", file=sys.stderr)
@@ -451,25 +441,9 @@ def main(argv=None) -> int:
         return code
     finally:
         if in_main_thread and argv is not None:  # called inside another program: leave it as it was
-            for sig, handler in old.items():
-                signal.signal(sig, handler)
+            restore(old)
         elif argv is None and code == INTERRUPTED:
-            _forget_unhandled_interrupt()
-
-
-def _forget_unhandled_interrupt() -> None:
-    """Exit with 130, not by SIGINT: CPython ends a process by sending itself SIGINT at exit when
-    it recorded a KeyboardInterrupt as unhandled, and `python -m edgetrain.app.cli` interrupted
-    during `import torch` recorded one although main() handled it (12 of 30 tries). Every
-    PyRun_* call clears that record, so run an empty one."""
-    if sys.implementation.name != "cpython":
-        return
-    try:
-        import ctypes
-
-        ctypes.pythonapi.PyRun_SimpleString(b"")
-    except Exception:  # no such API here: the process then ends by SIGINT, which a shell shows as 130 too
-        pass
+            forget_unhandled_interrupt()
 
 
 def _run(argv) -> int:
@@ -484,6 +458,9 @@ def _run(argv) -> int:
             warnings.showwarning = warning_line(args.command, warnings.showwarning)
             if isinstance(getattr(args, "update", None), str):
                 args.update = _scheme(args.update)
+            if args.command in TORCH_COMMANDS:
+                with deferred_interrupts():  # a signal inside torch's C++ start-up aborts the process
+                    import torch  # noqa: F401
             return args.func(args)
     except argparse.ArgumentTypeError as err:
         print(f"edgetrain {args.command}: error: {err}", file=sys.stderr)
