@@ -195,6 +195,21 @@ def test_the_demo_names_its_device_the_program_that_fits_it_and_its_fallback(cli
     assert 0 < peak <= 256
 
 
+
+def test_the_demo_on_threads(cli, tmp_path, monkeypatch):
+    """--threads N: the host fine-tune on the C library built with OpenMP; refused, before any data
+    is read, on the reference backend."""
+    code, _, err = cli("demo", "--assets", tmp_path / "nothing", "--backend", "reference", "--threads", 2)
+    assert code == 2 and "--threads applies to the C backend, not the reference one" in err, err
+    rng = np.random.default_rng(0)
+    monkeypatch.setattr("edgetrain.data.load_mnist", lambda split, n: (
+        rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.integers(0, 10, n)))
+    code, out, err = cli("demo", "--assets", tmp_path / "nothing", "--train-images", 32, "--test-images", 16,
+                         "--backend", "c", "--threads", 2)
+    assert code in (0, demo_exit_not_improved()), err
+    assert "c backend on 2 threads" in out and "Traceback" not in err
+
+
 def demo_exit_not_improved():
     from edgetrain.app.exit_codes import NOT_IMPROVED
 

@@ -52,6 +52,33 @@ def test_train_resume_equals_uninterrupted(cli, model_file, image_folder, tmp_pa
     assert any(not np.array_equal(start.state[k], final.state[k]) for k in final.state)
 
 
+
+def test_threads_train_the_same_weights_and_a_resume_may_change_them(cli, model_file, image_folder, tmp_path):
+    """--threads N (the C library built with OpenMP) trains the same weights as the serial library,
+    and is not part of the program: a run resumes on another thread count."""
+    serial, threaded = tmp_path / "serial", tmp_path / "threaded"
+    opts = ("--backend", "c", "--lr", "0.05", "--momentum", "0.9")
+    code, _, err = cli(*train_args(model_file, image_folder, serial, "--epochs", "2", *opts))
+    assert code == 0, err
+    code, _, err = cli(*train_args(model_file, image_folder, threaded, "--epochs", "1", "--threads", "2", *opts))
+    assert code == 0 and "on the c backend (2 threads)" in err, err
+    code, _, err = cli("train", "--resume", threaded, "--data", image_folder, "--epochs", "2", "-o", threaded,
+                       "--no-progress", "--model-file", model_file, "--threads", "3")
+    assert code == 0 and "(3 threads)" in err, err
+    assert_same_state(load_checkpoint(serial / "epoch-0002.ckpt"), load_checkpoint(threaded / "epoch-0002.ckpt"))
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (("--backend", "reference", "--threads", "2"), "--threads applies to the C backend, not the reference one"),
+    (("--threads", "0"), "argument --threads: expected an integer from 1 to 1,024"),
+])
+def test_threads_usage_errors(cli, model_file, image_folder, tmp_path, extra, msg):
+    out = tmp_path / "run"
+    code, _, err = cli(*train_args(model_file, image_folder, out, *extra))
+    assert code == 2 and msg in err, err
+    assert not out.exists()
+
+
 def test_export_loads_into_the_model(cli, model_file, image_folder, tmp_path):
     from safetensors.torch import load_file
 

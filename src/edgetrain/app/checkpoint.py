@@ -126,11 +126,12 @@ class Built:
 
 
 def build_program(config: ProgramConfig, model_state: Optional[dict] = None, calibration=None,
-                  contributions=None, search: str = "exact", source=None) -> Built:
+                  contributions=None, search: str = "exact", source=None, threads: Optional[int] = None) -> Built:
     """Compile `config` (update "auto" needs `contributions`). With `model_state` the model's
     weights are replaced by it first (CheckpointError if it does not fit the model). A model
     file is read once (or `source`, a usermodel.ModelSource the caller checked, is used): the
-    text that runs is the text whose sha256 the config records."""
+    text that runs is the text whose sha256 the config records. `threads`: the C backend's
+    (et.compile's threads=; not part of the config: results do not depend on it)."""
     import torch
 
     import edgetrain as et
@@ -166,7 +167,7 @@ def build_program(config: ProgramConfig, model_state: Optional[dict] = None, cal
                  seed=config.seed)
     prog = et.compile(model, xs, loss=config.loss, ignore_index=config.ignore_index, update=update, quantize=config.quantize, optimizer=opt,
                       budget=budget, backend=config.backend, calibration=calib, int8_headroom=config.int8_headroom,
-                      backward=config.backward,
+                      backward=config.backward, threads=threads,
                       **({"contributions": contributions, "search": search} if update == "auto" else {}))
     resolved = replace(config, update=scheme_to_json(prog.scheme))
     flat = None
@@ -196,8 +197,9 @@ class Checkpoint:
                    {k: np.array(v, copy=True) for k, v in prog.state.items()}, int(prog.steps), dict(train or {}),
                    model_source=built.model_source)
 
-    def restore(self, model_file=None, trust: bool = False) -> Built:
-        """The program compiled from the config with this checkpoint's state and step count.
+    def restore(self, model_file=None, trust: bool = False, threads: Optional[int] = None) -> Built:
+        """The program compiled from the config with this checkpoint's state and step count
+        (`threads`: build_program's).
         A program compiled from a model file runs that file only when the caller names it
         (`model_file`, whose sha256 must match the recorded one) or trusts the checkpoint
         (`trust`); otherwise modeltrust.UntrustedModelError, before anything runs."""
@@ -207,7 +209,7 @@ class Checkpoint:
         config = self.config
         if source is not None:  # the file named for this run (it may have moved since)
             config = replace(config, model=f"{source.path}:{config.model.rpartition(':')[2]}")
-        built = build_program(config, self.model_state, self.calibration, source=source)
+        built = build_program(config, self.model_state, self.calibration, source=source, threads=threads)
         prog = built.prog
         have, want = set(prog.state), set(self.state)
         if have != want:

@@ -10,7 +10,7 @@ from .cli_errors import INTERRUPTED, report_error, warning_line
 from .interrupts import command_handlers, deferred_interrupts, forget_unhandled_interrupt, quiet_signals, restore
 from .cli_logging import QUIET_HELP, VERBOSE_HELP, command_logging, level_of
 from .options import (MAX_BATCH, MAX_CLASSES, MAX_EPOCHS, MAX_FACTOR, MAX_FRACTION, MAX_IMAGE_SIDE, MAX_IMAGES,
-                      MAX_SECONDS, MAX_SEED, at_most, bounded_float, byte_size, count, seed, update_scheme_text)
+                      MAX_SECONDS, MAX_SEED, MAX_THREADS, at_most, bounded_float, byte_size, count, seed, update_scheme_text)
 
 #: --traceback, before or after the command
 TRACEBACK_HELP = "print the Python traceback of an error too (it is always saved to a file on an internal error)"
@@ -109,7 +109,7 @@ def _demo(args) -> int:
 
     cfg = DemoConfig(task=args.task, train_images=args.train_images, test_images=args.test_images,
                      epochs=args.epochs, seed=args.seed, qas=not args.no_qas, assets=args.assets,
-                     backend=args.backend)
+                     backend=args.backend, threads=args.threads)
     res = run_demo(cfg)
     return 0 if res["after"] > res["before"] else NOT_IMPROVED
 
@@ -334,9 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=seed, default=0,
                    help=f"data order, new classifier and rounding seed (default 0, {at_most(MAX_SEED)})")
     d.add_argument("--no-qas", action="store_true", help="turn Quantization-Aware Scaling off")
-    from .cli_config import BACKEND_HELP
+    from .cli_config import BACKEND_HELP, THREADS_HELP
 
     d.add_argument("--backend", choices=("reference", "c"), help=BACKEND_HELP)
+    d.add_argument("--threads", type=count(MAX_THREADS), metavar="N", help=f"{THREADS_HELP} ({at_most(MAX_THREADS)})")
     d.set_defaults(func=_demo)
     f = sub.add_parser("profile", help="print a device's cost profile (RAM, compute, energy, paging)",
                        **_texts("profile",

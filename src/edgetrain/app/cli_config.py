@@ -12,6 +12,19 @@ COMPILED_FILE = "program.ckpt"
 BACKEND_HELP = ("run the program on the numpy reference runtime or as the generated C built for this host "
                 "(default c when a host C compiler is found: $CC, else cc, gcc or clang on PATH; else reference)")
 
+#: --threads of train and demo (api.compile's threads=, backends/c/host.py)
+THREADS_HELP = ("C backend: run the kernels' parallel loops and the BLAS on N threads, with the library built "
+                "with OpenMP (default: the serial library, its BLAS on $EDGETRAIN_BLAS_THREADS threads, else 1); "
+                "the losses and weights do not depend on N")
+
+
+def threads_option(threads: Optional[int], backend: str) -> Optional[int]:
+    """--threads for a program on `backend`: None when not given; a usage error (ValueError) off
+    the C backend, where it would do nothing."""
+    if threads is not None and backend != "c":
+        raise ValueError(f"--threads applies to the C backend, not the {backend} one (--backend c)")
+    return threads
+
 
 def config_from_options(args, model_text: str):
     """The ProgramConfig (checkpoint.py) the program options of `args` describe, for the model

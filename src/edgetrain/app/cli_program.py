@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from .cli_config import BACKEND_HELP, COMPILED_FILE, config_from_options, normalization, say
+from .cli_config import BACKEND_HELP, COMPILED_FILE, THREADS_HELP, config_from_options, normalization, say
 from .options import (MAX_CLASSES, MAX_EPOCHS, MAX_HEADROOM, MAX_IMAGES, MAX_MOMENTUM, MAX_SAMPLES, MAX_SEED,
-                      MAX_WEIGHT_DECAY, at_most, bounded_float, byte_size, count, floats, headroom, label_value,
+                      MAX_THREADS, MAX_WEIGHT_DECAY, at_most, bounded_float, byte_size, count, floats, headroom, label_value,
                       positive_float, positive_floats, seed, update_scheme_text)
 from .exit_codes import exit_codes
 from ..devices.targets import TARGETS as TARGET_REGISTRY
@@ -193,6 +193,7 @@ def add_commands(sub) -> None:
     src.add_argument("--init", metavar="CKPT|DIR", help="start a new run from this checkpoint's program and weights")
     add_trust_options(t)
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--threads", type=count(MAX_THREADS), metavar="N", help=f"{THREADS_HELP} ({at_most(MAX_THREADS)})")
     add_program_options(t, for_train=True)
     t.set_defaults(func=run_train)
 
@@ -246,6 +247,7 @@ def run_train(args) -> int:
 
 def _run_train(args) -> int:
     from .checkpoint import build_program, load_checkpoint, remove_stale_temporaries
+    from .cli_config import threads_option
     from ..data.folder import load_images
     from .train import TrainMeta, TrainOptions, calibration_batch, describe_skipped, fit, image_shape
 
@@ -267,7 +269,8 @@ def _run_train(args) -> int:
             import dataclasses
 
             ck.config = dataclasses.replace(ck.config, lr=args.lr)
-        built = ck.restore(args.model_file, args.trust_model_file)
+        threads = threads_option(args.threads, ck.config.backend)
+        built = ck.restore(args.model_file, args.trust_model_file, threads)
         prog = built.prog
         meta = TrainMeta.from_dict(ck.train) if resumed else TrainMeta()
         say(f"loaded {ck.path} ({ck.config.model}, {prog.steps} steps done"
@@ -279,6 +282,7 @@ def _run_train(args) -> int:
             raise ValueError("--model-file and --trust-model-file apply to --resume / --init (a new run names its "
                              "model file as MODEL)")
         config = config_from_options(args, args.model)
+        threads = threads_option(args.threads, config.backend)
         built, ck, resumed, meta = None, None, False, TrainMeta()
     # the image shape, from the program (or, before compiling, from the config)
     if built is not None:
@@ -331,13 +335,14 @@ def _run_train(args) -> int:
                 calib = [calibration_batch(data, (c, h, w), mean, std, meta.seed)]
         t0 = time.perf_counter()
         built = build_program(config, calibration=calib, contributions=args.contributions,
-                              search=args.search or "exact")
+                              search=args.search or "exact", threads=threads)
         say(f"compiled {config.model} in {time.perf_counter() - t0:.1f} s: {built.prog.memory.summary()}")
     if meta.epoch >= args.epochs:
         say(f"nothing to do: {meta.epoch} epochs are done (--epochs {args.epochs})")
         return 0
     say(f"training on {data.source}: {len(data)} images in {len(data.classes)} classes, epochs "
-        f"{meta.epoch + 1}..{args.epochs}, on the {built.prog.backend} backend, checkpoints in {out}")
+        f"{meta.epoch + 1}..{args.epochs}, on the {built.prog.backend} backend"
+        f"{f' ({threads} threads)' if threads else ''}, checkpoints in {out}")
     opts = TrainOptions(epochs=args.epochs, out_dir=out, mean=mean, std=std, hook=train_hook(),
                         progress=not args.no_progress and logging.getLogger(__name__).isEnabledFor(logging.INFO))
     written = fit(built, data, opts, meta, val, log=say)

@@ -71,6 +71,7 @@ class DemoConfig:
     qas: bool = True
     assets: Optional[str] = None  # the shared assets folder; None: EDGETRAIN_ASSETS, else a checkout's
     backend: Optional[str] = None  # the host fine-tune's; None: "c" when a host C compiler is found
+    threads: Optional[int] = None  # the C backend's threads (api.compile's threads=); None: the serial library
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,7 @@ def run_demo(cfg: DemoConfig = DemoConfig(), echo=print) -> dict:
 
     from ..backends.c.toolchain import default_backend, elapsed_progress
     from ..devices.targets import get_target
+    from .cli_config import threads_option
 
     if cfg.task == "auto":
         why = missing_assets(cfg.assets)
@@ -217,6 +219,7 @@ def run_demo(cfg: DemoConfig = DemoConfig(), echo=print) -> dict:
     t = _DEFAULTS[name]
     t = replace(t, train_images=cfg.train_images or t.train_images, test_images=cfg.test_images or t.test_images)
     backend = cfg.backend or default_backend()
+    threads = threads_option(cfg.threads, backend)
     with elapsed_progress(f"loading the {name} data and model"):
         model, xtr, ytr, xte, yte, update, mcu_update, note = _digits(t, cfg.seed) if name == "digits" else \
             _cifar10(t, cfg.seed, cfg.assets)
@@ -235,13 +238,13 @@ def run_demo(cfg: DemoConfig = DemoConfig(), echo=print) -> dict:
     with elapsed_progress(f"compiling the host fine-tune program ({backend} backend)"):
         prog = et.compile(model, (torch.from_numpy(xtr[:t.batch]),), loss="cross_entropy", update=update,
                           quantize="int8", optimizer=et.SGD(lr=t.lr, momentum=t.momentum, qas=cfg.qas, seed=cfg.seed),
-                          calibration=[xtr[:64]], backend=backend)
+                          calibration=[xtr[:64]], backend=backend, threads=threads)
     peak = prog.memory.peak_bytes
     echo(f"  the host fine-tune this demo runs: int8, batch {t.batch}, SGD with momentum {t.momentum:g}, "
          f"{_scheme_text(update)}: peak {peak / 1024:.1f} KB, {_fits(peak, sram)}: "
          f"a larger batch and momentum learn in fewer steps on the host")
     echo(f"compiled to an int8 training program in {time.perf_counter() - t0:.1f} s "
-         f"(QAS {'on' if cfg.qas else 'off'}, {backend} backend): {len(prog.train_graph.nodes)} nodes, "
+         f"(QAS {'on' if cfg.qas else 'off'}, {backend} backend{f' on {threads} threads' if threads else ''}): {len(prog.train_graph.nodes)} nodes, "
          f"trains {len(prog.trainable)} tensors")
     echo(f"memory of one training step (batch {t.batch}): {prog.memory.summary()}")
     before = accuracy(prog, xte, yte, "int8 accuracy before")

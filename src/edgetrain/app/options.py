@@ -38,6 +38,8 @@ MAX_CLIENTS = 1000
 #: Ray CPUs (federate --workers): one process each; federated/flower.py also holds it to this
 #: machine's CPUs
 MAX_WORKERS = 256
+#: host threads (train/demo --threads): the C library's OpenMP team and BLAS
+MAX_THREADS = 1024
 #: seeds: every generator used (numpy's, torch's, the C runtime's) takes 32 bits
 MAX_SEED = 2 ** 32 - 1
 #: --fraction: the budget as a multiple of plain back-propagation's activations; past 1 the
