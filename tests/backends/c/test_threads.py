@@ -126,6 +126,28 @@ def test_int8_steps_do_not_depend_on_threads():
     assert runs[1][0] == ref
 
 
+def _int8_wide_net():
+    """int8 layers whose backward loops run split: 1x1 input gradients over 4-channel blocks, the
+    depthwise input gradient's 4-channel quads (64 channels of 8x8), the weight-gradient rows with
+    their updates (fused, each row in its thread's copy)."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
+                         nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=16), nn.Conv2d(16, 64, 1), nn.ReLU(),
+                         nn.Conv2d(64, 64, 3, padding=1, groups=64), nn.ReLU(), nn.Conv2d(64, 64, 1), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 5))
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9], ids=["plain", "momentum"])
+def test_int8_backward_on_threads_does_not_depend_on_them(momentum):
+    rng = np.random.default_rng(3)
+    batches = [(rng.normal(size=(2, 3, 32, 32)).astype(np.float32), rng.integers(0, 5, size=2)) for _ in range(2)]
+    prog = et.compile(_int8_wide_net(), (batches[0][0],), update=et.Full(), quantize="int8",
+                      optimizer=et.SGD(lr=0.05, momentum=momentum))
+    runs = _runs(prog, batches)
+    _same(runs)
+    assert runs[1][0] == [prog.step(x, y) for x, y in batches]  # and the reference's losses, bit for bit
+
+
 @pytest.mark.parametrize("bad,err", [(0, ValueError), (-2, ValueError), (1.5, TypeError), ("2", TypeError),
                                      (True, TypeError)])
 def test_threads_is_validated(bad, err):

@@ -79,6 +79,8 @@ def qconv2d_grad_weight(node: Node, ctx) -> str:
     o = a["weight_shape"][0]
     row = numel(a["weight_shape"][1:])
     lines = _grad_weight_params(ctx, "P", x, g, a) + [
+        "ET_GW_ROWS_PREPARE(P.x_zero);",
+        f"ET_PARALLEL_FOR({row * numel(g.shape)})  /* the host's threads: a row each */",
         f"for (int32_t o = 0; o < {o}; o++)",
         f"    et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, o, &P_sc, "
         f"{ctx.ptr(node.outputs[0])} + o * {row});"]
@@ -94,16 +96,24 @@ def qconv2d_grad_bias(node: Node, ctx) -> str:
                     f"{numel(g.shape[2:])}, &SC);"])
 
 
+#: the largest gradient row a thread copies onto its stack (runtime/et_common.h's ET_THREAD_ROW): a layer with longer
+#: rows updates them one after another on the host too
+THREAD_ROW_BYTES = 64 * 1024
+
+
 # --- integer SGD ------------------------------------------------------------------------------
 #: the C kernels of the common update rows (no momentum, no weight decay, no channel selection),
 #: each for the integer bounds its loop has as constants (passes/updates.INT_RANGES)
 PLAIN_ROWS = {"int8": ("et_qsgd_rows_i8", (-127, 127)), "int32": ("et_qsgd_rows_i32", (-(2 ** 24), 2 ** 24))}
 
 
-def _update(ctx, w: Value, a, grad: str, m: Value | None, rows: int, row_len: int, before_row=()) -> list[str]:
+def _update(ctx, w: Value, a, grad: str, m: Value | None, rows: int, row_len: int, before_row=(),
+            parallel: str = "") -> list[str]:
     """The C statements updating `w` row by row (`k` the row) from the gradient rows at `grad`,
     as qsgd_update with attributes `a`; with `before_row` (the statements computing row k's
-    gradient into `grad`) one row at `grad` each, else all rows one after another."""
+    gradient into `grad`) one row at `grad` each, else all rows one after another. `parallel`:
+    a line put before the row loop (with before_row: ET_PARALLEL_FOR, the rows on the host's
+    threads)."""
     grad_row = grad if before_row else f"{grad} + k * {row_len}"
     st = ctx.state_of(w)
     if st is None:
@@ -138,7 +148,8 @@ def _update(ctx, w: Value, a, grad: str, m: Value | None, rows: int, row_len: in
         idx = "IDX"
     else:
         raise CBackendError(f"qsgd_update: channel selection on dim {dim} is not supported")
-    loop = [f"for (int32_t k = 0; k < {rows}; k++) {{", *("    " + s for s in before_row)]
+    loop = [*([parallel] if parallel else []), f"for (int32_t k = 0; k < {rows}; k++) {{",
+            *("    " + s for s in before_row)]
     plain = PLAIN_ROWS.get(w.dtype)
     if (m is None and not a.get("weight_decay", 0.0) and plain is not None and (a["qmin"], a["qmax"]) == plain[1]
             and (index is None or dim == 0 and split)):  # row k stored at w + k * row_len
@@ -173,6 +184,14 @@ def qconv2d_grad_weight_update(node: Node, ctx) -> str:
     rows = gw["weight_shape"][0]
     row_len = numel(gw["weight_shape"][1:])
     lines = _grad_weight_params(ctx, "P", x, g, gw)
-    lines += _update(ctx, w, up, scratch, m, rows, row_len,
-                     before_row=[f"et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, k, &P_sc, {scratch});"])
+    if row_len * 4 <= THREAD_ROW_BYTES:  # the rows on the host's threads, each into its own copy of the row
+        lines += ["ET_GW_ROWS_PREPARE(P.x_zero);"]
+        lines += _update(ctx, w, up, "row_k", m, rows, row_len,
+                         before_row=[f"ET_THREAD_ROW(float, row_k, {row_len}, {scratch})",
+                                     f"et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, k, &P_sc, row_k);"],
+                         parallel=f"ET_PARALLEL_FOR({row_len * numel(g.shape)})  /* the host's threads: a row each */")
+    else:
+        lines += _update(ctx, w, up, scratch, m, rows, row_len,
+                         before_row=[f"et_qconv_grad_weight_row(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, k, &P_sc, "
+                                     f"{scratch});"])
     return block(lines)

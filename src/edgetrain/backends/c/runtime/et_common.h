@@ -78,7 +78,13 @@ __attribute__((weak)) int et_threads = 1;
     ET_PRAGMA(omp parallel for schedule(static) reduction(|:v) num_threads(et_threads) if (ET_PARALLEL_WORTH(work)))
 /* more than one thread, enough work, and not already inside a parallel loop (a kernel called from one) */
 #define ET_PARALLEL_WORTH(work) (et_threads > 1 && (double)(work) >= ET_PARALLEL_MIN_WORK && !omp_in_parallel())
+/* `name`: a row of n T for one iteration of a loop that may run split: the thread's own (on its stack) inside a
+ * parallel loop, else `shared` (the planned scratch) */
+#define ET_THREAD_ROW(T, name, n, shared) \
+    T name##_own[n];                      \
+    T *name = omp_in_parallel() ? name##_own : (shared);
 #else
+#define ET_THREAD_ROW(T, name, n, shared) T *name = (shared);
 #define ET_PARALLEL_FOR(work)
 #define ET_PARALLEL_FOR2(work)
 #define ET_PARALLEL_FOR_SIMD(work) ET_SIMD

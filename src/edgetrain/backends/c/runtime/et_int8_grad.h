@@ -129,7 +129,7 @@ static inline void et_qconv_grad_input_1x1(const et_qconv_p *P, const float *g, 
     /* stride 1 and the same size: g's pixels map one to one onto gx's, as one flat row */
     const int flat = P->sh == 1 && P->sw == 1 && P->ho == P->h && P->wo == P->w;
     const int32_t rows = flat ? 1 : P->ho, cols = flat ? howo : P->wo;
-    float wf[ET_GI_OCHUNK * ET_GI_CB], ws[ET_GI_OCHUNK];
+    float ws[ET_GI_OCHUNK];
     if (!flat) memset(gx, 0, sizeof(float) * (size_t)(P->n * P->c * hw)); /* the pixels no tap reaches */
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t grp = 0; grp < P->groups; grp++)
@@ -138,9 +138,12 @@ static inline void et_qconv_grad_input_1x1(const et_qconv_p *P, const float *g, 
                 const int first = o0 == grp * opg;
                 for (int32_t t = 0; t < no; t++) ws[t] = et_fscale_at(S, o0 + t);
                 const float *go = g + (n * P->o + o0) * howo;
+                /* the host's threads: blocks of input channels, each element's sum in one thread */
+                ET_PARALLEL_FOR((double)no * P->cg * howo)
                 for (int32_t c = 0; c < P->cg; c += ET_GI_CB) {
                     const int32_t nc = P->cg - c < ET_GI_CB ? P->cg - c : ET_GI_CB;
                     float *gxc = gx + (n * P->c + grp * P->cg + c) * hw;
+                    float wf[ET_GI_OCHUNK * ET_GI_CB];
                     et_gi_widen(w, o0, no, c, nc, P->cg, ws, wf);
                     for (int32_t r = 0; r < rows; r++) {
                         const float *gr = go + r * cols;
@@ -349,30 +352,32 @@ __attribute__((noinline, unused)) static void et_qconv_dw_grad_input_fs(const et
     }
     et_dwg_taps T;
     et_dwg_setup(P, &T);
-    const int four = howo <= ET_DWG_PIX;
-    float wf[4 * ET_DWG_TAPS], gi[4 * ET_DWG_PIX];
-    for (int32_t n = 0; n < P->n; n++)
-        for (int32_t c = 0; c < P->c;) {
+    const int32_t quads = howo <= ET_DWG_PIX ? P->c / 4 : 0; /* channels 4 q .. 4 q + 3 together */
+    for (int32_t n = 0; n < P->n; n++) {
+        /* the host's threads: the quads, each with its own copies */
+        ET_PARALLEL_FOR((double)quads * 4 * howo * khkw)
+        for (int32_t q4 = 0; q4 < quads; q4++) {
+            const int32_t c = 4 * q4;
             float *gxc = gx + (n * P->c + c) * hw;
             const float *gc = g + (n * P->c + c) * howo;
-            if (four && P->c - c >= 4) {
-                for (int32_t k = 0; k < 4; k++) {
-                    const int8_t *taps = et_w8_taps(w, c + k, 0, 1, khkw);
-                    const float sc = et_fscale_at(S, c + k);
-                    for (int32_t t = 0; t < khkw; t++) wf[t * 4 + k] = (float)taps[t] * sc;
-                    for (int32_t q = 0; q < howo; q++) gi[q * 4 + k] = gc[k * howo + q];
-                }
-                et_dwg_plane4(P, &T, wf, gi, gxc, gxc + hw, gxc + 2 * hw, gxc + 3 * hw);
-                c += 4;
-            } else {
-                const int8_t *taps = et_w8_taps(w, c, 0, 1, khkw);
-                const float sc = et_fscale_at(S, c);
-                for (int32_t t = 0; t < khkw; t++) wf[t] = (float)taps[t] * sc;
-                et_dwg_plane1(P, &T, wf, gc, plane);
-                memcpy(gxc, plane, sizeof(float) * (size_t)hw);
-                c += 1;
+            float wf[4 * ET_DWG_TAPS], gi[4 * ET_DWG_PIX];
+            for (int32_t k = 0; k < 4; k++) {
+                const int8_t *taps = et_w8_taps(w, c + k, 0, 1, khkw);
+                const float sc = et_fscale_at(S, c + k);
+                for (int32_t t = 0; t < khkw; t++) wf[t * 4 + k] = (float)taps[t] * sc;
+                for (int32_t q = 0; q < howo; q++) gi[q * 4 + k] = gc[k * howo + q];
             }
+            et_dwg_plane4(P, &T, wf, gi, gxc, gxc + hw, gxc + 2 * hw, gxc + 3 * hw);
         }
+        for (int32_t c = 4 * quads; c < P->c; c++) {
+            float wf[ET_DWG_TAPS];
+            const int8_t *taps = et_w8_taps(w, c, 0, 1, khkw);
+            const float sc = et_fscale_at(S, c);
+            for (int32_t t = 0; t < khkw; t++) wf[t] = (float)taps[t] * sc;
+            et_dwg_plane1(P, &T, wf, g + (n * P->c + c) * howo, plane);
+            memcpy(gx + (n * P->c + c) * hw, plane, sizeof(float) * (size_t)hw);
+        }
+    }
     memcpy(plane, gx + (P->n * P->c - 1) * hw, sizeof(float) * (size_t)hw);
 }
 
@@ -403,6 +408,13 @@ static inline const float *et_gw_levels_of(int32_t x_zero) {
     }
     return et_gw_levels;
 }
+/* before a layer's weight-gradient rows run on the host's threads: its table built by one thread,
+ * which the rows then only read */
+#ifdef _OPENMP
+#define ET_GW_ROWS_PREPARE(x_zero) ((void)et_gw_levels_of(x_zero))
+#else
+#define ET_GW_ROWS_PREPARE(x_zero) ((void)0)
+#endif
 
 /* out[c * os] = scale * the sequential float32 sum over images, rows, columns of
  * g * (x - x_zero) for the tap's cg channels, from 0. ET_GW_CB channels at a time: each
