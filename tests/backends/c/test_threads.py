@@ -128,13 +128,14 @@ def test_int8_steps_do_not_depend_on_threads():
 
 def _int8_wide_net():
     """int8 layers whose backward loops run split: 1x1 input gradients over 4-channel blocks, the
-    depthwise input gradient's 4-channel quads (64 channels of 8x8), the weight-gradient rows with
-    their updates (fused, each row in its thread's copy)."""
+    depthwise input gradients' single channels (32 of 16x16, each through its thread's plane) and
+    4-channel quads (64 of 8x8), the weight-gradient rows with their updates (fused, each row in
+    its thread's copy)."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
-                         nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=16), nn.Conv2d(16, 64, 1), nn.ReLU(),
-                         nn.Conv2d(64, 64, 3, padding=1, groups=64), nn.ReLU(), nn.Conv2d(64, 64, 1), nn.ReLU(),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 5))
+    return nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.ReLU(),
+                         nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.Conv2d(32, 64, 1), nn.ReLU(),
+                         nn.Conv2d(64, 64, 3, stride=2, padding=1, groups=64), nn.ReLU(), nn.Conv2d(64, 64, 1),
+                         nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 5))
 
 
 @pytest.mark.parametrize("momentum", [0.0, 0.9], ids=["plain", "momentum"])

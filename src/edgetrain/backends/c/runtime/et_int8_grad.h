@@ -369,13 +369,16 @@ __attribute__((noinline, unused)) static void et_qconv_dw_grad_input_fs(const et
             }
             et_dwg_plane4(P, &T, wf, gi, gxc, gxc + hw, gxc + 2 * hw, gxc + 3 * hw);
         }
+        /* the other channels one at a time through a plane: the thread's own copy when split */
+        ET_PARALLEL_FOR((double)(P->c - 4 * quads) * howo * khkw)
         for (int32_t c = 4 * quads; c < P->c; c++) {
+            ET_THREAD_ROW(float, pl, ET_DWG_MAX * ET_DWG_MAX, plane)
             float wf[ET_DWG_TAPS];
             const int8_t *taps = et_w8_taps(w, c, 0, 1, khkw);
             const float sc = et_fscale_at(S, c);
             for (int32_t t = 0; t < khkw; t++) wf[t] = (float)taps[t] * sc;
-            et_dwg_plane1(P, &T, wf, g + (n * P->c + c) * howo, plane);
-            memcpy(gx + (n * P->c + c) * hw, plane, sizeof(float) * (size_t)hw);
+            et_dwg_plane1(P, &T, wf, g + (n * P->c + c) * howo, pl);
+            memcpy(gx + (n * P->c + c) * hw, pl, sizeof(float) * (size_t)hw);
         }
     }
     memcpy(plane, gx + (P->n * P->c - 1) * hw, sizeof(float) * (size_t)hw);
