@@ -272,16 +272,22 @@ def bench_int8(args, scheme_key, out):
     x = torch.randn(b, 3, args.size, args.size, generator=torch.Generator().manual_seed(0))
     y = np.arange(3, 3 + b) % 10
     opt = et.SGD(lr=0.05)
+    def compiled():
+        return et.compile(model, (x,), update=SCHEMES[scheme_key], quantize="int8", optimizer=opt)
+
     t0 = time.perf_counter()
-    ref = et.compile(model, (x,), update=SCHEMES[scheme_key], quantize="int8", optimizer=opt)
-    prog = c_program(args, ref)  # the threaded library on --threads threads where threaded(args)
+    prog = c_program(args, compiled())  # the threaded library on --threads threads where threaded(args)
     build_s = time.perf_counter() - t0
-    runs = {"c": lambda: prog.step(x, y), "reference": lambda: ref.step(x, y)}
+    runner = prog.runner
+    g = runner.compiled.train_graph
+    xin, yin = runner.input_bytes(g, x, training=True), np.ascontiguousarray(runner.label_feed(g, y))
+    runs = {"c": lambda: prog.step(x, y), "c_raw": lambda: runner.raw_step(xin, yin)}
+    if not args.no_reference:
+        ref = compiled()
+        runs["reference"] = lambda: ref.step(x, y)
     if args.build == "both":
-        serial = c_program(args, ref, serial=True)
-        runs["c_serial_raw"] = lambda: serial.step(x, y)  # the public step: the column's name is the table's
-    if args.no_reference:
-        del runs["reference"]
+        serial = c_program(args, compiled(), serial=True).runner
+        runs["c_serial_raw"] = lambda: serial.raw_step(xin, yin)
     times = {k: [] for k in runs}
     for _ in range(max(1, args.warmup // 2)):
         for f in runs.values():

@@ -49,16 +49,22 @@ class SmallCNN(nn.Module):
 
 @pytest.mark.parametrize("opt", [et.SGD(lr=0.1), et.SGD(lr=0.1, momentum=0.9, weight_decay=1e-2)],
                          ids=["plain", "momentum_wd"])
-def test_float_fused_updates_match_the_reference(opt, monkeypatch):
+@pytest.mark.parametrize("batch", [2, 1])
+@pytest.mark.parametrize("kernels", ["default", "portable"])
+def test_float_fused_updates_match_the_reference(opt, batch, kernels, monkeypatch):
+    """Blocks of rows of every kind of et_conv2d_grad_weight_update: one image; several images of one
+    group (the portable build's: the BLAS build runs those through one im2col), and of several
+    groups (grouped, depthwise)."""
     monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4 * 2)  # several blocks: rows, groups, depthwise pairs
     torch.manual_seed(0)
     x = torch.randint(0, 40, (2, 24), generator=torch.Generator().manual_seed(1))  # rows 40..63 untouched
     x[0, :3] = 0  # padding_idx
-    x[1, 4] = x[1, 7] = x[0, 9]  # a row three times
-    y = np.array([1, 3])
+    x[1, 4] = x[0, 7] = x[0, 9]  # a row three times
+    x, y = x[:batch], np.array([1, 3])[:batch]
     ref = et.compile(TokenConvNet(), (x,), optimizer=opt)
     assert FUSED <= {n.op for n in ref.train_graph.nodes}
-    c = to_c_program(ref, FAST_CFLAGS)
+    c = to_c_program(ref, FAST_CFLAGS if kernels == "default" else
+                     tuple(f for f in FAST_CFLAGS if f not in blas.compile_flags()))
     initial = np.array(ref.state["emb.weight"], copy=True)
     for _ in range(3):
         close(c.step(x, y), ref.step(x, y))

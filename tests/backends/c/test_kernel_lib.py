@@ -101,3 +101,22 @@ def test_a_native_build_is_keyed_by_the_cpu(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel_lib, "cpu_identity", lambda: "another CPU")
     assert kernel_lib.kernels_object(cc, flags, files) != first
     assert kernel_lib.kernels_object(cc, flags[::2], files) == portable  # no -march=native: any CPU
+
+
+def test_the_kernels_are_split_into_parts_once_each_the_same_on_every_machine():
+    """kernel_parts: every kernel in one part, the costliest apart, the split a function of the
+    headers only (the object's cache key holds the sources)."""
+    from edgetrain.backends.c import runtime_headers
+
+    files = {n: runtime_headers.header_text(n) for n in runtime_headers.KERNEL_HEADERS}
+    parts = kernel_lib.kernel_parts(files)
+    assert 1 < len(parts) <= kernel_lib.KERNEL_PARTS
+    flat = [k for p in parts for k in p]
+    assert sorted(flat) == sorted(kernel_lib.kernel_signatures(files)) and len(flat) == len(set(flat))
+    specialised = [i for i, p in enumerate(parts) if set(p) & set(kernel_lib.SPECIALISED)]
+    assert len(specialised) == len(kernel_lib.SPECIALISED)  # the three costliest in three parts
+    assert parts == kernel_lib.kernel_parts(files)
+    whole = kernel_lib.kernels_source(files)
+    for p in parts:
+        src = kernel_lib.kernels_source(files, p)
+        assert all(f"void etk_{k}(" in src and f"void etk_{k}(" in whole for k in p)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from edgetrain.backends.c import host
-from edgetrain.backends.c.toolchain import ToolTimeout, run_tool
+from edgetrain.backends.c.toolchain import ToolTimeout, run_tool, run_tools
 
 
 def _stuck_compiler(tmp_path):
@@ -68,3 +68,28 @@ def test_compile_c_timeout_kills_the_compiler_and_its_children(tmp_path, monkeyp
 def test_run_tool_returns_output_and_status(tmp_path):
     r = run_tool(["sh", "-c", "echo out; echo err >&2; exit 3"], tmp_path, timeout=30)
     assert (r.returncode, r.stdout, r.stderr) == (3, "out\n", "err\n")
+
+
+def test_run_tools_runs_side_by_side_and_returns_in_order(tmp_path):
+    """The kernel object's parts (kernel_lib.KERNEL_PARTS) compile at once: each result in its
+    argv's place, however they finish; output larger than a pipe's buffer is no deadlock."""
+    argvs = [["sh", "-c", f"sleep 0.{3 - k}; echo part {k}; head -c 200000 /dev/zero >&2; exit {k}"] for k in range(3)]
+    t0 = time.monotonic()
+    results = run_tools(argvs, tmp_path, timeout=60, jobs=3)
+    assert [(r.returncode, r.stdout) for r in results] == [(k, f"part {k}\n") for k in range(3)]
+    assert all(len(r.stderr) == 200000 for r in results)
+    assert time.monotonic() - t0 < 3  # not one after another (three sleeps of at most 0.3 s each, plus start-up)
+
+
+def test_run_tools_past_its_limit_kills_every_group(tmp_path, monkeypatch):
+    files = [tmp_path / f"pids{k}" for k in range(2)]
+    argvs = []
+    for k, f in enumerate(files):
+        cc = tmp_path / f"cc{k}"
+        cc.write_text(f"#!/bin/sh\nsleep 300 &\necho $$ $! > \"{f}\"\nwait\n")
+        cc.chmod(0o755)
+        argvs.append([str(cc)])
+    with pytest.raises(ToolTimeout, match="killed the process groups of its 2 running compiles"):
+        run_tools(argvs, tmp_path, timeout=0.5, jobs=2)
+    for f in files:
+        _assert_gone(_pids(f))

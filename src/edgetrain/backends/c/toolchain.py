@@ -67,6 +67,49 @@ def run_tool(argv: Sequence[str], cwd: Optional[Path] = None, timeout: Optional[
     return ToolResult(proc.returncode, out, err)
 
 
+def run_tools(argvs: Sequence[Sequence[str]], cwd: Path, timeout: float, jobs: int) -> list[ToolResult]:
+    """Run every argv of `argvs` in `cwd`, at most `jobs` at once, each in a session of its own (their
+    output through files: no pipe fills); their results in order. Past `timeout` seconds from the
+    start, or on an interrupt, every running group is killed (run_tool's rules) and ToolTimeout
+    (or the interrupt) raised."""
+    import tempfile
+
+    log = logging.getLogger(__name__)
+    results: list[Optional[ToolResult]] = [None] * len(argvs)
+    pending = list(enumerate(argvs))
+    running: dict = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while pending or running:
+            while pending and len(running) < max(1, jobs):
+                i, argv = pending.pop(0)
+                log.debug("running %s (in %s)", " ".join(map(str, argv)), cwd)
+                out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+                running[i] = (subprocess.Popen(list(argv), cwd=cwd, stdout=out, stderr=err, text=True,
+                                               start_new_session=True), out, err)
+            done = [i for i, (proc, _, _) in running.items() if proc.poll() is not None]
+            for i in done:
+                proc, out, err = running.pop(i)
+                out.seek(0)
+                err.seek(0)
+                results[i] = ToolResult(proc.returncode, out.read(), err.read())
+                out.close()
+                err.close()
+            if not done:
+                if time.monotonic() > deadline:
+                    raise ToolTimeout(f"{Path(argvs[0][0]).name} timed out after {timeout} s in {cwd}: killed the "
+                                      f"process groups of its {len(running)} running compiles")
+                time.sleep(0.02)
+    except BaseException:
+        for proc, out, err in running.values():
+            _kill_group(proc)
+            proc.wait()
+            out.close()
+            err.close()
+        raise
+    return [r for r in results if r is not None]
+
+
 # --- the host compiler, and the backend every command defaults to ---------------------------------
 #: the host C compilers looked for on PATH after $CC, in this order
 HOST_CC_NAMES = ("cc", "gcc", "clang")
