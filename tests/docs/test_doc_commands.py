@@ -107,6 +107,7 @@ PYTHONPATH=src python bench/sgemm_peak.py
 PYTHONPATH=src python bench/step_speed.py --model mbv2-w0.35 --size 128 --batch 1,8 --schemes full,last8 --kernels both --no-int8 --repeats 15 --warmup 3
 PYTHONPATH=src python bench/step_speed.py --model resnet18-cifar --size 32 --batch 8 --schemes full --kernels both --no-int8 --repeats 7 --warmup 2
 PYTHONPATH=src python bench/compile_time.py --repeats 1 --real tv.mobilenet_v2,timm.resnet10t
+PYTHONPATH=src python bench/compile_time.py --repeats 1
 PYTHONPATH=src python bench/grad_update_memory.py
 PYTHONPATH=src python bench/grad_update_memory.py --cases resnet18-cifar:8 --fractions 0.5 --step-time 10 --momentum 0.9 --solver chen
 PYTHONPATH=src python bench/standalone_rss.py --fractions 1 0.5 0.3 --time-limit 60
