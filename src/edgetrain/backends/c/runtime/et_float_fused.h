@@ -13,6 +13,18 @@
 #include "et_float_gemm.h" /* et_conv2d_grad_weight: the host BLAS or the portable kernels */
 #include "et_float_nn.h"   /* et_index_at */
 
+/* In the host's kernel object (ET_KERNEL_OBJECT: backends/c/kernel_lib.py) the fused update calls the weight
+ * gradient through that kernel's own out-of-line wrapper, compiled once (inlined there it doubled the object's
+ * longest compile); elsewhere (model.c, the firmware, emitted projects) it is inlined */
+#ifdef ET_KERNEL_OBJECT
+void etk_et_conv2d_grad_weight(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *ET_RESTRICT GW, int N,
+                               int C, int H, int Wd, int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH,
+                               int PW, int DH, int DW, int G);
+#define ET_FUSED_GRAD_WEIGHT etk_et_conv2d_grad_weight
+#else
+#define ET_FUSED_GRAD_WEIGHT et_conv2d_grad_weight
+#endif
+
 #ifdef ET_STEP_GUARD
 /* The checked step's guard inside the fused updates (the ctypes library only: backends/c/step_guard.py
  * sets it up around a conv2d/linear_grad_weight_update whose weight and momentum are double-buffered).
@@ -218,7 +230,7 @@ ET_INLINE void et_conv2d_grad_weight_update(const float *ET_RESTRICT X, const fl
                                           PH, PW, DH, DW))
         return;
 #endif
-    /* one call site of et_conv2d_grad_weight (an inlined copy of it took gcc half a minute), its arguments per case:
+    /* one call site of et_conv2d_grad_weight (four inlined copies took gcc half a minute), its arguments per case:
      * every row at once; a block of rows of one image; of N images of one group (GY's block copied contiguous into
      * T); of N images of several groups (image by image, the others' sums in T added to R) */
     const int whole = rows == O, per_image = !whole && N > 1 && G != 1;
@@ -231,7 +243,7 @@ ET_INLINE void et_conv2d_grad_weight_update(const float *ET_RESTRICT X, const fl
             const float *x = whole || G == 1 ? X : X + ((size_t)n * C + c0) * H * Wd;
             const float *gy = whole ? GY : (N == 1 || per_image) ? GY + ((size_t)n * O + o0) * P : T;
             const int all_images = whole || (!per_image && N > 1), one_group_batch = !whole && G == 1 && N > 1;
-            et_conv2d_grad_weight(x, gy, n ? T : R, all_images ? N : 1, whole || one_group_batch ? C : bc, H, Wd,
+            ET_FUSED_GRAD_WEIGHT(x, gy, n ? T : R, all_images ? N : 1, whole || one_group_batch ? C : bc, H, Wd,
                                   whole ? O : rows, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW,
                                   whole ? G : one_group_batch ? 1 : bg);
             if (n)
