@@ -124,6 +124,7 @@ def test_the_kernel_library_and_a_program_build_say_what_and_why(tmp_path, monke
     calls: list = []
     fake = _slow_compiler(0.3, calls)
     monkeypatch.setattr(kernel_lib, "run_tool", fake)
+    monkeypatch.setattr(kernel_lib, "run_tools", lambda argvs, cwd, timeout, jobs: [fake(a, cwd, timeout) for a in argvs])
     monkeypatch.setattr(host, "run_tool", fake)
     kernel_lib.compiler_version.cache_clear()
     caplog.set_level(logging.INFO, logger="edgetrain")

@@ -10,7 +10,8 @@ from .cli_errors import INTERRUPTED, report_error, warning_line
 from .interrupts import command_handlers, deferred_interrupts, forget_unhandled_interrupt, quiet_signals, restore
 from .cli_logging import QUIET_HELP, VERBOSE_HELP, command_logging, level_of
 from .options import (MAX_BATCH, MAX_CLASSES, MAX_EPOCHS, MAX_FACTOR, MAX_FRACTION, MAX_IMAGE_SIDE, MAX_IMAGES,
-                      MAX_SECONDS, MAX_SEED, MAX_THREADS, at_most, bounded_float, byte_size, count, seed, update_scheme_text)
+                      MAX_SECONDS, MAX_SEED, MAX_THREADS, at_most, bounded_float, byte_size, count, seed,
+                      update_scheme_text)
 
 #: --traceback, before or after the command
 TRACEBACK_HELP = "print the Python traceback of an error too (it is always saved to a file on an internal error)"

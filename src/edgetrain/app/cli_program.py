@@ -10,8 +10,8 @@ from typing import Callable, Optional
 
 from .cli_config import BACKEND_HELP, COMPILED_FILE, THREADS_HELP, config_from_options, normalization, say
 from .options import (MAX_CLASSES, MAX_EPOCHS, MAX_HEADROOM, MAX_IMAGES, MAX_MOMENTUM, MAX_SAMPLES, MAX_SEED,
-                      MAX_THREADS, MAX_WEIGHT_DECAY, at_most, bounded_float, byte_size, count, floats, headroom, label_value,
-                      positive_float, positive_floats, seed, update_scheme_text)
+                      MAX_THREADS, MAX_WEIGHT_DECAY, at_most, bounded_float, byte_size, count, floats, headroom,
+                      label_value, positive_float, positive_floats, seed, update_scheme_text)
 from .exit_codes import exit_codes
 from ..devices.targets import TARGETS as TARGET_REGISTRY
 

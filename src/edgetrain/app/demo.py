@@ -244,8 +244,8 @@ def run_demo(cfg: DemoConfig = DemoConfig(), echo=print) -> dict:
          f"{_scheme_text(update)}: peak {peak / 1024:.1f} KB, {_fits(peak, sram)}: "
          f"a larger batch and momentum learn in fewer steps on the host")
     echo(f"compiled to an int8 training program in {time.perf_counter() - t0:.1f} s "
-         f"(QAS {'on' if cfg.qas else 'off'}, {backend} backend{f' on {threads} threads' if threads else ''}): {len(prog.train_graph.nodes)} nodes, "
-         f"trains {len(prog.trainable)} tensors")
+         f"(QAS {'on' if cfg.qas else 'off'}, {backend} backend{f' on {threads} threads' if threads else ''}): "
+         f"{len(prog.train_graph.nodes)} nodes, trains {len(prog.trainable)} tensors")
     echo(f"memory of one training step (batch {t.batch}): {prog.memory.summary()}")
     before = accuracy(prog, xte, yte, "int8 accuracy before")
     echo(f"int8 test accuracy before fine-tuning: {before:.1%}")

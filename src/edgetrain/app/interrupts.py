@@ -20,8 +20,8 @@ def terminate(signum, frame):
 
 class Interrupts:
     """SIGINT's handler while a command runs: Python's own (raise KeyboardInterrupt), and a record
-    that it came, because code we import may swallow the exception (a bare `except:` in a library
-    imported during start-up once let `inspect` run on and exit 0 after Ctrl-C, in CI)."""
+    that it came, because code the command runs may catch the exception (CI once saw `inspect`
+    exit 0 with no word after a SIGINT 0.1 s into its start-up)."""
 
     def __init__(self):
         self.seen = False
