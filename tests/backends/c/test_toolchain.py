@@ -72,13 +72,16 @@ def test_run_tool_returns_output_and_status(tmp_path):
 
 def test_run_tools_runs_side_by_side_and_returns_in_order(tmp_path):
     """The kernel object's parts (kernel_lib.KERNEL_PARTS) compile at once: each result in its
-    argv's place, however they finish; output larger than a pipe's buffer is no deadlock."""
-    argvs = [["sh", "-c", f"sleep 0.{3 - k}; echo part {k}; head -c 200000 /dev/zero >&2; exit {k}"] for k in range(3)]
-    t0 = time.monotonic()
-    results = run_tools(argvs, tmp_path, timeout=60, jobs=3)
+    argv's place, however they finish; output larger than a pipe's buffer is no deadlock. Side by
+    side, not one after another: each tool marks its start and exits 0 only once it has seen the
+    other two's marks (one at a time, the first would give up after 20 s with exit 9)."""
+    def argv(k):
+        return ["sh", "-c", f"touch started{k}; i=0; until [ -e started0 ] && [ -e started1 ] && [ -e started2 ]; do "
+                f"i=$((i+1)); [ $i -gt 2000 ] && exit 9; sleep 0.01; done; sleep 0.{3 - k}; echo part {k}; "
+                f"head -c 200000 /dev/zero >&2; exit {k}"]
+    results = run_tools([argv(k) for k in range(3)], tmp_path, timeout=60, jobs=3)
     assert [(r.returncode, r.stdout) for r in results] == [(k, f"part {k}\n") for k in range(3)]
     assert all(len(r.stderr) == 200000 for r in results)
-    assert time.monotonic() - t0 < 3  # not one after another (three sleeps of at most 0.3 s each, plus start-up)
 
 
 def test_run_tools_past_its_limit_kills_every_group(tmp_path, monkeypatch):
