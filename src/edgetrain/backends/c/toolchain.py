@@ -46,47 +46,38 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def run_tool(argv: Sequence[str], cwd: Optional[Path] = None, timeout: Optional[float] = None) -> ToolResult:
     """Run `argv` in `cwd` in a new session; past `timeout` seconds kill its process group and
-    raise ToolTimeout (an interrupt of the caller kills the group too)."""
-    log = logging.getLogger(__name__)
-    log.debug("running %s (in %s)", " ".join(map(str, argv)), cwd or ".")
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(list(argv), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        proc.communicate()
-        raise ToolTimeout(f"{Path(argv[0]).name} timed out after {timeout} s in {cwd}: killed its process group "
-                          f"(pid {proc.pid}) and every compiler process in it") from None
-    except BaseException:
-        _kill_group(proc)
-        proc.wait()
-        raise
-    log.debug("%s exited with %d after %.2f s", Path(argv[0]).name, proc.returncode, time.perf_counter() - t0)
-    return ToolResult(proc.returncode, out, err)
+    raise ToolTimeout (an interrupt of the caller kills the group too): run_tools of one."""
+    return run_tools([argv], cwd, timeout, 1)[0]
 
 
-def run_tools(argvs: Sequence[Sequence[str]], cwd: Path, timeout: float, jobs: int) -> list[ToolResult]:
+def run_tools(argvs: Sequence[Sequence[str]], cwd: Optional[Path], timeout: Optional[float],
+              jobs: int) -> list[ToolResult]:
     """Run every argv of `argvs` in `cwd`, at most `jobs` at once, each in a session of its own (their
     output through files: no pipe fills); their results in order. Past `timeout` seconds from the
-    start, or on an interrupt, every running group is killed (run_tool's rules) and ToolTimeout
-    (or the interrupt) raised."""
+    start (None: no limit), or on an interrupt, every running tool's process group is killed (gcc's
+    cc1 and make's compilers with it) and ToolTimeout (or the interrupt) raised."""
     import tempfile
 
     log = logging.getLogger(__name__)
     results: list[Optional[ToolResult]] = [None] * len(argvs)
     pending = list(enumerate(argvs))
     running: dict = {}
-    deadline = time.monotonic() + timeout
+    t0 = time.monotonic()
+    deadline = t0 + timeout if timeout is not None else float("inf")
     try:
         while pending or running:
             while pending and len(running) < max(1, jobs):
                 i, argv = pending.pop(0)
-                log.debug("running %s (in %s)", " ".join(map(str, argv)), cwd)
+                log.debug("running %s (in %s)", " ".join(map(str, argv)), cwd or ".")
                 out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
                 running[i] = (subprocess.Popen(list(argv), cwd=cwd, stdout=out, stderr=err, text=True,
                                                start_new_session=True), out, err)
+            if len(running) == 1 and not pending:  # one left: wait for it, not in polls
+                proc = next(iter(running.values()))[0]
+                try:
+                    proc.wait(timeout=None if deadline == float("inf") else max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
             done = [i for i, (proc, _, _) in running.items() if proc.poll() is not None]
             for i in done:
                 proc, out, err = running.pop(i)
@@ -95,10 +86,14 @@ def run_tools(argvs: Sequence[Sequence[str]], cwd: Path, timeout: float, jobs: i
                 results[i] = ToolResult(proc.returncode, out.read(), err.read())
                 out.close()
                 err.close()
+                log.debug("%s exited with %d after %.2f s", Path(argvs[i][0]).name, proc.returncode,
+                          time.monotonic() - t0)
             if not done:
                 if time.monotonic() > deadline:
-                    raise ToolTimeout(f"{Path(argvs[0][0]).name} timed out after {timeout} s in {cwd}: killed the "
-                                      f"process groups of its {len(running)} running compiles")
+                    what = (f"killed its process group (pid {next(iter(running.values()))[0].pid}) and every compiler "
+                            f"process in it" if len(argvs) == 1 else
+                            f"killed the process groups of its {len(running)} running compiles")
+                    raise ToolTimeout(f"{Path(argvs[0][0]).name} timed out after {timeout} s in {cwd}: {what}")
                 time.sleep(0.02)
     except BaseException:
         for proc, out, err in running.values():
