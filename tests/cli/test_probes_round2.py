@@ -280,6 +280,30 @@ def test_a_signal_inside_the_torch_import_waits_for_its_end():
         signal.signal(signal.SIGINT, outer)
 
 
+def test_torch_is_imported_with_signals_held_before_anything_else_can_import_it(cli, monkeypatch):
+    """CI saw exit -6 again with the held import placed after --update's parsing, which imports
+    edgetrain.sparse and so torch: the held import comes first."""
+    from contextlib import contextmanager
+
+    from edgetrain.app import cli as cli_module
+
+    order = []
+
+    @contextmanager
+    def held():
+        order.append("held")
+        yield
+
+    def scheme(text):
+        order.append("update")
+        raise KeyboardInterrupt  # stop there
+
+    monkeypatch.setattr(cli_module, "deferred_interrupts", held)
+    monkeypatch.setattr(cli_module, "_scheme", scheme)
+    code, _, _ = cli("inspect", "mbv2-w0.35", "--update", "full")
+    assert code == 130 and order == ["held", "update"]
+
+
 def test_the_commands_that_import_torch_first_are_the_commands_but_profile():
     from edgetrain.app.cli import TORCH_COMMANDS, _subparsers, build_parser
 

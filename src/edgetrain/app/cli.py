@@ -458,11 +458,11 @@ def _run(argv) -> int:
 
         with warnings.catch_warnings(), command_logging(args.command, level_of(args)):
             warnings.showwarning = warning_line(args.command, warnings.showwarning)
-            if isinstance(getattr(args, "update", None), str):
-                args.update = _scheme(args.update)
-            if args.command in TORCH_COMMANDS:
+            if args.command in TORCH_COMMANDS:  # first: _scheme and the command import torch too
                 with deferred_interrupts():  # a signal inside torch's C++ start-up aborts the process
                     import torch  # noqa: F401
+            if isinstance(getattr(args, "update", None), str):
+                args.update = _scheme(args.update)
             return args.func(args)
     except argparse.ArgumentTypeError as err:
         print(f"edgetrain {args.command}: error: {err}", file=sys.stderr)
