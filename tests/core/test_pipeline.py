@@ -63,7 +63,8 @@ def test_compile_stages_exactly_the_declared_steps_in_order(compiled):
     assert list(prog.stages) == _declared(**kw)
     o = Options(**kw)
     assert list(prog.stages) == [s.name for p in ("front", "train") for s in pipeline.steps(p, o)]
-    assert prog.stages["reordered"] is prog.train_graph  # the last step's graph is the one that runs
+    assert prog.stages[list(prog.stages)[-1]] is prog.train_graph  # the last step's graph is the one that runs
+    assert list(prog.stages)[-1] == ("widened_scratch" if kw.get("quantize") == "int8" else "reordered")
 
 
 def test_every_stage_verifies_and_prints(compiled):
@@ -75,7 +76,7 @@ def test_every_stage_verifies_and_prints(compiled):
 
 def test_a_step_whose_condition_fails_does_not_appear(compiled):
     kw, prog = compiled
-    int8_only = {"folded", "converted", "quantized", "fused_pointwise_depthwise", "streamed"}
+    int8_only = {"folded", "converted", "quantized", "fused_pointwise_depthwise", "streamed", "widened_scratch"}
     if kw.get("quantize") == "int8":
         assert int8_only <= set(prog.stages) and "batch_statistics" not in prog.stages
     else:

@@ -13,8 +13,10 @@ into a small buffer with the qconv2d reference and convolves them depthwise into
 same channels of y. Each half *is* `qconv2d_ref` on a channel slice, so y is bit-identical
 to the two ops in sequence (their accumulators are exact integers either way).
 
-Memory: the op holds x, y and one block of t (N * CHANNEL_BLOCK * H_t * W_t int8 bytes,
-4 KB for one 64x64 channel) instead of all of t. The block buffer is the op's second
+Memory: the op holds x, y and one block of t (N * block * H_t * W_t int8 bytes, 4 KB for
+one 64x64 channel) instead of all of t. `block`, the attribute BLOCK (CHANNEL_BLOCK when
+absent), is the channels the scratch holds: passes/widen_scratch.py raises it where the
+step's peak has room, so a kernel can compute more channels and rows per call. The block buffer is the op's second
 output, `scratch`, which nothing reads: liveness, the arena planner, the reorderer and
 the reference runtime therefore count it while (and only while) the op runs, with no
 special case. The reference returns the last block computed in it.
@@ -46,6 +48,8 @@ CHANNEL_BLOCK = 1
 #: the op's name (passes/fuse.py builds it, passes/stream.py splits it back into two convs)
 PW_DW_OP = "qconv2d_pw_dw"
 PW, DW = "pw_", "dw_"
+#: the attribute giving the expansion channels the scratch holds (CHANNEL_BLOCK when absent)
+BLOCK = "block"
 #: qconv2d attributes with one entry per output channel (sliced with the channels)
 PER_CHANNEL_KEYS = ("w_scales", "mult", "shift")
 
@@ -59,6 +63,15 @@ def split_attrs(a: Mapping[str, Any]) -> tuple[dict, dict]:
     """(pointwise attrs, depthwise attrs) of a fused node: the inverse of `fuse_attrs`."""
     pw, dw = unprefix_attrs(a, PW, DW)
     return pw, dw
+
+
+def block_of(a: Mapping[str, Any], c: int) -> int:
+    """The expansion channels a fused node's scratch holds: its BLOCK attribute (CHANNEL_BLOCK
+    when absent), at most the c channels of the expansion."""
+    b = int(a.get(BLOCK, CHANNEL_BLOCK))
+    if b < 1:
+        raise ValueError(f"qconv2d_pw_dw: block must be at least 1, got {b}")
+    return min(b, c)
 
 
 def _channel_slice(a: Mapping[str, Any], lo: int, hi: int) -> dict:
@@ -79,7 +92,7 @@ def _infer(ts, a):
                          f"int8 output, got weight {w2}, groups={dw['groups']}, float_out={dw.get('float_out')}")
     (y,) = qconv_infer([t, w2, b2], dw)
     n, _, h, w = t.shape
-    return [y, TensorType((n, min(CHANNEL_BLOCK, c), h, w), "int8")]
+    return [y, TensorType((n, block_of(a, c), h, w), "int8")]
 
 
 def qconv2d_pw_dw_ref(x, w1, b1, w2, b2, a) -> tuple[np.ndarray, np.ndarray]:
@@ -87,15 +100,16 @@ def qconv2d_pw_dw_ref(x, w1, b1, w2, b2, a) -> tuple[np.ndarray, np.ndarray]:
     block buffer `scratch` (returned holding the last block)."""
     pw, dw = split_attrs(a)
     c = w1.shape[0]
+    size = block_of(a, c)
     y: Optional[np.ndarray] = None
     scratch: Optional[np.ndarray] = None
-    for lo in range(0, c, CHANNEL_BLOCK):
-        hi = min(lo + CHANNEL_BLOCK, c)
+    for lo in range(0, c, size):
+        hi = min(lo + size, c)
         block = qconv2d_ref(x, w1[lo:hi], b1[lo:hi], _channel_slice(pw, lo, hi))
         out = qconv2d_ref(block, w2[lo:hi], b2[lo:hi], {**_channel_slice(dw, lo, hi), "groups": hi - lo})
         if y is None or scratch is None:  # the first block: both None
             y = np.empty((out.shape[0], c) + out.shape[2:], dtype=np.int8)
-            scratch = np.zeros((block.shape[0], min(CHANNEL_BLOCK, c)) + block.shape[2:], dtype=np.int8)
+            scratch = np.zeros((block.shape[0], size) + block.shape[2:], dtype=np.int8)
         y[:, lo:hi] = out
         scratch[:, :hi - lo] = block
     assert y is not None and scratch is not None, "a layer has at least one channel"
@@ -113,4 +127,4 @@ def _cost(node) -> Cost:
 register(OpDef(PW_DW_OP, _infer, lambda xs, a: list(qconv2d_pw_dw_ref(xs[0], xs[1], xs[2], xs[3], xs[4], a)),
                cost=_cost, num_inputs=(5, 5), stream_operands=(0,)))
 
-__all__ = ["CHANNEL_BLOCK", "PW_DW_OP", "fuse_attrs", "qconv2d_pw_dw_ref", "split_attrs"]
+__all__ = ["BLOCK", "CHANNEL_BLOCK", "PW_DW_OP", "block_of", "fuse_attrs", "qconv2d_pw_dw_ref", "split_attrs"]

@@ -137,7 +137,9 @@ PW_DW_CASES = [
 
 
 @pytest.mark.parametrize("case", PW_DW_CASES)
-def test_qconv2d_pw_dw(case):
+@pytest.mark.parametrize("block", [1, 2, 64])
+def test_qconv2d_pw_dw(case, block):
+    """The scratch holding one channel, two, or every one (passes/widen_scratch.py)."""
     c, e, hw, k, s, n = case
     rng = np.random.default_rng(hash(case) % 2 ** 32)
     pw = _conv_attrs(rng, e, 1, 1, 0, 1)
@@ -146,21 +148,24 @@ def test_qconv2d_pw_dw(case):
     state = {"w1": _i8(rng, (e, c, 1, 1)), "b1": rng.integers(-300, 300, e).astype(np.int32),
              "w2": _i8(rng, (e, 1, k, k)), "b2": rng.integers(-300, 300, e).astype(np.int32)}
     check(lambda e_, v: e_.emit_multi("qconv2d_pw_dw", v["x"], v["w1"], v["b1"], v["w2"], v["b2"],
-                                      **fuse_pw_dw(pw, dw))[0], feeds, state)
+                                      **fuse_pw_dw(pw, dw), block=block)[0], feeds, state)
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 7, 8, 16, 33, 64])
 @pytest.mark.parametrize("span,stride", [(1, 1), (3, 1), (3, 2), (5, 1), (5, 2), (7, 2)])
-def test_pw_dw_blocking_fits_the_scratch(rows, span, stride):
-    """g channels of a ring of cap rows fit the one-plane scratch, and the ring holds what
-    r output rows read."""
-    from edgetrain.backends.c.kernels.int8 import PW_DW_GROUP, pw_dw_blocking
+@pytest.mark.parametrize("block,channels", [(1, 1), (1, 16), (4, 16), (12, 48), (16, 16)])
+def test_pw_dw_blocking_fits_the_scratch(rows, span, stride, block, channels):
+    """g channels of a ring of cap rows fit the scratch of `block` planes, and the ring holds
+    what r output rows read; a scratch of every channel's plane takes them all at once."""
+    from edgetrain.backends.c.kernels.int8 import pw_dw_blocking
 
     rows_out = (rows - 1) // stride + 1
-    g, r = pw_dw_blocking(rows, span, stride, rows_out)
+    g, r = pw_dw_blocking(rows, block, span, stride, rows_out, channels)
     cap = min((r - 1) * stride + min(span, rows), rows)
-    assert 1 <= g <= PW_DW_GROUP and 1 <= r <= rows_out
-    assert g * cap <= rows and cap >= min(span, rows)
+    assert 1 <= g <= channels and 1 <= r <= rows_out
+    assert g * cap <= block * rows and cap >= min(span, rows)
+    if block == channels:
+        assert (g, r) == (channels, rows_out)
 
 
 def _qadd(rng):

@@ -43,24 +43,20 @@ def qconv2d(node: Node, ctx) -> str:
     return block(lines)
 
 
-#: pw_dw's channel groups: at most this many expansion channels share one pass over x
-PW_DW_GROUP = 8
-
-
-def pw_dw_blocking(budget_rows: int, span: int, stride: int, rows_out: int) -> tuple[int, int]:
-    """(g, r) for qconv2d_pw_dw: g expansion channels at a time, r depthwise output rows per
-    depthwise call, with a ring of cap = min((r - 1) * stride + span, budget_rows) rows per
-    channel (span: the rows one output row reads, at most budget_rows) and g * cap <=
-    budget_rows (the one-plane scratch). More channels per pass share the packing of the
-    pointwise input; more rows per call spread the depthwise call's set-up: the pair
-    minimising 1/g + 1/r (g = 1 always fits)."""
-    span = min(span, budget_rows)
+def pw_dw_blocking(rows: int, held: int, span: int, stride: int, rows_out: int, channels: int) -> tuple[int, int]:
+    """(g, r) for qconv2d_pw_dw: g of the `channels` expansion channels at a time, r
+    depthwise output rows per depthwise call, with a ring of cap = min((r - 1) * stride +
+    span, rows) rows per channel (rows: the plane's; span: the rows one output row reads) and
+    g * cap <= held * rows (the scratch holds `held` planes). More channels per pass share the
+    packing of the pointwise input; more rows per call spread the depthwise call's set-up: the
+    pair minimising 1/g + 1/r (g = 1 always fits)."""
+    budget, span = held * rows, min(span, rows)
     best = (1, 1)
-    for g in (1, 2, 4, 8):
-        cap = budget_rows // g
-        if g > PW_DW_GROUP or cap < span:
-            continue
-        r = max(1, min((cap - span) // stride + 1, rows_out))
+    for g in range(1, channels + 1):
+        cap = min(budget // g, rows)
+        if cap < span:
+            break
+        r = rows_out if cap == rows else max(1, min((cap - span) // stride + 1, rows_out))
         if 1 / g + 1 / r < 1 / best[0] + 1 / best[1]:
             best = (g, r)
     return best
@@ -69,7 +65,8 @@ def pw_dw_blocking(budget_rows: int, span: int, stride: int, rows_out: int) -> t
 @register("qconv2d_pw_dw", split_aware=True)
 def qconv2d_pw_dw(node: Node, ctx) -> str:
     """G expansion channels at a time (pw_dw_blocking): the pointwise rows of those channels
-    into a ring of cap rows per channel held in the one-plane scratch, as many as the next R
+    into a ring of cap rows per channel held in the scratch (its `block` channels' planes:
+    passes/widen_scratch.py widens it where the peak has room), as many as the next R
     depthwise output rows need, then those depthwise rows; the ring keeps every row the
     depthwise window still reads. (The pointwise kernel then packs x once per G channels, not
     once per channel.)"""
@@ -77,12 +74,12 @@ def qconv2d_pw_dw(node: Node, ctx) -> str:
     y, scratch = node.outputs
     pw, dw = split_pw_dw(node.attrs)
     c = w1.shape[0]
-    n, _, ht, wt = scratch.shape
+    n, held, ht, wt = scratch.shape  # held: the expansion channels the scratch holds
     ho = y.shape[2]
     t_shape = (n, c, ht, wt)
     kh, sh, ph, dh = w2.shape[2], dw["stride"][0], dw["padding"][0], dw["dilation"][0]
     span = (kh - 1) * dh + 1  # the input rows one output row reads
-    g, r = pw_dw_blocking(ht, span, sh, ho)
+    g, r = pw_dw_blocking(ht, held, span, sh, ho, c)
     cap = min((r - 1) * sh + span, ht)
     lines = (conv_params(ctx, "PW", x.shape, w1.shape, t_shape, pw) + conv_params(ctx, "DW", t_shape, w2.shape,
                                                                                       y.shape, dw)
