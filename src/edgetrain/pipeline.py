@@ -49,7 +49,7 @@ from .passes.input_split import split_input_transform
 from .passes.lm_head import chunk_lm_head, loss_in_backward
 from .passes.reorder import reorder_for_memory
 from .passes.stream import stream_frozen_chains
-from .passes.widen_scratch import widen_fused_scratch
+from .passes.widen_scratch import widen_scratch
 from .quantize import SPEC_ATTR, Quantized, dequantized_state, qas_scales, quantize_folded, quantize_frozen
 from .quantize.headroom import with_headroom
 from .quantize.integer_backward import calibrate_gradients, integerize_backward
@@ -303,7 +303,7 @@ def _widen_scratch(b: Build) -> Build:
     def peak(g: Graph) -> int:
         return plan_graph(g, b.trainable, b.state).peak_bytes
 
-    return replace(b, graph=widen_fused_scratch(b.graph, peak, set(b.ram_inputs)))
+    return replace(b, graph=widen_scratch(b.graph, peak, set(b.ram_inputs)))
 
 
 def _graph_pass(f: Callable[[Graph], Graph]) -> Callable[[Build, Options], Build]:
@@ -346,7 +346,7 @@ STEPS: tuple[Step, ...] = (
     # weight gradients applied one row at a time (embeddings: the touched rows), never whole
     Step("fused_grad_updates", TRAIN, _graph_pass(fuse_weight_grad_update)),
     Step("reordered", TRAIN, lambda b, o: replace(b, graph=reorder_for_memory(b.graph, b.ram_inputs))),
-    # int8: each fused expansion's scratch as wide as the step's peak has room for (faster kernels)
+    # int8: fused expansions' and streams' scratch as wide as the step's peak has room for (faster kernels)
     Step("widened_scratch", TRAIN, lambda b, o: _widen_scratch(b), _int8),
 )
 PHASES = ("front", "train", "vjp")

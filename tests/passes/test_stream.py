@@ -60,8 +60,9 @@ layer = st.tuples(st.integers(1, 5), st.sampled_from([1, 3, 5]), st.integers(1, 
 
 @SETTINGS
 @given(layers=st.lists(layer, min_size=2, max_size=5), h=st.integers(6, 14), wd=st.integers(3, 8),
-       c=st.integers(1, 4), seed=st.integers(0, 2 ** 16))
-def test_qstream_is_the_chain_bit_for_bit(layers, h, wd, c, seed):
+       c=st.integers(1, 4), seed=st.integers(0, 2 ** 16), rows=st.sampled_from([1, 2, 3, 64]))
+def test_qstream_is_the_chain_bit_for_bit(layers, h, wd, c, seed, rows):
+    """Bands of `rows` rows per call (passes/widen_scratch.py), 64 more than any layer's."""
     rng = np.random.default_rng(seed)
     try:
         g, arrays = chain_graph(rng, layers, (1, c, h, wd), residual_at={1, 3})
@@ -71,14 +72,19 @@ def test_qstream_is_the_chain_bit_for_bit(layers, h, wd, c, seed):
     from edgetrain.passes.stream import _body
 
     body = _body(g.inputs[0], g.outputs[0], list(g.nodes))
-    y, scratch = qstream_ref([arrays[v.name] for v in g.inputs], {"body": body})
+    y, scratch = qstream_ref([arrays[v.name] for v in g.inputs], {"body": body, "rows": rows})
     want = run_graph(g, arrays)[0]["y"]
     assert np.array_equal(y, want)
-    plan = row_plan(body)
+    plan = row_plan(body, rows)
     assert scratch.nbytes == plan.ring_bytes
     # no row computed twice; every output row computed (rows nothing reads may be skipped)
-    assert len(set(plan.steps)) == len(plan.steps)
-    assert {r for i, r in plan.steps if i == len(body.nodes) - 1} == set(range(y.shape[2]))
+    done = [(i, r) for i, first, count in plan.steps for r in range(first, first + count)]
+    assert len(set(done)) == len(done) and all(1 <= count <= rows for _, _, count in plan.steps)
+    assert {r for i, r in done if i == len(body.nodes) - 1} == set(range(y.shape[2]))
+    # each node's bands follow one another, each the next `rows` rows (what the C kernel computes)
+    for i, n in enumerate(body.nodes):
+        firsts = [(first, count) for j, first, count in plan.steps if j == i]
+        assert all(f == k * rows and c == min(rows, n.out.shape[2] - f) for k, (f, c) in enumerate(firsts))
     # a ring never holds more than the whole intermediate
     for i, n in enumerate(body.nodes[:-1]):
         assert 1 <= plan.capacity[i] <= n.out.shape[2]

@@ -13,7 +13,7 @@ from edgetrain.memory import plan_memory
 from edgetrain.ops import Emitter, verify
 from edgetrain.ops.qfused import BLOCK, PW_DW_OP, block_of
 from edgetrain.passes.fuse import fuse_pointwise_depthwise
-from edgetrain.passes.widen_scratch import _ladder, _with_block, widen_fused_scratch
+from edgetrain.passes.widen_scratch import _ladder, widen_scratch, with_setting
 
 from .test_fuse import int8, layer_arrays, qattrs
 
@@ -51,7 +51,7 @@ def fused_block(g: Graph) -> int:
 
 def test_a_pair_away_from_the_peak_holds_every_channel():
     g, arrays = chain(c=8, wide=64)
-    w = verify(widen_fused_scratch(g, peak, {"x"}))
+    w = verify(widen_scratch(g, peak, {"x"}))
     assert fused_block(g) == 1 and fused_block(w) == 8
     (node,) = [n for n in w.nodes if n.op == PW_DW_OP]
     assert node.attrs[BLOCK] == 8 and node.outputs[1].type == TensorType((1, 8, 6, 6), "int8")
@@ -61,21 +61,21 @@ def test_a_pair_away_from_the_peak_holds_every_channel():
 
 def test_a_pair_at_the_peak_keeps_one_channel():
     g, _ = chain(c=8, wide=1)
-    assert widen_fused_scratch(g, peak, {"x"}) is not None
-    assert fused_block(widen_fused_scratch(g, peak, {"x"})) == 1
+    assert widen_scratch(g, peak, {"x"}) is not None
+    assert fused_block(widen_scratch(g, peak, {"x"})) == 1
 
 
 @SETTINGS
 @given(c=st.integers(2, 24), wide=st.integers(1, 96), seed=st.integers(0, 2 ** 16))
 def test_the_block_is_the_largest_rung_the_peak_has_room_for(c, wide, seed):
     g, arrays = chain(c, wide, seed)
-    w = verify(widen_fused_scratch(g, peak, {"x"}))
+    w = verify(widen_scratch(g, peak, {"x"}))
     b = fused_block(w)
     assert peak(w) <= peak(g)
     assert b == 1 or b in _ladder(c)
     (i, node), = [(i, n) for i, n in enumerate(w.nodes) if n.op == PW_DW_OP]
     for larger in (r for r in _ladder(c) if r > b):  # every larger rung passes the peak
-        trial = w.replace(nodes=w.nodes[:i] + (_with_block(node, larger),) + w.nodes[i + 1:])
+        trial = w.replace(nodes=w.nodes[:i] + (with_setting(node, BLOCK, larger),) + w.nodes[i + 1:])
         assert peak(trial) > peak(g)
     assert np.array_equal(run_graph(w, arrays)[0]["z"], run_graph(g, arrays)[0]["z"])
 

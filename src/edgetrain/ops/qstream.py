@@ -8,8 +8,10 @@ its inputs. Its nodes are `qconv2d` (int8 output; any kernel, stride, padding, g
 and `qadd` (same-shape residual add): ops whose output row r depends on a window of
 input rows.
 
-The kernel computes y's rows in order. To produce row r of a node it first makes sure
-the rows of its inputs that row r reads exist, computing them on demand, recursively
+The kernel computes y's rows in order, in bands of up to `rows` rows (the attribute ROWS,
+1 when absent: passes/widen_scratch.py raises it where the step's peak has room, so each
+kernel call computes more rows). To produce a band of a node it first makes sure the rows
+of its inputs that the band reads exist, computing them on demand, recursively
 (`row_plan`). Each intermediate tensor lives in a ring buffer of `capacity` rows: a row
 is dropped once no consumer's next row needs it. The input x and the output y are whole
 tensors; the ring buffers together are the op's second output, `scratch`, which nothing
@@ -39,6 +41,16 @@ from .qelementwise import qadd_ref
 
 STREAM_OP = "qstream"
 ROW_OPS = ("qconv2d", "qadd")
+#: the attribute giving the rows a kernel call computes (1 when absent)
+ROWS = "rows"
+
+
+def rows_of(a) -> int:
+    """A qstream node's band height: its ROWS attribute, 1 when absent."""
+    r = int(a.get(ROWS, 1))
+    if r < 1:
+        raise ValueError(f"qstream: rows must be at least 1, got {r}")
+    return r
 
 
 def row_window(n: Node, operand: int, r: int, in_rows: int) -> tuple[int, int]:
@@ -60,15 +72,16 @@ def _activation_operands(n: Node) -> tuple[int, ...]:
 class RowPlan:
     """The order in which a body's rows are computed and the ring capacities it needs."""
 
-    steps: tuple[tuple[int, int], ...]  # (body node index, output row)
+    steps: tuple[tuple[int, int, int], ...]  # (body node index, first output row, rows)
     capacity: tuple[int, ...]  # rows of each body node's output held at once (0: the body output)
     ring_bytes: int
 
 
 @lru_cache(maxsize=256)
-def row_plan(body: Graph) -> RowPlan:
-    """Demand-driven row order of `body` (see the module docstring) and, for each
-    intermediate, the largest number of its rows alive at once."""
+def row_plan(body: Graph, rows: int = 1) -> RowPlan:
+    """Demand-driven order of `body`'s bands of up to `rows` rows (see the module docstring)
+    and, for each intermediate, the largest number of its rows alive at once."""
+    band = rows
     nodes = body.nodes
     producer = {n.out: i for i, n in enumerate(nodes)}
     consumers: dict[int, list[tuple[int, int]]] = {i: [] for i in range(len(nodes))}
@@ -88,16 +101,17 @@ def row_plan(body: Graph) -> RowPlan:
 
     def compute(i: int) -> None:
         n, r = nodes[i], done[i]
+        last = min(r + band, rows[i]) - 1  # the band: rows r..last
         for j in _activation_operands(n):
             p = producer.get(n.inputs[j])
             if p is not None:
-                hi = row_window(n, j, r, rows[p])[1]
+                hi = row_window(n, j, last, rows[p])[1]
                 while done[p] <= hi:
                     compute(p)
-        steps.append((i, r))
-        if consumers[i]:  # held rows: the oldest still needed up to the one just written
-            capacity[i] = max(capacity[i], r - min(oldest_needed(i), r) + 1)
-        done[i] += 1
+        steps.append((i, r, last - r + 1))
+        if consumers[i]:  # held rows: the oldest still needed up to the last one written
+            capacity[i] = max(capacity[i], last - min(oldest_needed(i), r) + 1)
+        done[i] = last + 1
 
     out = producer[body.outputs[0]]
     while done[out] < rows[out]:
@@ -125,7 +139,7 @@ def _infer(ts, a):
         raise ValueError(f"qstream: operands {[str(t) for t in ts]} do not match the body's inputs "
                          f"{[str(v.type) for v in body.inputs]}")
     check_body(body)
-    return [body.outputs[0].type, TensorType((row_plan(body).ring_bytes,), "int8")]
+    return [body.outputs[0].type, TensorType((row_plan(body, rows_of(a)).ring_bytes,), "int8")]
 
 
 def _conv_row(n: Node, band: np.ndarray, w, b) -> np.ndarray:
@@ -139,7 +153,7 @@ def qstream_ref(xs, a) -> tuple[np.ndarray, np.ndarray]:
     """(y, scratch): the body run row by row through ring buffers (see the module docstring).
     `scratch` is the ring buffers' bytes, laid end to end, as the last step left them."""
     body: Graph = a["body"]
-    plan = row_plan(body)
+    plan = row_plan(body, rows_of(a))
     env = dict(zip(body.inputs, xs))
     nodes = body.nodes
     producer = {n.out: i for i, n in enumerate(nodes)}
@@ -154,7 +168,7 @@ def qstream_ref(xs, a) -> tuple[np.ndarray, np.ndarray]:
             return env[v][:, :, k]
         return rings[p][:, :, k % plan.capacity[p]]
 
-    for i, r in plan.steps:
+    for i, r in ((i, r) for i, first, count in plan.steps for r in range(first, first + count)):
         n = nodes[i]
         if n.op == "qadd":
             out = qadd_ref(row(n.inputs[0], r), row(n.inputs[1], r), n.attrs)
@@ -182,4 +196,5 @@ def _cost(node) -> Cost:
 
 register(OpDef(STREAM_OP, _infer, lambda xs, a: list(qstream_ref(xs, a)), cost=_cost, num_inputs=(1, None)))
 
-__all__ = ["ROW_OPS", "RowPlan", "STREAM_OP", "check_body", "qstream_ref", "row_plan", "row_window"]
+__all__ = ["ROWS", "ROW_OPS", "RowPlan", "STREAM_OP", "check_body", "qstream_ref", "row_plan", "row_window",
+           "rows_of"]

@@ -1,66 +1,81 @@
-"""Give each fused expansion + depthwise node (`qconv2d_pw_dw`, ops/qfused.py) as many
-scratch channels as the training step's peak leaves room for.
+"""Give the nodes that trade speed for memory through a scratch buffer as wide a scratch as
+the training step's peak leaves room for.
 
-The fusion holds one channel of the expansion at a time: the least memory, chosen for the
-moment the step's memory peaks. Elsewhere in the step that costs speed for nothing: with one
-channel of scratch a kernel computes one or two expansion channels per call, so it packs
-the pointwise input again for every pair and sets up each depthwise channel for a few rows.
-On the paper's int8 models the peak is in the backward pass, far from most fused nodes.
+Two int8 nodes hold a small part of a tensor at a time so that the tensor is never stored:
+the fused expansion + depthwise pair (`qconv2d_pw_dw`, ops/qfused.py) one channel of the
+expansion, the row-streamed chain (`qstream`, ops/qstream.py) a ring of a few rows of each
+intermediate, computed one row a call. That is the least memory, chosen for the moment the
+step's memory peaks; elsewhere it costs speed for nothing: a kernel call per channel pair
+or per row, each packing its inputs and setting up its channels again. On the paper's int8
+models the step peaks in the backward pass, far from most of these nodes.
 
-`widen_fused_scratch` takes the nodes in order and gives each the largest block of the
-ladder c, c/2, c/4, ... (c its expansion channels) for which the planned peak (`peak`, the
-arena plan of the whole step) stays at or below the step's peak with every block at one; a
-candidate whose live bytes alone would pass the peak is not planned. The values and the
-node order are unchanged: only the scratch values' types grow, so the result computes the
-same integers (the reference loops over the blocks; every sum is exact).
+`widen_scratch` takes the nodes in order and gives each the largest setting of its ladder
+(a fused pair's `block`: c, c/2, c/4, ... of its c expansion channels; a stream's `rows`
+per call: h, h/2, h/4, ... of its tallest intermediate's h rows, down to 2) for which the
+planned peak (`peak`: the arena plan of the whole step) stays at or below the step's peak as
+it came; a setting whose added bytes alone would pass the peak is not planned. The values
+and the node order are unchanged: only the scratch values' types grow, so the result
+computes the same integers (the references loop over the same blocks and rows; every sum
+is exact).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 from ..ir import Graph, Node, new_value
 from ..memory.liveness import lifetimes, live_bytes_timeline
 from ..ops import get_op
 from ..ops.qfused import BLOCK, PW_DW_OP, block_of
+from ..ops.qstream import ROWS, STREAM_OP, rows_of
 
 
-def _ladder(c: int) -> list[int]:
-    """The blocks tried for c channels, largest first, above one."""
-    out, b = [], c
+def _ladder(top: int) -> list[int]:
+    """top, top // 2, top // 4, ... above one: the settings tried, largest first."""
+    out, b = [], top
     while b > 1:
         out.append(b)
         b //= 2
     return out
 
 
-def _with_block(n: Node, block: int) -> Node:
-    attrs = {**n.attrs, BLOCK: block}
+def _setting(n: Node) -> Optional[tuple[str, int, int]]:
+    """(attribute, its value now, the top of its ladder) of a node this pass widens, else None."""
+    if n.op == PW_DW_OP:
+        c = n.inputs[1].shape[0]
+        return BLOCK, block_of(n.attrs, c), c
+    if n.op == STREAM_OP:
+        return ROWS, rows_of(n.attrs), max(v.out.shape[2] for v in n.attrs["body"].nodes)
+    return None
+
+
+def with_setting(n: Node, key: str, value: int) -> Node:
+    """n with attribute `key` set to `value` and its scratch (output 1) retyped to match."""
+    attrs = {**n.attrs, key: value}
     scratch_type = get_op(n.op).infer([v.type for v in n.inputs], attrs)[1]
     return Node(n.op, n.inputs, (n.outputs[0], new_value(scratch_type, n.outputs[1].name)), attrs)
 
 
-def widen_fused_scratch(g: Graph, peak: Callable[[Graph], int], ram_inputs: set[str]) -> Graph:
-    """`g` with each qconv2d_pw_dw node's scratch as wide as `peak(g)` (the planned peak in
-    bytes) allows; `ram_inputs`: the graph inputs held in RAM (for the live-bytes screen)."""
+def widen_scratch(g: Graph, peak: Callable[[Graph], int], ram_inputs: set[str]) -> Graph:
+    """`g` with each fused pair's and stream's scratch as wide as `peak(g)` (the planned peak
+    in bytes) allows; `ram_inputs`: the graph inputs held in RAM (for the live-bytes screen)."""
     nodes = list(g.nodes)
-    fused = [i for i, n in enumerate(nodes) if n.op == PW_DW_OP]
-    if not fused:
+    todo = [i for i, n in enumerate(nodes) if _setting(n) is not None]
+    if not todo:
         return g
     limit = peak(g)
     live = live_bytes_timeline(g, lifetimes(g, ram_inputs))
-    for i in fused:
+    for i in todo:
         n = nodes[i]
-        c, now = n.inputs[1].shape[0], block_of(n.attrs, n.inputs[1].shape[0])
-        plane = n.outputs[1].type.nbytes // now
-        for b in _ladder(c):
-            if b <= now:
+        key, now, top = _setting(n)
+        for value in _ladder(top):
+            if value <= now:
                 break
-            if live[i] + (b - now) * plane > limit:
+            wider = with_setting(n, key, value)
+            if live[i] + wider.outputs[1].type.nbytes - n.outputs[1].type.nbytes > limit:
                 continue
-            trial = nodes[:i] + [_with_block(n, b)] + nodes[i + 1:]
-            tg = g.replace(nodes=tuple(trial))
-            if peak(tg) <= limit:
-                nodes = trial
-                live = live_bytes_timeline(tg, lifetimes(tg, ram_inputs))
+            trial = g.replace(nodes=tuple(nodes[:i] + [wider] + nodes[i + 1:]))
+            if peak(trial) <= limit:
+                nodes = list(trial.nodes)
+                live = live_bytes_timeline(trial, lifetimes(trial, ram_inputs))
                 break
     return g.replace(nodes=tuple(nodes))

@@ -380,9 +380,10 @@ def test_qconv2d_grad_weight_update_common_rows(case):
     check(build, feeds, {"w": w}, splits, steps=3)
 
 
-def test_qstream_rows_through_ring_buffers():
-    """A streamed chain (3x3 conv, strided depthwise, pointwise, depthwise, residual add):
-    the output and the ring buffers' bytes equal the reference's."""
+@pytest.mark.parametrize("rows", [1, 2, 5, 12])
+def test_qstream_rows_through_ring_buffers(rows):
+    """A streamed chain (3x3 conv, strided depthwise, pointwise, depthwise, residual add) in
+    bands of `rows` rows per call: the output and the ring buffers' bytes equal the reference's."""
     from edgetrain.ir import Graph, TensorType, new_value
     from edgetrain.ops.base import Emitter
 
@@ -407,7 +408,7 @@ def test_qstream_rows_through_ring_buffers():
     body = Graph(tuple(body_in), tuple(e.nodes), (y,), ("y",))
 
     def build_graph(e2, v):
-        return list(e2.emit_multi("qstream", *[v[k] for k in names], body=body))
+        return list(e2.emit_multi("qstream", *[v[k] for k in names], body=body, rows=rows))
     out, _ = check(build_graph, feeds, state)
     assert out["out0"].shape == (1, 6, 6, 6) and out["out1"].size > 0
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ....ir import DTYPE_BYTES, Node, Value
 from ....ops.pool import fixed_avg_divisor
 from ....ops.qfused import split_attrs as split_pw_dw
-from ....ops.qstream import row_plan
+from ....ops.qstream import row_plan, rows_of
 from ....ops.reduce import reduced_dims
 from ..layout import CBackendError
 from . import int8_grad  # noqa: F401  (registers the backward and the updates)
@@ -119,11 +119,12 @@ def qadd(node: Node, ctx) -> str:
 
 @register("qstream", split_aware=True)
 def qstream(node: Node, ctx) -> str:
-    """The body's rows in the order of `row_plan` (a const table of body node indices; a
-    node's rows come in increasing order), intermediates in ring buffers laid end to end in
+    """The body's bands of rows in the order of `row_plan` (a const table of body node
+    indices; a node's bands come in increasing order, each the next `rows` rows), intermediates in ring buffers laid end to end in
     the scratch output in body-node order, as ops/qstream.py lays them out."""
     body = node.attrs["body"]
-    plan = row_plan(body)
+    band = rows_of(node.attrs)
+    plan = row_plan(body, band)
     nodes = body.nodes
     outer = dict(zip(body.inputs, node.inputs))
     y_node = len(nodes) - 1
@@ -152,20 +153,26 @@ def qstream(node: Node, ctx) -> str:
             xv, wv, bv = n.inputs
             lines += conv_params(ctx, f"P{i}", xv.shape, wv.shape, n.out.shape, n.attrs)
             lines += weight_decl(ctx, outer[wv], f"W{i}")
-            call = (f"et_qconv_rows(&P{i}, {src(xv)}, 0, &W{i}, {ctx.ptr(outer[bv])}, R{i}, 0, 0, r, r + 1, 0, "
+            call = (f"et_qconv_rows(&P{i}, {src(xv)}, 0, &W{i}, {ctx.ptr(outer[bv])}, R{i}, 0, 0, r, r1, 0, "
                     f"{n.out.shape[1]});")
         elif n.op == "qadd":
             lines.append(_qadd_params(f"A{i}", n.attrs))
             nb, c, _, w = n.out.shape
-            call = f"et_qadd_row(&A{i}, {src(n.inputs[0])}, {src(n.inputs[1])}, R{i}, {nb}, {c}, {w}, r);"
+            call = (f"for (int32_t q = r; q < r1; q++) et_qadd_row(&A{i}, {src(n.inputs[0])}, {src(n.inputs[1])}, "
+                    f"R{i}, {nb}, {c}, {w}, q);")
         else:
             raise CBackendError(f"qstream: no row kernel for body op {n.op}")
         cases.append(f"    case {i}: {call} break;")
-    order = [i for i, _ in plan.steps]
+    order = [i for i, _, _ in plan.steps]
     ctype = "uint8_t" if len(nodes) < 256 else "uint16_t"
+    if band == 1:
+        step = ["    const int32_t i = plan[s], r = done[i]++, r1 = r + 1;"]
+    else:  # a band: the next `band` rows of node i, the last one cut at its height
+        lines.append(c_ints("int32_t", "height", [n.out.shape[2] for n in nodes]))
+        step = [f"    const int32_t i = plan[s], r = done[i], r1 = r + {band} < height[i] ? r + {band} : height[i];",
+                "    done[i] = r1;"]
     lines += [c_ints(ctype, "plan", order), f"int32_t done[{len(nodes)}] = {{0}};",
-              f"for (int32_t s = 0; s < {len(order)}; s++) {{",
-              "    const int32_t i = plan[s], r = done[i]++;",
+              f"for (int32_t s = 0; s < {len(order)}; s++) {{", *step,
               "    switch (i) {", *cases, "    default: break;", "    }", "}"]
     return block(lines)
 
