@@ -87,6 +87,13 @@ CASES = [
     ("dw5_s2_wide", 1, 2, 5, 19, 2, 5, 2, 2, 2, False, "whole"),
     ("dw7_s2_wide", 1, 2, 7, 21, 2, 7, 2, 3, 2, False, "whole"),
     ("dw5_s2_float_out", 1, 2, 5, 9, 2, 5, 2, 2, 2, True, "whole"),
+    # "constant": channels whose level is one value for every input (a bias at an end of int32, a
+    # right shift of 25 to 29, as in the paper's mcunet-5fps and proxyless-w0.3): the fast path
+    # takes them (et_rq_constant), so the wide and windowed paths run the whole layer
+    ("pw_constant_channels", 1, 8, 3, 6, 6, 1, 1, 0, 1, False, "constant"),
+    ("pw_constant_narrow", 1, 16, 2, 5, 6, 1, 1, 0, 1, False, "constant_narrow"),
+    ("dw3_constant_channels", 1, 4, 5, 6, 4, 3, 1, 1, 4, False, "constant"),
+    ("conv3_s2_constant_channels", 1, 3, 9, 8, 6, 3, 2, 1, 1, False, "constant"),
 ]
 
 
@@ -178,13 +185,17 @@ def _case_arrays(rng, case):
     ws = rng.uniform(0.002, 0.02, o)
     a = dict(stride=(s, s), padding=(p, p), dilation=(1, 1), groups=groups, x_zero=int(rng.integers(-20, 20)),
              x_scale=0.05, w_scales=tuple(float(v) for v in ws), y_zero=int(rng.integers(-10, 10)),
-             qmin=-100 if how == "narrow" else -128, qmax=90 if how == "narrow" else 127)
+             qmin=-100 if how in ("narrow", "constant_narrow") else -128,
+             qmax=90 if how in ("narrow", "constant_narrow") else 127)
     ms = [quantize_multiplier(float(0.05 * v / 0.08)) for v in ws]
     a["mult"], a["shift"] = tuple(m for m, _ in ms), tuple(sh for _, sh in ms)
     if how == "saturate":
         a["shift"] = (3, -2, 0)[:o]  # a saturating left shift, too
     if how == "pow2":
         a["mult"] = (1 << 30, (1 << 30) + 1) + a["mult"][2:]
+    if how.startswith("constant"):  # levels fixed by the bias and the shift; the rest ordinary
+        b[:3] = np.array([-2 ** 31, 2 ** 31 - 1, 5], dtype=np.int32)
+        a["shift"] = (-25, -29, -28) + a["shift"][3:]
     if float_out:
         a["float_out"] = True
     return x, wt, b, a

@@ -87,6 +87,9 @@ static inline float et_uniform(uint32_t key, uint32_t index) {
  * row k of channel c of image n is at p + n*nstride + c*cstride + (k % cap) * width. */
 typedef struct { int8_t *p; int32_t nstride, cstride, cap; } et_rows8;
 
+/* k % cap for a row k >= 0: no divide for a whole tensor's rows (k < cap), a ring's otherwise */
+static inline int32_t et_ring(int32_t k, int32_t cap) { return k < cap ? k : k % cap; }
+
 /* An int8 OIHW weight, whole (map == 0) or split in two arrays along `dim` (0 or 1):
  * map[k] >= 0: channel k is row map[k] of `sel`; else row -map[k]-1 of `rest`. */
 typedef struct {

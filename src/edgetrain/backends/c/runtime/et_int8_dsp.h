@@ -92,6 +92,28 @@ static inline int32_t et_level(int32_t acc, int32_t mult, int32_t add, int32_t r
 
 static inline int32_t et_rq_fast(const et_rq *r, int32_t acc) { return et_level(acc, r->mult, r->add, r->right); }
 
+/* the general path's level of a sum (et_rq_slow's integer arithmetic) */
+static inline int32_t et_rq_level(const et_qconv_p *P, int32_t b, int32_t o, int32_t acc) {
+    return et_clampi(et_mbqm(et_addsat32(acc, b), P->mult[o], P->shift[o]) + P->y_zero, P->qmin, P->qmax);
+}
+
+/* A channel off the fast path whose level is the same for every input (the paper's models have a
+ * few: a bias saturated at an end of int32 and a right shift of 24 to 29): the general path's
+ * arithmetic is monotone in the sum, and the sum lies within +-taps * 65536 (|w| <= 128, |x -
+ * x_zero| <= 255), so equal levels at both ends mean one level throughout. It runs on the fast
+ * path with mult 0, right 1 and add 1 + 2 level: (add - sign) >> 1 is the level whatever the sum
+ * (init 0: |2 sum| < 2^31). Out of line: et_rq_make's common path stays small where it inlines. */
+static __attribute__((noinline, cold)) void et_rq_constant(const et_qconv_p *P, int32_t b, int32_t o, int32_t taps, et_rq *r) {
+    if ((int64_t)taps * 65536 >= ((int64_t)1 << 30)) return;
+    const int32_t lo = et_rq_level(P, b, o, -taps * 65536);
+    if (lo != et_rq_level(P, b, o, taps * 65536)) return;
+    r->fast = 1;
+    r->init = 0;
+    r->mult = 0;
+    r->right = 1;
+    r->add = 1 + 2 * lo;
+}
+
 static inline et_rq et_rq_make(const et_qconv_p *P, const int32_t *bias, int32_t o, int32_t taps, int32_t wsum,
                                const float *yf) {
     et_rq r = {-P->x_zero * wsum, 0, 0, 0, 0};
@@ -106,6 +128,8 @@ static inline et_rq et_rq_make(const et_qconv_p *P, const int32_t *bias, int32_t
         r.init += b;
         r.right = -sh;
         r.add = (1 << (r.right - 1)) + P->y_zero * (1 << r.right);
+    } else {
+        et_rq_constant(P, b, o, taps, &r);
     }
     return r;
 }

@@ -263,7 +263,7 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
             for (int32_t i = 0; i <= mask; i++) held[i] = -1;
             if (block)
                 for (int32_t j = first < 0 ? -first : 0; j < nrows && first + j < P->h; j++)
-                    et_copy8(pad + j * rb + P->pw, xc + ((first + j) % x.cap) * P->w, P->w);
+                    et_copy8(pad + j * rb + P->pw, xc + et_ring(first + j, x.cap) * P->w, P->w);
             for (int32_t ho = r0; ho < r1; ho++) {
                 const int8_t *rows[ET_DW_TAPS];
                 for (int32_t i = 0; block && i < kh; i++) rows[i] = pad + ((ho - r0) * P->sh + i) * rb;
@@ -275,12 +275,12 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                     }
                     int8_t *slot = pad + (hi & mask) * rb;
                     if (held[hi & mask] != hi) {
-                        et_copy8(slot + P->pw, xc + (hi % x.cap) * P->w, P->w);
+                        et_copy8(slot + P->pw, xc + et_ring(hi, x.cap) * P->w, P->w);
                         held[hi & mask] = hi;
                     }
                     rows[i] = slot;
                 }
-                const int32_t at = n * y.nstride + (o - yo_off) * y.cstride + (ho % y.cap) * wo;
+                const int32_t at = n * y.nstride + (o - yo_off) * y.cstride + et_ring(ho, y.cap) * wo;
 #if defined(__ARM_FEATURE_MVE)
                 if (et_mve_dw_ok(sw)) { /* four pixels a vector (et_int8_mve.h) */
                     et_mve_dw_row(rows, taps, &c.r, kh, kw, wo, sw, P, bias, o, yp, yf, at);

@@ -297,14 +297,14 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                 for (int32_t o = oc; o < oe; o++) fast[o - oc].init -= P->x_zero * et_wsum(fast[o - oc].w, k1);
             for (int32_t ho = r0; ho < r1; ho++) {
                 const int8_t *xn = x.p + n * x.nstride - xc_off * x.cstride, *xr = 0;
-                if (planes) xr = xn + ((ho * P->sh) % x.cap) * P->w;
+                if (planes) xr = xn + et_ring(ho * P->sh, x.cap) * P->w;
                 else
                     for (int32_t c = 0; c < cg; c++)
                         for (int32_t i = 0; i < kh; i++) {
                             const int32_t hi = ho * P->sh - P->ph + i * P->dh;
-                            rows[c * kh + i] = hi >= 0 && hi < P->h ? xn + c * x.cstride + (hi % x.cap) * P->w : 0;
+                            rows[c * kh + i] = hi >= 0 && hi < P->h ? xn + c * x.cstride + et_ring(hi, x.cap) * P->w : 0;
                         }
-                const int32_t at = n * y.nstride + (ho % y.cap) * wo - yo_off * y.cstride;
+                const int32_t at = n * y.nstride + et_ring(ho, y.cap) * wo - yo_off * y.cstride;
                 int8_t *yp = yf ? 0 : y.p + at;
                 float *yfp = yf ? yf + at : 0;
                 int32_t q0 = 0; /* pixels done by et_gemm_row_wide, et_gemm_row_planes or et_gemm_pairs_planes */
