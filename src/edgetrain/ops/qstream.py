@@ -78,10 +78,9 @@ class RowPlan:
 
 
 @lru_cache(maxsize=256)
-def row_plan(body: Graph, rows: int = 1) -> RowPlan:
-    """Demand-driven order of `body`'s bands of up to `rows` rows (see the module docstring)
+def row_plan(body: Graph, band: int = 1) -> RowPlan:
+    """Demand-driven order of `body`'s bands of up to `band` rows (see the module docstring)
     and, for each intermediate, the largest number of its rows alive at once."""
-    band = rows
     nodes = body.nodes
     producer = {n.out: i for i, n in enumerate(nodes)}
     consumers: dict[int, list[tuple[int, int]]] = {i: [] for i in range(len(nodes))}
@@ -92,7 +91,7 @@ def row_plan(body: Graph, rows: int = 1) -> RowPlan:
     rows = [n.out.shape[2] for n in nodes]
     done = [0] * len(nodes)  # rows computed so far = the next row to compute
     capacity = [0] * len(nodes)
-    steps: list[tuple[int, int]] = []
+    steps: list[tuple[int, int, int]] = []
 
     def oldest_needed(i: int) -> int:
         """The lowest row of node i's output that a consumer still needs."""
