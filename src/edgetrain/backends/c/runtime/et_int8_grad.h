@@ -28,7 +28,7 @@
  * partial sums wait in gx (stored and reloaded exactly), so every sum still runs in ascending o. */
 #define ET_GI_CB 4
 #define ET_GI_PB 4
-#define ET_GI_OCHUNK 64
+#define ET_GI_OCHUNK 192
 
 /* wf[t * ET_GI_CB + k] = (float)w[o0 + t, c + k] * ws[t] for t < no, k < nc; 0 for k >= nc
  * (read from a zero byte). Unless the weight is split by output channel, column c + k is one
