@@ -430,6 +430,37 @@ __attribute__((noinline)) static void et_gw_tap_sums(const et_gw_tap *T, int32_t
     const int32_t xs = T->xs;
     for (int32_t c = 0; c < cg;) {
         const int8_t *xc = T->x + c * T->cs;
+#if !defined(__ARM_NEON)
+        if (cg - c >= 2 * ET_GW_CB) { /* 8 channels: each gradient load serves eight sums */
+            float a[2 * ET_GW_CB] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            const int32_t cs = T->cs;
+            for (int32_t n = 0; n < T->nimg; n++)
+                for (int32_t r = T->r0; r < T->r1; r++) {
+                    const float *gp = T->g + n * T->gn + r * T->gr + T->q0, *ge = gp + (T->q1 - T->q0);
+                    const int8_t *x0 = xc + n * T->xn + r * T->xr + T->q0 * xs, *x4 = x0 + 4 * cs;
+                    for (; gp < ge; gp++, x0 += xs, x4 += xs) {
+                        const float gv = *gp;
+                        const float f0 = lv[(uint8_t)x0[0]], f1 = lv[(uint8_t)x0[cs]];
+                        const float f2 = lv[(uint8_t)x0[2 * cs]], f3 = lv[(uint8_t)x0[3 * cs]];
+                        const float f4 = lv[(uint8_t)x4[0]], f5 = lv[(uint8_t)x4[cs]];
+                        const float f6 = lv[(uint8_t)x4[2 * cs]], f7 = lv[(uint8_t)x4[3 * cs]];
+                        const float p0 = gv * f0, p1 = gv * f1, p2 = gv * f2, p3 = gv * f3;
+                        const float p4 = gv * f4, p5 = gv * f5, p6 = gv * f6, p7 = gv * f7;
+                        a[0] = a[0] + p0;
+                        a[1] = a[1] + p1;
+                        a[2] = a[2] + p2;
+                        a[3] = a[3] + p3;
+                        a[4] = a[4] + p4;
+                        a[5] = a[5] + p5;
+                        a[6] = a[6] + p6;
+                        a[7] = a[7] + p7;
+                    }
+                }
+            for (int32_t k = 0; k < 2 * ET_GW_CB; k++) out[(c + k) * os] = a[k] * scale;
+            c += 2 * ET_GW_CB;
+            continue;
+        }
+#endif
         if (cg - c >= ET_GW_CB) {
             float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
 #if defined(__ARM_NEON)
