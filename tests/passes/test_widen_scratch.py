@@ -82,3 +82,35 @@ def test_the_block_is_the_largest_rung_the_peak_has_room_for(c, wide, seed):
 
 def test_ladder():
     assert _ladder(48) == [48, 24, 12, 6, 3] and _ladder(1) == [] and _ladder(2) == [2]
+
+
+def test_the_compile_step_keeps_the_peak_and_widens_every_kind():
+    """In a compiled int8 program (an inverted-residual block behind a strided stem, trained
+    whole): the step widens the fused expansion's scratch and the dense layers' gradient rows
+    where the peak has room, never the depthwise layers' rows, and the planned peak is the
+    reordered graph's."""
+    import torch
+    from torch import nn
+
+    import edgetrain as et
+    from edgetrain.ops.qgradupdate import GRAD_UPDATE_OP, rows_of, split_attrs
+    from edgetrain.pipeline import plan_graph
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.ReLU6(), nn.Conv2d(8, 24, 1), nn.ReLU6(),
+                          nn.Conv2d(24, 24, 3, 1, 1, groups=24), nn.ReLU6(), nn.Conv2d(24, 8, 1),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5)).eval()
+    prog = et.compile(model, (torch.randn(1, 3, 16, 16),), quantize="int8", update=et.LastK(2),
+                      optimizer=et.SGD(0.01, momentum=0.9))  # the updates' momentum outputs kept
+    before, after = prog.stages["reordered"], prog.stages["widened_scratch"]
+    assert after is prog.train_graph
+    assert prog.memory.peak_bytes == plan_graph(before, prog.trainable, prog.initial_state).peak_bytes
+    updates = [n for n in after.nodes if n.op == GRAD_UPDATE_OP]
+    assert updates
+    for n in updates:
+        gw, _ = split_attrs(n.attrs)
+        o, held = gw["weight_shape"][0], rows_of(n.attrs, gw["weight_shape"][0])
+        assert n.outputs[-1].shape[0] == held
+        if int(gw["groups"]) != 1:
+            assert held == 1
+    assert any(rows_of(n.attrs, split_attrs(n.attrs)[0]["weight_shape"][0]) > 1 for n in updates)

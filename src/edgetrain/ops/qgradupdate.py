@@ -13,7 +13,9 @@ an (o, k) weight) the (o, k, 1, 1) gradient is reshaped to (o, k) first (passes/
 fuses through that reshape). Row k of gw (output channel k, or the k-th selected channel
 of a depthwise layer) depends on channel k of g only, and the update of row k reads row k
 of gw only, so the kernel (and this reference) computes one row into `scratch` and
-applies it before the next. `w'` is `w` updated in place (and
+applies it before the next; with the attribute ROWS (1 when absent; passes/widen_scratch.py
+raises it for a dense layer where the step's peak has room) a block of that many rows, which
+share the reading of x. `w'` is `w` updated in place (and
 `m'` the momentum buffer): `shares`, as for `qsgd_update`. The scratch row is the op's
 last output, which nothing reads: the planners count it while the op runs.
 
@@ -35,6 +37,17 @@ from .qoptim import qsgd_ref
 #: the op's name (passes/fuse.py builds it from a qconv2d_grad_weight and its qsgd_update)
 GRAD_UPDATE_OP = "qconv2d_grad_weight_update"
 GW, UP = "gw_", "up_"
+#: the attribute giving the gradient rows the scratch holds (1 when absent)
+ROWS = "rows"
+
+
+def rows_of(a: Mapping[str, Any], o: int) -> int:
+    """The gradient rows a fused node's scratch holds: its ROWS attribute (1 when absent), at
+    most the weight's o rows."""
+    r = int(a.get(ROWS, 1))
+    if r < 1:
+        raise ValueError(f"{GRAD_UPDATE_OP}: rows must be at least 1, got {r}")
+    return min(r, o)
 
 
 def fuse_attrs(gw: Mapping[str, Any], up: Mapping[str, Any]) -> dict:
@@ -69,20 +82,20 @@ def _infer(ts, a):
     updated = get_op("qsgd_update").infer([w, grad, step, *ts[4:]], up)
     if not fusable(gw, x.shape[1]):
         raise ValueError(f"{GRAD_UPDATE_OP}: only dense or depthwise convolutions, got groups={gw['groups']}")
-    return updated + [TensorType((1,) + grad.shape[1:], "float32")]
+    return updated + [TensorType((rows_of(a, grad.shape[0]),) + grad.shape[1:], "float32")]
 
 
 def qconv2d_grad_weight_update_ref(xs, a):
     """The reference computes the whole gradient with the unfused op's arithmetic, so the
     fused program is bit-identical to the unfused one; `scratch` is returned holding the
-    last row, as the row-by-row kernel leaves it (tests/ops/test_fused_backward.py runs
-    that kernel's loop and checks it against this)."""
+    last rows (tests/ops/test_fused_backward.py runs the row-by-row kernel's loop and checks it
+    against this; nothing reads the scratch, whose bytes a kernel may leave otherwise)."""
     x, g, w, step = xs[:4]
     gw, up = split_attrs(a)
     grad = qconv_grad_weight_ref([x, g], gw)[0]
     if _is_view(grad.shape, w.shape):  # a linear layer's 1x1 convolution, a conv1d's (o, c, 1, k) kernel
         grad = grad.reshape(w.shape)
-    return qsgd_ref([w, grad, step, *xs[4:]], up) + [grad[-1:].copy()]
+    return qsgd_ref([w, grad, step, *xs[4:]], up) + [grad[-rows_of(a, grad.shape[0]):].copy()]
 
 
 def _cost(node) -> Cost:
@@ -95,4 +108,5 @@ def _cost(node) -> Cost:
 register(OpDef(GRAD_UPDATE_OP, _infer, qconv2d_grad_weight_update_ref, cost=_cost, shares=((0, 2), (1, 4)),
                mutates=True, num_inputs=(4, 5)))
 
-__all__ = ["GRAD_UPDATE_OP", "fusable", "fuse_attrs", "qconv2d_grad_weight_update_ref", "split_attrs"]
+__all__ = ["GRAD_UPDATE_OP", "ROWS", "fusable", "fuse_attrs", "qconv2d_grad_weight_update_ref", "rows_of",
+           "split_attrs"]

@@ -329,8 +329,11 @@ def test_qsgd_update_common_rows(mode, kernel):
     check(build, feeds, {"w": w}, splits, steps=3)
 
 
+@pytest.mark.parametrize("rows", [1, 2, 4])
 @pytest.mark.parametrize("case", ["dense", "dw", "dense_sel", "dw_sel", "split_sel"])
-def test_qconv2d_grad_weight_update(case):
+def test_qconv2d_grad_weight_update(case, rows):
+    """The gradient rows one at a time, or a block of 2 or 4 (passes/widen_scratch.py; a
+    depthwise layer's blocks run row by row): the weights and momentum bit for bit."""
     rng = np.random.default_rng(6)
     c, o, hw = (6, 6, 6) if case.startswith("dw") else (5, 4, 5)
     dw = case.startswith("dw")
@@ -353,11 +356,13 @@ def test_qconv2d_grad_weight_update(case):
     state = {"w": w, "m": np.zeros(wshape, np.float32)}
     splits = {"w": ChannelSelect(dim, index)} if case == "split_sel" else {}
     check(lambda e, v: list(e.emit_multi("qconv2d_grad_weight_update", v["x"], v["g"], v["w"], v["step"], v["m"],
-                                         **fuse_grad_update(gw, up))[:2]), feeds, state, splits, steps=3)
+                                         **fuse_grad_update(gw, up), rows=rows)[:2]), feeds, state, splits,
+          steps=3)
 
 
+@pytest.mark.parametrize("rows", [1, 3])
 @pytest.mark.parametrize("case", ["dense", "split_dw_sel"])
-def test_qconv2d_grad_weight_update_common_rows(case):
+def test_qconv2d_grad_weight_update_common_rows(case, rows):
     """The fused weight gradient and update without momentum, int8 +-127: each row's gradient
     then et_qsgd_rows_i8 on that row, bit for bit as the reference."""
     rng = np.random.default_rng(9)
@@ -375,7 +380,7 @@ def test_qconv2d_grad_weight_update_common_rows(case):
     feeds = {"x": x, "g": g, "step": np.array(0, np.int32)}
     splits = {"w": ChannelSelect(0, index)} if dw else {}
     build = lambda e, v: [e.emit_multi("qconv2d_grad_weight_update", v["x"], v["g"], v["w"], v["step"],  # noqa: E731
-                                       **fuse_grad_update(gw, up))[0]]
+                                       **fuse_grad_update(gw, up), rows=rows)[0]]
     assert "et_qsgd_rows_i8" in emit_source(graph_of(build, {**feeds, "w": w}), {"w": w}, splits)[0]
     check(build, feeds, {"w": w}, splits, steps=3)
 

@@ -107,14 +107,14 @@ THREAD_ROW_BYTES = 64 * 1024
 PLAIN_ROWS = {"int8": ("et_qsgd_rows_i8", (-127, 127)), "int32": ("et_qsgd_rows_i32", (-(2 ** 24), 2 ** 24))}
 
 
-def _update(ctx, w: Value, a, grad: str, m: Value | None, rows: int, row_len: int, before_row=(),
-            parallel: str = "") -> list[str]:
-    """The C statements updating `w` row by row (`k` the row) from the gradient rows at `grad`,
-    as qsgd_update with attributes `a`; with `before_row` (the statements computing row k's
-    gradient into `grad`) one row at `grad` each, else all rows one after another. `parallel`:
-    a line put before the row loop (with before_row: ET_PARALLEL_FOR, the rows on the host's
-    threads)."""
-    grad_row = grad if before_row else f"{grad} + k * {row_len}"
+def _update(ctx, w: Value, a, grad: str, m: Value | None, rows, row_len: int, before_row=(),
+            parallel: str = "", first="0") -> list[str]:
+    """The C statements updating `w` row by row (`k` the row, from `first` up to `rows`) from
+    the gradient rows at `grad` (row `first` there), as qsgd_update with attributes `a`; with
+    `before_row` (the statements computing row k's gradient into `grad`) one row at `grad`
+    each, else all rows one after another. `parallel`: a line put before the row loop (with
+    before_row: ET_PARALLEL_FOR, the rows on the host's threads)."""
+    grad_row = grad if before_row else f"{grad} + (k - {first}) * {row_len}"
     st = ctx.state_of(w)
     if st is None:
         raise CBackendError(f"qsgd_update: {w} is not a state tensor")
@@ -148,7 +148,7 @@ def _update(ctx, w: Value, a, grad: str, m: Value | None, rows: int, row_len: in
         idx = "IDX"
     else:
         raise CBackendError(f"qsgd_update: channel selection on dim {dim} is not supported")
-    loop = [*([parallel] if parallel else []), f"for (int32_t k = 0; k < {rows}; k++) {{",
+    loop = [*([parallel] if parallel else []), f"for (int32_t k = {first}; k < {rows}; k++) {{",
             *("    " + s for s in before_row)]
     plain = PLAIN_ROWS.get(w.dtype)
     if (m is None and not a.get("weight_decay", 0.0) and plain is not None and (a["qmin"], a["qmax"]) == plain[1]
@@ -157,7 +157,7 @@ def _update(ctx, w: Value, a, grad: str, m: Value | None, rows: int, row_len: in
             return (f"{plain[0]}(&Q, key, ({C_TYPES[w.dtype]} *){wq}, {g}, &SC, {'IDX' if split else '0'}, {k0}, "
                     f"{n}, {row_len});")
         if not before_row:  # every row in one call
-            return lines + [rows_at(grad, 0, rows)]
+            return lines + [rows_at(grad, first, rows if first == "0" else f"{rows} - {first}")]
         return lines + loop + ["    " + rows_at(grad_row, "k", 1), "}"]
     full = 0 if split or index is None else 1
     mptr = f"{ctx.ptr(m)} + k * {row_len}" if m is not None else "0"
@@ -184,6 +184,20 @@ def qconv2d_grad_weight_update(node: Node, ctx) -> str:
     rows = gw["weight_shape"][0]
     row_len = numel(gw["weight_shape"][1:])
     lines = _grad_weight_params(ctx, "P", x, g, gw)
+    held = node.outputs[-1].shape[0]  # the gradient rows the scratch holds (passes/widen_scratch.py)
+    if held > 1:  # a block of rows at a time (a dense layer's rows share their input's conversion)
+        threads = held * row_len * 4 <= THREAD_ROW_BYTES  # each thread's block a copy on its stack
+        lines += ["ET_GW_ROWS_PREPARE(P.x_zero);",
+                  (f"ET_PARALLEL_FOR({row_len * numel(g.shape) * held})  /* the host's threads: a block each */"
+                   if threads else "/* one block after another: a block is too long for a thread's stack */"),
+                  f"for (int32_t k0 = 0; k0 < {rows}; k0 += {held}) {{",
+                  f"    const int32_t k1 = k0 + {held} < {rows} ? k0 + {held} : {rows};",
+                  (f"    ET_THREAD_ROW(float, block_k, {held * row_len}, {scratch})" if threads
+                   else f"    float *block_k = {scratch};"),
+                  f"    et_qconv_grad_weight_rows(&P, {ctx.ptr(x)}, {ctx.ptr(g)}, k0, k1 - k0, &P_sc, block_k);",
+                  *("    " + line for line in _update(ctx, w, up, "block_k", m, "k1", row_len, first="k0")),
+                  "}"]
+        return block(lines)
     if row_len * 4 <= THREAD_ROW_BYTES:  # the rows on the host's threads, each into its own copy of the row
         lines += ["ET_GW_ROWS_PREPARE(P.x_zero);"]
         lines += _update(ctx, w, up, "row_k", m, rows, row_len,

@@ -547,6 +547,107 @@ static inline void et_qconv_grad_weight_row(const et_qconv_p *P, const int8_t *x
     }
 }
 
+/* Up to ET_GW_RB rows of a dense layer's weight gradient at once: the rows read the same x,
+ * so each x element's float (et_gw_levels_of) serves every row's sums. out[r * rs + c * os] =
+ * scale[r] * the sequential float32 sum over images, rows, columns of g_r * (x - x_zero), from
+ * 0, for the tap's cg channels; g_r = T->g + r * gs (row r's gradient plane). ET_GW_CB
+ * channels x nr rows of sums in FPU registers (16 at most), each in the one-row order. */
+#define ET_GW_RB 4
+static inline __attribute__((always_inline)) void et_gw_tap_sums_rows_k(const et_gw_tap *T, int32_t cg, int32_t gs,
+                                                                       const float *scale, float *out, int32_t os,
+                                                                       int32_t rs, const int nr) {
+    const float *ET_RESTRICT lv = et_gw_levels_of(T->xz);
+    const int32_t xs = T->xs, cs = T->cs;
+    int32_t c = 0;
+    for (; c + ET_GW_CB <= cg; c += ET_GW_CB) {
+        float a[ET_GW_RB][ET_GW_CB] = {{0.0f}};
+        const int8_t *xc = T->x + c * cs;
+        for (int32_t n = 0; n < T->nimg; n++)
+            for (int32_t r = T->r0; r < T->r1; r++) {
+                const float *gp = T->g + n * T->gn + r * T->gr + T->q0, *ge = gp + (T->q1 - T->q0);
+                const int8_t *x0 = xc + n * T->xn + r * T->xr + T->q0 * xs;
+                for (; gp < ge; gp++, x0 += xs) {
+                    const float f0 = lv[(uint8_t)x0[0]], f1 = lv[(uint8_t)x0[cs]];
+                    const float f2 = lv[(uint8_t)x0[2 * cs]], f3 = lv[(uint8_t)x0[3 * cs]];
+#pragma GCC unroll 4
+                    for (int32_t j = 0; j < nr; j++) {
+                        const float gv = gp[j * gs];
+                        const float p0 = gv * f0, p1 = gv * f1, p2 = gv * f2, p3 = gv * f3;
+                        a[j][0] = a[j][0] + p0;
+                        a[j][1] = a[j][1] + p1;
+                        a[j][2] = a[j][2] + p2;
+                        a[j][3] = a[j][3] + p3;
+                    }
+                }
+            }
+#pragma GCC unroll 4
+        for (int32_t j = 0; j < nr; j++)
+#pragma GCC unroll 4
+            for (int32_t k = 0; k < ET_GW_CB; k++) out[j * rs + (c + k) * os] = a[j][k] * scale[j];
+    }
+    for (; c < cg; c++) {
+        float a[ET_GW_RB] = {0.0f};
+        const int8_t *xc = T->x + c * cs;
+        for (int32_t n = 0; n < T->nimg; n++)
+            for (int32_t r = T->r0; r < T->r1; r++) {
+                const float *gp = T->g + n * T->gn + r * T->gr + T->q0, *ge = gp + (T->q1 - T->q0);
+                const int8_t *x0 = xc + n * T->xn + r * T->xr + T->q0 * xs;
+                for (; gp < ge; gp++, x0 += xs) {
+                    const float f = lv[(uint8_t)*x0];
+#pragma GCC unroll 4
+                    for (int32_t j = 0; j < nr; j++) {
+                        const float p = gp[j * gs] * f;
+                        a[j] = a[j] + p;
+                    }
+                }
+            }
+        for (int32_t j = 0; j < nr; j++) out[j * rs + c * os] = a[j] * scale[j];
+    }
+}
+
+/* out of line, once for each row count: the loops get the registers to themselves */
+__attribute__((noinline)) static void et_gw_tap_sums_rows(const et_gw_tap *T, int32_t cg, int32_t gs, int32_t nr,
+                                                          const float *scale, float *out, int32_t os, int32_t rs) {
+    if (nr == 4) et_gw_tap_sums_rows_k(T, cg, gs, scale, out, os, rs, 4);
+    else if (nr == 3) et_gw_tap_sums_rows_k(T, cg, gs, scale, out, os, rs, 3);
+    else et_gw_tap_sums_rows_k(T, cg, gs, scale, out, os, rs, 2);
+}
+
+/* rows o0 .. o0 + nr - 1 of qconv2d_grad_weight into gw (row o0 + r at gw + r * CG*KH*KW):
+ * et_qconv_grad_weight_row's sums, a dense layer's rows ET_GW_RB at a time (their x shared),
+ * any other layer's one by one */
+static inline void et_qconv_grad_weight_rows(const et_qconv_p *P, const int8_t *x, const float *g, int32_t o0,
+                                             int32_t nr, const et_fscale *S, float *ET_RESTRICT gw) {
+    const int32_t khkw = P->kh * P->kw, row_len = P->cg * khkw;
+    if (P->groups != 1) {
+        for (int32_t r = 0; r < nr; r++) et_qconv_grad_weight_row(P, x, g, o0 + r, S, gw + r * row_len);
+        return;
+    }
+    const int32_t hw = P->h * P->w, howo = P->ho * P->wo;
+    const int flat = P->kh == 1 && P->kw == 1 && P->ph == 0 && P->pw == 0 && P->sh == 1 && P->sw == 1 &&
+                     P->ho == P->h && P->wo == P->w;
+    for (int32_t r0 = 0; r0 < nr; r0 += ET_GW_RB) {
+        const int32_t m = nr - r0 < ET_GW_RB ? nr - r0 : ET_GW_RB, o = o0 + r0;
+        float scale[ET_GW_RB];
+        for (int32_t j = 0; j < m; j++) scale[j] = et_fscale_at(S, o + j);
+        float *out = gw + r0 * row_len;
+        if (m == 1) {
+            et_qconv_grad_weight_row(P, x, g, o, S, out);
+            continue;
+        }
+        et_gw_tap T = {g + o * howo, 0, P->o * howo, flat ? howo : P->wo, P->c * hw, flat ? hw : P->sh * P->w, P->sw,
+                       hw, P->n, 0, 1, 0, howo, P->x_zero};
+        for (int32_t i = 0; i < P->kh; i++) {
+            if (!flat) et_row_range(P, i, &T.r0, &T.r1);
+            for (int32_t j = 0; j < P->kw; j++) {
+                if (!flat) et_col_range(P, j, &T.q0, &T.q1);
+                T.x = x + (i * P->dh - P->ph) * P->w + j * P->dw - P->pw;
+                et_gw_tap_sums_rows(&T, P->cg, howo, m, scale, out + i * P->kw + j, khkw, row_len);
+            }
+        }
+    }
+}
+
 /* qconv2d_grad_bias: sequential float32 sum over (n, h, w), times scale[o] (out of line: one
  * copy for every layer) */
 __attribute__((noinline, unused)) static void et_qconv_grad_bias(const float *g, float *gb, int32_t n, int32_t o,
