@@ -335,6 +335,15 @@ static inline void et_col_windows(const int8_t *v0, const int8_t *v1, int32_t k,
 static inline void et_gather(const et_qconv_p *P, const int8_t *const *rows, int32_t q, int8_t *v) {
     const int32_t c0 = q * P->sw - P->pw, kw = P->kw, nr = P->cg * P->kh;
     const int8_t xz = (int8_t)P->x_zero;
+    if (kw == 3 && P->dw == 1 && c0 >= 0 && c0 + 3 < P->w) { /* 3 taps and the byte after them in the row */
+        for (int32_t r = 0; r < nr; r++, v += 3) { /* a word each, its 4th byte overwritten next (or unread) */
+            const int8_t *p = rows[r];
+            uint32_t t = (uint32_t)(uint8_t)xz * 0x01010101u;
+            if (p) memcpy(&t, p + c0, 4);
+            memcpy(v, &t, 4);
+        }
+        return;
+    }
     if (c0 >= 0 && c0 + (kw - 1) * P->dw < P->w) { /* every tap column inside the row */
         for (int32_t r = 0; r < nr; r++, v += kw) {
             const int8_t *p = rows[r];
