@@ -553,33 +553,35 @@ static inline void et_qconv_grad_weight_row(const et_qconv_p *P, const int8_t *x
  * 0, for the tap's cg channels; g_r = T->g + r * gs (row r's gradient plane). ET_GW_CB
  * channels x nr rows of sums in FPU registers (16 at most), each in the one-row order. */
 #define ET_GW_RB 4
+/* the tap's in-range pixels in the sums' order (images, rows, columns): gp row 0's gradient,
+ * x0 the channel's input at xc, for `body` */
+#define ET_GW_PIXELS(T, xc, ...)                                                                       \
+    for (int32_t n = 0; n < (T)->nimg; n++)                                                            \
+        for (int32_t r = (T)->r0; r < (T)->r1; r++) {                                                  \
+            const float *gp = (T)->g + n * (T)->gn + r * (T)->gr + (T)->q0, *ge = gp + ((T)->q1 - (T)->q0); \
+            const int8_t *x0 = (xc) + n * (T)->xn + r * (T)->xr + (T)->q0 * (T)->xs;                     \
+            for (; gp < ge; gp++, x0 += (T)->xs) { __VA_ARGS__ }                                       \
+        }
 static inline __attribute__((always_inline)) void et_gw_tap_sums_rows_k(const et_gw_tap *T, int32_t cg, int32_t gs,
                                                                        const float *scale, float *out, int32_t os,
                                                                        int32_t rs, const int nr) {
     const float *ET_RESTRICT lv = et_gw_levels_of(T->xz);
-    const int32_t xs = T->xs, cs = T->cs;
+    const int32_t cs = T->cs;
     int32_t c = 0;
     for (; c + ET_GW_CB <= cg; c += ET_GW_CB) {
         float a[ET_GW_RB][ET_GW_CB] = {{0.0f}};
-        const int8_t *xc = T->x + c * cs;
-        for (int32_t n = 0; n < T->nimg; n++)
-            for (int32_t r = T->r0; r < T->r1; r++) {
-                const float *gp = T->g + n * T->gn + r * T->gr + T->q0, *ge = gp + (T->q1 - T->q0);
-                const int8_t *x0 = xc + n * T->xn + r * T->xr + T->q0 * xs;
-                for (; gp < ge; gp++, x0 += xs) {
-                    const float f0 = lv[(uint8_t)x0[0]], f1 = lv[(uint8_t)x0[cs]];
-                    const float f2 = lv[(uint8_t)x0[2 * cs]], f3 = lv[(uint8_t)x0[3 * cs]];
-#pragma GCC unroll 4
-                    for (int32_t j = 0; j < nr; j++) {
-                        const float gv = gp[j * gs];
-                        const float p0 = gv * f0, p1 = gv * f1, p2 = gv * f2, p3 = gv * f3;
-                        a[j][0] = a[j][0] + p0;
-                        a[j][1] = a[j][1] + p1;
-                        a[j][2] = a[j][2] + p2;
-                        a[j][3] = a[j][3] + p3;
-                    }
-                }
+        ET_GW_PIXELS(T, T->x + c * cs, {
+            const float f0 = lv[(uint8_t)x0[0]], f1 = lv[(uint8_t)x0[cs]];
+            const float f2 = lv[(uint8_t)x0[2 * cs]], f3 = lv[(uint8_t)x0[3 * cs]];
+            _Pragma("GCC unroll 4") for (int32_t j = 0; j < nr; j++) {
+                const float gv = gp[j * gs];
+                const float p0 = gv * f0, p1 = gv * f1, p2 = gv * f2, p3 = gv * f3;
+                a[j][0] = a[j][0] + p0;
+                a[j][1] = a[j][1] + p1;
+                a[j][2] = a[j][2] + p2;
+                a[j][3] = a[j][3] + p3;
             }
+        });
 #pragma GCC unroll 4
         for (int32_t j = 0; j < nr; j++)
 #pragma GCC unroll 4
@@ -587,20 +589,13 @@ static inline __attribute__((always_inline)) void et_gw_tap_sums_rows_k(const et
     }
     for (; c < cg; c++) {
         float a[ET_GW_RB] = {0.0f};
-        const int8_t *xc = T->x + c * cs;
-        for (int32_t n = 0; n < T->nimg; n++)
-            for (int32_t r = T->r0; r < T->r1; r++) {
-                const float *gp = T->g + n * T->gn + r * T->gr + T->q0, *ge = gp + (T->q1 - T->q0);
-                const int8_t *x0 = xc + n * T->xn + r * T->xr + T->q0 * xs;
-                for (; gp < ge; gp++, x0 += xs) {
-                    const float f = lv[(uint8_t)*x0];
-#pragma GCC unroll 4
-                    for (int32_t j = 0; j < nr; j++) {
-                        const float p = gp[j * gs] * f;
-                        a[j] = a[j] + p;
-                    }
-                }
+        ET_GW_PIXELS(T, T->x + c * cs, {
+            const float f = lv[(uint8_t)*x0];
+            _Pragma("GCC unroll 4") for (int32_t j = 0; j < nr; j++) {
+                const float p = gp[j * gs] * f;
+                a[j] = a[j] + p;
             }
+        });
         for (int32_t j = 0; j < nr; j++) out[j * rs + c * os] = a[j] * scale[j];
     }
 }
