@@ -5,17 +5,18 @@ Three int8 nodes hold a small part of a tensor at a time so that the tensor is n
 stored: the fused expansion + depthwise pair (`qconv2d_pw_dw`, ops/qfused.py) one channel of
 the expansion, the row-streamed chain (`qstream`, ops/qstream.py) a ring of a few rows of each
 intermediate, computed one row a call, and the fused weight gradient and update
-(`qconv2d_grad_weight_update`, ops/qgradupdate.py) one row of the gradient. That is the least memory, chosen for the moment the
-step's memory peaks; elsewhere it costs speed for nothing: a kernel call per channel pair
-or per row, each packing its inputs and setting up its channels again. On the paper's int8
-models the step peaks in the backward pass, far from most of these nodes.
+(`qconv2d_grad_weight_update`, ops/qgradupdate.py) one row of the gradient. That is the least
+memory, chosen for the moment the step's memory peaks; elsewhere it costs speed for nothing:
+a kernel call per channel pair or per row, each packing its inputs and setting up its
+channels again, and a dense layer's input read again for every gradient row. On the paper's
+int8 models the step peaks in the backward pass, far from most of these nodes.
 
 `widen_scratch` takes the nodes in order and gives each the largest setting of its ladder
 (a fused pair's `block`: c, c/2, c/4, ... of its c expansion channels; a stream's `rows`
 per call: h, h/2, h/4, ... of its tallest intermediate's h rows, down to 2; a dense layer's
-gradient `rows`: 4, then 2) for which the
-planned peak (`peak`: the arena plan of the whole step) stays at or below the step's peak as
-it came; a setting whose added bytes alone would pass the peak is not planned. The values
+gradient `rows`: 4, then 2) for which the planned peak (`peak`: the arena plan of the whole
+step) stays at or below the step's peak as it came; a setting whose added bytes alone would
+pass the peak is not planned. The values
 and the node order are unchanged: only the scratch values' types grow, so the result
 computes the same integers (the references loop over the same blocks and rows; every sum
 is exact).
