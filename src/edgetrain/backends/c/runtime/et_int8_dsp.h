@@ -103,7 +103,8 @@ static inline int32_t et_rq_level(const et_qconv_p *P, int32_t b, int32_t o, int
  * x_zero| <= 255), so equal levels at both ends mean one level throughout. It runs on the fast
  * path with mult 0, right 1 and add 1 + 2 level: (add - sign) >> 1 is the level whatever the sum
  * (init 0: |2 sum| < 2^31). Out of line: et_rq_make's common path stays small where it inlines. */
-static __attribute__((noinline, cold)) void et_rq_constant(const et_qconv_p *P, int32_t b, int32_t o, int32_t taps, et_rq *r) {
+static __attribute__((noinline, cold)) void et_rq_constant(const et_qconv_p *P, int32_t b, int32_t o, int32_t taps,
+                                                            et_rq *r) {
     if ((int64_t)taps * 65536 >= ((int64_t)1 << 30)) return;
     const int32_t lo = et_rq_level(P, b, o, -taps * 65536);
     if (lo != et_rq_level(P, b, o, taps * 65536)) return;
