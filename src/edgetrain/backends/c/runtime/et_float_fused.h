@@ -230,22 +230,20 @@ ET_INLINE void et_conv2d_grad_weight_update(const float *ET_RESTRICT X, const fl
                                           PH, PW, DH, DW))
         return;
 #endif
-    /* one call site of et_conv2d_grad_weight (four inlined copies took gcc half a minute), its arguments per case:
-     * every row at once; a block of rows of one image; of N images of one group (GY's block copied contiguous into
-     * T); of N images of several groups (image by image, the others' sums in T added to R) */
-    const int whole = rows == O, per_image = !whole && N > 1 && G != 1;
+    /* one call site of et_conv2d_grad_weight (four inlined copies took gcc half a minute): a block of `rows`
+     * rows over bc channels in bg groups (every row at once when `rows` is O: bc is C and bg is G then). The
+     * block of N images of one group reads GY's block copied contiguous into T; of N images of several groups
+     * it runs image by image, the others' sums in T added to R */
+    const int whole = rows == O, copied = !whole && N > 1 && G == 1, per_image = !whole && N > 1 && G != 1;
     for (int o0 = 0; o0 < O; o0 += rows) {
         const int c0 = G == 1 ? 0 : o0 / og * cg;
-        if (!whole && N > 1 && G == 1)
+        if (copied)
             for (int n = 0; n < N; ++n)
                 memcpy(T + (size_t)n * rows * P, GY + ((size_t)n * O + o0) * P, (size_t)rows * P * sizeof(float));
         for (int n = 0; n < (per_image ? N : 1); ++n) {
-            const float *x = whole || G == 1 ? X : X + ((size_t)n * C + c0) * H * Wd;
-            const float *gy = whole ? GY : (N == 1 || per_image) ? GY + ((size_t)n * O + o0) * P : T;
-            const int all_images = whole || (!per_image && N > 1), one_group_batch = !whole && G == 1 && N > 1;
-            ET_FUSED_GRAD_WEIGHT(x, gy, n ? T : R, all_images ? N : 1, whole || one_group_batch ? C : bc, H, Wd,
-                                  whole ? O : rows, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW,
-                                  whole ? G : one_group_batch ? 1 : bg);
+            ET_FUSED_GRAD_WEIGHT(X + ((size_t)n * C + c0) * H * Wd, copied ? T : GY + ((size_t)n * O + o0) * P,
+                                  n ? T : R, per_image ? 1 : N, bc, H, Wd, rows, HO, WO, KH, KW, SH, SW, PH, PW, DH,
+                                  DW, bg);
             if (n)
                 for (size_t i = 0; i < size; ++i) R[i] += T[i];
         }
