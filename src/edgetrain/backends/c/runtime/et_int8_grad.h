@@ -522,31 +522,6 @@ __attribute__((noinline)) static void et_gw_tap_sums(const et_gw_tap *T, int32_t
     }
 }
 
-/* Row o of qconv2d_grad_weight into gw_row (CG*KH*KW floats): each element is the
- * sequential float32 sum over (n, ho, wo) of g * (x - x_zero), times S[o] (the padded
- * taps, zero terms, are skipped: adding +-0 to a sum that starts at +0 changes nothing).
- * x holds the layer input (C channels; group of o). Per tap (i, j) the in-range rows and
- * columns are found once and one call sums every channel (et_gw_tap_sums). A 1x1 unpadded
- * stride-1 kernel reads each plane as one row. */
-static inline void et_qconv_grad_weight_row(const et_qconv_p *P, const int8_t *x, const float *g, int32_t o,
-                                            const et_fscale *S, float *ET_RESTRICT gw_row) {
-    const float scale = et_fscale_at(S, o);
-    const int32_t opg = P->o / P->groups, hw = P->h * P->w, howo = P->ho * P->wo, khkw = P->kh * P->kw;
-    const int flat = P->kh == 1 && P->kw == 1 && P->ph == 0 && P->pw == 0 && P->sh == 1 && P->sw == 1 &&
-                     P->ho == P->h && P->wo == P->w;
-    et_gw_tap T = {g + o * howo, 0, P->o * howo, flat ? howo : P->wo, P->c * hw, flat ? hw : P->sh * P->w, P->sw,
-                   hw, P->n, 0, 1, 0, howo, P->x_zero};
-    const int8_t *xg = x + (o / opg) * P->cg * hw;
-    for (int32_t i = 0; i < P->kh; i++) {
-        if (!flat) et_row_range(P, i, &T.r0, &T.r1);
-        for (int32_t j = 0; j < P->kw; j++) {
-            if (!flat) et_col_range(P, j, &T.q0, &T.q1);
-            T.x = xg + (i * P->dh - P->ph) * P->w + j * P->dw - P->pw; /* row r, column q: + r * xr + q * sw */
-            et_gw_tap_sums(&T, P->cg, scale, gw_row + i * P->kw + j, khkw);
-        }
-    }
-}
-
 /* Up to ET_GW_RB rows of a dense layer's weight gradient at once: the rows read the same x,
  * so each x element's float (et_gw_levels_of) serves every row's sums. out[r * rs + c * os] =
  * scale[r] * the sequential float32 sum over images, rows, columns of g_r * (x - x_zero), from
@@ -608,39 +583,43 @@ __attribute__((noinline)) static void et_gw_tap_sums_rows(const et_gw_tap *T, in
     else et_gw_tap_sums_rows_k(T, cg, gs, scale, out, os, rs, 2);
 }
 
-/* rows o0 .. o0 + nr - 1 of qconv2d_grad_weight into gw (row o0 + r at gw + r * CG*KH*KW):
- * et_qconv_grad_weight_row's sums, a dense layer's rows ET_GW_RB at a time (their x shared),
- * any other layer's one by one */
+/* Rows o0 .. o0 + nr - 1 of qconv2d_grad_weight into gw (row o0 + r at gw + r * CG*KH*KW floats):
+ * each element is the sequential float32 sum over (n, ho, wo) of g * (x - x_zero), times S[o]
+ * (the padded taps, zero terms, are skipped: adding +-0 to a sum that starts at +0 changes
+ * nothing). x holds the layer input (C channels; group of o). Per tap (i, j) the in-range rows
+ * and columns are found once and one call sums every channel (et_gw_tap_sums), of ET_GW_RB rows
+ * at once for a dense layer (their x shared: et_gw_tap_sums_rows), of one row otherwise. A 1x1
+ * unpadded stride-1 kernel reads each plane as one row. */
 static inline void et_qconv_grad_weight_rows(const et_qconv_p *P, const int8_t *x, const float *g, int32_t o0,
                                              int32_t nr, const et_fscale *S, float *ET_RESTRICT gw) {
-    const int32_t khkw = P->kh * P->kw, row_len = P->cg * khkw;
-    if (P->groups != 1) {
-        for (int32_t r = 0; r < nr; r++) et_qconv_grad_weight_row(P, x, g, o0 + r, S, gw + r * row_len);
-        return;
-    }
-    const int32_t hw = P->h * P->w, howo = P->ho * P->wo;
+    const int32_t opg = P->o / P->groups, hw = P->h * P->w, howo = P->ho * P->wo, khkw = P->kh * P->kw;
+    const int32_t row_len = P->cg * khkw, block = P->groups == 1 ? ET_GW_RB : 1;
     const int flat = P->kh == 1 && P->kw == 1 && P->ph == 0 && P->pw == 0 && P->sh == 1 && P->sw == 1 &&
                      P->ho == P->h && P->wo == P->w;
-    for (int32_t r0 = 0; r0 < nr; r0 += ET_GW_RB) {
-        const int32_t m = nr - r0 < ET_GW_RB ? nr - r0 : ET_GW_RB, o = o0 + r0;
+    for (int32_t r0 = 0; r0 < nr; r0 += block) {
+        const int32_t m = nr - r0 < block ? nr - r0 : block, o = o0 + r0;
         float scale[ET_GW_RB];
         for (int32_t j = 0; j < m; j++) scale[j] = et_fscale_at(S, o + j);
         float *out = gw + r0 * row_len;
-        if (m == 1) {
-            et_qconv_grad_weight_row(P, x, g, o, S, out);
-            continue;
-        }
         et_gw_tap T = {g + o * howo, 0, P->o * howo, flat ? howo : P->wo, P->c * hw, flat ? hw : P->sh * P->w, P->sw,
                        hw, P->n, 0, 1, 0, howo, P->x_zero};
+        const int8_t *xg = x + (o / opg) * P->cg * hw;
         for (int32_t i = 0; i < P->kh; i++) {
             if (!flat) et_row_range(P, i, &T.r0, &T.r1);
             for (int32_t j = 0; j < P->kw; j++) {
                 if (!flat) et_col_range(P, j, &T.q0, &T.q1);
-                T.x = x + (i * P->dh - P->ph) * P->w + j * P->dw - P->pw;
-                et_gw_tap_sums_rows(&T, P->cg, howo, m, scale, out + i * P->kw + j, khkw, row_len);
+                T.x = xg + (i * P->dh - P->ph) * P->w + j * P->dw - P->pw; /* row r, column q: + r * xr + q * sw */
+                if (m == 1) et_gw_tap_sums(&T, P->cg, scale[0], out + i * P->kw + j, khkw);
+                else et_gw_tap_sums_rows(&T, P->cg, howo, m, scale, out + i * P->kw + j, khkw, row_len);
             }
         }
     }
+}
+
+/* row o of qconv2d_grad_weight into gw_row (CG*KH*KW floats) */
+static inline void et_qconv_grad_weight_row(const et_qconv_p *P, const int8_t *x, const float *g, int32_t o,
+                                            const et_fscale *S, float *ET_RESTRICT gw_row) {
+    et_qconv_grad_weight_rows(P, x, g, o, 1, S, gw_row);
 }
 
 /* qconv2d_grad_bias: sequential float32 sum over (n, h, w), times scale[o] (out of line: one
