@@ -4,6 +4,7 @@ bit for bit the same (tests/backends/c/test_int8.py runs the C kernel on wider s
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,7 +62,6 @@ def test_a_pair_away_from_the_peak_holds_every_channel():
 
 def test_a_pair_at_the_peak_keeps_one_channel():
     g, _ = chain(c=8, wide=1)
-    assert widen_scratch(g, peak, {"x"}) is not None
     assert fused_block(widen_scratch(g, peak, {"x"})) == 1
 
 
@@ -84,33 +84,47 @@ def test_ladder():
     assert _ladder(48) == [48, 24, 12, 6, 3] and _ladder(1) == [] and _ladder(2) == [2]
 
 
-def test_the_compile_step_keeps_the_peak_and_widens_every_kind():
-    """In a compiled int8 program (an inverted-residual block behind a strided stem, trained
-    whole): the step widens the fused expansion's scratch and the dense layers' gradient rows
-    where the peak has room, never the depthwise layers' rows, and the planned peak is the
-    reordered graph's."""
+def test_the_compile_step_keeps_the_peak_widens_streams_and_dense_gradient_rows_not_depthwise_ones():
+    """In a compiled int8 program (a frozen inverted-residual block streamed behind a strided stem,
+    a second block trained, momentum on): the stream computes bands of rows, the dense layers'
+    gradient rows go in blocks, the depthwise layer's one by one, the updates keep their
+    momentum outputs, and the planned peak is the reordered graph's."""
     import torch
     from torch import nn
 
     import edgetrain as et
     from edgetrain.ops.qgradupdate import GRAD_UPDATE_OP, rows_of, split_attrs
+    from edgetrain.ops.qstream import STREAM_OP
+    from edgetrain.ops.qstream import rows_of as stream_rows
     from edgetrain.pipeline import plan_graph
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.ReLU6(), nn.Conv2d(8, 24, 1), nn.ReLU6(),
                           nn.Conv2d(24, 24, 3, 1, 1, groups=24), nn.ReLU6(), nn.Conv2d(24, 8, 1),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5)).eval()
-    prog = et.compile(model, (torch.randn(1, 3, 16, 16),), quantize="int8", update=et.LastK(2),
-                      optimizer=et.SGD(0.01, momentum=0.9))  # the updates' momentum outputs kept
+                          nn.Conv2d(8, 16, 1), nn.ReLU6(), nn.Conv2d(16, 16, 3, 1, 1, groups=16), nn.ReLU6(),
+                          nn.Conv2d(16, 8, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5)).eval()
+    prog = et.compile(model, (torch.randn(1, 3, 16, 16),), quantize="int8", update=et.LastK(4),
+                      optimizer=et.SGD(0.01, momentum=0.9))
     before, after = prog.stages["reordered"], prog.stages["widened_scratch"]
     assert after is prog.train_graph
     assert prog.memory.peak_bytes == plan_graph(before, prog.trainable, prog.initial_state).peak_bytes
-    updates = [n for n in after.nodes if n.op == GRAD_UPDATE_OP]
-    assert updates
-    for n in updates:
+    (stream,) = [n for n in after.nodes if n.op == STREAM_OP]
+    assert stream_rows(stream.attrs) > 1
+    held = {}
+    for n in (n for n in after.nodes if n.op == GRAD_UPDATE_OP):
         gw, _ = split_attrs(n.attrs)
-        o, held = gw["weight_shape"][0], rows_of(n.attrs, gw["weight_shape"][0])
-        assert n.outputs[-1].shape[0] == held
-        if int(gw["groups"]) != 1:
-            assert held == 1
-    assert any(rows_of(n.attrs, split_attrs(n.attrs)[0]["weight_shape"][0]) > 1 for n in updates)
+        rows = rows_of(n.attrs, gw["weight_shape"][0])
+        assert n.outputs[-1].shape[0] == rows and len(n.outputs) == 3  # w', m', scratch
+        held.setdefault("depthwise" if int(gw["groups"]) > 1 else "dense", []).append(rows)
+    assert held["depthwise"] == [1] and len(held["dense"]) == 3 and min(held["dense"]) > 1
+
+
+def test_a_scratch_setting_below_one_is_refused():
+    from edgetrain.ops import qgradupdate, qstream
+
+    with pytest.raises(ValueError, match="qconv2d_pw_dw: block must be at least 1, got 0"):
+        block_of({BLOCK: 0}, 4)
+    with pytest.raises(ValueError, match="qstream: rows must be at least 1, got 0"):
+        qstream.rows_of({qstream.ROWS: 0})
+    with pytest.raises(ValueError, match="qconv2d_grad_weight_update: rows must be at least 1, got -1"):
+        qgradupdate.rows_of({qgradupdate.ROWS: -1}, 4)

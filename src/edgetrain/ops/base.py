@@ -267,6 +267,15 @@ def norm_dim(d: int, rank: int) -> int:
     return d % max(rank, 1)
 
 
+def count_attr(a: Mapping[str, Any], key: str, default: int, op: str) -> int:
+    """Attribute `key` of an `op` node, a count of at least 1 (`default` when absent): the
+    scratch settings (a block's channels, a band's rows) that passes/widen_scratch.py sets."""
+    value = int(a.get(key, default))
+    if value < 1:
+        raise ValueError(f"{op}: {key} must be at least 1, got {value}")
+    return value
+
+
 def prefix_attrs(parts: Mapping[str, Mapping[str, Any]]) -> dict:
     """A fused node's attributes: each part's under its prefix ({prefix: attrs}), so every
     value stays a scalar or a tuple (the IR freezes lists only; a nested dict would stay

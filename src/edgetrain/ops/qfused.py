@@ -37,7 +37,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, prefix_attrs, register, unprefix_attrs
+from .base import Cost, OpDef, count_attr, prefix_attrs, register, unprefix_attrs
 from .qconv import qconv_infer, qconv2d_ref
 
 #: Channels of the expansion computed (and held in the scratch buffer) per step: one, as
@@ -68,10 +68,7 @@ def split_attrs(a: Mapping[str, Any]) -> tuple[dict, dict]:
 def block_of(a: Mapping[str, Any], c: int) -> int:
     """The expansion channels a fused node's scratch holds: its BLOCK attribute (CHANNEL_BLOCK
     when absent), at most the c channels of the expansion."""
-    b = int(a.get(BLOCK, CHANNEL_BLOCK))
-    if b < 1:
-        raise ValueError(f"qconv2d_pw_dw: block must be at least 1, got {b}")
-    return min(b, c)
+    return min(count_attr(a, BLOCK, CHANNEL_BLOCK, PW_DW_OP), c)
 
 
 def _channel_slice(a: Mapping[str, Any], lo: int, hi: int) -> dict:

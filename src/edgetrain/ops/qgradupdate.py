@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..ir import TensorType
-from .base import Cost, OpDef, get_op, prefix_attrs, register, unprefix_attrs
+from .base import Cost, OpDef, count_attr, get_op, prefix_attrs, register, unprefix_attrs
 from .qconv import qconv_grad_weight_ref
 from .qoptim import qsgd_ref
 
@@ -44,10 +44,7 @@ ROWS = "rows"
 def rows_of(a: Mapping[str, Any], o: int) -> int:
     """The gradient rows a fused node's scratch holds: its ROWS attribute (1 when absent), at
     most the weight's o rows."""
-    r = int(a.get(ROWS, 1))
-    if r < 1:
-        raise ValueError(f"{GRAD_UPDATE_OP}: rows must be at least 1, got {r}")
-    return min(r, o)
+    return min(count_attr(a, ROWS, 1, GRAD_UPDATE_OP), o)
 
 
 def fuse_attrs(gw: Mapping[str, Any], up: Mapping[str, Any]) -> dict:

@@ -35,7 +35,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..ir import Graph, Node, TensorType
-from .base import Cost, OpDef, get_op, register
+from .base import Cost, OpDef, count_attr, get_op, register
 from .qconv import qconv2d_ref
 from .qelementwise import qadd_ref
 
@@ -47,10 +47,7 @@ ROWS = "rows"
 
 def rows_of(a) -> int:
     """A qstream node's band height: its ROWS attribute, 1 when absent."""
-    r = int(a.get(ROWS, 1))
-    if r < 1:
-        raise ValueError(f"qstream: rows must be at least 1, got {r}")
-    return r
+    return count_attr(a, ROWS, 1, STREAM_OP)
 
 
 def row_window(n: Node, operand: int, r: int, in_rows: int) -> tuple[int, int]:

@@ -15,8 +15,8 @@ int8 models the step peaks in the backward pass, far from most of these nodes.
 (a fused pair's `block`: c, c/2, c/4, ... of its c expansion channels; a stream's `rows`
 per call: h, h/2, h/4, ... of its tallest intermediate's h rows, down to 2; a dense layer's
 gradient `rows`: 4, then 2) for which the planned peak (`peak`: the arena plan of the whole
-step) stays at or below the step's peak as it came; a setting whose added bytes alone would
-pass the peak is not planned. The values
+step) stays at or below the step's peak as it came (a screen on the live bytes spares most
+plans: `widen_scratch`). The values
 and the node order are unchanged: only the scratch values' types grow, so the result
 computes the same integers (the references loop over the same blocks and rows; every sum
 is exact).
@@ -73,17 +73,18 @@ def with_setting(n: Node, key: str, value: int) -> Node:
 
 
 def widen_scratch(g: Graph, peak: Callable[[Graph], int], ram_inputs: set[str]) -> Graph:
-    """`g` with each fused pair's and stream's scratch as wide as `peak(g)` (the planned peak
-    in bytes) allows; `ram_inputs`: the graph inputs held in RAM (for the live-bytes screen)."""
+    """`g` with the scratch of each node `_setting` names as wide as `peak(g)` (the planned peak in
+    bytes) allows. A setting is planned only when the node's live bytes (`ram_inputs`: the graph
+    inputs held in RAM) plus the growth stay within the peak: a cheap screen, which may pass over
+    a setting that would fit where in-place results share storage the live count counts twice."""
     nodes = list(g.nodes)
-    todo = [i for i, n in enumerate(nodes) if _setting(n) is not None]
+    todo = [(i, s) for i, s in ((i, _setting(n)) for i, n in enumerate(nodes)) if s is not None]
     if not todo:
         return g
     limit = peak(g)
     live = live_bytes_timeline(g, lifetimes(g, ram_inputs))
-    for i in todo:
+    for i, (key, now, top) in todo:
         n = nodes[i]
-        key, now, top = _setting(n)
         for value in _ladder(top):
             if value <= now:
                 break

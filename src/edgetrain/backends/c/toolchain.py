@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -56,8 +57,6 @@ def run_tools(argvs: Sequence[Sequence[str]], cwd: Optional[Path], timeout: Opti
     output through files: no pipe fills); their results in order. Past `timeout` seconds from the
     start (None: no limit), or on an interrupt, every running tool's process group is killed (gcc's
     cc1 and make's compilers with it) and ToolTimeout (or the interrupt) raised."""
-    import tempfile
-
     log = logging.getLogger(__name__)
     results: list[Optional[ToolResult]] = [None] * len(argvs)
     pending = list(enumerate(argvs))
