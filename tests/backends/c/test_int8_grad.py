@@ -1,7 +1,9 @@
 """The int8 backward kernels of runtime/et_int8_grad.h against the reference, bit for bit, on
 the shapes their fast paths split on: the 1x1 input gradient's blocks of 4 channels x 4
-pixels, its channel and pixel tails and its weight chunks (ET_GI_OCHUNK = 64 output
-channels); the depthwise input gradient's 4-channel interleaved form, its one-channel form
+pixels, its channel and pixel tails, its weight chunks (ET_GI_OCHUNK = 192 output
+channels) and its tiles of 64 pixels; gradients that are mostly zero (a clamp's mask), whose
+zero products the 1x1 input gradient and the weight gradient skip, checked bit for bit
+(the sign of a zero too); the depthwise input gradient's 4-channel interleaved form, its one-channel form
 (planes over 64 pixels) and its scatter form (a side over 64); the weight gradient's
 4-channel sums and tails; kernel sizes 1/3/5/7, strides 1/2, dilation 2, odd channel
 counts, planes down to 1x1, batches, split weights (trained on some channels: read through
@@ -15,6 +17,7 @@ import pytest
 
 from edgetrain.autodiff import ChannelSelect
 
+from .int8_harness import graph_of, run_ref
 from .test_int8 import _conv_attrs, _f32, _i8, check
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
@@ -25,13 +28,25 @@ def _out(size: int, k: int, s: int, p: int, d: int) -> int:
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
-def _backward(c, o, h, w, k, s, p, d, groups, n, split=None, seed=0):
+def _masked(rng, g, keep):
+    """g where a clamp's mask keeps it (a fraction `keep` of the elements), else zero with g's
+    sign (g * 0, as et_qmask_grad writes it: +0 and -0); a third of the output channels zero
+    in every image, and in one image a further third"""
+    mask = rng.random(g.shape) < keep
+    mask[:, rng.random(g.shape[1]) < 1 / 3] = False
+    mask[0, rng.random(g.shape[1]) < 1 / 3] = False
+    return np.where(mask, g, g * np.float32(0)).astype(np.float32)
+
+
+def _backward(c, o, h, w, k, s, p, d, groups, n, split=None, seed=0, keep=None):
     """qconv2d's input gradient (the depthwise op too for a depthwise geometry), weight
-    gradient and bias gradient of one geometry, compared with the reference."""
+    gradient and bias gradient of one geometry, compared with the reference; keep: the
+    gradient masked (_masked), and the float results compared bit for bit."""
     rng = np.random.default_rng(seed)
     a = _conv_attrs(rng, o, k, s, p, groups, d)
     ho, wo = _out(h, k, s, p, d), _out(w, k, s, p, d)
-    feeds = {"x": _i8(rng, (n, c, h, w)), "g": _f32(rng, (n, o, ho, wo))}
+    g = _f32(rng, (n, o, ho, wo))
+    feeds = {"x": _i8(rng, (n, c, h, w)), "g": g if keep is None else _masked(rng, g, keep)}
     state = {"w": _i8(rng, (o, c // groups, k, k))}
     geo = dict(stride=a["stride"], padding=a["padding"], dilation=a["dilation"], groups=groups)
     scales = tuple(float(np.float32(0.05 * v)) for v in a["w_scales"])
@@ -47,11 +62,18 @@ def _backward(c, o, h, w, k, s, p, d, groups, n, split=None, seed=0):
                            scales=scales, x_zero=a["x_zero"], **geo))
         outs.append(e.emit("qconv2d_grad_bias", v["g"], scales=scales))
         return outs
-    check(build, feeds, state, splits={"w": split} if split else None)
+    got, _ = check(build, feeds, state, splits={"w": split} if split else None)
+    if keep is not None:  # check compares values (-0 == +0): here the bits
+        want, _ = run_ref(graph_of(build, {**feeds, **state}), feeds, state)
+        for name, value in got.items():
+            value, ref = np.asarray(value), np.asarray(want[name])
+            if value.dtype == np.float32:
+                assert np.array_equal(value.view(np.uint32), ref.view(np.uint32)), name
 
 
 POINTWISE = [  # (c, o, h, w, s, groups, n)
-    (9, 140, 4, 4, 1, 1, 1),  # channel tail of 1; output channels over three weight chunks (64 each)
+    (9, 140, 4, 4, 1, 1, 1),  # channel tail of 1
+    (5, 400, 2, 3, 1, 1, 1),  # output channels over three weight chunks (192 each), a pixel tail
     (7, 33, 5, 5, 1, 1, 2),  # 25 pixels: a pixel tail; two images
     (6, 8, 7, 7, 2, 1, 1),  # stride 2: rows of 4 into every other input pixel
     (10, 6, 3, 5, 1, 2, 1),  # two groups of 5 channels, a 3x5 plane
@@ -107,3 +129,20 @@ def test_pointwise_input_gradient_reads_a_split_weight(sel):
 
 def test_depthwise_input_gradient_reads_a_split_weight():
     _backward(9, 9, 4, 4, 3, 1, 1, 1, 9, 1, split=ChannelSelect(0, (1, 4, 8)), seed=4)
+
+
+SPARSE = [  # (c, o, h, w, k, s, p, groups, n, keep): gradients after a clamp's mask
+    (9, 200, 10, 10, 1, 1, 0, 1, 1, 0.3),  # 100 pixels: tiles of 64 and 36; two weight chunks
+    (6, 37, 4, 4, 1, 1, 0, 1, 2, 0.5),  # two images, rows zero in one of them only
+    (7, 24, 8, 8, 1, 1, 0, 1, 1, 0.05),  # nearly every group of 4 pixels zero
+    (8, 30, 5, 5, 1, 1, 0, 1, 1, 0.9),  # few zeros: the dense loop, some rows skipped
+    (6, 12, 4, 4, 1, 1, 0, 2, 1, 0.3),  # two groups: one weight-gradient row at a time
+    (6, 8, 7, 7, 1, 2, 0, 1, 1, 0.3),  # stride 2: the 1x1 input gradient's rows, no masks
+    (6, 9, 5, 5, 3, 1, 1, 1, 2, 0.4),  # a 3x3 weight gradient's rows skipped
+]
+
+
+@pytest.mark.parametrize("case", SPARSE)
+def test_masked_gradients(case):
+    c, o, h, w, k, s, p, groups, n, keep = case
+    _backward(c, o, h, w, k, s, p, 1, groups, n, seed=hash(case) % 2 ** 32, keep=keep)

@@ -60,19 +60,8 @@ static inline void et_gi_widen(const et_w8 *w, int32_t o0, int32_t no, int32_t c
     }
 }
 
-/* ET_GI_CB channels x ET_GI_PB pixels: gx[k * cs + q * xs] (k < nc) over the chunk's `no` output
- * channels (gradient pixels g[t * gs + q]), from 0 when `first`, else from gx's partial sums */
-static inline void et_gi_block4x4(const float *ET_RESTRICT wf, const float *g, int32_t gs, int32_t no,
-                                  float *gx, int32_t cs, int32_t xs, int32_t nc, int first) {
-    float a[ET_GI_CB][ET_GI_PB];
-#pragma GCC unroll 4
-    for (int32_t k = 0; k < ET_GI_CB; k++)
-#pragma GCC unroll 4
-        for (int32_t q = 0; q < ET_GI_PB; q++) a[k][q] = (first || k >= nc) ? 0.0f : gx[k * cs + q * xs];
-    /* two output channels per loop trip (half the loop overhead); a compiler barrier (an empty
-     * asm clobbering memory) between them keeps gcc from hoisting the second one's loads above
-     * the first one's arithmetic: plainly unrolled, 16 sums and 16 operands spill out of the
-     * 32 FPU registers */
+/* one output channel's step of a block: its ET_GI_CB weights W times its ET_GI_PB gradient
+ * pixels G, each product added to its sum (a[k][q]) */
 #define ET_GI_STEP(W, G)                                                                  \
     do {                                                                                  \
         const float g0 = (G)[0], g1 = (G)[1], g2 = (G)[2], g3 = (G)[3];                   \
@@ -85,23 +74,72 @@ static inline void et_gi_block4x4(const float *ET_RESTRICT wf, const float *g, i
             a[k][3] = a[k][3] + p3;                                                       \
         }                                                                                 \
     } while (0)
-    const float *wend = wf + (no & ~1) * ET_GI_CB;
-    while (wf < wend) {
-        ET_GI_STEP(wf, g);
-        g += gs;
-        __asm__ volatile("" ::: "memory");
-        ET_GI_STEP(wf + ET_GI_CB, g);
-        g += gs;
-        wf += 2 * ET_GI_CB;
-        __asm__ volatile("" ::: "memory");
+
+/* ET_GI_CB channels x ET_GI_PB pixels: gx[k * cs + q * xs] (k < nc) over the chunk's `no` output
+ * channels (gradient pixels g[t * gs + q]), from 0 when `first`, else from gx's partial sums.
+ * With a mask m (et_gi_masks), only the channels whose bit is set: the others' gradients are
+ * zero at all four pixels, and a zero product added to a sum leaves it as it is (a sum started
+ * from +0 is never -0 in round-to-nearest, and +0 + -0 = +0), so the sums are the dense loop's. */
+static inline void et_gi_block4x4(const float *ET_RESTRICT wf, const float *g, int32_t gs, int32_t no,
+                                  const uint32_t *m, float *gx, int32_t cs, int32_t xs, int32_t nc, int first) {
+    float a[ET_GI_CB][ET_GI_PB];
+#pragma GCC unroll 4
+    for (int32_t k = 0; k < ET_GI_CB; k++)
+#pragma GCC unroll 4
+        for (int32_t q = 0; q < ET_GI_PB; q++) a[k][q] = (first || k >= nc) ? 0.0f : gx[k * cs + q * xs];
+    if (m) {
+        for (int32_t j = 0; j < (no + 31) / 32; j++)
+            for (uint32_t b = m[j]; b; b &= b - 1) {
+                const int32_t t = 32 * j + __builtin_ctz(b);
+                ET_GI_STEP(wf + t * ET_GI_CB, g + t * gs);
+            }
+    } else {
+        /* two output channels per loop trip (half the loop overhead); a compiler barrier (an
+         * empty asm clobbering memory) between them keeps gcc from hoisting the second one's
+         * loads above the first one's arithmetic: plainly unrolled, 16 sums and 16 operands
+         * spill out of the 32 FPU registers */
+        const float *wend = wf + (no & ~1) * ET_GI_CB;
+        while (wf < wend) {
+            ET_GI_STEP(wf, g);
+            g += gs;
+            __asm__ volatile("" ::: "memory");
+            ET_GI_STEP(wf + ET_GI_CB, g);
+            g += gs;
+            wf += 2 * ET_GI_CB;
+            __asm__ volatile("" ::: "memory");
+        }
+        if (no & 1) ET_GI_STEP(wf, g);
     }
-    if (no & 1) ET_GI_STEP(wf, g);
-#undef ET_GI_STEP
 #pragma GCC unroll 4
     for (int32_t k = 0; k < ET_GI_CB; k++)
         if (k < nc)
 #pragma GCC unroll 4
             for (int32_t q = 0; q < ET_GI_PB; q++) gx[k * cs + q * xs] = a[k][q];
+}
+#undef ET_GI_STEP
+
+/* The gradient of a conv followed by a clamp (ReLU6's mask) is mostly zero (half to 7/8 of
+ * each 1x1 expansion layer's in the paper's models). For the `nb` groups of ET_GI_PB pixels
+ * g[k * ET_GI_PB ...] of a tile: bit t of m[k] is set when output channel t's gradient
+ * (g[t * gs + ...]) is nonzero at one of the group's pixels (-0 counts as zero), live[k] counts
+ * them. */
+#define ET_GI_TILE 64
+#define ET_GI_MW ((ET_GI_OCHUNK + 31) / 32)
+static inline void et_gi_masks(const float *g, int32_t gs, int32_t no, int32_t nb, uint32_t (*m)[ET_GI_MW],
+                               int32_t *live) {
+    for (int32_t k = 0; k < nb; k++) {
+        live[k] = 0;
+        for (int32_t j = 0; j < ET_GI_MW; j++) m[k][j] = 0;
+    }
+    for (int32_t t = 0; t < no; t++, g += gs)
+        for (int32_t k = 0; k < nb; k++) {
+            uint32_t u[ET_GI_PB];
+            memcpy(u, g + k * ET_GI_PB, sizeof u);
+            if ((u[0] | u[1] | u[2] | u[3]) << 1) {
+                m[k][t >> 5] |= 1u << (t & 31);
+                live[k]++;
+            }
+        }
 }
 
 /* et_gi_block4x4 for one pixel */
@@ -126,10 +164,13 @@ static inline void et_gi_block4x1(const float *ET_RESTRICT wf, const float *g, i
 static inline void et_qconv_grad_input_1x1(const et_qconv_p *P, const float *g, const et_w8 *w,
                                            const et_fscale *S, float *ET_RESTRICT gx) {
     const int32_t opg = P->o / P->groups, hw = P->h * P->w, howo = P->ho * P->wo;
-    /* stride 1 and the same size: g's pixels map one to one onto gx's, as one flat row */
+    /* stride 1 and the same size: g's pixels map one to one onto gx's, as one flat row, taken in
+     * tiles of ET_GI_TILE pixels whose groups skip the zero gradients (et_gi_masks) */
     const int flat = P->sh == 1 && P->sw == 1 && P->ho == P->h && P->wo == P->w;
-    const int32_t rows = flat ? 1 : P->ho, cols = flat ? howo : P->wo;
+    const int32_t rows = flat ? 1 : P->ho, cols = flat ? howo : P->wo, tile = flat ? ET_GI_TILE : cols;
     float ws[ET_GI_OCHUNK];
+    uint32_t m[ET_GI_TILE / ET_GI_PB][ET_GI_MW];
+    int32_t live[ET_GI_TILE / ET_GI_PB];
     if (!flat) memset(gx, 0, sizeof(float) * (size_t)(P->n * P->c * hw)); /* the pixels no tap reaches */
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t grp = 0; grp < P->groups; grp++)
@@ -137,21 +178,30 @@ static inline void et_qconv_grad_input_1x1(const et_qconv_p *P, const float *g, 
                 const int32_t no = (grp + 1) * opg - o0 < ET_GI_OCHUNK ? (grp + 1) * opg - o0 : ET_GI_OCHUNK;
                 const int first = o0 == grp * opg;
                 for (int32_t t = 0; t < no; t++) ws[t] = et_fscale_at(S, o0 + t);
-                const float *go = g + (n * P->o + o0) * howo;
-                /* the host's threads: blocks of input channels, each element's sum in one thread */
-                ET_PARALLEL_FOR((double)no * P->cg * howo)
-                for (int32_t c = 0; c < P->cg; c += ET_GI_CB) {
-                    const int32_t nc = P->cg - c < ET_GI_CB ? P->cg - c : ET_GI_CB;
-                    float *gxc = gx + (n * P->c + grp * P->cg + c) * hw;
-                    float wf[ET_GI_OCHUNK * ET_GI_CB];
-                    et_gi_widen(w, o0, no, c, nc, P->cg, ws, wf);
-                    for (int32_t r = 0; r < rows; r++) {
-                        const float *gr = go + r * cols;
-                        float *xr = gxc + r * P->sh * P->w;
-                        int32_t q = 0;
-                        for (; q + ET_GI_PB <= cols; q += ET_GI_PB)
-                            et_gi_block4x4(wf, gr + q, howo, no, xr + q * P->sw, hw, P->sw, nc, first);
-                        for (; q < cols; q++) et_gi_block4x1(wf, gr + q, howo, no, xr + q * P->sw, hw, nc, first);
+                for (int32_t p0 = 0; p0 < cols; p0 += tile) {
+                    const int32_t np = cols - p0 < tile ? cols - p0 : tile, nb = flat ? np / ET_GI_PB : 0;
+                    const float *go = g + (n * P->o + o0) * howo + p0;
+                    et_gi_masks(go, howo, no, nb, m, live);
+                    /* the host's threads: blocks of input channels, each element's sum in one thread */
+                    ET_PARALLEL_FOR((double)no * P->cg * np * rows)
+                    for (int32_t c = 0; c < P->cg; c += ET_GI_CB) {
+                        const int32_t nc = P->cg - c < ET_GI_CB ? P->cg - c : ET_GI_CB;
+                        float *gxc = gx + (n * P->c + grp * P->cg + c) * hw + p0 * P->sw;
+                        float wf[ET_GI_OCHUNK * ET_GI_CB];
+                        et_gi_widen(w, o0, no, c, nc, P->cg, ws, wf);
+                        for (int32_t r = 0; r < rows; r++) {
+                            const float *gr = go + r * cols;
+                            float *xr = gxc + r * P->sh * P->w;
+                            int32_t q = 0;
+                            for (; q + ET_GI_PB <= np; q += ET_GI_PB) {
+                                /* a group with few zero channels takes the dense loop: a set bit
+                                 * costs about a fifth of a channel's step more */
+                                const int32_t k = q / ET_GI_PB;
+                                const uint32_t *mk = k < nb && 6 * live[k] < 5 * no ? m[k] : 0;
+                                et_gi_block4x4(wf, gr + q, howo, no, mk, xr + q * P->sw, hw, P->sw, nc, first);
+                            }
+                            for (; q < np; q++) et_gi_block4x1(wf, gr + q, howo, no, xr + q * P->sw, hw, nc, first);
+                        }
                     }
                 }
             }
@@ -523,9 +573,9 @@ __attribute__((noinline)) static void et_gw_tap_sums(const et_gw_tap *T, int32_t
 }
 
 /* Up to ET_GW_RB rows of a dense layer's weight gradient at once: the rows read the same x,
- * so each x element's float (et_gw_levels_of) serves every row's sums. out[r * rs + c * os] =
+ * so each x element's float (et_gw_levels_of) serves every row's sums. out[ro[r] + c * os] =
  * scale[r] * the sequential float32 sum over images, rows, columns of g_r * (x - x_zero), from
- * 0, for the tap's cg channels; g_r = T->g + r * gs (row r's gradient plane). ET_GW_CB
+ * 0, for the tap's cg channels; g_r = T->g + go[r] (row r's gradient plane). ET_GW_CB
  * channels x nr rows of sums in FPU registers (16 at most), each in the one-row order. */
 #define ET_GW_RB 4
 /* the tap's in-range pixels in the sums' order (images, rows, columns): gp row 0's gradient,
@@ -537,9 +587,9 @@ __attribute__((noinline)) static void et_gw_tap_sums(const et_gw_tap *T, int32_t
             const int8_t *x0 = (xc) + n * (T)->xn + r * (T)->xr + (T)->q0 * (T)->xs;                     \
             for (; gp < ge; gp++, x0 += (T)->xs) { __VA_ARGS__ }                                       \
         }
-static inline __attribute__((always_inline)) void et_gw_tap_sums_rows_k(const et_gw_tap *T, int32_t cg, int32_t gs,
+static inline __attribute__((always_inline)) void et_gw_tap_sums_rows_k(const et_gw_tap *T, int32_t cg, const int32_t *go,
                                                                        const float *scale, float *out, int32_t os,
-                                                                       int32_t rs, const int nr) {
+                                                                       const int32_t *ro, const int nr) {
     const float *ET_RESTRICT lv = et_gw_levels_of(T->xz);
     const int32_t cs = T->cs;
     int32_t c = 0;
@@ -549,7 +599,7 @@ static inline __attribute__((always_inline)) void et_gw_tap_sums_rows_k(const et
             const float f0 = lv[(uint8_t)x0[0]], f1 = lv[(uint8_t)x0[cs]];
             const float f2 = lv[(uint8_t)x0[2 * cs]], f3 = lv[(uint8_t)x0[3 * cs]];
             _Pragma("GCC unroll 4") for (int32_t j = 0; j < nr; j++) {
-                const float gv = gp[j * gs];
+                const float gv = gp[go[j]];
                 const float p0 = gv * f0, p1 = gv * f1, p2 = gv * f2, p3 = gv * f3;
                 a[j][0] = a[j][0] + p0;
                 a[j][1] = a[j][1] + p1;
@@ -560,47 +610,76 @@ static inline __attribute__((always_inline)) void et_gw_tap_sums_rows_k(const et
 #pragma GCC unroll 4
         for (int32_t j = 0; j < nr; j++)
 #pragma GCC unroll 4
-            for (int32_t k = 0; k < ET_GW_CB; k++) out[j * rs + (c + k) * os] = a[j][k] * scale[j];
+            for (int32_t k = 0; k < ET_GW_CB; k++) out[ro[j] + (c + k) * os] = a[j][k] * scale[j];
     }
     for (; c < cg; c++) {
         float a[ET_GW_RB] = {0.0f};
         ET_GW_PIXELS(T, T->x + c * cs, {
             const float f = lv[(uint8_t)*x0];
             _Pragma("GCC unroll 4") for (int32_t j = 0; j < nr; j++) {
-                const float p = gp[j * gs] * f;
+                const float p = gp[go[j]] * f;
                 a[j] = a[j] + p;
             }
         });
-        for (int32_t j = 0; j < nr; j++) out[j * rs + c * os] = a[j] * scale[j];
+        for (int32_t j = 0; j < nr; j++) out[ro[j] + c * os] = a[j] * scale[j];
     }
 }
 
 /* out of line, once for each row count: the loops get the registers to themselves */
-__attribute__((noinline)) static void et_gw_tap_sums_rows(const et_gw_tap *T, int32_t cg, int32_t gs, int32_t nr,
-                                                          const float *scale, float *out, int32_t os, int32_t rs) {
-    if (nr == 4) et_gw_tap_sums_rows_k(T, cg, gs, scale, out, os, rs, 4);
-    else if (nr == 3) et_gw_tap_sums_rows_k(T, cg, gs, scale, out, os, rs, 3);
-    else et_gw_tap_sums_rows_k(T, cg, gs, scale, out, os, rs, 2);
+__attribute__((noinline)) static void et_gw_tap_sums_rows(const et_gw_tap *T, int32_t cg, const int32_t *go, int32_t nr,
+                                                          const float *scale, float *out, int32_t os, const int32_t *ro) {
+    if (nr == 4) et_gw_tap_sums_rows_k(T, cg, go, scale, out, os, ro, 4);
+    else if (nr == 3) et_gw_tap_sums_rows_k(T, cg, go, scale, out, os, ro, 3);
+    else et_gw_tap_sums_rows_k(T, cg, go, scale, out, os, ro, 2);
+}
+
+/* whether gradient row g (n images image_stride apart, hw pixels each) is zero everywhere (-0
+ * counts as zero) */
+static inline int et_gw_row_zero(const float *g, int32_t n, int32_t image_stride, int32_t hw) {
+    for (int32_t b = 0; b < n; b++, g += image_stride)
+        for (int32_t q = 0; q < hw; q++) {
+            uint32_t u;
+            memcpy(&u, g + q, sizeof u);
+            if (u << 1) return 0;
+        }
+    return 1;
 }
 
 /* Rows o0 .. o0 + nr - 1 of qconv2d_grad_weight into gw (row o0 + r at gw + r * CG*KH*KW floats):
  * each element is the sequential float32 sum over (n, ho, wo) of g * (x - x_zero), times S[o]
  * (the padded taps, zero terms, are skipped: adding +-0 to a sum that starts at +0 changes
- * nothing). x holds the layer input (C channels; group of o). Per tap (i, j) the in-range rows
- * and columns are found once and one call sums every channel (et_gw_tap_sums), of ET_GW_RB rows
- * at once for a dense layer (their x shared: et_gw_tap_sums_rows), of one row otherwise. A 1x1
- * unpadded stride-1 kernel reads each plane as one row. */
+ * nothing). x holds the layer input (C channels; group of o). A row whose gradient is zero at
+ * every pixel (most rows of a layer before a clamp's mask, e.g. ReLU6's) sums only zero
+ * terms: it is +0 * S[o] throughout, written without the sums. Per tap (i, j) the in-range
+ * rows and columns are found once and one call sums every channel (et_gw_tap_sums), of up to
+ * ET_GW_RB of the other rows at once for a dense layer (their x shared: et_gw_tap_sums_rows),
+ * of one row otherwise. A 1x1 unpadded stride-1 kernel reads each plane as one row. */
 static inline void et_qconv_grad_weight_rows(const et_qconv_p *P, const int8_t *x, const float *g, int32_t o0,
                                              int32_t nr, const et_fscale *S, float *ET_RESTRICT gw) {
     const int32_t opg = P->o / P->groups, hw = P->h * P->w, howo = P->ho * P->wo, khkw = P->kh * P->kw;
     const int32_t row_len = P->cg * khkw, block = P->groups == 1 ? ET_GW_RB : 1;
     const int flat = P->kh == 1 && P->kw == 1 && P->ph == 0 && P->pw == 0 && P->sh == 1 && P->sw == 1 &&
                      P->ho == P->h && P->wo == P->w;
-    for (int32_t r0 = 0; r0 < nr; r0 += block) {
-        const int32_t m = nr - r0 < block ? nr - r0 : block, o = o0 + r0;
+    for (int32_t r = 0; r < nr;) {
+        int32_t m = 0, sel[ET_GW_RB], go[ET_GW_RB], ro[ET_GW_RB];
         float scale[ET_GW_RB];
-        for (int32_t j = 0; j < m; j++) scale[j] = et_fscale_at(S, o + j);
-        float *out = gw + r0 * row_len;
+        for (; r < nr && m < block; r++) { /* the next rows with a nonzero gradient */
+            const float s = et_fscale_at(S, o0 + r);
+            if (et_gw_row_zero(g + (o0 + r) * howo, P->n, P->o * howo, howo)) {
+                const float z = 0.0f * s;
+                for (int32_t k = 0; k < row_len; k++) gw[r * row_len + k] = z;
+                continue;
+            }
+            sel[m] = r;
+            scale[m++] = s;
+        }
+        if (m == 0) continue;
+        for (int32_t j = 0; j < m; j++) {
+            go[j] = (sel[j] - sel[0]) * howo;
+            ro[j] = (sel[j] - sel[0]) * row_len;
+        }
+        const int32_t o = o0 + sel[0];
+        float *out = gw + sel[0] * row_len;
         et_gw_tap T = {g + o * howo, 0, P->o * howo, flat ? howo : P->wo, P->c * hw, flat ? hw : P->sh * P->w, P->sw,
                        hw, P->n, 0, 1, 0, howo, P->x_zero};
         const int8_t *xg = x + (o / opg) * P->cg * hw;
@@ -610,7 +689,7 @@ static inline void et_qconv_grad_weight_rows(const et_qconv_p *P, const int8_t *
                 if (!flat) et_col_range(P, j, &T.q0, &T.q1);
                 T.x = xg + (i * P->dh - P->ph) * P->w + j * P->dw - P->pw; /* row r, column q: + r * xr + q * sw */
                 if (m == 1) et_gw_tap_sums(&T, P->cg, scale[0], out + i * P->kw + j, khkw);
-                else et_gw_tap_sums_rows(&T, P->cg, howo, m, scale, out + i * P->kw + j, khkw, row_len);
+                else et_gw_tap_sums_rows(&T, P->cg, go, m, scale, out + i * P->kw + j, khkw, ro);
             }
         }
     }
