@@ -136,6 +136,112 @@ static inline __attribute__((always_inline)) void et_dw3_row(const int8_t *const
     }
 }
 
+/* 3x3 on the fast path over `nr` output rows of one channel, as et_dw3_row's pixel pairs, when
+ * the input rows lie at a fixed stride rb (x: the first output row's top tap row) and the output
+ * rows follow each other (y), wo even: the rows' pairs run as one loop, a row's end reached by a
+ * counter and the next row's start by a pointer jump, so a row costs no set-up (the paper's
+ * planes of 4x4 and 8x8 have rows of 2 and 4 pairs). The taps and the start are doubled (2 t
+ * fits an int16 lane, 2 |sum| < 2^30), so the sums are et_level2's operand 2 * sum as they are.
+ * Stride 1 is written in assembly: the loop needs 13 registers (gcc's allocation spilled six
+ * values a pair); the constants of the requantization and the row counts are read from the
+ * stack. */
+static inline __attribute__((always_inline)) void et_dw3_plane(const int8_t *x, int32_t rb, int32_t nr, int32_t wo,
+                                                               const int32_t sw, const et_dwc *c, int8_t *y) {
+    const int32_t e0 = __sadd16(c->e0, c->e0), e1 = __sadd16(c->e1, c->e1), e2 = __sadd16(c->e2, c->e2);
+    const int32_t m01 = __sadd16(c->m01, c->m01), m2 = 2 * c->m2, init = 2 * c->r.init;
+    int32_t mult = c->r.mult, add = c->r.add, right = c->r.right, half = wo / 2, left = half;
+    int32_t jump = sw * rb - sw * wo; /* the end of a row's pixels to the next output row's */
+    const int8_t *end = y + nr * wo;
+    if (sw == 1) {
+        int32_t v, a, s0, s1;
+        __asm__ volatile(
+            "1:\n\t"
+            "ldr %[v], [%[x]]\n\t" /* top tap row: a = (x0, x2), v = (x1, x3) */
+            "sxtb16 %[a], %[v]\n\t"
+            "sxtb16 %[v], %[v], ror #8\n\t"
+            "smlad %[s0], %[e0], %[a], %[init]\n\t"
+            "smlad %[s1], %[e0], %[v], %[init]\n\t"
+            "smlabb %[s0], %[m01], %[v], %[s0]\n\t"
+            "smlabt %[s1], %[m01], %[a], %[s1]\n\t"
+            "ldr %[v], [%[x], %[rb]]\n\t" /* middle */
+            "sxtb16 %[a], %[v]\n\t"
+            "sxtb16 %[v], %[v], ror #8\n\t"
+            "smlad %[s0], %[e1], %[a], %[s0]\n\t"
+            "smlad %[s1], %[e1], %[v], %[s1]\n\t"
+            "smlatb %[s0], %[m01], %[v], %[s0]\n\t"
+            "smlatt %[s1], %[m01], %[a], %[s1]\n\t"
+            "ldr %[v], [%[x], %[rb], lsl #1]\n\t" /* bottom */
+            "sxtb16 %[a], %[v]\n\t"
+            "sxtb16 %[v], %[v], ror #8\n\t"
+            "smlad %[s0], %[e2], %[a], %[s0]\n\t"
+            "smlad %[s1], %[e2], %[v], %[s1]\n\t"
+            "smlabb %[s0], %[m2], %[v], %[s0]\n\t"
+            "smlabt %[s1], %[m2], %[a], %[s1]\n\t"
+            "ldr %[a], %[mult]\n\t" /* et_level2 of each: add + hi, less the sign, >> right, saturated */
+            "ldr %[v], %[add]\n\t"
+            "smmlar %[v], %[s0], %[a], %[v]\n\t"
+            "sub %[v], %[v], %[s0], lsr #31\n\t"
+            "ldr %[s0], %[right]\n\t"
+            "asr %[v], %[v], %[s0]\n\t"
+            "ssat %[v], #8, %[v]\n\t"
+            "strb %[v], [%[y]], #1\n\t"
+            "ldr %[v], %[add]\n\t"
+            "smmlar %[v], %[s1], %[a], %[v]\n\t"
+            "sub %[v], %[v], %[s1], lsr #31\n\t"
+            "asr %[v], %[v], %[s0]\n\t"
+            "ssat %[v], #8, %[v]\n\t"
+            "strb %[v], [%[y]], #1\n\t"
+            "add %[x], %[x], #2\n\t"
+            "ldr %[v], %[left]\n\t" /* the row's next pair, or the next row */
+            "subs %[v], %[v], #1\n\t"
+            "str %[v], %[left]\n\t"
+            "bne 1b\n\t"
+            "ldr %[v], %[half]\n\t"
+            "str %[v], %[left]\n\t"
+            "ldr %[v], %[jump]\n\t"
+            "add %[x], %[x], %[v]\n\t"
+            "ldr %[v], %[end]\n\t"
+            "cmp %[y], %[v]\n\t"
+            "blo 1b\n\t"
+            : [x] "+r"(x), [y] "+r"(y), [v] "=&r"(v), [a] "=&r"(a), [s0] "=&r"(s0), [s1] "=&r"(s1),
+              [left] "+m"(left)
+            : [rb] "r"(rb), [e0] "r"(e0), [e1] "r"(e1), [e2] "r"(e2), [m01] "r"(m01), [m2] "r"(m2),
+              [init] "r"(init), [mult] "m"(mult), [add] "m"(add), [right] "m"(right), [half] "m"(half),
+              [jump] "m"(jump), [end] "m"(end)
+            : "cc", "memory");
+        return;
+    }
+    while (y < end) { /* stride 2 */
+        const int8_t *r0 = x, *r1 = x + rb, *r2 = x + 2 * rb;
+        const uint32_t v0 = (uint32_t)et_ld32s(r0), v1 = (uint32_t)et_ld32s(r1), v2 = (uint32_t)et_ld32s(r2);
+        const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0), c0 = __sxtb16(et_ld32s(r0 + 4));
+        const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1), c1 = __sxtb16(et_ld32s(r1 + 4));
+        const int32_t a2 = __sxtb16((int32_t)v2), b2 = et_sxtb16_ror8(v2), c2 = __sxtb16(et_ld32s(r2 + 4));
+        int32_t s0 = __smlad(e0, a0, init), s1 = __smlabt(e0, a0, init);
+        s0 = __smlabb(m01, b0, s0);
+        s1 = __smlabt(m01, b0, s1);
+        s1 = __smlatb(e0, c0, s1);
+        s0 = __smlad(e1, a1, s0);
+        s1 = __smlabt(e1, a1, s1);
+        s0 = __smlatb(m01, b1, s0);
+        s1 = __smlatt(m01, b1, s1);
+        s1 = __smlatb(e1, c1, s1);
+        s0 = __smlad(e2, a2, s0);
+        s1 = __smlabt(e2, a2, s1);
+        s0 = __smlabb(m2, b2, s0);
+        s1 = __smlabt(m2, b2, s1);
+        s1 = __smlatb(e2, c2, s1);
+        y[0] = (int8_t)et_level2(s0, mult, add, right);
+        y[1] = (int8_t)et_level2(s1, mult, add, right);
+        y += 2;
+        x += 4;
+        if (--left == 0) {
+            left = half;
+            x += jump;
+        }
+    }
+}
+
 /* kw 5..7, stride 1: pixels q, q + 1 from the two words x[q..q+7] of each tap row, whose
  * pairs are a0 = (x0, x2), b0 = (x1, x3), a1 = (x4, x6), b1 = (x5, x7): pixel q is
  * (t0, t2).a0 + (t1, t3).b0 + (t4, t6).a1 + (t5, t7).b1; pixel q + 1 is (t0, t2).b0 +
@@ -264,6 +370,16 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
             if (block)
                 for (int32_t j = first < 0 ? -first : 0; j < nrows && first + j < P->h; j++)
                     et_copy8(pad + j * rb + P->pw, xc + et_ring(first + j, x.cap) * P->w, P->w);
+#if !defined(__ARM_FEATURE_MVE)
+            /* the output rows in a row of the ring (a whole tensor's, or no wrap among them) */
+            if (block && three && c.r.fast && (wo & 1) == 0 && (sw == 1 || sw == 2) &&
+                et_ring(r1 - 1, y.cap) - et_ring(r0, y.cap) == r1 - 1 - r0) {
+                int8_t *yr = yp + n * y.nstride + (o - yo_off) * y.cstride + et_ring(r0, y.cap) * wo;
+                if (sw == 1) et_dw3_plane(pad, rb, r1 - r0, wo, 1, &c, yr);
+                else et_dw3_plane(pad, rb, r1 - r0, wo, 2, &c, yr);
+                continue;
+            }
+#endif
             for (int32_t ho = r0; ho < r1; ho++) {
                 const int8_t *rows[ET_DW_TAPS];
                 for (int32_t i = 0; block && i < kh; i++) rows[i] = pad + ((ho - r0) * P->sh + i) * rb;
