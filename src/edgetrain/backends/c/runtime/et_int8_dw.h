@@ -245,8 +245,73 @@ static inline __attribute__((always_inline)) void et_dw3_plane(const int8_t *x, 
 /* kw 5..7, stride 1: pixels q, q + 1 from the two words x[q..q+7] of each tap row, whose
  * pairs are a0 = (x0, x2), b0 = (x1, x3), a1 = (x4, x6), b1 = (x5, x7): pixel q is
  * (t0, t2).a0 + (t1, t3).b0 + (t4, t6).a1 + (t5, t7).b1; pixel q + 1 is (t0, t2).b0 +
- * (t4, t6).b1 + t1 x2 + t3 x4 (__smladx with (x4, x2)) + t5 x6 (t7 = 0). Any other kw <= 8 or
- * stride: a pixel at a time over the tap rows' words */
+ * (t4, t6).b1 + t1 x2 + t3 x4 (__smladx with (x4, x2)) + t5 x6 (t7 = 0). Stride 2: pixel q + 1
+ * reads x2..x8 of the same words, (t0, t2).(x2, x4) + (t1, t3).(x3, x5) + (t4, t6).(x6, x8) +
+ * t5 x7, the shifted pairs joined from two words' halves (x8: a third word, kw = 7 only; t6 = 0
+ * below that). Tap row i's words start at rows[i] + off, or without rows at x + i * rb + off;
+ * the pair's sums from init go to *o0, *o1. */
+static inline __attribute__((always_inline)) void et_dwk_pair(const int8_t *const *rows, const int8_t *x, int32_t rb,
+                                                              int32_t off, const et_dwc *c, int32_t kh, const int32_t sw,
+                                                              const int seven, int32_t init, int32_t *o0, int32_t *o1) {
+    int32_t s0 = init, s1 = init;
+#pragma GCC unroll 8
+    for (int32_t i = 0; i < kh; i++) {
+        const int8_t *p = (rows ? rows[i] : x + i * rb) + off;
+        const uint32_t v0 = (uint32_t)et_ld32s(p), v1 = (uint32_t)et_ld32s(p + 4);
+        const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0);
+        const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1);
+        const int32_t e0 = c->wpk[i][0][0], d0 = c->wpk[i][0][1], e1 = c->wpk[i][1][0], d1 = c->wpk[i][1][1];
+        s0 = __smlad(e0, a0, s0);
+        s0 = __smlad(d0, b0, s0);
+        s0 = __smlad(e1, a1, s0);
+        s0 = __smlad(d1, b1, s0);
+        if (sw == 1) {
+            const int32_t c0 = (int32_t)(((uint32_t)a1 & 0xFFFFu) | ((uint32_t)a0 & 0xFFFF0000u)); /* (x4, x2) */
+            s1 = __smlad(e0, b0, s1);
+            s1 = __smladx(d0, c0, s1);
+            s1 = __smlad(e1, b1, s1);
+            s1 = __smlabt(d1, a1, s1);
+        } else {
+            const int32_t c02 = (int32_t)(((uint32_t)a0 >> 16) | ((uint32_t)a1 << 16)); /* (x2, x4) */
+            const int32_t c13 = (int32_t)(((uint32_t)b0 >> 16) | ((uint32_t)b1 << 16)); /* (x3, x5) */
+            s1 = __smlad(e0, c02, s1);
+            s1 = __smlad(d0, c13, s1);
+            if (seven) {
+                const int32_t a2 = __sxtb16(et_ld32s(p + 8));
+                s1 = __smlad(e1, (int32_t)(((uint32_t)a1 >> 16) | ((uint32_t)a2 << 16)), s1); /* (x6, x8) */
+            } else {
+                s1 = __smlabt(e1, a1, s1);
+            }
+            s1 = __smlabt(d1, b1, s1);
+        }
+    }
+    *o0 = s0;
+    *o1 = s1;
+}
+
+/* et_dw3_plane for kh tap rows of kw 5..7 (two words a tap row) */
+static inline __attribute__((always_inline)) void et_dwk_plane(const int8_t *x, int32_t rb, int32_t nr, int32_t wo,
+                                                               const int32_t sw, const int32_t kh, const int seven,
+                                                               const et_dwc *c, int8_t *y) {
+    const int32_t half = wo / 2, jump = sw * rb - sw * wo, init = c->r.init;
+    const int8_t *const end = y + nr * wo;
+    int32_t left = half;
+    while (y < end) {
+        int32_t s0, s1;
+        et_dwk_pair(0, x, rb, 0, c, kh, sw, seven, init, &s0, &s1);
+        y[0] = (int8_t)et_rq_fast(&c->r, s0);
+        y[1] = (int8_t)et_rq_fast(&c->r, s1);
+        y += 2;
+        x += 2 * sw;
+        if (--left == 0) {
+            left = half;
+            x += jump;
+        }
+    }
+}
+
+/* a row of kw <= 8: pixel pairs at stride 1 and 2 (kw 5..7: et_dwk_pair); any other kw or
+ * stride a pixel at a time over the tap rows' words */
 static inline __attribute__((always_inline)) void et_dwk_row(const int8_t *const *rows, const et_dwc *c, int32_t kh,
                                                              int32_t words, int32_t wo, int32_t sw, const int fast,
                                                              const et_qconv_p *P, const int32_t *bias, int32_t o,
@@ -254,57 +319,16 @@ static inline __attribute__((always_inline)) void et_dwk_row(const int8_t *const
     int32_t q = 0;
     if (sw == 1 && words == 2 && P->kw <= 7)
         for (; q + 2 <= wo; q += 2) {
-            int32_t s0 = c->r.init, s1 = c->r.init;
-#pragma GCC unroll 8
-            for (int32_t i = 0; i < kh; i++) {
-                const int8_t *p = rows[i] + q;
-                const uint32_t v0 = (uint32_t)et_ld32s(p), v1 = (uint32_t)et_ld32s(p + 4);
-                const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0);
-                const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1);
-                const int32_t c0 = (int32_t)(((uint32_t)a1 & 0xFFFFu) | ((uint32_t)a0 & 0xFFFF0000u)); /* (x4, x2) */
-                const int32_t e0 = c->wpk[i][0][0], d0 = c->wpk[i][0][1], e1 = c->wpk[i][1][0], d1 = c->wpk[i][1][1];
-                s0 = __smlad(e0, a0, s0);
-                s0 = __smlad(d0, b0, s0);
-                s0 = __smlad(e1, a1, s0);
-                s0 = __smlad(d1, b1, s0);
-                s1 = __smlad(e0, b0, s1);
-                s1 = __smladx(d0, c0, s1);
-                s1 = __smlad(e1, b1, s1);
-                s1 = __smlabt(d1, a1, s1);
-            }
+            int32_t s0, s1;
+            et_dwk_pair(rows, 0, 0, q, c, kh, 1, 0, c->r.init, &s0, &s1);
             ET_DW_PUT(q, s0);
             ET_DW_PUT(q + 1, s1);
         }
     if (sw == 2 && words == 2 && P->kw <= 7) {
-        /* stride 2: pixel q + 1 reads x2..x8 of the same words, (t0, t2).(x2, x4) + (t1, t3).(x3, x5)
-         * + (t4, t6).(x6, x8) + t5 x7, the shifted pairs joined from two words' halves (x8:
-         * a third word, kw = 7 only; t6 = 0 below that) */
         const int seven = P->kw == 7;
         for (; q + 2 <= wo; q += 2) {
-            int32_t s0 = c->r.init, s1 = c->r.init;
-#pragma GCC unroll 8
-            for (int32_t i = 0; i < kh; i++) {
-                const int8_t *p = rows[i] + 2 * q;
-                const uint32_t v0 = (uint32_t)et_ld32s(p), v1 = (uint32_t)et_ld32s(p + 4);
-                const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0);
-                const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1);
-                const int32_t e0 = c->wpk[i][0][0], d0 = c->wpk[i][0][1], e1 = c->wpk[i][1][0], d1 = c->wpk[i][1][1];
-                s0 = __smlad(e0, a0, s0);
-                s0 = __smlad(d0, b0, s0);
-                s0 = __smlad(e1, a1, s0);
-                s0 = __smlad(d1, b1, s0);
-                const int32_t c02 = (int32_t)(((uint32_t)a0 >> 16) | ((uint32_t)a1 << 16)); /* (x2, x4) */
-                const int32_t c13 = (int32_t)(((uint32_t)b0 >> 16) | ((uint32_t)b1 << 16)); /* (x3, x5) */
-                s1 = __smlad(e0, c02, s1);
-                s1 = __smlad(d0, c13, s1);
-                if (seven) {
-                    const int32_t a2 = __sxtb16(et_ld32s(p + 8));
-                    s1 = __smlad(e1, (int32_t)(((uint32_t)a1 >> 16) | ((uint32_t)a2 << 16)), s1); /* (x6, x8) */
-                } else {
-                    s1 = __smlabt(e1, a1, s1);
-                }
-                s1 = __smlabt(d1, b1, s1);
-            }
+            int32_t s0, s1;
+            et_dwk_pair(rows, 0, 0, 2 * q, c, kh, 2, seven, c->r.init, &s0, &s1);
             ET_DW_PUT(q, s0);
             ET_DW_PUT(q + 1, s1);
         }
@@ -372,11 +396,17 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                     et_copy8(pad + j * rb + P->pw, xc + et_ring(first + j, x.cap) * P->w, P->w);
 #if !defined(__ARM_FEATURE_MVE)
             /* the output rows in a row of the ring (a whole tensor's, or no wrap among them) */
-            if (block && three && c.r.fast && (wo & 1) == 0 && (sw == 1 || sw == 2) &&
+            if (block && c.r.fast && (wo & 1) == 0 && (sw == 1 || sw == 2) &&
+                (three || ((kh == 5 || kh == 7) && words == 2 && kw <= 7)) &&
                 et_ring(r1 - 1, y.cap) - et_ring(r0, y.cap) == r1 - 1 - r0) {
                 int8_t *yr = yp + n * y.nstride + (o - yo_off) * y.cstride + et_ring(r0, y.cap) * wo;
-                if (sw == 1) et_dw3_plane(pad, rb, r1 - r0, wo, 1, &c, yr);
-                else et_dw3_plane(pad, rb, r1 - r0, wo, 2, &c, yr);
+                const int seven = kw == 7;
+                if (three && sw == 1) et_dw3_plane(pad, rb, r1 - r0, wo, 1, &c, yr);
+                else if (three) et_dw3_plane(pad, rb, r1 - r0, wo, 2, &c, yr);
+                else if (kh == 5 && sw == 1) et_dwk_plane(pad, rb, r1 - r0, wo, 1, 5, seven, &c, yr);
+                else if (kh == 5) et_dwk_plane(pad, rb, r1 - r0, wo, 2, 5, seven, &c, yr);
+                else if (sw == 1) et_dwk_plane(pad, rb, r1 - r0, wo, 1, 7, seven, &c, yr);
+                else et_dwk_plane(pad, rb, r1 - r0, wo, 2, 7, seven, &c, yr);
                 continue;
             }
 #endif
