@@ -53,6 +53,13 @@ static inline int32_t et_sxtb16_ror8(uint32_t v) {
     return r;
 }
 
+/* (bottom half of lo, top half of hi): PKHBT, which gcc does not form from the masks and the or */
+static inline int32_t et_pkhbt(int32_t lo, int32_t hi) {
+    int32_t r;
+    __asm__("pkhbt %0, %1, %2" : "=r"(r) : "r"(lo), "r"(hi));
+    return r;
+}
+
 /* two int16 halves in one word */
 static inline int32_t et_pack16(int32_t lo, int32_t hi) { return (int32_t)(((uint32_t)lo & 0xFFFFu) | ((uint32_t)hi << 16)); }
 

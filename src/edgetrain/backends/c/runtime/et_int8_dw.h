@@ -266,7 +266,7 @@ static inline __attribute__((always_inline)) void et_dwk_pair(const int8_t *cons
         s0 = __smlad(e1, a1, s0);
         s0 = __smlad(d1, b1, s0);
         if (sw == 1) {
-            const int32_t c0 = (int32_t)(((uint32_t)a1 & 0xFFFFu) | ((uint32_t)a0 & 0xFFFF0000u)); /* (x4, x2) */
+            const int32_t c0 = et_pkhbt(a1, a0); /* (x4, x2) */
             s1 = __smlad(e0, b0, s1);
             s1 = __smladx(d0, c0, s1);
             s1 = __smlad(e1, b1, s1);
