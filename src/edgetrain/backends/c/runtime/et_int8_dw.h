@@ -397,16 +397,15 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
 #if !defined(__ARM_FEATURE_MVE)
             /* the output rows in a row of the ring (a whole tensor's, or no wrap among them) */
             if (block && c.r.fast && (wo & 1) == 0 && (sw == 1 || sw == 2) &&
-                (three || ((kh == 5 || kh == 7) && words == 2 && kw <= 7)) &&
+                (three || ((kh == 5 || kh == 7) && kw == kh)) &&
                 et_ring(r1 - 1, y.cap) - et_ring(r0, y.cap) == r1 - 1 - r0) {
                 int8_t *yr = yp + n * y.nstride + (o - yo_off) * y.cstride + et_ring(r0, y.cap) * wo;
-                const int seven = kw == 7;
                 if (three && sw == 1) et_dw3_plane(pad, rb, r1 - r0, wo, 1, &c, yr);
                 else if (three) et_dw3_plane(pad, rb, r1 - r0, wo, 2, &c, yr);
-                else if (kh == 5 && sw == 1) et_dwk_plane(pad, rb, r1 - r0, wo, 1, 5, seven, &c, yr);
-                else if (kh == 5) et_dwk_plane(pad, rb, r1 - r0, wo, 2, 5, seven, &c, yr);
-                else if (sw == 1) et_dwk_plane(pad, rb, r1 - r0, wo, 1, 7, seven, &c, yr);
-                else et_dwk_plane(pad, rb, r1 - r0, wo, 2, 7, seven, &c, yr);
+                else if (kh == 5 && sw == 1) et_dwk_plane(pad, rb, r1 - r0, wo, 1, 5, 0, &c, yr);
+                else if (kh == 5) et_dwk_plane(pad, rb, r1 - r0, wo, 2, 5, 0, &c, yr);
+                else if (sw == 1) et_dwk_plane(pad, rb, r1 - r0, wo, 1, 7, 1, &c, yr);
+                else et_dwk_plane(pad, rb, r1 - r0, wo, 2, 7, 1, &c, yr);
                 continue;
             }
 #endif
