@@ -295,7 +295,16 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
             const int direct = planes && !split && !pad && oe - oc <= 4 && !wide_rows;
             if ((wide || wide_win) && !wide_rows)
                 for (int32_t o = oc; o < oe; o++) fast[o - oc].init -= P->x_zero * et_wsum(fast[o - oc].w, k1);
-            for (int32_t ho = r0; ho < r1; ho++) {
+            /* a 1x1 at stride 1 computes each pixel on its own: output rows whose input rows and
+             * output rows follow each other (whole planes, or no ring wrap among them) run as one
+             * row of all their pixels (the paper's 4x4 and 8x8 planes: one call, not 4 or 8) */
+            const int32_t per = planes && P->sh == 1 && P->w == wo && r1 - r0 > 1 &&
+                                        et_ring(r1 - 1, x.cap) - et_ring(r0, x.cap) == r1 - 1 - r0 &&
+                                        et_ring(r1 - 1, y.cap) - et_ring(r0, y.cap) == r1 - 1 - r0
+                                    ? r1 - r0
+                                    : 1;
+            const int32_t px = per * wo;
+            for (int32_t ho = r0; ho < r1; ho += per) {
                 const int8_t *xn = x.p + n * x.nstride - xc_off * x.cstride, *xr = 0;
                 if (planes) xr = xn + et_ring(ho * P->sh, x.cap) * P->w;
                 else
@@ -309,29 +318,29 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                 float *yfp = yf ? yf + at : 0;
                 int32_t q0 = 0; /* pixels done by et_gemm_row_wide, et_gemm_row_planes or et_gemm_pairs_planes */
                 if (wide_rows && wide_win) {
-                    q0 = wo;
-                    for (int32_t q = 0; q < wo; q += 2) {
-                        const int32_t two = q + 1 < wo;
+                    q0 = px;
+                    for (int32_t q = 0; q < px; q += 2) {
+                        const int32_t two = q + 1 < px;
                         et_gather(P, rows, q, win[0]);
                         if (two) et_gather(P, rows, q + 1, win[1]);
                         et_gemm_windows_wide(fast, (oe - oc) / 2, win[0], two ? win[1] : win[0], k1, P->x_zero, col,
                                              yp + oc * y.cstride + q, y.cstride, two);
                     }
                 } else if (wide_rows) {
-                    q0 = wo;
-                    et_gemm_row_wide(fast, (oe - oc) / 2, xr, x.cstride, k, P->x_zero, col, wo, yp + oc * y.cstride,
+                    q0 = px;
+                    et_gemm_row_wide(fast, (oe - oc) / 2, xr, x.cstride, k, P->x_zero, col, px, yp + oc * y.cstride,
                                      y.cstride);
-                } else if (direct && all_fast && wo >= 2) {
-                    q0 = wo & ~1;
+                } else if (direct && all_fast && px >= 2) {
+                    q0 = px & ~1;
                     et_gemm_pairs_planes(fast, (oe - oc) / 2, (oe - oc) & 1, xr, x.cstride, k, q0,
                                          yp + oc * y.cstride, y.cstride);
-                } else if (planes && !split && !pad && !direct && fast_end == oe && wo >= 2) {
-                    q0 = wo & ~1;
+                } else if (planes && !split && !pad && !direct && fast_end == oe && px >= 2) {
+                    q0 = px & ~1;
                     et_gemm_row_planes(fast, (oe - oc) / 2, xr, x.cstride, k, col, q0, yp + oc * y.cstride,
                                        y.cstride);
                 }
-                for (int32_t q = q0; q < wo; q += 2) {
-                    const int32_t two = q + 1 < wo;
+                for (int32_t q = q0; q < px; q += 2) {
+                    const int32_t two = q + 1 < px;
                     if (split) et_col_planes_map(xr + q, x.cstride, k, two, w->map, base2, col);
                     else if (planes) et_col_planes(xr + q, x.cstride, k, two, col);
                     else {
