@@ -310,6 +310,19 @@ static inline __attribute__((always_inline)) void et_dwk_plane(const int8_t *x, 
     }
 }
 
+/* et_dwk_plane out of line, once for each square kernel and stride: the loops get the registers
+ * to themselves (inlined into et_qconv_dw_rows, the channel loop's values crowd them) */
+#define ET_DWK_PLANE(NAME, SW, KH, SEVEN)                                                                       \
+    static __attribute__((noinline)) void NAME(const int8_t *x, int32_t rb, int32_t nr, int32_t wo,          \
+                                               const et_dwc *c, int8_t *y) {                                 \
+        et_dwk_plane(x, rb, nr, wo, SW, KH, SEVEN, c, y);                                                   \
+    }
+ET_DWK_PLANE(et_dw5_plane_s1, 1, 5, 0)
+ET_DWK_PLANE(et_dw5_plane_s2, 2, 5, 0)
+ET_DWK_PLANE(et_dw7_plane_s1, 1, 7, 1)
+ET_DWK_PLANE(et_dw7_plane_s2, 2, 7, 1)
+#undef ET_DWK_PLANE
+
 /* a row of kw <= 8: pixel pairs at stride 1 and 2 (kw 5..7: et_dwk_pair); any other kw or
  * stride a pixel at a time over the tap rows' words */
 static inline __attribute__((always_inline)) void et_dwk_row(const int8_t *const *rows, const et_dwc *c, int32_t kh,
@@ -402,10 +415,10 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                 int8_t *yr = yp + n * y.nstride + (o - yo_off) * y.cstride + et_ring(r0, y.cap) * wo;
                 if (three && sw == 1) et_dw3_plane(pad, rb, r1 - r0, wo, 1, &c, yr);
                 else if (three) et_dw3_plane(pad, rb, r1 - r0, wo, 2, &c, yr);
-                else if (kh == 5 && sw == 1) et_dwk_plane(pad, rb, r1 - r0, wo, 1, 5, 0, &c, yr);
-                else if (kh == 5) et_dwk_plane(pad, rb, r1 - r0, wo, 2, 5, 0, &c, yr);
-                else if (sw == 1) et_dwk_plane(pad, rb, r1 - r0, wo, 1, 7, 1, &c, yr);
-                else et_dwk_plane(pad, rb, r1 - r0, wo, 2, 7, 1, &c, yr);
+                else if (kh == 5 && sw == 1) et_dw5_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
+                else if (kh == 5) et_dw5_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
+                else if (sw == 1) et_dw7_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
+                else et_dw7_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
                 continue;
             }
 #endif
