@@ -313,7 +313,7 @@ static inline __attribute__((always_inline)) void et_dwk_plane(const int8_t *x, 
 /* et_dwk_plane out of line, once for each square kernel and stride: the loops get the registers
  * to themselves (inlined into et_qconv_dw_rows, the channel loop's values crowd them) */
 #define ET_DWK_PLANE(NAME, SW, KH, SEVEN)                                                                       \
-    static __attribute__((noinline)) void NAME(const int8_t *x, int32_t rb, int32_t nr, int32_t wo,          \
+    static __attribute__((noinline, unused)) void NAME(const int8_t *x, int32_t rb, int32_t nr, int32_t wo,  \
                                                const et_dwc *c, int8_t *y) {                                 \
         et_dwk_plane(x, rb, nr, wo, SW, KH, SEVEN, c, y);                                                   \
     }
