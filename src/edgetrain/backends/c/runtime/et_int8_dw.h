@@ -67,6 +67,34 @@ typedef struct {
         else et_rq_put(P, bias, &c->r, o, (s), y, yf, at + (q));                                                \
     } while (0)
 
+/* 3x3 at stride 2: pixels q, q + 1 from the words x[2q..2q+7] of tap rows r0, r1, r2 (the rows
+ * end in >= 4 pad bytes): q is (t0, t2).(x0, x2) + t1 x1, q + 1 is t0 x2 + t1 x3 + t2 x4; the
+ * sums from init to *o0, *o1 */
+static inline __attribute__((always_inline)) void et_dw3_pair_s2(const int8_t *r0, const int8_t *r1, const int8_t *r2,
+                                                                 int32_t e0, int32_t e1, int32_t e2, int32_t m01,
+                                                                 int32_t m2, int32_t init, int32_t *o0, int32_t *o1) {
+    const uint32_t v0 = (uint32_t)et_ld32s(r0), v1 = (uint32_t)et_ld32s(r1), v2 = (uint32_t)et_ld32s(r2);
+    const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0), c0 = __sxtb16(et_ld32s(r0 + 4));
+    const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1), c1 = __sxtb16(et_ld32s(r1 + 4));
+    const int32_t a2 = __sxtb16((int32_t)v2), b2 = et_sxtb16_ror8(v2), c2 = __sxtb16(et_ld32s(r2 + 4));
+    int32_t s0 = __smlad(e0, a0, init), s1 = __smlabt(e0, a0, init);
+    s0 = __smlabb(m01, b0, s0);
+    s1 = __smlabt(m01, b0, s1);
+    s1 = __smlatb(e0, c0, s1);
+    s0 = __smlad(e1, a1, s0);
+    s1 = __smlabt(e1, a1, s1);
+    s0 = __smlatb(m01, b1, s0);
+    s1 = __smlatt(m01, b1, s1);
+    s1 = __smlatb(e1, c1, s1);
+    s0 = __smlad(e2, a2, s0);
+    s1 = __smlabt(e2, a2, s1);
+    s0 = __smlabb(m2, b2, s0);
+    s1 = __smlabt(m2, b2, s1);
+    s1 = __smlatb(e2, c2, s1);
+    *o0 = s0;
+    *o1 = s1;
+}
+
 /* 3x3: at stride 1 pixels q, q + 1 from one word x[q..q+3] per tap row, (x0, x2) . (t0, t2)
  * and t1 x1 for q, (x1, x3) . (t0, t2) and t1 x2 for q + 1; at stride 2 from two words
  * x[2q..2q+7], the odd pixel by single 16-bit products; the last odd pixel one at a time */
@@ -98,28 +126,10 @@ static inline __attribute__((always_inline)) void et_dw3_row(const int8_t *const
             ET_DW_PUT(q, s0);
             ET_DW_PUT(q + 1, s1);
         }
-    else if (sw == 2) /* pixels q, q + 1 from x[2q..2q+7] per tap row (the ring's rows end in >= 4 pad bytes) */
+    else if (sw == 2) /* pixels q, q + 1 from x[2q..2q+7] per tap row (et_dw3_pair_s2) */
         for (; q + 2 <= wo; q += 2) {
-            const int8_t *r0 = p0 + 2 * q, *r1 = p1 + 2 * q, *r2 = p2 + 2 * q;
-            const uint32_t v0 = (uint32_t)et_ld32s(r0), v1 = (uint32_t)et_ld32s(r1), v2 = (uint32_t)et_ld32s(r2);
-            const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0), c0 = __sxtb16(et_ld32s(r0 + 4));
-            const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1), c1 = __sxtb16(et_ld32s(r1 + 4));
-            const int32_t a2 = __sxtb16((int32_t)v2), b2 = et_sxtb16_ror8(v2), c2 = __sxtb16(et_ld32s(r2 + 4));
-            /* q: (t0, t2).(x0, x2) + t1 x1; q + 1: t0 x2 + t1 x3 + t2 x4 */
-            int32_t s0 = __smlad(e0, a0, init), s1 = __smlabt(e0, a0, init);
-            s0 = __smlabb(m01, b0, s0);
-            s1 = __smlabt(m01, b0, s1);
-            s1 = __smlatb(e0, c0, s1);
-            s0 = __smlad(e1, a1, s0);
-            s1 = __smlabt(e1, a1, s1);
-            s0 = __smlatb(m01, b1, s0);
-            s1 = __smlatt(m01, b1, s1);
-            s1 = __smlatb(e1, c1, s1);
-            s0 = __smlad(e2, a2, s0);
-            s1 = __smlabt(e2, a2, s1);
-            s0 = __smlabb(m2, b2, s0);
-            s1 = __smlabt(m2, b2, s1);
-            s1 = __smlatb(e2, c2, s1);
+            int32_t s0, s1;
+            et_dw3_pair_s2(p0 + 2 * q, p1 + 2 * q, p2 + 2 * q, e0, e1, e2, m01, m2, init, &s0, &s1);
             ET_DW_PUT(q, s0);
             ET_DW_PUT(q + 1, s1);
         }
@@ -212,25 +222,8 @@ static inline __attribute__((always_inline)) void et_dw3_plane(const int8_t *x, 
         return;
     }
     while (y < end) { /* stride 2 */
-        const int8_t *r0 = x, *r1 = x + rb, *r2 = x + 2 * rb;
-        const uint32_t v0 = (uint32_t)et_ld32s(r0), v1 = (uint32_t)et_ld32s(r1), v2 = (uint32_t)et_ld32s(r2);
-        const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0), c0 = __sxtb16(et_ld32s(r0 + 4));
-        const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1), c1 = __sxtb16(et_ld32s(r1 + 4));
-        const int32_t a2 = __sxtb16((int32_t)v2), b2 = et_sxtb16_ror8(v2), c2 = __sxtb16(et_ld32s(r2 + 4));
-        int32_t s0 = __smlad(e0, a0, init), s1 = __smlabt(e0, a0, init);
-        s0 = __smlabb(m01, b0, s0);
-        s1 = __smlabt(m01, b0, s1);
-        s1 = __smlatb(e0, c0, s1);
-        s0 = __smlad(e1, a1, s0);
-        s1 = __smlabt(e1, a1, s1);
-        s0 = __smlatb(m01, b1, s0);
-        s1 = __smlatt(m01, b1, s1);
-        s1 = __smlatb(e1, c1, s1);
-        s0 = __smlad(e2, a2, s0);
-        s1 = __smlabt(e2, a2, s1);
-        s0 = __smlabb(m2, b2, s0);
-        s1 = __smlabt(m2, b2, s1);
-        s1 = __smlatb(e2, c2, s1);
+        int32_t s0, s1;
+        et_dw3_pair_s2(x, x + rb, x + 2 * rb, e0, e1, e2, m01, m2, init, &s0, &s1);
         y[0] = (int8_t)et_level2(s0, mult, add, right);
         y[1] = (int8_t)et_level2(s1, mult, add, right);
         y += 2;
