@@ -28,7 +28,11 @@
  * bookkeeping per output row). The weights are packed once per channel; each row
  * kernel is compiled twice (ET_DW_FAST: all on the fast requantization path, or not), and the
  * fast 5x5 / 7x7 rows once more each with the tap-row count a constant, so their tap-row loop
- * unrolls (proxyless-w0.3: 24.2 -> 23.2 M est. M7 cycles in et_qconv_dw_rows). */
+ * unrolls (proxyless-w0.3: 24.2 -> 23.2 M est. M7 cycles in et_qconv_dw_rows). On the fast path,
+ * with the rows copied at a fixed stride and the output rows one after another, a square 3x3,
+ * 5x5 or 7x7 channel runs all its output rows as one loop of pixel pairs instead
+ * (et_dw3_plane, et_dwk_plane: no set-up per row, which cost as much as a row of 4x4 and 8x8
+ * planes). */
 #define ET_DW_TAPS 8
 #define ET_DW_PAD 1024 /* stack bytes for the ring and the x_zero row */
 

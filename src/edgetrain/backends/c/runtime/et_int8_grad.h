@@ -23,9 +23,10 @@
  * ET_GI_PB pixels keep their sums in FPU registers across o: per o, ET_GI_CB weights and
  * ET_GI_PB gradients feed ET_GI_CB * ET_GI_PB multiplies and adds (separate, as the reference:
  * no fused multiply-add). The weight scales of ET_GI_OCHUNK output channels (et_fscale_at) are
- * computed once per chunk and image; the weights, widened to float and scaled once per (o, c)
- * and image, are held for the chunk (1.25 KB of stack with the scales); between chunks the
- * partial sums wait in gx (stored and reloaded exactly), so every sum still runs in ascending o. */
+ * computed once per chunk and image; the weights, widened to float and scaled once per (o, c),
+ * image and tile of ET_GI_TILE pixels, are held for the chunk (3.75 KB of stack with the
+ * scales, the tile's masks 0.45 KB more); between chunks the partial sums wait in gx (stored
+ * and reloaded exactly), so every sum still runs in ascending o. */
 #define ET_GI_CB 4
 #define ET_GI_PB 4
 #define ET_GI_OCHUNK 192
