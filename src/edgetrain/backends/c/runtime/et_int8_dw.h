@@ -290,14 +290,21 @@ static inline __attribute__((always_inline)) void et_dwk_pair(const int8_t *cons
 static inline __attribute__((always_inline)) void et_dwk_plane(const int8_t *x, int32_t rb, int32_t nr, int32_t wo,
                                                                const int32_t sw, const int32_t kh, const int seven,
                                                                const et_dwc *c, int8_t *y) {
-    const int32_t half = wo / 2, jump = sw * rb - sw * wo, init = c->r.init;
+    et_dwc d; /* the taps and the start doubled, as et_dw3_plane's: the sums are et_level2's operand */
+    for (int32_t i = 0; i < kh; i++)
+        for (int32_t k = 0; k < 2; k++) {
+            d.wpk[i][k][0] = __sadd16(c->wpk[i][k][0], c->wpk[i][k][0]);
+            d.wpk[i][k][1] = __sadd16(c->wpk[i][k][1], c->wpk[i][k][1]);
+        }
+    const int32_t half = wo / 2, jump = sw * rb - sw * wo, init = 2 * c->r.init;
+    const int32_t mult = c->r.mult, add = c->r.add, right = c->r.right;
     const int8_t *const end = y + nr * wo;
     int32_t left = half;
     while (y < end) {
         int32_t s0, s1;
-        et_dwk_pair(0, x, rb, 0, c, kh, sw, seven, init, &s0, &s1);
-        y[0] = (int8_t)et_rq_fast(&c->r, s0);
-        y[1] = (int8_t)et_rq_fast(&c->r, s1);
+        et_dwk_pair(0, x, rb, 0, &d, kh, sw, seven, init, &s0, &s1);
+        y[0] = (int8_t)et_level2(s0, mult, add, right);
+        y[1] = (int8_t)et_level2(s1, mult, add, right);
         y += 2;
         x += 2 * sw;
         if (--left == 0) {
