@@ -57,6 +57,29 @@ static inline void et_copy8(int8_t *d, const int8_t *s, int32_t n) {
     for (; k < n; k++) d[k] = s[k];
 }
 
+/* n rows of w bytes that follow each other at src into dst at a stride of rb: rows of 4 and 8
+ * bytes (the paper's 4x4 and 8x8 planes) a word or two each, without et_copy8's loop set-up */
+static inline void et_copy_rows(int8_t *dst, int32_t rb, const int8_t *src, int32_t w, int32_t n) {
+    if (w == 4)
+        for (int32_t j = 0; j < n; j++, src += 4, dst += rb) {
+            uint32_t v;
+            memcpy(&v, src, 4);
+            __asm__("" : "+r"(v)); /* a word load and store, not a call to memcpy */
+            memcpy(dst, &v, 4);
+        }
+    else if (w == 8)
+        for (int32_t j = 0; j < n; j++, src += 8, dst += rb) {
+            uint32_t v, u;
+            memcpy(&v, src, 4);
+            memcpy(&u, src + 4, 4);
+            __asm__("" : "+r"(v), "+r"(u));
+            memcpy(dst, &v, 4);
+            memcpy(dst + 4, &u, 4);
+        }
+    else
+        for (int32_t j = 0; j < n; j++, src += w, dst += rb) et_copy8(dst, src, w);
+}
+
 /* one depthwise channel: its packed taps and requantization */
 typedef struct {
     int32_t wpk[ET_DW_TAPS][2][2]; /* per tap row the pairs (t0, t2), (t1, t3), (t4, t6), (t5, t7) */
@@ -408,9 +431,14 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
             const int8_t *xc = x.p + n * x.nstride + (o / opg - xc_off) * x.cstride;
             int32_t held[ET_DW_TAPS];
             for (int32_t i = 0; i <= mask; i++) held[i] = -1;
-            if (block)
-                for (int32_t j = first < 0 ? -first : 0; j < nrows && first + j < P->h; j++)
-                    et_copy8(pad + j * rb + P->pw, xc + et_ring(first + j, x.cap) * P->w, P->w);
+            if (block) {
+                const int32_t j0 = first < 0 ? -first : 0, j1 = nrows < P->h - first ? nrows : P->h - first;
+                if (j1 > j0 && et_ring(first + j1 - 1, x.cap) - et_ring(first + j0, x.cap) == j1 - 1 - j0)
+                    et_copy_rows(pad + j0 * rb + P->pw, rb, xc + et_ring(first + j0, x.cap) * P->w, P->w, j1 - j0);
+                else
+                    for (int32_t j = j0; j < j1; j++)
+                        et_copy8(pad + j * rb + P->pw, xc + et_ring(first + j, x.cap) * P->w, P->w);
+            }
 #if !defined(__ARM_FEATURE_MVE)
             /* the output rows in a row of the ring (a whole tensor's, or no wrap among them) */
             if (block && c.r.fast && (wo & 1) == 0 && (sw == 1 || sw == 2) &&
