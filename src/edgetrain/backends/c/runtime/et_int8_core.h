@@ -90,6 +90,9 @@ typedef struct { int8_t *p; int32_t nstride, cstride, cap; } et_rows8;
 /* k % cap for a row k >= 0: no divide for a whole tensor's rows (k < cap), a ring's otherwise */
 static inline int32_t et_ring(int32_t k, int32_t cap) { return k < cap ? k : k % cap; }
 
+/* whether rows a..b (a <= b) lie one after another in a ring of cap rows (no wrap among them) */
+static inline int et_ring_run(int32_t a, int32_t b, int32_t cap) { return et_ring(b, cap) - et_ring(a, cap) == b - a; }
+
 /* An int8 OIHW weight, whole (map == 0) or split in two arrays along `dim` (0 or 1):
  * map[k] >= 0: channel k is row map[k] of `sel`; else row -map[k]-1 of `rest`. */
 typedef struct {

@@ -31,7 +31,7 @@
  * unrolls (proxyless-w0.3: 24.2 -> 23.2 M est. M7 cycles in et_qconv_dw_rows). On the fast path,
  * with the rows copied at a fixed stride and the output rows one after another, a square 3x3,
  * 5x5 or 7x7 channel runs all its output rows as one loop of pixel pairs instead
- * (et_dw3_plane, et_dwk_plane: no set-up per row, which cost as much as a row of 4x4 and 8x8
+ * (et_dw_plane: no set-up per row, which cost as much as a row of 4x4 and 8x8
  * planes). */
 #define ET_DW_TAPS 8
 #define ET_DW_PAD 1024 /* stack bytes for the ring and the x_zero row */
@@ -173,23 +173,79 @@ static inline __attribute__((always_inline)) void et_dw3_row(const int8_t *const
     }
 }
 
-/* 3x3 on the fast path over `nr` output rows of one channel, as et_dw3_row's pixel pairs, when
- * the input rows lie at a fixed stride rb (x: the first output row's top tap row) and the output
- * rows follow each other (y), wo even: the rows' pairs run as one loop, a row's end reached by a
- * counter and the next row's start by a pointer jump, so a row costs no set-up (the paper's
- * planes of 4x4 and 8x8 have rows of 2 and 4 pairs). The taps and the start are doubled (2 t
- * fits an int16 lane, 2 |sum| < 2^30), so the sums are et_level2's operand 2 * sum as they are.
- * Stride 1 is written in assembly: the loop needs 13 registers (gcc's allocation spilled six
- * values a pair); the constants of the requantization and the row counts are read from the
- * stack. */
-static inline __attribute__((always_inline)) void et_dw3_plane(const int8_t *x, int32_t rb, int32_t nr, int32_t wo,
-                                                               const int32_t sw, const et_dwc *c, int8_t *y) {
-    const int32_t e0 = __sadd16(c->e0, c->e0), e1 = __sadd16(c->e1, c->e1), e2 = __sadd16(c->e2, c->e2);
-    const int32_t m01 = __sadd16(c->m01, c->m01), m2 = 2 * c->m2, init = 2 * c->r.init;
+/* kw 5..7, stride 1: pixels q, q + 1 from the two words x[q..q+7] of each tap row, whose
+ * pairs are a0 = (x0, x2), b0 = (x1, x3), a1 = (x4, x6), b1 = (x5, x7): pixel q is
+ * (t0, t2).a0 + (t1, t3).b0 + (t4, t6).a1 + (t5, t7).b1; pixel q + 1 is (t0, t2).b0 +
+ * (t4, t6).b1 + t1 x2 + t3 x4 (__smladx with (x4, x2)) + t5 x6 (t7 = 0). Stride 2: pixel q + 1
+ * reads x2..x8 of the same words, (t0, t2).(x2, x4) + (t1, t3).(x3, x5) + (t4, t6).(x6, x8) +
+ * t5 x7, the shifted pairs joined from two words' halves (x8: a third word, kw = 7 only; t6 = 0
+ * below that). Tap row i's words start at rows[i] + off, or without rows at x + i * rb + off;
+ * the pair's sums from init go to *o0, *o1. */
+static inline __attribute__((always_inline)) void et_dwk_pair(const int8_t *const *rows, const int8_t *x, int32_t rb,
+                                                              int32_t off, const et_dwc *c, int32_t kh, const int32_t sw,
+                                                              const int seven, int32_t init, int32_t *o0, int32_t *o1) {
+    int32_t s0 = init, s1 = init;
+#pragma GCC unroll 8
+    for (int32_t i = 0; i < kh; i++) {
+        const int8_t *p = (rows ? rows[i] : x + i * rb) + off;
+        const uint32_t v0 = (uint32_t)et_ld32s(p), v1 = (uint32_t)et_ld32s(p + 4);
+        const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0);
+        const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1);
+        const int32_t e0 = c->wpk[i][0][0], d0 = c->wpk[i][0][1], e1 = c->wpk[i][1][0], d1 = c->wpk[i][1][1];
+        s0 = __smlad(e0, a0, s0);
+        s0 = __smlad(d0, b0, s0);
+        s0 = __smlad(e1, a1, s0);
+        s0 = __smlad(d1, b1, s0);
+        if (sw == 1) {
+            const int32_t c0 = et_pkhbt(a1, a0); /* (x4, x2) */
+            s1 = __smlad(e0, b0, s1);
+            s1 = __smladx(d0, c0, s1);
+            s1 = __smlad(e1, b1, s1);
+            s1 = __smlabt(d1, a1, s1);
+        } else {
+            const int32_t c02 = (int32_t)(((uint32_t)a0 >> 16) | ((uint32_t)a1 << 16)); /* (x2, x4) */
+            const int32_t c13 = (int32_t)(((uint32_t)b0 >> 16) | ((uint32_t)b1 << 16)); /* (x3, x5) */
+            s1 = __smlad(e0, c02, s1);
+            s1 = __smlad(d0, c13, s1);
+            if (seven) {
+                const int32_t a2 = __sxtb16(et_ld32s(p + 8));
+                s1 = __smlad(e1, (int32_t)(((uint32_t)a1 >> 16) | ((uint32_t)a2 << 16)), s1); /* (x6, x8) */
+            } else {
+                s1 = __smlabt(e1, a1, s1);
+            }
+            s1 = __smlabt(d1, b1, s1);
+        }
+    }
+    *o0 = s0;
+    *o1 = s1;
+}
+
+/* A square 3x3, 5x5 or 7x7 channel on the fast path over `nr` output rows, as the row kernels'
+ * pixel pairs (et_dw3_pair_s2, et_dwk_pair), when the input rows lie at a fixed stride rb (x:
+ * the first output row's top tap row) and the output rows follow each other (y), wo even: the
+ * rows' pairs run as one loop, a row's end reached by a counter and the next row's start by a
+ * pointer jump, so a row costs no set-up (the paper's planes of 4x4 and 8x8 have rows of 2 and
+ * 4 pairs). The taps and the start are doubled (2 t fits an int16 lane, 2 |sum| < 2^30), so the
+ * sums are et_level2's operand 2 * sum as they are. 3x3 at stride 1 is written in assembly: the
+ * loop needs 13 registers (gcc's allocation spilled values every pair); the constants of the
+ * requantization and the row counts are read from the stack. */
+static inline __attribute__((always_inline)) void et_dw_plane(const int8_t *x, int32_t rb, int32_t nr, int32_t wo,
+                                                              const int32_t sw, const int32_t kh, const et_dwc *c,
+                                                              int8_t *y) {
+    const int three = kh == 3; /* the taps doubled: 3x3's packed words, or the taps of each row */
+    const int32_t e0 = three ? __sadd16(c->e0, c->e0) : 0, e1 = three ? __sadd16(c->e1, c->e1) : 0;
+    const int32_t e2 = three ? __sadd16(c->e2, c->e2) : 0, m01 = three ? __sadd16(c->m01, c->m01) : 0;
+    const int32_t m2 = three ? 2 * c->m2 : 0, init = 2 * c->r.init;
+    et_dwc dd;
+    for (int32_t i = 0; !three && i < kh; i++)
+        for (int32_t k = 0; k < 2; k++) {
+            dd.wpk[i][k][0] = __sadd16(c->wpk[i][k][0], c->wpk[i][k][0]);
+            dd.wpk[i][k][1] = __sadd16(c->wpk[i][k][1], c->wpk[i][k][1]);
+        }
     int32_t mult = c->r.mult, add = c->r.add, right = c->r.right, half = wo / 2, left = half;
     int32_t jump = sw * rb - sw * wo; /* the end of a row's pixels to the next output row's */
     const int8_t *end = y + nr * wo;
-    if (sw == 1) {
+    if (three && sw == 1) {
         int32_t v, a, s0, s1;
         __asm__ volatile(
             "1:\n\t"
@@ -248,84 +304,10 @@ static inline __attribute__((always_inline)) void et_dw3_plane(const int8_t *x, 
             : "cc", "memory");
         return;
     }
-    while (y < end) { /* stride 2 */
-        int32_t s0, s1;
-        et_dw3_pair_s2(x, x + rb, x + 2 * rb, e0, e1, e2, m01, m2, init, &s0, &s1);
-        y[0] = (int8_t)et_level2(s0, mult, add, right);
-        y[1] = (int8_t)et_level2(s1, mult, add, right);
-        y += 2;
-        x += 4;
-        if (--left == 0) {
-            left = half;
-            x += jump;
-        }
-    }
-}
-
-/* kw 5..7, stride 1: pixels q, q + 1 from the two words x[q..q+7] of each tap row, whose
- * pairs are a0 = (x0, x2), b0 = (x1, x3), a1 = (x4, x6), b1 = (x5, x7): pixel q is
- * (t0, t2).a0 + (t1, t3).b0 + (t4, t6).a1 + (t5, t7).b1; pixel q + 1 is (t0, t2).b0 +
- * (t4, t6).b1 + t1 x2 + t3 x4 (__smladx with (x4, x2)) + t5 x6 (t7 = 0). Stride 2: pixel q + 1
- * reads x2..x8 of the same words, (t0, t2).(x2, x4) + (t1, t3).(x3, x5) + (t4, t6).(x6, x8) +
- * t5 x7, the shifted pairs joined from two words' halves (x8: a third word, kw = 7 only; t6 = 0
- * below that). Tap row i's words start at rows[i] + off, or without rows at x + i * rb + off;
- * the pair's sums from init go to *o0, *o1. */
-static inline __attribute__((always_inline)) void et_dwk_pair(const int8_t *const *rows, const int8_t *x, int32_t rb,
-                                                              int32_t off, const et_dwc *c, int32_t kh, const int32_t sw,
-                                                              const int seven, int32_t init, int32_t *o0, int32_t *o1) {
-    int32_t s0 = init, s1 = init;
-#pragma GCC unroll 8
-    for (int32_t i = 0; i < kh; i++) {
-        const int8_t *p = (rows ? rows[i] : x + i * rb) + off;
-        const uint32_t v0 = (uint32_t)et_ld32s(p), v1 = (uint32_t)et_ld32s(p + 4);
-        const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0);
-        const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1);
-        const int32_t e0 = c->wpk[i][0][0], d0 = c->wpk[i][0][1], e1 = c->wpk[i][1][0], d1 = c->wpk[i][1][1];
-        s0 = __smlad(e0, a0, s0);
-        s0 = __smlad(d0, b0, s0);
-        s0 = __smlad(e1, a1, s0);
-        s0 = __smlad(d1, b1, s0);
-        if (sw == 1) {
-            const int32_t c0 = et_pkhbt(a1, a0); /* (x4, x2) */
-            s1 = __smlad(e0, b0, s1);
-            s1 = __smladx(d0, c0, s1);
-            s1 = __smlad(e1, b1, s1);
-            s1 = __smlabt(d1, a1, s1);
-        } else {
-            const int32_t c02 = (int32_t)(((uint32_t)a0 >> 16) | ((uint32_t)a1 << 16)); /* (x2, x4) */
-            const int32_t c13 = (int32_t)(((uint32_t)b0 >> 16) | ((uint32_t)b1 << 16)); /* (x3, x5) */
-            s1 = __smlad(e0, c02, s1);
-            s1 = __smlad(d0, c13, s1);
-            if (seven) {
-                const int32_t a2 = __sxtb16(et_ld32s(p + 8));
-                s1 = __smlad(e1, (int32_t)(((uint32_t)a1 >> 16) | ((uint32_t)a2 << 16)), s1); /* (x6, x8) */
-            } else {
-                s1 = __smlabt(e1, a1, s1);
-            }
-            s1 = __smlabt(d1, b1, s1);
-        }
-    }
-    *o0 = s0;
-    *o1 = s1;
-}
-
-/* et_dw3_plane for kh tap rows of kw 5..7 (two words a tap row) */
-static inline __attribute__((always_inline)) void et_dwk_plane(const int8_t *x, int32_t rb, int32_t nr, int32_t wo,
-                                                               const int32_t sw, const int32_t kh, const int seven,
-                                                               const et_dwc *c, int8_t *y) {
-    et_dwc d; /* the taps and the start doubled, as et_dw3_plane's: the sums are et_level2's operand */
-    for (int32_t i = 0; i < kh; i++)
-        for (int32_t k = 0; k < 2; k++) {
-            d.wpk[i][k][0] = __sadd16(c->wpk[i][k][0], c->wpk[i][k][0]);
-            d.wpk[i][k][1] = __sadd16(c->wpk[i][k][1], c->wpk[i][k][1]);
-        }
-    const int32_t half = wo / 2, jump = sw * rb - sw * wo, init = 2 * c->r.init;
-    const int32_t mult = c->r.mult, add = c->r.add, right = c->r.right;
-    const int8_t *const end = y + nr * wo;
-    int32_t left = half;
     while (y < end) {
         int32_t s0, s1;
-        et_dwk_pair(0, x, rb, 0, &d, kh, sw, seven, init, &s0, &s1);
+        if (three) et_dw3_pair_s2(x, x + rb, x + 2 * rb, e0, e1, e2, m01, m2, init, &s0, &s1);
+        else et_dwk_pair(0, x, rb, 0, &dd, kh, sw, kh == 7, init, &s0, &s1);
         y[0] = (int8_t)et_level2(s0, mult, add, right);
         y[1] = (int8_t)et_level2(s1, mult, add, right);
         y += 2;
@@ -337,18 +319,19 @@ static inline __attribute__((always_inline)) void et_dwk_plane(const int8_t *x, 
     }
 }
 
-/* et_dwk_plane out of line, once for each square kernel and stride: the loops get the registers
- * to themselves (inlined into et_qconv_dw_rows, the channel loop's values crowd them) */
-#define ET_DWK_PLANE(NAME, SW, KH, SEVEN)                                                                       \
+/* the 5x5 and 7x7 planes out of line, once for each kernel and stride: the loops get the
+ * registers to themselves (inlined into et_qconv_dw_rows, the channel loop's values crowd
+ * them); the 3x3 planes inline */
+#define ET_DW_PLANE(NAME, SW, KH)                                                                              \
     static __attribute__((noinline, unused)) void NAME(const int8_t *x, int32_t rb, int32_t nr, int32_t wo,  \
-                                               const et_dwc *c, int8_t *y) {                                 \
-        et_dwk_plane(x, rb, nr, wo, SW, KH, SEVEN, c, y);                                                   \
+                                                       const et_dwc *c, int8_t *y) {                         \
+        et_dw_plane(x, rb, nr, wo, SW, KH, c, y);                                                           \
     }
-ET_DWK_PLANE(et_dw5_plane_s1, 1, 5, 0)
-ET_DWK_PLANE(et_dw5_plane_s2, 2, 5, 0)
-ET_DWK_PLANE(et_dw7_plane_s1, 1, 7, 1)
-ET_DWK_PLANE(et_dw7_plane_s2, 2, 7, 1)
-#undef ET_DWK_PLANE
+ET_DW_PLANE(et_dw5_plane_s1, 1, 5)
+ET_DW_PLANE(et_dw5_plane_s2, 2, 5)
+ET_DW_PLANE(et_dw7_plane_s1, 1, 7)
+ET_DW_PLANE(et_dw7_plane_s2, 2, 7)
+#undef ET_DW_PLANE
 
 /* a row of kw <= 8: pixel pairs at stride 1 and 2 (kw 5..7: et_dwk_pair); any other kw or
  * stride a pixel at a time over the tap rows' words */
@@ -422,6 +405,17 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
     int8_t *zrow = pad + (mask + 1) * rb;
     memset(pad, (uint8_t)P->x_zero, (size_t)(block ? nrows * rb : (mask + 2) * rb));
     int8_t *yp = yf ? 0 : y.p;
+    /* the block's rows in the image, [j0, j1), and whether they follow each other in x's ring */
+    const int32_t j0 = first < 0 ? -first : 0, j1 = nrows < P->h - first ? nrows : P->h - first;
+    const int x_run = block && j1 > j0 && et_ring_run(first + j0, first + j1 - 1, x.cap);
+#if defined(__ARM_FEATURE_MVE)
+    const int plane = 0; /* the Helium rows instead (et_mve_dw_row) */
+#else
+    /* a channel on the fast path as one loop of pixel pairs (et_dw_plane): the output rows in a
+     * row of the ring (a whole tensor's, or no wrap among them) */
+    const int plane = block && (wo & 1) == 0 && (sw == 1 || sw == 2) &&
+                      (three || ((kh == 5 || kh == 7) && kw == kh)) && et_ring_run(r0, r1 - 1, y.cap);
+#endif
     et_dwc c;
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t o = o0; o < o1; o++) {
@@ -431,29 +425,21 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
             const int8_t *xc = x.p + n * x.nstride + (o / opg - xc_off) * x.cstride;
             int32_t held[ET_DW_TAPS];
             for (int32_t i = 0; i <= mask; i++) held[i] = -1;
-            if (block) {
-                const int32_t j0 = first < 0 ? -first : 0, j1 = nrows < P->h - first ? nrows : P->h - first;
-                if (j1 > j0 && et_ring(first + j1 - 1, x.cap) - et_ring(first + j0, x.cap) == j1 - 1 - j0)
-                    et_copy_rows(pad + j0 * rb + P->pw, rb, xc + et_ring(first + j0, x.cap) * P->w, P->w, j1 - j0);
-                else
-                    for (int32_t j = j0; j < j1; j++)
-                        et_copy8(pad + j * rb + P->pw, xc + et_ring(first + j, x.cap) * P->w, P->w);
-            }
-#if !defined(__ARM_FEATURE_MVE)
-            /* the output rows in a row of the ring (a whole tensor's, or no wrap among them) */
-            if (block && c.r.fast && (wo & 1) == 0 && (sw == 1 || sw == 2) &&
-                (three || ((kh == 5 || kh == 7) && kw == kh)) &&
-                et_ring(r1 - 1, y.cap) - et_ring(r0, y.cap) == r1 - 1 - r0) {
+            if (x_run)
+                et_copy_rows(pad + j0 * rb + P->pw, rb, xc + et_ring(first + j0, x.cap) * P->w, P->w, j1 - j0);
+            else
+                for (int32_t j = j0; block && j < j1; j++)
+                    et_copy8(pad + j * rb + P->pw, xc + et_ring(first + j, x.cap) * P->w, P->w);
+            if (plane && c.r.fast) {
                 int8_t *yr = yp + n * y.nstride + (o - yo_off) * y.cstride + et_ring(r0, y.cap) * wo;
-                if (three && sw == 1) et_dw3_plane(pad, rb, r1 - r0, wo, 1, &c, yr);
-                else if (three) et_dw3_plane(pad, rb, r1 - r0, wo, 2, &c, yr);
+                if (three && sw == 1) et_dw_plane(pad, rb, r1 - r0, wo, 1, 3, &c, yr);
+                else if (three) et_dw_plane(pad, rb, r1 - r0, wo, 2, 3, &c, yr);
                 else if (kh == 5 && sw == 1) et_dw5_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
                 else if (kh == 5) et_dw5_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
                 else if (sw == 1) et_dw7_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
                 else et_dw7_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
                 continue;
             }
-#endif
             for (int32_t ho = r0; ho < r1; ho++) {
                 const int8_t *rows[ET_DW_TAPS];
                 for (int32_t i = 0; block && i < kh; i++) rows[i] = pad + ((ho - r0) * P->sh + i) * rb;

@@ -268,6 +268,15 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
     int8_t win[2][ET_GATHER_K] __attribute__((aligned(4)));
     const int8_t *rows[ET_GATHER_ROWS];
     et_gemm_oc fast[ET_RQ_CHUNK];
+    /* a 1x1 at stride 1 computes each pixel on its own: output rows whose input rows and
+     * output rows follow each other (whole planes, or no ring wrap among them) run as one
+     * row of all their pixels (the paper's 4x4 and 8x8 planes: one call, not 4 or 8) */
+    const int32_t per =
+        planes && P->sh == 1 && P->w == wo && r1 - r0 > 1 && et_ring_run(r0, r1 - 1, x.cap) &&
+                et_ring_run(r0, r1 - 1, y.cap)
+            ? r1 - r0
+            : 1;
+    const int32_t px = per * wo;
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t oc = o0; oc < o1; oc += chunk) {
             const int32_t oe = oc + chunk < o1 ? oc + chunk : o1;
@@ -295,15 +304,6 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
             const int direct = planes && !split && !pad && oe - oc <= 4 && !wide_rows;
             if ((wide || wide_win) && !wide_rows)
                 for (int32_t o = oc; o < oe; o++) fast[o - oc].init -= P->x_zero * et_wsum(fast[o - oc].w, k1);
-            /* a 1x1 at stride 1 computes each pixel on its own: output rows whose input rows and
-             * output rows follow each other (whole planes, or no ring wrap among them) run as one
-             * row of all their pixels (the paper's 4x4 and 8x8 planes: one call, not 4 or 8) */
-            const int32_t per = planes && P->sh == 1 && P->w == wo && r1 - r0 > 1 &&
-                                        et_ring(r1 - 1, x.cap) - et_ring(r0, x.cap) == r1 - 1 - r0 &&
-                                        et_ring(r1 - 1, y.cap) - et_ring(r0, y.cap) == r1 - 1 - r0
-                                    ? r1 - r0
-                                    : 1;
-            const int32_t px = per * wo;
             for (int32_t ho = r0; ho < r1; ho += per) {
                 const int8_t *xn = x.p + n * x.nstride - xc_off * x.cstride, *xr = 0;
                 if (planes) xr = xn + et_ring(ho * P->sh, x.cap) * P->w;
