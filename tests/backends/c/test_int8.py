@@ -24,25 +24,28 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc
                                 reason="no C compiler")
 
 
-def _same(got: dict, want: dict):
+def _same(got: dict, want: dict, bits: bool = False):
+    """Equal values (bits: float32 compared as their bits, so -0 differs from +0)."""
     assert got.keys() == want.keys()
     for k in want:
         g, w = np.asarray(got[k]), np.asarray(want[k])
         assert g.dtype == w.dtype and g.shape == w.shape, k
+        if bits and g.dtype == np.float32:
+            g, w = g.view(np.uint32), w.view(np.uint32)
         if not np.array_equal(g, w):
             bad = np.argwhere(g != w)[:5]
             raise AssertionError(f"{k}: {len(np.argwhere(g != w))} elements differ, first {bad.tolist()}: "
                                  f"{[g[tuple(b)] for b in bad]} vs {[w[tuple(b)] for b in bad]}")
 
 
-def check(build, feeds, state=None, splits=None, steps=1):
+def check(build, feeds, state=None, splits=None, steps=1, bits=False):
     state = state or {}
     g = graph_of(build, {**feeds, **state})
     per = (lambda k: feeds) if steps > 1 else None
     got_out, got_state = run_c(g, feeds, state, splits, steps=steps, per_step=per)
     want_out, want_state = run_ref(g, feeds, state, steps=steps, per_step=per)
-    _same(got_out, {k: v for k, v in want_out.items() if k in got_out})  # the others are state tensors
-    _same(got_state, want_state)
+    _same(got_out, {k: v for k, v in want_out.items() if k in got_out}, bits)  # the others are state tensors
+    _same(got_state, want_state, bits)
     return got_out, got_state
 
 
