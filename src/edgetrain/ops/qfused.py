@@ -17,9 +17,9 @@ Memory: the op holds x, y and one block of t (N * block * H_t * W_t int8 bytes, 
 one 64x64 channel) instead of all of t. `block`, the attribute BLOCK (CHANNEL_BLOCK when
 absent), is the channels the scratch holds: passes/widen_scratch.py raises it where the
 step's peak has room, so a kernel can compute more channels and rows per call. The block
-buffer is the op's second output, `scratch`, which nothing reads: liveness, the arena planner, the reorderer and
-the reference runtime therefore count it while (and only while) the op runs, with no
-special case. The reference returns the last block computed in it.
+buffer is the op's second output, `scratch`, which nothing reads: liveness, the arena planner,
+the reorderer and the reference runtime therefore count it while (and only while) the op
+runs, with no special case. The reference returns the last block computed in it.
 
 Attributes are the two layers' qconv2d attributes, flattened under the prefixes "pw_"
 and "dw_" (`fuse_attrs` / `split_attrs`), so every value stays a scalar or a tuple: the
