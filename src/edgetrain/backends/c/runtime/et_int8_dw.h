@@ -246,6 +246,11 @@ static inline __attribute__((always_inline)) void et_dw_plane(const int8_t *x, i
     int32_t jump = sw * rb - sw * wo; /* the end of a row's pixels to the next output row's */
     const int8_t *end = y + nr * wo;
     if (three && sw == 1) {
+        /* the row's pair count in m2's upper half, which the products never read (smlabb and
+         * smlabt take its lower one): it counts up from 2^16 - half and carries out at the row's
+         * end (a register more for the loop would be one more than gcc can give it everywhere) */
+        const int32_t reset = (int32_t)((uint32_t)(0x10000 - half) << 16);
+        int32_t m2c = (int32_t)(((uint32_t)m2 & 0xffffu) | (uint32_t)reset);
         int32_t v, a, s0, s1;
         __asm__ volatile(
             "1:\n\t"
@@ -285,22 +290,20 @@ static inline __attribute__((always_inline)) void et_dw_plane(const int8_t *x, i
             "ssat %[v], #8, %[v]\n\t"
             "strb %[v], [%[y]], #1\n\t"
             "add %[x], %[x], #2\n\t"
-            "ldr %[v], %[left]\n\t" /* the row's next pair, or the next row */
-            "subs %[v], %[v], #1\n\t"
-            "str %[v], %[left]\n\t"
-            "bne 1b\n\t"
-            "ldr %[v], %[half]\n\t"
-            "str %[v], %[left]\n\t"
+            "adds %[m2], %[m2], #0x10000\n\t" /* the row's next pair, or the next row */
+            "bcc 1b\n\t"
+            "ldr %[v], %[reset]\n\t"
+            "add %[m2], %[m2], %[v]\n\t"
             "ldr %[v], %[jump]\n\t"
             "add %[x], %[x], %[v]\n\t"
             "ldr %[v], %[end]\n\t"
             "cmp %[y], %[v]\n\t"
             "blo 1b\n\t"
             : [x] "+r"(x), [y] "+r"(y), [v] "=&r"(v), [a] "=&r"(a), [s0] "=&r"(s0), [s1] "=&r"(s1),
-              [left] "+m"(left)
-            : [rb] "r"(rb), [e0] "r"(e0), [e1] "r"(e1), [e2] "r"(e2), [m01] "r"(m01), [m2] "r"(m2),
-              [init] "r"(init), [mult] "m"(mult), [add] "m"(add), [right] "m"(right), [half] "m"(half),
-              [jump] "m"(jump), [end] "m"(end)
+              [m2] "+r"(m2c)
+            : [rb] "r"(rb), [e0] "r"(e0), [e1] "r"(e1), [e2] "r"(e2), [m01] "r"(m01), [init] "r"(init),
+              [mult] "m"(mult), [add] "m"(add), [right] "m"(right), [reset] "m"(reset), [jump] "m"(jump),
+              [end] "m"(end)
             : "cc", "memory");
         return;
     }
