@@ -4,11 +4,14 @@
  * et_qconv_gemm_rows, which runs every ungrouped conv whose weight rows lie side by side.
  * - et_gemm_row_wide: a 1x1 of a multiple of 4 inputs, at most ET_COL_K / 2, over a column of
  *   int16 pairs with x_zero taken out and doubled, so the dot products widen only the weights,
- *   the sums start from 2 * bias and feed et_level2 directly; compiled once more for 8, 16, 24
- *   and 32 inputs (the expansions of the first blocks, where a loop's set-up cost as much as
- *   its products) with its loops unrolled;
- * - et_gemm_windows_wide: the same column built from two gathered KxK windows (the inputs
- *   padded to a multiple of 4 with weight 0), for a dense conv such as the models' first;
+ *   the sums start from 2 * bias and feed et_level2 directly. Four pixels at a time where
+ *   their column fits col (each weight word widened once for 4 pixels, each channel's
+ *   requantization read once), compiled once more for 8, 16, 24 and 32 inputs (the expansions
+ *   of the first blocks, where a loop's set-up cost as much as its products) with its loops
+ *   unrolled; two at a time for a row's last pixels and for more inputs;
+ * - et_gemm_windows_quads / et_gemm_windows_wide: the same column built from four or two
+ *   gathered KxK windows (the inputs padded to a multiple of 4 with weight 0), for a dense conv
+ *   such as the models' first (four at a time for 28 inputs: a 3x3 over 3 channels);
  * - et_gemm_row_planes: any other 1x1, two pixels packed into a column per step;
  * - et_gemm_pairs_planes: a chunk of at most 4 output channels of a 1x1 reads the planes in its
  *   dot products (the packing would cost as much as it saves). */
@@ -87,13 +90,91 @@ static inline __attribute__((always_inline)) void et_gemm_pairs16(const et_gemm_
     }
 }
 
-/* one output row of `px` pixels of a 1x1 over wide columns, two pixels at a time (the last
- * alone when px is odd), for a chunk of fast channel pairs whose init is the bias alone
- * (k a small constant: the column is 4 k bytes of col) */
+/* two halfwords of lo and hi in one word: (lo[15:0], hi[15:0]) and (lo[31:16], hi[31:16]) */
+static inline int32_t et_pkh_low(uint32_t lo, uint32_t hi) {
+    int32_t r;
+    __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(lo), "r"(hi));
+    return r;
+}
+
+static inline int32_t et_pkh_high(uint32_t lo, uint32_t hi) {
+    int32_t r;
+    __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(r) : "r"(hi), "r"(lo));
+    return r;
+}
+
+/* et_col_planes16 of four pixels x .. x + 3: per 4 inputs the 8 words (x0e, x0o, x1e, x1o,
+ * x2e, x2o, x3e, x3o), one word read per input for the four pixels */
+static inline __attribute__((always_inline)) void et_col_quads16(const int8_t *x, int32_t cs, int32_t k, int32_t nz,
+                                                                 int32_t *c) {
+    int32_t q = 0;
+    ET_GROUPS(k, {
+        const int8_t *p = x + q * cs;
+        const uint32_t u0 = (uint32_t)et_ld32s(p), u1 = (uint32_t)et_ld32s(p + cs);
+        const uint32_t u2 = (uint32_t)et_ld32s(p + 2 * cs), u3 = (uint32_t)et_ld32s(p + 3 * cs);
+        const uint32_t l02 = (uint32_t)et_pkh_low(u0, u2), l13 = (uint32_t)et_pkh_low(u1, u3);
+        const uint32_t h02 = (uint32_t)et_pkh_high(u0, u2), h13 = (uint32_t)et_pkh_high(u1, u3);
+        const int32_t v[8] = {__sxtab16(nz, (int32_t)l02), __sxtab16(nz, (int32_t)l13), et_sxtab16_ror8(nz, l02),
+                              et_sxtab16_ror8(nz, l13),    __sxtab16(nz, (int32_t)h02), __sxtab16(nz, (int32_t)h13),
+                              et_sxtab16_ror8(nz, h02),    et_sxtab16_ror8(nz, h13)};
+        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) c[2 * q + i] = __sadd16(v[i], v[i]);
+    });
+}
+
+/* et_gemm_pairs16 over four pixels (the column of et_col_quads16): each weight word read and
+ * widened once for 4 pixels, each channel's requantization read once */
+static inline __attribute__((always_inline)) void et_gemm_quads16(const et_gemm_oc *t, int32_t pairs, const int32_t *c,
+                                                                  int32_t k, int8_t *y, int32_t cs) {
+    for (; pairs > 0; pairs--, t += 2, y += 2 * cs) {
+        const int8_t *wa = t[0].w, *wb = t[1].w;
+        int32_t a0 = 2 * t[0].init, a1 = a0, a2 = a0, a3 = a0, b0 = 2 * t[1].init, b1 = b0, b2 = b0, b3 = b0;
+        int32_t q = 0;
+        ET_GROUPS(k, {
+            const int32_t va = et_ld32s(wa + q), vb = et_ld32s(wb + q);
+            const int32_t a02 = __sxtb16(va), a13 = et_sxtb16_ror8((uint32_t)va);
+            const int32_t b02 = __sxtb16(vb), b13 = et_sxtb16_ror8((uint32_t)vb);
+            const int32_t *g = c + 2 * q;
+            a0 = __smlad(a02, g[0], a0), b0 = __smlad(b02, g[0], b0);
+            a0 = __smlad(a13, g[1], a0), b0 = __smlad(b13, g[1], b0);
+            a1 = __smlad(a02, g[2], a1), b1 = __smlad(b02, g[2], b1);
+            a1 = __smlad(a13, g[3], a1), b1 = __smlad(b13, g[3], b1);
+            a2 = __smlad(a02, g[4], a2), b2 = __smlad(b02, g[4], b2);
+            a2 = __smlad(a13, g[5], a2), b2 = __smlad(b13, g[5], b2);
+            a3 = __smlad(a02, g[6], a3), b3 = __smlad(b02, g[6], b3);
+            a3 = __smlad(a13, g[7], a3), b3 = __smlad(b13, g[7], b3);
+        });
+        const int32_t ma = t[0].mult, aa = t[0].add, ra = t[0].right, mb = t[1].mult, ab = t[1].add, rb = t[1].right;
+        y[0] = (int8_t)et_level2(a0, ma, aa, ra);
+        y[1] = (int8_t)et_level2(a1, ma, aa, ra);
+        y[2] = (int8_t)et_level2(a2, ma, aa, ra);
+        y[3] = (int8_t)et_level2(a3, ma, aa, ra);
+        y[cs] = (int8_t)et_level2(b0, mb, ab, rb);
+        y[cs + 1] = (int8_t)et_level2(b1, mb, ab, rb);
+        y[cs + 2] = (int8_t)et_level2(b2, mb, ab, rb);
+        y[cs + 3] = (int8_t)et_level2(b3, mb, ab, rb);
+    }
+}
+
+/* the first px & ~3 pixels of one output row of a 1x1 over wide columns, four at a time (the
+ * column is 8 k bytes of col), for a chunk of fast channel pairs whose init is the bias alone;
+ * returns the pixels done */
+static inline __attribute__((always_inline)) int32_t et_gemm_row_quads_k(const et_gemm_oc *t, int32_t pairs,
+                                                                         const int8_t *x, int32_t xs, int32_t k,
+                                                                         int32_t nz, int32_t *c, int32_t px, int8_t *y,
+                                                                         int32_t cs) {
+    int32_t q = 0;
+    for (; q + 4 <= px; q += 4) {
+        et_col_quads16(x + q, xs, k, nz, c);
+        et_gemm_quads16(t, pairs, c, k, y + q, cs);
+    }
+    return q;
+}
+
+/* the pixels of one output row of a 1x1 over wide columns two at a time (the last alone when
+ * px is odd): a row whose column of four pixels does not fit col, and the others' last pixels */
 static inline __attribute__((always_inline)) void et_gemm_row_wide_k(const et_gemm_oc *t, int32_t pairs,
                                                                      const int8_t *x, int32_t xs, int32_t k, int32_t nz,
-                                                                     int8_t *col, int32_t px, int8_t *y, int32_t cs) {
-    int32_t *c = (int32_t *)(void *)col; /* 4-byte aligned */
+                                                                     int32_t *c, int32_t px, int8_t *y, int32_t cs) {
     int32_t q = 0;
     for (; q + 2 <= px; q += 2) {
         et_col_planes16(x + q, xs, k, nz, 1, c);
@@ -125,18 +206,38 @@ static inline __attribute__((always_inline)) void et_gemm_windows_wide_k(const e
     else et_gemm_pairs16(t, pairs, c, k, y, cs, 0);
 }
 
-/* compiled once more for 28 inputs (a 3x3 of 3 channels, padded: the models' first conv) */
+/* any k (28, the models' first conv, takes et_gemm_windows_quads but for a row's last pixels) */
 static ET_DSP_NOINLINE void et_gemm_windows_wide(const et_gemm_oc *t, int32_t pairs, const int8_t *v0,
                                                  const int8_t *v1, int32_t k, int32_t x_zero, int8_t *col,
                                                  int8_t *y, int32_t cs, int32_t two) {
-    const int32_t nz = et_pack16(-x_zero, -x_zero);
-    int32_t *c = (int32_t *)(void *)col; /* 4-byte aligned */
-    if (k == 28) et_gemm_windows_wide_k(t, pairs, v0, v1, 28, nz, c, y, cs, two);
-    else et_gemm_windows_wide_k(t, pairs, v0, v1, k, nz, c, y, cs, two);
+    et_gemm_windows_wide_k(t, pairs, v0, v1, k, et_pack16(-x_zero, -x_zero), (int32_t *)(void *)col, y, cs, two);
 }
 
-/* the input counts of the wide path (its column, 4 k bytes, fits col); 8, 16, 24 and 32 each
- * compiled with the dot-product loops unrolled completely */
+/* four gathered windows v, v + k, v + 2 k, v + 3 k (k a multiple of 4) as et_col_quads16's
+ * column, then the fast channel pairs over it: each weight word widened once for 4 pixels */
+static inline __attribute__((always_inline)) void et_gemm_windows_quads_k(const et_gemm_oc *t, int32_t pairs,
+                                                                          const int8_t *v, int32_t k, int32_t nz,
+                                                                          int32_t *c, int8_t *y, int32_t cs) {
+    int32_t q = 0;
+    ET_GROUPS(k, {
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+            const uint32_t a = (uint32_t)et_ld32s(v + i * k + q);
+            const int32_t e = __sxtab16(nz, (int32_t)a), o = et_sxtab16_ror8(nz, a);
+            c[2 * q + 2 * i] = __sadd16(e, e);
+            c[2 * q + 2 * i + 1] = __sadd16(o, o);
+        }
+    });
+    et_gemm_quads16(t, pairs, c, k, y, cs);
+}
+
+/* compiled for 28 inputs only (a 3x3 over 3 channels, padded: the first conv of an image model);
+ * the windows lie in col after the column */
+static ET_DSP_NOINLINE void et_gemm_windows_quads(const et_gemm_oc *t, int32_t pairs, const int8_t *v,
+                                                  int32_t x_zero, int8_t *col, int8_t *y, int32_t cs) {
+    et_gemm_windows_quads_k(t, pairs, v, 28, et_pack16(-x_zero, -x_zero), (int32_t *)(void *)col, y, cs);
+}
+
+/* the input counts of the wide path (its column of two pixels, 4 k bytes, fits col) */
 static inline int et_gemm_wide_k(int32_t k) { return (k & 3) == 0 && k >= 8 && 4 * k <= 2 * ET_COL_K; }
 
 static ET_DSP_NOINLINE void et_gemm_row_wide(const et_gemm_oc *t, int32_t pairs, const int8_t *x, int32_t xs,
@@ -147,11 +248,14 @@ static ET_DSP_NOINLINE void et_gemm_row_wide(const et_gemm_oc *t, int32_t pairs,
     return;
 #endif
     const int32_t nz = et_pack16(-x_zero, -x_zero);
-    if (k == 8) et_gemm_row_wide_k(t, pairs, x, xs, 8, nz, col, px, y, cs);
-    else if (k == 16) et_gemm_row_wide_k(t, pairs, x, xs, 16, nz, col, px, y, cs);
-    else if (k == 24) et_gemm_row_wide_k(t, pairs, x, xs, 24, nz, col, px, y, cs);
-    else if (k == 32) et_gemm_row_wide_k(t, pairs, x, xs, 32, nz, col, px, y, cs);
-    else et_gemm_row_wide_k(t, pairs, x, xs, k, nz, col, px, y, cs);
+    int32_t *c = (int32_t *)(void *)col; /* 4-byte aligned */
+    int32_t q = 0;
+    if (k == 8) q = et_gemm_row_quads_k(t, pairs, x, xs, 8, nz, c, px, y, cs);
+    else if (k == 16) q = et_gemm_row_quads_k(t, pairs, x, xs, 16, nz, c, px, y, cs);
+    else if (k == 24) q = et_gemm_row_quads_k(t, pairs, x, xs, 24, nz, c, px, y, cs);
+    else if (k == 32) q = et_gemm_row_quads_k(t, pairs, x, xs, 32, nz, c, px, y, cs);
+    else if (8 * k <= 2 * ET_COL_K) q = et_gemm_row_quads_k(t, pairs, x, xs, k, nz, c, px, y, cs);
+    if (q < px) et_gemm_row_wide_k(t, pairs, x + q, xs, k, nz, c, px - q, y + q, cs);
 }
 
 /* the first `px` (even) pixels of one output row of a 1x1 (k planes, plane q at x + q * xs),
@@ -319,7 +423,15 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                 int32_t q0 = 0; /* pixels done by et_gemm_row_wide, et_gemm_row_planes or et_gemm_pairs_planes */
                 if (wide_rows && wide_win) {
                     q0 = px;
-                    for (int32_t q = 0; q < px; q += 2) {
+                    int32_t q = 0;
+                    if (k1 == 28) /* four windows at a time, gathered after the column (et_gather may write
+                                   * a byte past a window: 12 k1 + 1 bytes of col) */
+                        for (int8_t *v = col + 8 * 28; q + 4 <= px; q += 4) {
+                            for (int32_t i = 0; i < 4; i++) et_gather(P, rows, q + i, v + i * 28);
+                            et_gemm_windows_quads(fast, (oe - oc) / 2, v, P->x_zero, col, yp + oc * y.cstride + q,
+                                                  y.cstride);
+                        }
+                    for (; q < px; q += 2) {
                         const int32_t two = q + 1 < px;
                         et_gather(P, rows, q, win[0]);
                         if (two) et_gather(P, rows, q + 1, win[1]);
