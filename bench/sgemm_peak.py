@@ -41,6 +41,20 @@ def _library() -> Optional[tuple]:
     return lib, getattr(lib, f"{prefix}cblas_sgemm"), getattr(lib, f"{prefix}openblas_set_num_threads")
 
 
+def kernels() -> str:
+    """Which BLAS kernels the bench ran: MKL's, or OpenBLAS's core name (openblas_get_corename)."""
+    found = _library()
+    if found is None:
+        return "no BLAS"
+    lib = found[0]
+    for name in ("scipy_openblas_get_corename", "openblas_get_corename"):
+        if hasattr(lib, name):
+            f = getattr(lib, name)
+            f.restype = ctypes.c_char_p
+            return f"OpenBLAS {f().decode()} kernels"
+    return "MKL"
+
+
 def sgemm_peak_gflops(n: int = 2048, repeats: int = 7, threads: int = 1) -> Optional[float]:
     """Median GFLOP/s of C = A B (n x n float32) on `threads` threads; None without the BLAS."""
     found = _library()
@@ -77,7 +91,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     g = sgemm_peak_gflops(args.n, args.repeats, args.threads)
     print("no BLAS (pip install scipy-openblas32)" if g is None else
-          f"sgemm {args.n}x{args.n}x{args.n}, {args.threads} thread(s): {g:.1f} GFLOP/s")
+          f"sgemm {args.n}x{args.n}x{args.n}, {args.threads} thread(s), {kernels()}: {g:.1f} GFLOP/s")
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ from edgetrain.backends.c.host import DEFAULT_CFLAGS, to_c_program
 from edgetrain.ops import get_op
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sgemm_peak import sgemm_peak_gflops  # noqa: E402
+from sgemm_peak import kernels as sgemm_kernels, sgemm_peak_gflops  # noqa: E402
 
 #: the ops whose MACs count as the step's GEMM work
 GEMM_OPS = ("conv2d", "conv2d_grad_input", "conv2d_grad_weight", "linear", "linear_grad_weight", "matmul")
@@ -361,7 +361,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     peak = sgemm_peak_gflops(threads=args.threads)
     peak = round(peak, 1) if peak else None
-    print(json.dumps({"sgemm_peak_gflops": peak, "threads": args.threads,
+    print(json.dumps({"sgemm_peak_gflops": peak, "sgemm_kernels": sgemm_kernels(), "threads": args.threads,
                       "kernels": blas_describe(cflags(args, portable=args.kernels == "portable"))}), flush=True)
     rows = []
     keys = [k for k in args.schemes.split(",") if k]

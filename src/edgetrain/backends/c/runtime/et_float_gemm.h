@@ -28,6 +28,36 @@ ET_HOST_INLINE int et_dw_rows(int HO, int KH, int SH, int DH) { return (HO - 1) 
 ET_HOST_INLINE void et_dw_phases(const float *ET_RESTRICT x, float *ET_RESTRICT XP, int H, int Wd, int PH, int PW,
                                  int SW, int HP, int LP) {
     const int r0 = PH < HP ? PH : HP, r1 = PH + H < HP ? PH + H : HP;
+    if (SW == 2) { /* each row's column pairs split into the two phases in one pass (vectorised) */
+        float *p0 = XP, *p1 = XP + (size_t)HP * LP;
+        memset(p0, 0, (size_t)r0 * LP * sizeof(float));
+        memset(p1, 0, (size_t)r0 * LP * sizeof(float));
+        /* input column 2m is padded column 2m + PW: phase PW & 1, column m + PW / 2; 2m + 1 the other */
+        const int oa = PW / 2, ob = (PW + 1) / 2, na = (Wd + 1) / 2, nb = Wd / 2;
+        /* columns written (within LP): mb <= ma, as nb <= na and ob >= oa */
+        const int la = LP - oa > 0 ? LP - oa : 0, lb = LP - ob > 0 ? LP - ob : 0;
+        const int ma = na < la ? na : la, mb = nb < lb ? nb : lb;
+        for (int r = r0; r < r1; ++r) {
+            const float *ET_RESTRICT xr = x + (size_t)(r - PH) * Wd;
+            float *ET_RESTRICT a = ((PW & 1) ? p1 : p0) + (size_t)r * LP;
+            float *ET_RESTRICT b = ((PW & 1) ? p0 : p1) + (size_t)r * LP;
+            memset(a, 0, (size_t)LP * sizeof(float));
+            memset(b, 0, (size_t)LP * sizeof(float));
+            a += oa;
+            b += ob;
+            int m = 0;
+            for (; m < mb; ++m) {
+                a[m] = xr[2 * m];
+                b[m] = xr[2 * m + 1];
+            }
+            for (; m < ma; ++m) a[m] = xr[2 * m];
+        }
+        if (r1 < HP) {
+            memset(p0 + (size_t)r1 * LP, 0, (size_t)(HP - r1) * LP * sizeof(float));
+            memset(p1 + (size_t)r1 * LP, 0, (size_t)(HP - r1) * LP * sizeof(float));
+        }
+        return;
+    }
     for (int ph = 0; ph < SW; ++ph) {
         const int j0l = et_lo(PW, ph, 1, SW), j0 = j0l < LP ? j0l : LP, j1h = et_hi(Wd, PW, ph, 1, SW, LP);
         const int j1 = j1h > j0 ? j1h : j0;
@@ -149,6 +179,28 @@ ET_HOST_INLINE void et_dw_grad_input(int i, const float *ET_RESTRICT GY, const f
             }
     /* the crop: input column iw is padded column iw + PW = j*SW + ph, row ih is padded row ih + PH */
     float *gx = GX + (size_t)i * H * Wd;
+    if (SW == 2) { /* two phases interleaved, a pair of columns a step (vectorised) */
+        const int ne = (Wd + 1) / 2, no = Wd / 2; /* even and odd input columns */
+        /* those within the phases' LP columns: vo <= ve, as no <= ne and (PW + 1) / 2 >= PW / 2 */
+        const int ve = LP - PW / 2 < ne ? LP - PW / 2 : ne, vo = LP - (PW + 1) / 2 < no ? LP - (PW + 1) / 2 : no;
+        for (int ih = 0; ih < H; ++ih) {
+            float *ET_RESTRICT gr = gx + (size_t)ih * Wd;
+            if (ih + PH >= HP) {
+                memset(gr, 0, (size_t)Wd * sizeof(float));
+                continue;
+            }
+            const float *ET_RESTRICT pe = GP + ((size_t)(PW & 1) * HP + ih + PH) * LP + PW / 2;
+            const float *ET_RESTRICT po = GP + ((size_t)((PW + 1) & 1) * HP + ih + PH) * LP + (PW + 1) / 2;
+            int m = 0;
+            for (; m < vo; ++m) {
+                gr[2 * m] = pe[m];
+                gr[2 * m + 1] = po[m];
+            }
+            for (int e = m; e < ne; ++e) gr[2 * e] = e < ve ? pe[e] : 0.f;
+            for (int o = m; o < no; ++o) gr[2 * o + 1] = 0.f;
+        }
+        return;
+    }
     for (int ih = 0; ih < H; ++ih) {
         float *gr = gx + (size_t)ih * Wd;
         if (ih + PH >= HP) {
