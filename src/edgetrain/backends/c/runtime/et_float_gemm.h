@@ -179,28 +179,6 @@ ET_HOST_INLINE void et_dw_grad_input(int i, const float *ET_RESTRICT GY, const f
             }
     /* the crop: input column iw is padded column iw + PW = j*SW + ph, row ih is padded row ih + PH */
     float *gx = GX + (size_t)i * H * Wd;
-    if (SW == 2) { /* two phases interleaved, a pair of columns a step (vectorised) */
-        const int ne = (Wd + 1) / 2, no = Wd / 2; /* even and odd input columns */
-        /* those within the phases' LP columns: vo <= ve, as no <= ne and (PW + 1) / 2 >= PW / 2 */
-        const int ve = LP - PW / 2 < ne ? LP - PW / 2 : ne, vo = LP - (PW + 1) / 2 < no ? LP - (PW + 1) / 2 : no;
-        for (int ih = 0; ih < H; ++ih) {
-            float *ET_RESTRICT gr = gx + (size_t)ih * Wd;
-            if (ih + PH >= HP) {
-                memset(gr, 0, (size_t)Wd * sizeof(float));
-                continue;
-            }
-            const float *ET_RESTRICT pe = GP + ((size_t)(PW & 1) * HP + ih + PH) * LP + PW / 2;
-            const float *ET_RESTRICT po = GP + ((size_t)((PW + 1) & 1) * HP + ih + PH) * LP + (PW + 1) / 2;
-            int m = 0;
-            for (; m < vo; ++m) {
-                gr[2 * m] = pe[m];
-                gr[2 * m + 1] = po[m];
-            }
-            for (int e = m; e < ne; ++e) gr[2 * e] = e < ve ? pe[e] : 0.f;
-            for (int o = m; o < no; ++o) gr[2 * o + 1] = 0.f;
-        }
-        return;
-    }
     for (int ih = 0; ih < H; ++ih) {
         float *gr = gx + (size_t)ih * Wd;
         if (ih + PH >= HP) {
@@ -212,6 +190,63 @@ ET_HOST_INLINE void et_dw_grad_input(int i, const float *ET_RESTRICT GY, const f
             const int j0 = et_lo(PW, ph, 1, SW), j1 = et_hi(Wd, PW, ph, 1, SW, (Wd + PW) / SW + 1);
             for (int j = j0; j < j1; ++j) gr[j * SW + ph - PW] = j < LP ? src[j] : 0.f;
         }
+    }
+}
+
+/* the input gradient's item i at stride 2, no dilation: each row of GX gathered from the rows of GY
+ * it reads (input row ih takes kernel rows ki = ih + PH's parity, + 2, ..., from output row (ih + PH -
+ * ki) / 2), its even and odd padded columns J = iw + PW as two rows E, O (E[m] at J = 2m takes the
+ * even kernel columns kj, from output column m - kj / 2; O[m] the odd ones, from m - (kj - 1) / 2),
+ * each summed over its taps in registers from GY's rows padded by L zeros each side (a missing row:
+ * the zero row after them; this thread's scratch 0), then interleaved into GX: no phase planes to
+ * clear, add into and crop */
+ET_HOST_INLINE void et_dw_grad_input_s2(int i, const float *ET_RESTRICT GY, const float *ET_RESTRICT W,
+                                        float *ET_RESTRICT GX, int C, int H, int Wd, int HO, int WO, int PH, int PW,
+                                        int KH, int KW) {
+    const int L = (KW - 1) / 2, M = (Wd + PW) / 2 + 1; /* E and O columns: J / 2 < M for every J */
+    const int WP = (M > WO ? M : WO) + 2 * L + 1;        /* a padded row: column ow at ow + L */
+    const int NR = (KH + 1) / 2;                         /* kernel rows per input row, at most */
+    float *GP = et_scratch(0, (size_t)(HO + 1) * WP + (size_t)2 * M + (size_t)(KH + 1) * KW); /* this thread's */
+    if (!GP) return;
+    float *ET_RESTRICT E = GP + (size_t)(HO + 1) * WP, *ET_RESTRICT Od = E + M, *ET_RESTRICT wk = Od + M;
+    const float *g = GY + (size_t)i * HO * WO;
+    memcpy(wk, W + (size_t)(i % C) * KH * KW, (size_t)KH * KW * sizeof(float));
+    memset(wk + KH * KW, 0, (size_t)KW * sizeof(float)); /* kernel row KH: zeros, for a missing row */
+    for (int oh = 0; oh < HO; ++oh) {
+        float *r = GP + (size_t)oh * WP;
+        memset(r, 0, (size_t)L * sizeof(float));
+        memcpy(r + L, g + (size_t)oh * WO, (size_t)WO * sizeof(float));
+        memset(r + L + WO, 0, (size_t)(WP - L - WO) * sizeof(float));
+    }
+    memset(GP + (size_t)HO * WP, 0, (size_t)WP * sizeof(float)); /* the zero row */
+    /* even input columns read E (PW even) or O at J / 2, odd ones the other */
+    const float *a = ((PW & 1) ? Od : E) + PW / 2, *b = ((PW & 1) ? E : Od) + (PW + 1) / 2;
+    float *gx = GX + (size_t)i * H * Wd;
+    for (int ih = 0; ih < H; ++ih) {
+        const float *rt[NR], *wt[NR];
+        for (int t = 0; t < NR; ++t) {
+            const int ki = ((ih + PH) & 1) + 2 * t, oh = (ih + PH - ki) / 2;
+            const int ok = ki < KH && ih + PH - ki >= 0 && oh < HO;
+            rt[t] = GP + (size_t)(ok ? oh : HO) * WP + L;
+            wt[t] = wk + (size_t)(ok ? ki : KH) * KW;
+        }
+        ET_SIMD
+        for (int m = 0; m < M; ++m) {
+            float e = 0.f, o = 0.f;
+            for (int t = 0; t < NR; ++t) {
+                for (int kj = 0; kj < KW; kj += 2) e += wt[t][kj] * rt[t][m - kj / 2];
+                for (int kj = 1; kj < KW; kj += 2) o += wt[t][kj] * rt[t][m - (kj - 1) / 2];
+            }
+            E[m] = e;
+            Od[m] = o;
+        }
+        float *ET_RESTRICT gr = gx + (size_t)ih * Wd;
+        int m = 0;
+        for (; m < Wd / 2; ++m) {
+            gr[2 * m] = a[m];
+            gr[2 * m + 1] = b[m];
+        }
+        if (Wd & 1) gr[2 * m] = a[m];
     }
 }
 
@@ -297,7 +332,9 @@ ET_INLINE void et_conv2d_grad_input(const float *ET_RESTRICT GY, const float *ET
             if (WF)
                 ET_DW_STRIDED(et_dw_fwd, N * C, work, KH, KW, 1, 1, (KH - 1) * DH - PH, (KW - 1) * DW - PW, DH, DW,
                               GY, WF, (const float *)0, GX, C, HO, WO, H, Wd);
-        } else
+        } else if (SH == 2 && SW == 2 && DH == 1 && DW == 1)
+            ET_DW_SPECIALISE(et_dw_grad_input_s2, N * C, work, KH, KW, GY, W, GX, C, H, Wd, HO, WO, PH, PW);
+        else
             ET_DW_STRIDED(et_dw_grad_input, N * C, work, KH, KW, SH, SW, PH, PW, DH, DW, GY, W, GX, C, H, Wd, HO, WO);
         return;
     }
