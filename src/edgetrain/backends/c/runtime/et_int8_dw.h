@@ -247,8 +247,9 @@ static inline __attribute__((always_inline)) void et_dw_plane(const int8_t *x, i
     const int8_t *end = y + nr * wo;
     if (three && sw == 1) {
         /* the row's pair count in m2's upper half, which the products never read (smlabb and
-         * smlabt take its lower one): it counts up from 2^16 - half and carries out at the row's
-         * end (a register more for the loop would be one more than gcc can give it everywhere) */
+         * smlabt take its lower one): it counts up from 2^16 - half (half < ET_DW_PAD, the rows
+         * held) and carries out at the row's end (a register more for the loop would be one more
+         * than gcc can give it everywhere) */
         const int32_t reset = (int32_t)((uint32_t)(0x10000 - half) << 16);
         int32_t m2c = (int32_t)(((uint32_t)m2 & 0xffffu) | (uint32_t)reset);
         int32_t v, a, s0, s1;
