@@ -24,27 +24,45 @@
  * accumulates into a phase matrix of the same shape, which is then cropped into GX. */
 ET_HOST_INLINE int et_dw_rows(int HO, int KH, int SH, int DH) { return (HO - 1) * SH + (KH - 1) * DH + 1; }
 
-/* XP (SW phases of HP x LP) from the plane x (H x Wd) padded by (PH, PW) */
+/* the columns [*j0, *j1) of phase ph (of SW) that the plane's Wd columns padded by PW fill */
+ET_HOST_INLINE void et_dw_phase_cols(int Wd, int PW, int ph, int SW, int LP, int *j0, int *j1) {
+    const int lo = et_lo(PW, ph, 1, SW), hi = et_hi(Wd, PW, ph, 1, SW, LP);
+    *j0 = lo < LP ? lo : LP;
+    *j1 = hi > *j0 ? hi : *j0;
+}
+
+/* XP (SW phases of HP x LP) from the plane x (H x Wd) padded by (PH, PW): phase ph's column j is
+ * padded column j*SW + ph; the padding zero */
 ET_HOST_INLINE void et_dw_phases(const float *ET_RESTRICT x, float *ET_RESTRICT XP, int H, int Wd, int PH, int PW,
                                  int SW, int HP, int LP) {
     const int r0 = PH < HP ? PH : HP, r1 = PH + H < HP ? PH + H : HP;
+    for (int ph = 0; ph < SW; ++ph) {
+        int j0, j1;
+        et_dw_phase_cols(Wd, PW, ph, SW, LP, &j0, &j1);
+        float *p = XP + (size_t)ph * HP * LP;
+        memset(p, 0, (size_t)r0 * LP * sizeof(float));
+        for (int r = r0; r < r1; ++r) {
+            const float *xr = x + (size_t)(r - PH) * Wd + ph - PW;
+            float *d = p + (size_t)r * LP;
+            for (int j = 0; j < j0; ++j) d[j] = 0.f;
+            if (SW != 2) /* stride 2: both phases at once, below */
+                for (int j = j0; j < j1; ++j) d[j] = xr[(size_t)j * SW];
+            for (int j = j1; j < LP; ++j) d[j] = 0.f;
+        }
+        if (r1 < HP) memset(p + (size_t)r1 * LP, 0, (size_t)(HP - r1) * LP * sizeof(float));
+    }
     if (SW == 2) { /* each row's column pairs split into the two phases in one pass (vectorised) */
-        float *p0 = XP, *p1 = XP + (size_t)HP * LP;
-        memset(p0, 0, (size_t)r0 * LP * sizeof(float));
-        memset(p1, 0, (size_t)r0 * LP * sizeof(float));
-        /* input column 2m is padded column 2m + PW: phase PW & 1, column m + PW / 2; 2m + 1 the other */
-        const int oa = PW / 2, ob = (PW + 1) / 2, na = (Wd + 1) / 2, nb = Wd / 2;
-        /* columns written (within LP): mb <= ma, as nb <= na and ob >= oa */
-        const int la = LP - oa > 0 ? LP - oa : 0, lb = LP - ob > 0 ? LP - ob : 0;
-        const int ma = na < la ? na : la, mb = nb < lb ? nb : lb;
+        /* input column 2m is padded column 2m + PW: phase PW & 1's column ja + m; 2m + 1 the
+         * other's, jb + m (mb <= ma: the odd columns are no more than the even ones) */
+        const int pa = PW & 1;
+        int ja, ea, jb, eb;
+        et_dw_phase_cols(Wd, PW, pa, 2, LP, &ja, &ea);
+        et_dw_phase_cols(Wd, PW, 1 - pa, 2, LP, &jb, &eb);
+        const int ma = ea - ja, mb = eb - jb;
         for (int r = r0; r < r1; ++r) {
             const float *ET_RESTRICT xr = x + (size_t)(r - PH) * Wd;
-            float *ET_RESTRICT a = ((PW & 1) ? p1 : p0) + (size_t)r * LP;
-            float *ET_RESTRICT b = ((PW & 1) ? p0 : p1) + (size_t)r * LP;
-            memset(a, 0, (size_t)LP * sizeof(float));
-            memset(b, 0, (size_t)LP * sizeof(float));
-            a += oa;
-            b += ob;
+            float *ET_RESTRICT a = XP + ((size_t)pa * HP + r) * LP + ja;
+            float *ET_RESTRICT b = XP + ((size_t)(1 - pa) * HP + r) * LP + jb;
             int m = 0;
             for (; m < mb; ++m) {
                 a[m] = xr[2 * m];
@@ -52,25 +70,6 @@ ET_HOST_INLINE void et_dw_phases(const float *ET_RESTRICT x, float *ET_RESTRICT 
             }
             for (; m < ma; ++m) a[m] = xr[2 * m];
         }
-        if (r1 < HP) {
-            memset(p0 + (size_t)r1 * LP, 0, (size_t)(HP - r1) * LP * sizeof(float));
-            memset(p1 + (size_t)r1 * LP, 0, (size_t)(HP - r1) * LP * sizeof(float));
-        }
-        return;
-    }
-    for (int ph = 0; ph < SW; ++ph) {
-        const int j0l = et_lo(PW, ph, 1, SW), j0 = j0l < LP ? j0l : LP, j1h = et_hi(Wd, PW, ph, 1, SW, LP);
-        const int j1 = j1h > j0 ? j1h : j0;
-        float *p = XP + (size_t)ph * HP * LP;
-        memset(p, 0, (size_t)r0 * LP * sizeof(float));
-        for (int r = r0; r < r1; ++r) {
-            const float *xr = x + (size_t)(r - PH) * Wd + ph - PW;
-            float *d = p + (size_t)r * LP;
-            for (int j = 0; j < j0; ++j) d[j] = 0.f;
-            for (int j = j0; j < j1; ++j) d[j] = xr[(size_t)j * SW];
-            for (int j = j1; j < LP; ++j) d[j] = 0.f;
-        }
-        if (r1 < HP) memset(p + (size_t)r1 * LP, 0, (size_t)(HP - r1) * LP * sizeof(float));
     }
 }
 
