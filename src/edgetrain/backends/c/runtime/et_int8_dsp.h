@@ -60,6 +60,19 @@ static inline int32_t et_pkhbt(int32_t lo, int32_t hi) {
     return r;
 }
 
+/* the bottom halves of lo and hi in one word, (lo[15:0], hi[15:0]); et_pkh_high the top ones */
+static inline int32_t et_pkh_low(uint32_t lo, uint32_t hi) {
+    int32_t r;
+    __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(lo), "r"(hi));
+    return r;
+}
+
+static inline int32_t et_pkh_high(uint32_t lo, uint32_t hi) {
+    int32_t r;
+    __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(r) : "r"(hi), "r"(lo));
+    return r;
+}
+
 /* two int16 halves in one word */
 static inline int32_t et_pack16(int32_t lo, int32_t hi) { return (int32_t)(((uint32_t)lo & 0xFFFFu) | ((uint32_t)hi << 16)); }
 
@@ -228,13 +241,14 @@ static ET_DSP_NOINLINE int32_t et_qmask_pack_dsp(const int8_t *y, uint8_t *m, in
 #define ET_GATHER_ROWS 48   /* the most input rows (cg * kh) of a gathered window */
 #define ET_RQ_CHUNK 32      /* output channels whose weight rows and requantization are held at once */
 #define ET_WPAD 512         /* stack bytes for a chunk's weight rows padded to whole words */
+#define ET_K_RGB3 28        /* the inputs of a 3x3 over 3 channels padded to words: an image model's first conv */
 
 /* byte of input j (< 4) of pixel t in a group of the column */
 static inline int32_t et_col_at(int32_t j, int32_t t) { return (j & 1) * 4 + (j & 2) + t; }
 
 /* a loop over groups of 4 inputs, unrolled completely when the input count k is a constant of
  * at most 32 (et_gemm_row_wide's four-pixel loops for k = 8, 16, 24, 32, et_gemm_windows_quads'
- * and et_gemm_pairs' for 28):
+ * and et_gemm_pairs' for ET_K_RGB3):
  * no loop counter, no set-up, the weight offsets immediates */
 #define ET_GROUPS(k, ...)                                                                  \
     do {                                                                                   \
@@ -433,7 +447,7 @@ static inline __attribute__((always_inline)) void et_gemm_pairs_body(const et_ge
 
 static ET_DSP_NOINLINE void et_gemm_pairs(const et_gemm_oc *t, int32_t pairs, const int8_t *col, int32_t k, int8_t *y,
                                           int32_t cs, const int8_t *col2, int32_t k2) {
-    if (k == 28 && k2 == 0) et_gemm_pairs_body(t, pairs, col, 28, y, cs, 0, 0); /* a 3x3 conv of 3 channels, padded */
+    if (k == ET_K_RGB3 && k2 == 0) et_gemm_pairs_body(t, pairs, col, ET_K_RGB3, y, cs, 0, 0);
     else et_gemm_pairs_body(t, pairs, col, k, y, cs, col2, k2);
 }
 

@@ -90,19 +90,6 @@ static inline __attribute__((always_inline)) void et_gemm_pairs16(const et_gemm_
     }
 }
 
-/* two halfwords of lo and hi in one word: (lo[15:0], hi[15:0]) and (lo[31:16], hi[31:16]) */
-static inline int32_t et_pkh_low(uint32_t lo, uint32_t hi) {
-    int32_t r;
-    __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(lo), "r"(hi));
-    return r;
-}
-
-static inline int32_t et_pkh_high(uint32_t lo, uint32_t hi) {
-    int32_t r;
-    __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(r) : "r"(hi), "r"(lo));
-    return r;
-}
-
 /* et_col_planes16 of four pixels x .. x + 3: per 4 inputs the 8 words (x0e, x0o, x1e, x1o,
  * x2e, x2o, x3e, x3o), one word read per input for the four pixels */
 static inline __attribute__((always_inline)) void et_col_quads16(const int8_t *x, int32_t cs, int32_t k, int32_t nz,
@@ -206,7 +193,7 @@ static inline __attribute__((always_inline)) void et_gemm_windows_wide_k(const e
     else et_gemm_pairs16(t, pairs, c, k, y, cs, 0);
 }
 
-/* any k (28, the models' first conv, takes et_gemm_windows_quads but for a row's last pixels) */
+/* any k (ET_K_RGB3, the models' first conv, takes et_gemm_windows_quads but for a row's last pixels) */
 static ET_DSP_NOINLINE void et_gemm_windows_wide(const et_gemm_oc *t, int32_t pairs, const int8_t *v0,
                                                  const int8_t *v1, int32_t k, int32_t x_zero, int8_t *col,
                                                  int8_t *y, int32_t cs, int32_t two) {
@@ -230,11 +217,11 @@ static inline __attribute__((always_inline)) void et_gemm_windows_quads_k(const 
     et_gemm_quads16(t, pairs, c, k, y, cs);
 }
 
-/* compiled for 28 inputs only (a 3x3 over 3 channels, padded: the first conv of an image model);
- * the windows lie in col after the column */
+/* compiled for ET_K_RGB3 inputs only (the first conv of an image model); the windows lie in col
+ * after the column */
 static ET_DSP_NOINLINE void et_gemm_windows_quads(const et_gemm_oc *t, int32_t pairs, const int8_t *v,
                                                   int32_t x_zero, int8_t *col, int8_t *y, int32_t cs) {
-    et_gemm_windows_quads_k(t, pairs, v, 28, et_pack16(-x_zero, -x_zero), (int32_t *)(void *)col, y, cs);
+    et_gemm_windows_quads_k(t, pairs, v, ET_K_RGB3, et_pack16(-x_zero, -x_zero), (int32_t *)(void *)col, y, cs);
 }
 
 /* the input counts of the wide path (its column of two pixels, 4 k bytes, fits col) */
@@ -424,10 +411,11 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                 if (wide_rows && wide_win) {
                     q0 = px;
                     int32_t q = 0;
-                    if (k1 == 28) /* four windows at a time, gathered after the column (et_gather may write
-                                   * a byte past a window: 12 k1 + 1 bytes of col) */
-                        for (int8_t *v = col + 8 * 28; q + 4 <= px; q += 4) {
-                            for (int32_t i = 0; i < 4; i++) et_gather(P, rows, q + i, v + i * 28);
+                    /* four windows at a time, gathered after the column (et_gather may write a
+                     * byte past a window: 12 k1 + 1 bytes of col) */
+                    if (k1 == ET_K_RGB3)
+                        for (int8_t *v = col + 8 * ET_K_RGB3; q + 4 <= px; q += 4) {
+                            for (int32_t i = 0; i < 4; i++) et_gather(P, rows, q + i, v + i * ET_K_RGB3);
                             et_gemm_windows_quads(fast, (oe - oc) / 2, v, P->x_zero, col, yp + oc * y.cstride + q,
                                                   y.cstride);
                         }
