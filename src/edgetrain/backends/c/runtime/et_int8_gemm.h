@@ -173,6 +173,14 @@ static inline __attribute__((always_inline)) void et_gemm_row_wide_k(const et_ge
     }
 }
 
+/* one gathered window's word a (its inputs q..q+3) in a wide column: the doubled int16 pairs
+ * (x[q] - x_zero, x[q+2] - x_zero), (x[q+1] - x_zero, x[q+3] - x_zero) at c[0], c[1] */
+static inline __attribute__((always_inline)) void et_col_word16(uint32_t a, int32_t nz, int32_t *c) {
+    const int32_t e = __sxtab16(nz, (int32_t)a), o = et_sxtab16_ror8(nz, a);
+    c[0] = __sadd16(e, e);
+    c[1] = __sadd16(o, o);
+}
+
 /* The wide column of two gathered windows v0, v1 (k a multiple of 4; pixel v0 twice when v1 is
  * v0): et_col_planes16's layout from the windows' words, then the fast channel pairs over it */
 static inline __attribute__((always_inline)) void et_gemm_windows_wide_k(const et_gemm_oc *t, int32_t pairs,
@@ -181,13 +189,8 @@ static inline __attribute__((always_inline)) void et_gemm_windows_wide_k(const e
                                                                          int8_t *y, int32_t cs, const int two) {
     int32_t q = 0;
     ET_GROUPS(k, {
-        const uint32_t a = (uint32_t)et_ld32s(v0 + q), b = (uint32_t)et_ld32s(v1 + q);
-        const int32_t x0e = __sxtab16(nz, (int32_t)a), x0o = et_sxtab16_ror8(nz, a);
-        const int32_t x1e = __sxtab16(nz, (int32_t)b), x1o = et_sxtab16_ror8(nz, b);
-        c[q] = __sadd16(x0e, x0e);
-        c[q + 1] = __sadd16(x0o, x0o);
-        c[q + 2] = __sadd16(x1e, x1e);
-        c[q + 3] = __sadd16(x1o, x1o);
+        et_col_word16((uint32_t)et_ld32s(v0 + q), nz, c + q);
+        et_col_word16((uint32_t)et_ld32s(v1 + q), nz, c + q + 2);
     });
     if (two) et_gemm_pairs16(t, pairs, c, k, y, cs, 1);
     else et_gemm_pairs16(t, pairs, c, k, y, cs, 0);
@@ -207,12 +210,8 @@ static inline __attribute__((always_inline)) void et_gemm_windows_quads_k(const 
                                                                           int32_t *c, int8_t *y, int32_t cs) {
     int32_t q = 0;
     ET_GROUPS(k, {
-        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
-            const uint32_t a = (uint32_t)et_ld32s(v + i * k + q);
-            const int32_t e = __sxtab16(nz, (int32_t)a), o = et_sxtab16_ror8(nz, a);
-            c[2 * q + 2 * i] = __sadd16(e, e);
-            c[2 * q + 2 * i + 1] = __sadd16(o, o);
-        }
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+            et_col_word16((uint32_t)et_ld32s(v + i * k + q), nz, c + 2 * q + 2 * i);
     });
     et_gemm_quads16(t, pairs, c, k, y, cs);
 }
