@@ -1,6 +1,8 @@
 """This core's single-thread float32 matmul roofline: the GFLOP/s of a large sgemm through the
 BLAS the host C library links (backends/c/blas.py library_blas(): MKL where the package mkl is
-installed, else scipy-openblas32), one thread; also with EDGETRAIN_BLAS=openblas.
+installed, else scipy-openblas32), one thread; also with EDGETRAIN_BLAS=openblas. It names the
+kernels that ran: OpenBLAS picks them for the CPU when it loads, unless OPENBLAS_CORETYPE names them
+(a machine that sets OPENBLAS_CORETYPE=Haswell runs the AVX2 ones on an AVX-512 core).
 
     PYTHONPATH=src python bench/sgemm_peak.py [--n 2048] [--repeats 7]
 

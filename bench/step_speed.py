@@ -39,7 +39,7 @@ spinning). With one thread there are no idle threads: --threads 1 rows are unaff
 Each row gives the convolution and
 dense-layer FLOPs of the step (2 x MACs of conv2d*, linear*, matmul nodes), their GFLOP/s in the
 raw C step and in PyTorch, and this core's single-thread sgemm peak (bench/sgemm_peak.py, same
-BLAS). Prints JSON lines and a markdown table.
+BLAS; the first JSON line names its kernels, `sgemm_kernels`). Prints JSON lines and a markdown table.
 
 ONNX Runtime training side by side (`ort`, float rows): bench/ort_step.py, run in a subprocess by
 the python of a venv holding onnx 1.17.0 and onnxruntime-training 1.19.2 (--ort-python, default
