@@ -286,9 +286,9 @@ int et_check_guards(void) { return 0; }
 """
 
 
-def _firmware_cases(d: Path):
+def _firmware_cases(d: Path, head: str = ""):
     rng = np.random.default_rng(20)
-    parts, want = [MODEL_HEAD], {}
+    parts, want = [head + MODEL_HEAD], {}
     for i, case in enumerate(CASES):
         x, wt, b, a = _case_arrays(rng, case)
         ref = qconv2d_ref(x, wt, b, a)
@@ -357,6 +357,27 @@ def test_dsp_qconv_kernels_equal_the_reference(tmp_path, target):
         dw = dw.group(1)
         assert b"vldrb.s32" in dw and b"vmla.s32" in dw and b"vqrdmulh.s32" in dw
     run = cortexm.run_qemu(d, target)
+    assert run.exit_code == 0, run.lines
+    got = _got(run.lines)
+    for i, case in enumerate(CASES + QADD_CASES + MASK_CASES):
+        assert bytes(got.get(i, b"")) == want[i], f"case {case[0]}"
+
+
+@pytest.mark.parametrize("kernels, built, left_out", [
+    (1, [], [b"et_dw5_plane_s1", b"et_dw7_plane_s2"]),  # ET_DW_K3: mbv2-w0.35's; the 5x5 and 7x7 cases general
+    (6, [b"et_dw5_plane_s1", b"et_dw7_plane_s2"], []),  # ET_DW_K5 | ET_DW_K7: the 3x3 cases general
+])
+def test_dsp_qconv_kernels_of_a_program_s_depthwise_shapes(tmp_path, kernels, built, left_out):
+    """model.c's ET_DW_KERNELS (backends/c/kernel_select.py) leaves the other shapes' depthwise paths
+    out of the build; a layer of another shape takes the general convolution, with the same bytes."""
+    if cortexm.missing_tools("cortex-m7"):
+        pytest.skip(f"missing {', '.join(cortexm.missing_tools('cortex-m7'))}")
+    want = _firmware_cases(tmp_path, f"#define ET_DW_KERNELS {kernels}\n")
+    cortexm.write_project(tmp_path, "cortex-m7", (np.zeros((1, 1, 2), np.float32), np.zeros((1, 1), np.float32)))
+    symbols = cortexm_disassembly(cortexm.build(tmp_path))
+    assert all(b"<" + name + b">:" in symbols for name in built)
+    assert not any(b"<" + name + b">:" in symbols for name in left_out)
+    run = cortexm.run_qemu(tmp_path, "cortex-m7")
     assert run.exit_code == 0, run.lines
     got = _got(run.lines)
     for i, case in enumerate(CASES + QADD_CASES + MASK_CASES):

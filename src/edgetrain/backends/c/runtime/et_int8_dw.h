@@ -36,11 +36,30 @@
 #define ET_DW_TAPS 8
 #define ET_DW_PAD 1024 /* stack bytes for the ring and the x_zero row */
 
+/* The program's depthwise kernels by shape, a bit each: model.c defines ET_DW_KERNELS from its
+ * layers (backends/c/kernel_select.py) before it includes the runtime, so the paths of the shapes
+ * it lacks are not compiled (the paper's models have 3x3 only, or 3x3, 5x5 and 7x7: most of
+ * et_qconv_dw_rows' code is the paths of other shapes and of the row loops). Undefined: every
+ * path. A layer whose shape is not in it takes the general convolution (et_qconv_dw_ok), so a
+ * wrong set costs time, not results. */
+#define ET_DW_K3 1
+#define ET_DW_K5 2
+#define ET_DW_K7 4
+#define ET_DW_KOTHER 8 /* any other kh x kw */
+#ifndef ET_DW_KERNELS
+#define ET_DW_KERNELS (ET_DW_K3 | ET_DW_K5 | ET_DW_K7 | ET_DW_KOTHER)
+#endif
+#define ET_DW_HAS(bit) ((ET_DW_KERNELS & (bit)) != 0)
+static inline int32_t et_dw_kernel(int32_t kh, int32_t kw) {
+    if (kh != kw) return ET_DW_KOTHER;
+    return kh == 3 ? ET_DW_K3 : kh == 5 ? ET_DW_K5 : kh == 7 ? ET_DW_K7 : ET_DW_KOTHER;
+}
+
 static inline int32_t et_dw_row_bytes(const et_qconv_p *P) { return (P->w + 2 * P->pw + 4 + 3) & ~3; }
 static inline int32_t et_dw_slots(const et_qconv_p *P) { return P->kh <= 4 ? 4 : 8; }
 
 static inline int et_qconv_dw_ok(const et_qconv_p *P) {
-    return P->cg == 1 && P->kh <= ET_DW_TAPS && P->kw <= ET_DW_TAPS && P->dh == 1 && P->dw == 1 &&
+    return P->cg == 1 && ET_DW_HAS(et_dw_kernel(P->kh, P->kw)) && P->kh <= ET_DW_TAPS && P->kw <= ET_DW_TAPS && P->dh == 1 && P->dw == 1 &&
            (et_dw_slots(P) + 1) * et_dw_row_bytes(P) <= ET_DW_PAD;
 }
 
@@ -400,7 +419,7 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                                              int32_t r1, int32_t o0, int32_t o1) {
     const int32_t kh = P->kh, kw = P->kw, khkw = kh * kw, words = (kw + 3) / 4, opg = P->o / P->groups;
     const int32_t rb = et_dw_row_bytes(P), mask = et_dw_slots(P) - 1, wo = P->wo, sw = P->sw;
-    const int three = kh == 3 && kw == 3;
+    const int three = ET_DW_KERNELS == ET_DW_K3 || (kh == 3 && kw == 3); /* et_qconv_dw_ok: listed */
     /* the input rows of the call's output rows, when they fit, copied once per channel at a
      * fixed stride (rows outside the image stay x_zero); else the ring */
     const int32_t first = r0 * P->sh - P->ph, nrows = (r1 - 1 - r0) * P->sh + kh;
@@ -418,7 +437,9 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
     /* a channel on the fast path as one loop of pixel pairs (et_dw_plane): the output rows in a
      * row of the ring (a whole tensor's, or no wrap among them) */
     const int plane = block && (wo & 1) == 0 && (sw == 1 || sw == 2) &&
-                      (three || ((kh == 5 || kh == 7) && kw == kh)) && et_ring_run(r0, r1 - 1, y.cap);
+                      (three || (ET_DW_HAS(ET_DW_K5) && kh == 5 && kw == 5) ||
+                       (ET_DW_HAS(ET_DW_K7) && kh == 7 && kw == 7)) &&
+                      et_ring_run(r0, r1 - 1, y.cap);
 #endif
     et_dwc c;
     for (int32_t n = 0; n < P->n; n++)
@@ -438,10 +459,13 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                 int8_t *yr = yp + n * y.nstride + (o - yo_off) * y.cstride + et_ring(r0, y.cap) * wo;
                 if (three && sw == 1) et_dw_plane(pad, rb, r1 - r0, wo, 1, 3, &c, yr);
                 else if (three) et_dw_plane(pad, rb, r1 - r0, wo, 2, 3, &c, yr);
-                else if (kh == 5 && sw == 1) et_dw5_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
-                else if (kh == 5) et_dw5_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
-                else if (sw == 1) et_dw7_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
-                else et_dw7_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
+                else if (ET_DW_HAS(ET_DW_K5) && kh == 5) {
+                    if (sw == 1) et_dw5_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
+                    else et_dw5_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
+                } else if (ET_DW_HAS(ET_DW_K7)) { /* 7x7 (plane) */
+                    if (sw == 1) et_dw7_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
+                    else et_dw7_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
+                }
                 continue;
             }
             for (int32_t ho = r0; ho < r1; ho++) {
@@ -470,11 +494,11 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                 if (three) {
                     if (c.r.fast) et_dw3_row(rows, &c, wo, sw, 1, P, bias, o, yp, yf, at);
                     else et_dw3_row(rows, &c, wo, sw, 0, P, bias, o, yp, yf, at);
-                } else if (c.r.fast && kh == 5 && words == 2) { /* the tap-row loops unrolled */
+                } else if (ET_DW_HAS(ET_DW_K5) && c.r.fast && kh == 5 && words == 2) { /* the tap-row loops unrolled */
                     et_dwk_row(rows, &c, 5, 2, wo, sw, 1, P, bias, o, yp, yf, at);
-                } else if (c.r.fast && kh == 7 && words == 2) {
+                } else if (ET_DW_HAS(ET_DW_K7) && c.r.fast && kh == 7 && words == 2) {
                     et_dwk_row(rows, &c, 7, 2, wo, sw, 1, P, bias, o, yp, yf, at);
-                } else if (c.r.fast) {
+                } else if (ET_DW_HAS(ET_DW_KOTHER) && c.r.fast) { /* 5x5 and 7x7 took the two above */
                     et_dwk_row(rows, &c, kh, words, wo, sw, 1, P, bias, o, yp, yf, at);
                 } else {
                     et_dwk_row(rows, &c, kh, words, wo, sw, 0, P, bias, o, yp, yf, at);

@@ -1,0 +1,64 @@
+"""backends/c/kernel_select.py: model.c names the shapes of its int8 depthwise layers, and the
+Cortex-M DSP build compiles the depthwise paths of those shapes only (runtime/et_int8_dw.h)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import edgetrain as et
+from edgetrain.backends.c import kernel_select
+from edgetrain.backends.c.emit import emit_sources
+
+DW_HEADER = Path(kernel_select.__file__).parent / "runtime" / "et_int8_dw.h"
+
+
+def test_the_bits_are_the_headers():
+    text = DW_HEADER.read_text()
+    for name, bit in (("K3", kernel_select.DW_K3), ("K5", kernel_select.DW_K5), ("K7", kernel_select.DW_K7),
+                      ("KOTHER", kernel_select.DW_KOTHER)):
+        assert re.search(rf"^#define ET_DW_{name} {bit}\b", text, re.M), name
+
+
+def _p(cg, kh, kw):
+    return (f"static const et_qconv_p et_c1_P = {{1, 8, 9, 9, 8, {cg}, {kh}, {kw}, 9, 9, 1, 1, 1, 1, 1, 1, 8, "
+            "-128, -128, -128, 127, et_c0_P_m, et_c0_P_s, 0};")
+
+
+@pytest.mark.parametrize("layers, bits", [
+    ([], 0),
+    ([(8, 1, 1), (3, 3, 3)], 0),  # dense convolutions only (a first 3x3 conv's cg is its input channels)
+    ([(1, 3, 3), (8, 1, 1)], kernel_select.DW_K3),
+    ([(1, 3, 3), (1, 5, 5), (1, 7, 7)], kernel_select.DW_K3 | kernel_select.DW_K5 | kernel_select.DW_K7),
+    ([(1, 3, 5), (1, 9, 9), (1, 1, 1)], kernel_select.DW_KOTHER),
+])
+def test_the_depthwise_layers_shapes(layers, bits):
+    text = "\n".join(["{", *(("    " + _p(*layer)) for layer in layers), "}"])
+    assert kernel_select.dw_kernels(text) == bits
+
+
+class _Net(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.BatchNorm2d(8), nn.ReLU6())
+        self.dw = nn.Sequential(nn.Conv2d(8, 8, k, 1, k // 2, groups=8), nn.BatchNorm2d(8), nn.ReLU6())
+        self.pw = nn.Sequential(nn.Conv2d(8, 8, 1), nn.BatchNorm2d(8))
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(self.pw(self.dw(self.stem(x))).mean((2, 3)))
+
+
+@pytest.mark.parametrize("k, bits", [(3, kernel_select.DW_K3), (5, kernel_select.DW_K5)])
+def test_an_emitted_program_names_its_depthwise_kernels(k, bits):
+    torch.manual_seed(0)
+    prog = et.compile(_Net(k).eval(), (torch.randn(1, 3, 16, 16),), quantize="int8", update=et.Full(),
+                      optimizer=et.SGD(lr=0.01))
+    model_c = emit_sources(prog, graphs=("train",))["model.c"]
+    assert f"#define ET_DW_KERNELS {bits}\n" in model_c
+    # before the runtime, and guarded so that a build can pass its own
+    assert model_c.index("#ifndef ET_DW_KERNELS") < model_c.index("#define ET_DW_KERNELS") < model_c.index(
+        '#include "et_int8_dw.h"')
