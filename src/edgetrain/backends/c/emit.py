@@ -9,9 +9,9 @@ from typing import Optional
 import numpy as np
 
 from ...ir import FLOAT_DTYPES, Role
+from . import kernel_select
 from .banks import BANK_API, BANK_FUNCS, bank_arrays, bank_decls, bank_fresh_start
 from .constpool import ConstPool
-from . import kernel_select
 from .emit_graphs import PROFILE, SPLIT_HELPERS, gather_call, graph_function, scatter_call, state_decls, value_ptr
 from .kernels.check import has_check
 from .layout import GRAPHS, CBackendError, Layout, build_layout
@@ -412,7 +412,8 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
         return h if u.embed else release_hooks(u.layout, k, h, schedule=getattr(u.prog, "schedule", None))
     funcs = [graph_function(u.layout, k, gather_bufs, u.banks and k == "train", pool, graph_hooks(k)) for k in u.keys]
     consts = ["", f"/* the kernels' constant tables ({len(pool)}, each once: backends/c/constpool.py) */"]
-    c = _includes(u, "\n".join(pool.declarations() + funcs)) + _arena_and_state(u) + _helpers(u, gather_bufs) + consts + pool.declarations()
+    c = _includes(u, "\n".join(pool.declarations() + funcs)) + _arena_and_state(u) + _helpers(u, gather_bufs)
+    c += consts + pool.declarations()
     c += (guard_declarations(slots, u.double) if slots is not None else []) + funcs
     c += _init(u) + _guard_check(u) + _train_step(u) + _predict(u)
     c += ["", "#ifndef ET_NO_STATE_IO"] + _state_io(u)

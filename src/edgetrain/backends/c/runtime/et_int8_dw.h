@@ -59,8 +59,8 @@ static inline int32_t et_dw_row_bytes(const et_qconv_p *P) { return (P->w + 2 * 
 static inline int32_t et_dw_slots(const et_qconv_p *P) { return P->kh <= 4 ? 4 : 8; }
 
 static inline int et_qconv_dw_ok(const et_qconv_p *P) {
-    return P->cg == 1 && ET_DW_HAS(et_dw_kernel(P->kh, P->kw)) && P->kh <= ET_DW_TAPS && P->kw <= ET_DW_TAPS && P->dh == 1 && P->dw == 1 &&
-           (et_dw_slots(P) + 1) * et_dw_row_bytes(P) <= ET_DW_PAD;
+    return P->cg == 1 && ET_DW_HAS(et_dw_kernel(P->kh, P->kw)) && P->kh <= ET_DW_TAPS && P->kw <= ET_DW_TAPS &&
+           P->dh == 1 && P->dw == 1 && (et_dw_slots(P) + 1) * et_dw_row_bytes(P) <= ET_DW_PAD;
 }
 
 /* n bytes, a word at a time (unaligned both sides); the empty asm keeps gcc from turning the
