@@ -25,10 +25,10 @@
  * bytes before the row and at least 4 after, so a tap row's words never test a bound; a row
  * outside the image is a row of x_zero. When all the rows a call's output rows read fit the
  * stack buffer, they are copied once per channel at a fixed stride instead (no ring
- * bookkeeping per output row). The weights are packed once per channel; each row
- * kernel is compiled twice (ET_DW_FAST: all on the fast requantization path, or not), and the
- * fast 5x5 / 7x7 rows once more each with the tap-row count a constant, so their tap-row loop
- * unrolls (proxyless-w0.3: 24.2 -> 23.2 M est. M7 cycles in et_qconv_dw_rows). On the fast path,
+ * bookkeeping per output row). The weights are packed once per channel; the row kernels are
+ * compiled for channels on the fast requantization path (the others a pixel at a time,
+ * et_dw_row_slow), the 5x5 / 7x7 rows once more each with the tap-row count a constant, so their
+ * tap-row loop unrolls (proxyless-w0.3: 24.2 -> 23.2 M est. M7 cycles in et_qconv_dw_rows). On the fast path,
  * with the rows copied at a fixed stride and the output rows one after another, a square 3x3,
  * 5x5 or 7x7 channel runs all its output rows as one loop of pixel pairs instead
  * (et_dw_plane: no set-up per row, which cost as much as a row of 4x4 and 8x8
@@ -106,12 +106,8 @@ typedef struct {
     et_rq r;
 } et_dwc;
 
-/* output pixel q's sum s (the row's first element at y[at] or yf[at]) */
-#define ET_DW_PUT(q, s)                                                                                         \
-    do {                                                                                                        \
-        if (fast) y[at + (q)] = (int8_t)et_rq_fast(&c->r, (s));                                                 \
-        else et_rq_put(P, bias, &c->r, o, (s), y, yf, at + (q));                                                \
-    } while (0)
+/* output pixel q's sum s on the fast requantization path (the row's first element at y[at]) */
+#define ET_DW_PUT(q, s) (y[at + (q)] = (int8_t)et_rq_fast(&c->r, (s)))
 
 /* 3x3 at stride 2: pixels q, q + 1 from the words x[2q..2q+7] of tap rows r0, r1, r2 (the rows
  * end in >= 4 pad bytes): q is (t0, t2).(x0, x2) + t1 x1, q + 1 is t0 x2 + t1 x3 + t2 x4; the
@@ -145,9 +141,7 @@ static inline __attribute__((always_inline)) void et_dw3_pair_s2(const int8_t *r
  * and t1 x1 for q, (x1, x3) . (t0, t2) and t1 x2 for q + 1; at stride 2 from two words
  * x[2q..2q+7], the odd pixel by single 16-bit products; the last odd pixel one at a time */
 static inline __attribute__((always_inline)) void et_dw3_row(const int8_t *const *rows, const et_dwc *c, int32_t wo,
-                                                             int32_t sw, const int fast, const et_qconv_p *P,
-                                                             const int32_t *bias, int32_t o, int8_t *y, float *yf,
-                                                             int32_t at) {
+                                                             int32_t sw, int8_t *y, int32_t at) {
     const int8_t *p0 = rows[0], *p1 = rows[1], *p2 = rows[2];
     const int32_t e0 = c->e0, e1 = c->e1, e2 = c->e2, m01 = c->m01, m2 = c->m2, init = c->r.init;
     int32_t q = 0;
@@ -359,19 +353,18 @@ ET_DW_PLANE(et_dw7_plane_s2, 2, 7)
 /* a row of kw <= 8: pixel pairs at stride 1 and 2 (kw 5..7: et_dwk_pair); any other kw or
  * stride a pixel at a time over the tap rows' words */
 static inline __attribute__((always_inline)) void et_dwk_row(const int8_t *const *rows, const et_dwc *c, int32_t kh,
-                                                             int32_t words, int32_t wo, int32_t sw, const int fast,
-                                                             const et_qconv_p *P, const int32_t *bias, int32_t o,
-                                                             int8_t *y, float *yf, int32_t at) {
+                                                             int32_t kw, int32_t words, int32_t wo, int32_t sw,
+                                                             int8_t *y, int32_t at) {
     int32_t q = 0;
-    if (sw == 1 && words == 2 && P->kw <= 7)
+    if (sw == 1 && words == 2 && kw <= 7)
         for (; q + 2 <= wo; q += 2) {
             int32_t s0, s1;
             et_dwk_pair(rows, 0, 0, q, c, kh, 1, 0, c->r.init, &s0, &s1);
             ET_DW_PUT(q, s0);
             ET_DW_PUT(q + 1, s1);
         }
-    if (sw == 2 && words == 2 && P->kw <= 7) {
-        const int seven = P->kw == 7;
+    if (sw == 2 && words == 2 && kw <= 7) {
+        const int seven = kw == 7;
         for (; q + 2 <= wo; q += 2) {
             int32_t s0, s1;
             et_dwk_pair(rows, 0, 0, 2 * q, c, kh, 2, seven, c->r.init, &s0, &s1);
@@ -393,6 +386,24 @@ static inline __attribute__((always_inline)) void et_dwk_row(const int8_t *const
     }
 }
 #undef ET_DW_PUT
+
+/* A row of a channel off the fast requantization path (a float output, or a channel whose
+ * requantization et_rq_make could not put on it): a pixel at a time over the taps, each sum
+ * through the general path (et_rq_put). Out of line and cold, once for every shape: such
+ * channels are rare (of the paper's three models, a few of proxyless-w0.3's), and SIMD rows
+ * compiled for them as well as for the fast path took 0.5-3.4 KB of a model's flash. The same
+ * integer sums as the SIMD rows. */
+static __attribute__((noinline, cold)) void et_dw_row_slow(const int8_t *const *rows, const int8_t *taps,
+                                                           const et_rq *r, const et_qconv_p *P, const int32_t *bias,
+                                                           int32_t o, int8_t *y, float *yf, int32_t at) {
+    const int32_t kh = P->kh, kw = P->kw, sw = P->sw;
+    for (int32_t q = 0; q < P->wo; q++) {
+        int32_t s = r->init;
+        for (int32_t i = 0; i < kh; i++)
+            for (int32_t j = 0; j < kw; j++) s += taps[i * kw + j] * rows[i][q * sw + j];
+        et_rq_put(P, bias, r, o, s, y, yf, at + q);
+    }
+}
 
 /* the taps of one channel packed (3x3 into registers' worth, others per tap row) */
 static inline void et_dw_pack(const int8_t *taps, int32_t kh, int32_t kw, et_dwc *c) {
@@ -491,18 +502,14 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                     continue;
                 }
 #endif
-                if (three) {
-                    if (c.r.fast) et_dw3_row(rows, &c, wo, sw, 1, P, bias, o, yp, yf, at);
-                    else et_dw3_row(rows, &c, wo, sw, 0, P, bias, o, yp, yf, at);
-                } else if (ET_DW_HAS(ET_DW_K5) && c.r.fast && kh == 5 && words == 2) { /* the tap-row loops unrolled */
-                    et_dwk_row(rows, &c, 5, 2, wo, sw, 1, P, bias, o, yp, yf, at);
-                } else if (ET_DW_HAS(ET_DW_K7) && c.r.fast && kh == 7 && words == 2) {
-                    et_dwk_row(rows, &c, 7, 2, wo, sw, 1, P, bias, o, yp, yf, at);
-                } else if (ET_DW_HAS(ET_DW_KOTHER) && c.r.fast) { /* 5x5 and 7x7 took the two above */
-                    et_dwk_row(rows, &c, kh, words, wo, sw, 1, P, bias, o, yp, yf, at);
-                } else {
-                    et_dwk_row(rows, &c, kh, words, wo, sw, 0, P, bias, o, yp, yf, at);
-                }
+                if (!c.r.fast) et_dw_row_slow(rows, taps, &c.r, P, bias, o, yp, yf, at);
+                else if (three) et_dw3_row(rows, &c, wo, sw, yp, at);
+                else if (ET_DW_HAS(ET_DW_K5) && kh == 5 && words == 2) /* the tap-row loops unrolled */
+                    et_dwk_row(rows, &c, 5, kw, 2, wo, sw, yp, at);
+                else if (ET_DW_HAS(ET_DW_K7) && kh == 7 && words == 2)
+                    et_dwk_row(rows, &c, 7, kw, 2, wo, sw, yp, at);
+                else if (ET_DW_HAS(ET_DW_KOTHER)) /* 5x5 and 7x7 took the two above */
+                    et_dwk_row(rows, &c, kh, kw, words, wo, sw, yp, at);
             }
         }
 }
