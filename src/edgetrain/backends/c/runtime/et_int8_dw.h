@@ -466,7 +466,7 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
             else
                 for (int32_t j = j0; block && j < j1; j++)
                     et_copy8(pad + j * rb + P->pw, xc + et_ring(first + j, x.cap) * P->w, P->w);
-            if (plane && c.r.fast) {
+            if (__builtin_expect(plane && c.r.fast, 1)) {
                 int8_t *yr = yp + n * y.nstride + (o - yo_off) * y.cstride + et_ring(r0, y.cap) * wo;
                 if (three && sw == 1) et_dw_plane(pad, rb, r1 - r0, wo, 1, 3, &c, yr);
                 else if (three) et_dw_plane(pad, rb, r1 - r0, wo, 2, 3, &c, yr);
