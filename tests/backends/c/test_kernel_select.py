@@ -12,6 +12,7 @@ from torch import nn
 import edgetrain as et
 from edgetrain.backends.c import kernel_select
 from edgetrain.backends.c.emit import emit_sources
+from edgetrain.backends.c.kernels.int8_params import conv_params
 
 DW_HEADER = Path(kernel_select.__file__).parent / "runtime" / "et_int8_dw.h"
 
@@ -23,20 +24,22 @@ def test_the_bits_are_the_headers():
         assert re.search(rf"^#define ET_DW_{name} {bit}\b", text, re.M), name
 
 
-def _p(cg, kh, kw):
-    return (f"static const et_qconv_p et_c1_P = {{1, 8, 9, 9, 8, {cg}, {kh}, {kw}, 9, 9, 1, 1, 1, 1, 1, 1, 8, "
-            "-128, -128, -128, 127, et_c0_P_m, et_c0_P_s, 0};")
+def _layer(i, cg, kh, kw):
+    """A layer's declarations as the int8 kernels write them: a conv of 8 channels, groups 8 / cg."""
+    a = {"stride": (1, 1), "padding": (kh // 2, kw // 2), "dilation": (1, 1), "groups": 8 // cg,
+         "mult": [1 << 30] * 8, "shift": [-1] * 8, "x_zero": -128, "y_zero": -128, "qmin": -128, "qmax": 127}
+    return conv_params(None, f"P{i}", (1, 8, 9, 9), (8, cg, kh, kw), (1, 8, 9, 9), a)
 
 
 @pytest.mark.parametrize("layers, bits", [
     ([], 0),
-    ([(8, 1, 1), (3, 3, 3)], 0),  # dense convolutions only (a first 3x3 conv's cg is its input channels)
+    ([(8, 1, 1), (8, 3, 3), (2, 3, 3)], 0),  # dense and grouped convolutions only
     ([(1, 3, 3), (8, 1, 1)], kernel_select.DW_K3),
     ([(1, 3, 3), (1, 5, 5), (1, 7, 7)], kernel_select.DW_K3 | kernel_select.DW_K5 | kernel_select.DW_K7),
     ([(1, 3, 5), (1, 9, 9), (1, 1, 1)], kernel_select.DW_KOTHER),
 ])
 def test_the_depthwise_layers_shapes(layers, bits):
-    text = "\n".join(["{", *(("    " + _p(*layer)) for layer in layers), "}"])
+    text = "\n".join(["{", *("    " + ln for i, layer in enumerate(layers) for ln in _layer(i, *layer)), "}"])
     assert kernel_select.dw_kernels(text) == bits
 
 

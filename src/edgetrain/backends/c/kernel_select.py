@@ -5,19 +5,17 @@ kernel's paths for shapes the program never has cost flash and nothing else. The
 convolution of the Cortex-M DSP build (runtime/et_int8_dw.h) has paths for 3x3, 5x5, 7x7 and
 other kernels, each inlined several times; `definitions` names the shapes of the program's
 depthwise layers (ET_DW_KERNELS), read from their `et_qconv_p` descriptors in model.c's text
-(kernels/int8_params.conv_params writes every one), and the header compiles the paths of those
+(kernels/int8_params.conv_params writes every one as a constant table: constpool.DECL), and the header compiles the paths of those
 only. A layer whose shape the set lacks takes the general convolution (et_qconv_dw_ok), so a
 wrong set would cost time, never results. The set is guarded by `#ifndef`: a build may pass its
 own (-DET_DW_KERNELS=...). Targets without the DSP extension ignore it.
 """
 from __future__ import annotations
 
-import re
+from .constpool import DECL
 
 #: runtime/et_int8_dw.h's ET_DW_K3, ET_DW_K5, ET_DW_K7 and ET_DW_KOTHER
 DW_K3, DW_K5, DW_K7, DW_KOTHER = 1, 2, 4, 8
-#: an `et_qconv_p` descriptor's initializer: n, c, h, w, o, cg, kh, kw, ... (et_int8_core.h's order)
-QCONV_P = re.compile(r"\bstatic const et_qconv_p \w+ = \{([^}]*)\};")
 
 
 def dw_kernel(kh: int, kw: int) -> int:
@@ -30,8 +28,10 @@ def dw_kernel(kh: int, kw: int) -> int:
 def dw_kernels(c_text: str) -> int:
     """The bits of the depthwise layers' kernels (cg == 1, as et_qconv_dw_ok) among the descriptors of `c_text`."""
     bits = 0
-    for m in QCONV_P.finditer(c_text):
-        fields = [f.strip() for f in m.group(1).split(",")]
+    for ctype, _, _, init in DECL.findall(c_text):
+        if ctype != "et_qconv_p":
+            continue
+        fields = init.strip("{}").split(",")  # n, c, h, w, o, cg, kh, kw, ... (et_int8_core.h's order)
         cg, kh, kw = int(fields[5]), int(fields[6]), int(fields[7])
         if cg == 1:
             bits |= dw_kernel(kh, kw)
