@@ -54,6 +54,9 @@ static inline int32_t et_dw_kernel(int32_t kh, int32_t kw) {
     if (kh != kw) return ET_DW_KOTHER;
     return kh == 3 ? ET_DW_K3 : kh == 5 ? ET_DW_K5 : kh == 7 ? ET_DW_K7 : ET_DW_KOTHER;
 }
+/* whether a layer that et_qconv_dw_ok took (its shape in the set) has the shape `bit`: a constant
+ * where the set is that shape alone or lacks it, so the other shapes' paths are not compiled */
+#define ET_DW_IS(bit, kh, kw) (ET_DW_KERNELS == (bit) || (ET_DW_HAS(bit) && et_dw_kernel(kh, kw) == (bit)))
 
 static inline int32_t et_dw_row_bytes(const et_qconv_p *P) { return (P->w + 2 * P->pw + 4 + 3) & ~3; }
 static inline int32_t et_dw_slots(const et_qconv_p *P) { return P->kh <= 4 ? 4 : 8; }
@@ -430,7 +433,8 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                                              int32_t r1, int32_t o0, int32_t o1) {
     const int32_t kh = P->kh, kw = P->kw, khkw = kh * kw, words = (kw + 3) / 4, opg = P->o / P->groups;
     const int32_t rb = et_dw_row_bytes(P), mask = et_dw_slots(P) - 1, wo = P->wo, sw = P->sw;
-    const int three = ET_DW_KERNELS == ET_DW_K3 || (kh == 3 && kw == 3); /* et_qconv_dw_ok: listed */
+    const int three = ET_DW_IS(ET_DW_K3, kh, kw), five = ET_DW_IS(ET_DW_K5, kh, kw);
+    const int seven = ET_DW_IS(ET_DW_K7, kh, kw);
     /* the input rows of the call's output rows, when they fit, copied once per channel at a
      * fixed stride (rows outside the image stay x_zero); else the ring */
     const int32_t first = r0 * P->sh - P->ph, nrows = (r1 - 1 - r0) * P->sh + kh;
@@ -448,9 +452,7 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
     /* a channel on the fast path as one loop of pixel pairs (et_dw_plane): the output rows in a
      * row of the ring (a whole tensor's, or no wrap among them) */
     const int plane = block && (wo & 1) == 0 && (sw == 1 || sw == 2) &&
-                      (three || (ET_DW_HAS(ET_DW_K5) && kh == 5 && kw == 5) ||
-                       (ET_DW_HAS(ET_DW_K7) && kh == 7 && kw == 7)) &&
-                      et_ring_run(r0, r1 - 1, y.cap);
+                      (three || five || seven) && et_ring_run(r0, r1 - 1, y.cap);
 #endif
     et_dwc c;
     for (int32_t n = 0; n < P->n; n++)
@@ -470,10 +472,10 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                 int8_t *yr = yp + n * y.nstride + (o - yo_off) * y.cstride + et_ring(r0, y.cap) * wo;
                 if (three && sw == 1) et_dw_plane(pad, rb, r1 - r0, wo, 1, 3, &c, yr);
                 else if (three) et_dw_plane(pad, rb, r1 - r0, wo, 2, 3, &c, yr);
-                else if (ET_DW_HAS(ET_DW_K5) && kh == 5) {
+                else if (five) {
                     if (sw == 1) et_dw5_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
                     else et_dw5_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
-                } else if (ET_DW_HAS(ET_DW_K7)) { /* 7x7 (plane) */
+                } else if (seven) {
                     if (sw == 1) et_dw7_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
                     else et_dw7_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
                 }
@@ -504,12 +506,9 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
 #endif
                 if (!c.r.fast) et_dw_row_slow(rows, taps, &c.r, P, bias, o, yp, yf, at);
                 else if (three) et_dw3_row(rows, &c, wo, sw, yp, at);
-                else if (ET_DW_HAS(ET_DW_K5) && kh == 5 && words == 2) /* the tap-row loops unrolled */
-                    et_dwk_row(rows, &c, 5, kw, 2, wo, sw, yp, at);
-                else if (ET_DW_HAS(ET_DW_K7) && kh == 7 && words == 2)
-                    et_dwk_row(rows, &c, 7, kw, 2, wo, sw, yp, at);
-                else if (ET_DW_HAS(ET_DW_KOTHER)) /* 5x5 and 7x7 took the two above */
-                    et_dwk_row(rows, &c, kh, kw, words, wo, sw, yp, at);
+                else if (five) et_dwk_row(rows, &c, 5, 5, 2, wo, sw, yp, at); /* the tap-row loops unrolled */
+                else if (seven) et_dwk_row(rows, &c, 7, 7, 2, wo, sw, yp, at);
+                else if (ET_DW_HAS(ET_DW_KOTHER)) et_dwk_row(rows, &c, kh, kw, words, wo, sw, yp, at);
             }
         }
 }
