@@ -321,6 +321,14 @@ def _got(lines):
     return out
 
 
+def _assert_cases(run, want):
+    """The firmware exited cleanly and printed every case's expected bytes."""
+    assert run.exit_code == 0, run.lines
+    got = _got(run.lines)
+    for i, case in enumerate(CASES + QADD_CASES + MASK_CASES):
+        assert bytes(got.get(i, b"")) == want[i], f"case {case[0]}"
+
+
 @pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7", "cortex-m55", "rv32imafc", "rv32imc", "rv32imafcv"])
 def test_dsp_qconv_kernels_equal_the_reference(tmp_path, target):
     if cortexm.missing_tools(target):
@@ -356,11 +364,7 @@ def test_dsp_qconv_kernels_equal_the_reference(tmp_path, target):
         assert dw, "no et_mve_dw_row in the M55 firmware"
         dw = dw.group(1)
         assert b"vldrb.s32" in dw and b"vmla.s32" in dw and b"vqrdmulh.s32" in dw
-    run = cortexm.run_qemu(d, target)
-    assert run.exit_code == 0, run.lines
-    got = _got(run.lines)
-    for i, case in enumerate(CASES + QADD_CASES + MASK_CASES):
-        assert bytes(got.get(i, b"")) == want[i], f"case {case[0]}"
+    _assert_cases(cortexm.run_qemu(d, target), want)
 
 
 @pytest.mark.parametrize("kernels, built, left_out", [
@@ -377,11 +381,7 @@ def test_dsp_qconv_kernels_of_a_program_s_depthwise_shapes(tmp_path, kernels, bu
     symbols = cortexm_disassembly(cortexm.build(tmp_path))
     assert all(b"<" + name + b">:" in symbols for name in built)
     assert not any(b"<" + name + b">:" in symbols for name in left_out)
-    run = cortexm.run_qemu(tmp_path, "cortex-m7")
-    assert run.exit_code == 0, run.lines
-    got = _got(run.lines)
-    for i, case in enumerate(CASES + QADD_CASES + MASK_CASES):
-        assert bytes(got.get(i, b"")) == want[i], f"case {case[0]}"
+    _assert_cases(cortexm.run_qemu(tmp_path, "cortex-m7"), want)
 
 
 def cortexm_disassembly(elf: Path, arch: str = "") -> bytes:
