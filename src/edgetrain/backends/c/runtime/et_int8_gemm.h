@@ -217,7 +217,8 @@ static inline __attribute__((always_inline)) void et_gemm_windows_quads_k(const 
 }
 
 /* compiled for ET_K_RGB3 inputs only (the first conv of an image model); the windows lie in col
- * after the column */
+ * after the column (its 8 k bytes), and et_gather may write a byte past the fourth */
+_Static_assert(12 * ET_K_RGB3 + 1 <= 2 * ET_COL_K, "four ET_K_RGB3 windows after their column fit col");
 static ET_DSP_NOINLINE void et_gemm_windows_quads(const et_gemm_oc *t, int32_t pairs, const int8_t *v,
                                                   int32_t x_zero, int8_t *col, int8_t *y, int32_t cs) {
     et_gemm_windows_quads_k(t, pairs, v, ET_K_RGB3, et_pack16(-x_zero, -x_zero), (int32_t *)(void *)col, y, cs);
