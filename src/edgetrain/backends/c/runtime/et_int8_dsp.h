@@ -113,7 +113,7 @@ static inline int32_t et_level(int32_t acc, int32_t mult, int32_t add, int32_t r
 static inline int32_t et_rq_fast(const et_rq *r, int32_t acc) { return et_level(acc, r->mult, r->add, r->right); }
 
 /* the general path's level of a sum (et_rq_slow's integer arithmetic) */
-static inline int32_t et_rq_level(const et_qconv_p *P, int32_t b, int32_t o, int32_t acc) {
+static inline ET_SMALL_ATTR int32_t et_rq_level(const et_qconv_p *P, int32_t b, int32_t o, int32_t acc) {
     return et_clampi(et_mbqm(et_addsat32(acc, b), P->mult[o], P->shift[o]) + P->y_zero, P->qmin, P->qmax);
 }
 
@@ -156,7 +156,7 @@ static inline et_rq et_rq_make(const et_qconv_p *P, const int32_t *bias, int32_t
 }
 
 /* the general path: et_qrow_put's arithmetic (saturating bias, et_mbqm, clamp, or float) */
-static ET_DSP_NOINLINE void et_rq_slow(const et_qconv_p *P, const int32_t *bias, int32_t o, int32_t acc, int8_t *y,
+static ET_DSP_NOINLINE ET_SMALL_ATTR void et_rq_slow(const et_qconv_p *P, const int32_t *bias, int32_t o, int32_t acc, int8_t *y,
                                    float *yf) {
     acc = et_addsat32(acc, bias[o]);
 #ifndef ET_INTEGER_ONLY /* model.h defines it for a step without float values: no float instruction linked */
