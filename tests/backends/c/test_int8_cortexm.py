@@ -368,8 +368,10 @@ def test_dsp_qconv_kernels_equal_the_reference(tmp_path, target):
 
 
 @pytest.mark.parametrize("kernels, built, left_out", [
-    (1, [], [b"et_dw5_plane_s1", b"et_dw7_plane_s2"]),  # ET_DW_K3: mbv2-w0.35's; the 5x5 and 7x7 cases general
-    (6, [b"et_dw5_plane_s1", b"et_dw7_plane_s2"], []),  # ET_DW_K5 | ET_DW_K7: the 3x3 cases general
+    # ET_DW_K3: mbv2-w0.35's; the 5x5 and 7x7 cases general
+    (1, [b"et_dw3_plane_s1", b"et_dw3_plane_s2"], [b"et_dw5_plane_s1", b"et_dw7_plane_s2"]),
+    # ET_DW_K5 | ET_DW_K7: the 3x3 cases general
+    (6, [b"et_dw5_plane_s1", b"et_dw7_plane_s2"], [b"et_dw3_plane_s1", b"et_dw3_plane_s2"]),
 ])
 def test_dsp_qconv_kernels_of_a_program_s_depthwise_shapes(tmp_path, kernels, built, left_out):
     """model.c's ET_DW_KERNELS (backends/c/kernel_select.py) leaves the other shapes' depthwise paths

@@ -242,9 +242,9 @@ static inline __attribute__((always_inline)) void et_dwk_pair(const int8_t *cons
  * rows' pairs run as one loop, a row's end reached by a counter and the next row's start by a
  * pointer jump, so a row costs no set-up (the paper's planes of 4x4 and 8x8 have rows of 2 and
  * 4 pairs). The taps and the start are doubled (2 t fits an int16 lane, 2 |sum| < 2^30), so the
- * sums are et_level2's operand 2 * sum as they are. 3x3 at stride 1 is written in assembly: the
- * loop needs 13 registers (gcc's allocation spilled values every pair); the constants of the
- * requantization and the row counts are read from the stack. */
+ * sums are et_level2's operand 2 * sum as they are. 3x3 at strides 1 and 2 is written in
+ * assembly: the loops need 14 registers (gcc's allocation spilled values every pair); the
+ * multiplier and shift of the requantization and the row counts are read from the stack. */
 static inline __attribute__((always_inline)) void et_dw_plane(const int8_t *x, int32_t rb, int32_t nr, int32_t wo,
                                                               const int32_t sw, const int32_t kh, const et_dwc *c,
                                                               int8_t *y) {
@@ -261,73 +261,108 @@ static inline __attribute__((always_inline)) void et_dw_plane(const int8_t *x, i
     int32_t mult = c->r.mult, add = c->r.add, right = c->r.right, half = wo / 2, left = half;
     int32_t jump = sw * rb - sw * wo; /* the end of a row's pixels to the next output row's */
     const int8_t *end = y + nr * wo;
-    if (three && sw == 1) {
+    if (three) {
         /* the row's pair count in m2's upper half, which the products never read (smlabb and
          * smlabt take its lower one): it counts up from 2^16 - half (half < ET_DW_PAD, the rows
-         * held) and carries out at the row's end (a register more for the loop would be one more
-         * than gcc can give it everywhere) */
+         * held) and carries out at the row's end (a counter of its own would be a 15th register) */
         const int32_t reset = (int32_t)((uint32_t)(0x10000 - half) << 16);
         int32_t m2c = (int32_t)(((uint32_t)m2 & 0xffffu) | (uint32_t)reset);
         int32_t v, a, s0, s1;
-        __asm__ volatile(
-            "1:\n\t"
-            "ldr %[v], [%[x]]\n\t" /* top tap row: a = (x0, x2), v = (x1, x3) */
-            "sxtb16 %[a], %[v]\n\t"
-            "sxtb16 %[v], %[v], ror #8\n\t"
-            "smlad %[s0], %[e0], %[a], %[init]\n\t"
-            "smlad %[s1], %[e0], %[v], %[init]\n\t"
-            "smlabb %[s0], %[m01], %[v], %[s0]\n\t"
-            "smlabt %[s1], %[m01], %[a], %[s1]\n\t"
-            "ldr %[v], [%[x], %[rb]]\n\t" /* middle */
-            "sxtb16 %[a], %[v]\n\t"
-            "sxtb16 %[v], %[v], ror #8\n\t"
-            "smlad %[s0], %[e1], %[a], %[s0]\n\t"
-            "smlad %[s1], %[e1], %[v], %[s1]\n\t"
-            "smlatb %[s0], %[m01], %[v], %[s0]\n\t"
-            "smlatt %[s1], %[m01], %[a], %[s1]\n\t"
-            "ldr %[v], [%[x], %[rb], lsl #1]\n\t" /* bottom */
-            "sxtb16 %[a], %[v]\n\t"
-            "sxtb16 %[v], %[v], ror #8\n\t"
-            "smlad %[s0], %[e2], %[a], %[s0]\n\t"
-            "smlad %[s1], %[e2], %[v], %[s1]\n\t"
-            "smlabb %[s0], %[m2], %[v], %[s0]\n\t"
-            "smlabt %[s1], %[m2], %[a], %[s1]\n\t"
-            "ldr %[a], %[mult]\n\t" /* et_level2 of each: add + hi, less the sign, >> right, saturated */
-            "ldr %[v], %[add]\n\t"
-            "smmlar %[v], %[s0], %[a], %[v]\n\t"
-            "sub %[v], %[v], %[s0], lsr #31\n\t"
-            "ldr %[s0], %[right]\n\t"
-            "asr %[v], %[v], %[s0]\n\t"
-            "ssat %[v], #8, %[v]\n\t"
-            "strb %[v], [%[y]], #1\n\t"
-            "ldr %[v], %[add]\n\t"
-            "smmlar %[v], %[s1], %[a], %[v]\n\t"
-            "sub %[v], %[v], %[s1], lsr #31\n\t"
-            "asr %[v], %[v], %[s0]\n\t"
-            "ssat %[v], #8, %[v]\n\t"
-            "strb %[v], [%[y]], #1\n\t"
-            "add %[x], %[x], #2\n\t"
-            "adds %[m2], %[m2], #0x10000\n\t" /* the row's next pair, or the next row */
-            "bcc 1b\n\t"
-            "ldr %[v], %[reset]\n\t"
-            "add %[m2], %[m2], %[v]\n\t"
-            "ldr %[v], %[jump]\n\t"
-            "add %[x], %[x], %[v]\n\t"
-            "ldr %[v], %[end]\n\t"
-            "cmp %[y], %[v]\n\t"
-            "blo 1b\n\t"
-            : [x] "+r"(x), [y] "+r"(y), [v] "=&r"(v), [a] "=&r"(a), [s0] "=&r"(s0), [s1] "=&r"(s1),
-              [m2] "+r"(m2c)
-            : [rb] "r"(rb), [e0] "r"(e0), [e1] "r"(e1), [e2] "r"(e2), [m01] "r"(m01), [init] "r"(init),
-              [mult] "m"(mult), [add] "m"(add), [right] "m"(right), [reset] "m"(reset), [jump] "m"(jump),
-              [end] "m"(end)
-            : "cc", "memory");
+/* after a pair's sums: et_level2 of each (add + hi, less the sign, >> right, saturated), x on by
+ * STEP bytes, the row's next pair or the next row (reset, jump), until y reaches end */
+#define ET_DW3_PAIR_END(STEP)                                                                               \
+    "ldr %[a], %[mult]\n\t"                                                                                 \
+    "smmlar %[v], %[s0], %[a], %[add]\n\t"                                                                  \
+    "sub %[v], %[v], %[s0], lsr #31\n\t"                                                                    \
+    "ldr %[s0], %[right]\n\t"                                                                               \
+    "asr %[v], %[v], %[s0]\n\t"                                                                             \
+    "ssat %[v], #8, %[v]\n\t"                                                                               \
+    "strb %[v], [%[y]], #1\n\t"                                                                             \
+    "smmlar %[v], %[s1], %[a], %[add]\n\t"                                                                  \
+    "sub %[v], %[v], %[s1], lsr #31\n\t"                                                                    \
+    "asr %[v], %[v], %[s0]\n\t"                                                                             \
+    "ssat %[v], #8, %[v]\n\t"                                                                               \
+    "strb %[v], [%[y]], #1\n\t"                                                                             \
+    "add %[x], %[x], #" STEP "\n\t"                                                                         \
+    "adds %[m2], %[m2], #0x10000\n\t" /* the row's next pair, or the next row */                          \
+    "bcc 1b\n\t"                                                                                            \
+    "ldr %[v], %[reset]\n\t"                                                                                \
+    "add %[m2], %[m2], %[v]\n\t"                                                                            \
+    "ldr %[v], %[jump]\n\t"                                                                                 \
+    "add %[x], %[x], %[v]\n\t"                                                                              \
+    "ldr %[v], %[end]\n\t"                                                                                  \
+    "cmp %[y], %[v]\n\t"                                                                                    \
+    "blo 1b\n\t"                                                                                            \
+    : [x] "+r"(x), [y] "+r"(y), [v] "=&r"(v), [a] "=&r"(a), [s0] "=&r"(s0), [s1] "=&r"(s1), [m2] "+r"(m2c) \
+    : [rb] "r"(rb), [e0] "r"(e0), [e1] "r"(e1), [e2] "r"(e2), [m01] "r"(m01), [init] "r"(init),           \
+      [add] "r"(add), [mult] "m"(mult), [right] "m"(right), [reset] "m"(reset), [jump] "m"(jump),        \
+      [end] "m"(end)                                                                                        \
+    : "cc", "memory"
+        if (sw == 1)
+            __asm__ volatile(
+                "1:\n\t"
+                "ldr %[v], [%[x]]\n\t" /* top tap row: a = (x0, x2), v = (x1, x3) */
+                "sxtb16 %[a], %[v]\n\t"
+                "sxtb16 %[v], %[v], ror #8\n\t"
+                "smlad %[s0], %[e0], %[a], %[init]\n\t"
+                "smlad %[s1], %[e0], %[v], %[init]\n\t"
+                "smlabb %[s0], %[m01], %[v], %[s0]\n\t"
+                "smlabt %[s1], %[m01], %[a], %[s1]\n\t"
+                "ldr %[v], [%[x], %[rb]]\n\t" /* middle */
+                "sxtb16 %[a], %[v]\n\t"
+                "sxtb16 %[v], %[v], ror #8\n\t"
+                "smlad %[s0], %[e1], %[a], %[s0]\n\t"
+                "smlad %[s1], %[e1], %[v], %[s1]\n\t"
+                "smlatb %[s0], %[m01], %[v], %[s0]\n\t"
+                "smlatt %[s1], %[m01], %[a], %[s1]\n\t"
+                "ldr %[v], [%[x], %[rb], lsl #1]\n\t" /* bottom */
+                "sxtb16 %[a], %[v]\n\t"
+                "sxtb16 %[v], %[v], ror #8\n\t"
+                "smlad %[s0], %[e2], %[a], %[s0]\n\t"
+                "smlad %[s1], %[e2], %[v], %[s1]\n\t"
+                "smlabb %[s0], %[m2], %[v], %[s0]\n\t"
+                "smlabt %[s1], %[m2], %[a], %[s1]\n\t" ET_DW3_PAIR_END("2"));
+        else /* stride 2: et_dw3_pair_s2's products, the words x[2q..2q+3] and x[2q+4..2q+7] of each row */
+            __asm__ volatile(
+                "1:\n\t"
+                "ldr %[a], [%[x], #4]\n\t" /* top tap row: (x4, x6), then (x0, x2) and (x1, x3) */
+                "sxtb16 %[a], %[a]\n\t"
+                "smlatb %[s1], %[e0], %[a], %[init]\n\t"
+                "ldr %[v], [%[x]]\n\t"
+                "sxtb16 %[a], %[v]\n\t"
+                "smlad %[s0], %[e0], %[a], %[init]\n\t"
+                "smlabt %[s1], %[e0], %[a], %[s1]\n\t"
+                "sxtb16 %[a], %[v], ror #8\n\t"
+                "smlabb %[s0], %[m01], %[a], %[s0]\n\t"
+                "smlabt %[s1], %[m01], %[a], %[s1]\n\t"
+                "add %[a], %[x], %[rb]\n\t" /* middle */
+                "ldr %[v], [%[a], #4]\n\t"
+                "ldr %[a], [%[a]]\n\t"
+                "sxtb16 %[v], %[v]\n\t"
+                "smlatb %[s1], %[e1], %[v], %[s1]\n\t"
+                "sxtb16 %[v], %[a]\n\t"
+                "smlad %[s0], %[e1], %[v], %[s0]\n\t"
+                "smlabt %[s1], %[e1], %[v], %[s1]\n\t"
+                "sxtb16 %[v], %[a], ror #8\n\t"
+                "smlatb %[s0], %[m01], %[v], %[s0]\n\t"
+                "smlatt %[s1], %[m01], %[v], %[s1]\n\t"
+                "add %[a], %[x], %[rb], lsl #1\n\t" /* bottom */
+                "ldr %[v], [%[a], #4]\n\t"
+                "ldr %[a], [%[a]]\n\t"
+                "sxtb16 %[v], %[v]\n\t"
+                "smlatb %[s1], %[e2], %[v], %[s1]\n\t"
+                "sxtb16 %[v], %[a]\n\t"
+                "smlad %[s0], %[e2], %[v], %[s0]\n\t"
+                "smlabt %[s1], %[e2], %[v], %[s1]\n\t"
+                "sxtb16 %[v], %[a], ror #8\n\t"
+                "smlabb %[s0], %[m2], %[v], %[s0]\n\t"
+                "smlabt %[s1], %[m2], %[v], %[s1]\n\t" ET_DW3_PAIR_END("4"));
+#undef ET_DW3_PAIR_END
         return;
     }
     while (y < end) {
         int32_t s0, s1;
-        if (three) et_dw3_pair_s2(x, x + rb, x + 2 * rb, e0, e1, e2, m01, m2, init, &s0, &s1);
-        else et_dwk_pair(0, x, rb, 0, &dd, kh, sw, kh == 7, init, &s0, &s1);
+        et_dwk_pair(0, x, rb, 0, &dd, kh, sw, kh == 7, init, &s0, &s1);
         y[0] = (int8_t)et_level2(s0, mult, add, right);
         y[1] = (int8_t)et_level2(s1, mult, add, right);
         y += 2;
@@ -339,14 +374,16 @@ static inline __attribute__((always_inline)) void et_dw_plane(const int8_t *x, i
     }
 }
 
-/* the 5x5 and 7x7 planes out of line, once for each kernel and stride: the loops get the
- * registers to themselves (inlined into et_qconv_dw_rows, the channel loop's values crowd
- * them); the 3x3 planes inline */
+/* the planes out of line, once for each kernel and stride: the loops get the registers to
+ * themselves (inlined into et_qconv_dw_rows, the channel loop's values crowd them; the 3x3
+ * loops' 14 registers could not be found there in every program) */
 #define ET_DW_PLANE(NAME, SW, KH)                                                                              \
     static __attribute__((noinline, unused)) void NAME(const int8_t *x, int32_t rb, int32_t nr, int32_t wo,  \
                                                        const et_dwc *c, int8_t *y) {                         \
         et_dw_plane(x, rb, nr, wo, SW, KH, c, y);                                                           \
     }
+ET_DW_PLANE(et_dw3_plane_s1, 1, 3)
+ET_DW_PLANE(et_dw3_plane_s2, 2, 3)
 ET_DW_PLANE(et_dw5_plane_s1, 1, 5)
 ET_DW_PLANE(et_dw5_plane_s2, 2, 5)
 ET_DW_PLANE(et_dw7_plane_s1, 1, 7)
@@ -470,8 +507,8 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                     et_copy8(pad + j * rb + P->pw, xc + et_ring(first + j, x.cap) * P->w, P->w);
             if (__builtin_expect(plane && c.r.fast, 1)) {
                 int8_t *yr = yp + n * y.nstride + (o - yo_off) * y.cstride + et_ring(r0, y.cap) * wo;
-                if (three && sw == 1) et_dw_plane(pad, rb, r1 - r0, wo, 1, 3, &c, yr);
-                else if (three) et_dw_plane(pad, rb, r1 - r0, wo, 2, 3, &c, yr);
+                if (three && sw == 1) et_dw3_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
+                else if (three) et_dw3_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
                 else if (five) {
                     if (sw == 1) et_dw5_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
                     else et_dw5_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
