@@ -41,8 +41,8 @@
         return;                                                               \
     } while (0)
 static inline ET_SMALL_ATTR void et_qconv_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
-                                 const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0, int32_t r1,
-                                 int32_t o0, int32_t o1) {
+                                               const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off,
+                                               int32_t r0, int32_t r1, int32_t o0, int32_t o1) {
 #if defined(__ARM_FEATURE_DSP)
     if (et_qconv_dw_ok(P)) ET_QCONV_ROWS_BY(et_qconv_dw_rows);
     if (et_qconv_gemm_ok(P, w)) ET_QCONV_ROWS_BY(et_qconv_gemm_rows);
@@ -125,7 +125,8 @@ static inline int et_qadd_fast_ok(const et_qadd_p *P) {
 }
 #endif
 
-static inline ET_SMALL_ATTR void et_qadd(const et_qadd_p *P, const int8_t *a, const int8_t *b, int8_t *y, int32_t count) {
+static inline ET_SMALL_ATTR void et_qadd(const et_qadd_p *P, const int8_t *a, const int8_t *b, int8_t *y,
+                                         int32_t count) {
 #if defined(__ARM_FEATURE_DSP)
     if (et_qadd_fast_ok(P)) {
         et_qadd_fast(P->a_zero, P->a_mult, -P->a_shift, P->b_zero, P->b_mult, -P->b_shift, P->y_zero, P->y_mult,

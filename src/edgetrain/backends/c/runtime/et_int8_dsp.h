@@ -156,8 +156,8 @@ static inline et_rq et_rq_make(const et_qconv_p *P, const int32_t *bias, int32_t
 }
 
 /* the general path: et_qrow_put's arithmetic (saturating bias, et_mbqm, clamp, or float) */
-static ET_DSP_NOINLINE ET_SMALL_ATTR void et_rq_slow(const et_qconv_p *P, const int32_t *bias, int32_t o, int32_t acc, int8_t *y,
-                                   float *yf) {
+static ET_DSP_NOINLINE ET_SMALL_ATTR void et_rq_slow(const et_qconv_p *P, const int32_t *bias, int32_t o,
+                                                 int32_t acc, int8_t *y, float *yf) {
     acc = et_addsat32(acc, bias[o]);
 #ifndef ET_INTEGER_ONLY /* model.h defines it for a step without float values: no float instruction linked */
     if (yf) *yf = (float)acc * P->out_scale[o];

@@ -269,7 +269,8 @@ static inline __attribute__((always_inline)) void et_dw_plane(const int8_t *x, i
         int32_t m2c = (int32_t)(((uint32_t)m2 & 0xffffu) | (uint32_t)reset);
         int32_t v, a, s0, s1;
 /* after a pair's sums: et_level2 of each (add + hi, less the sign, >> right, saturated), x on by
- * STEP bytes, the row's next pair or the next row (reset, jump), until y reaches end */
+ * STEP bytes, the row's next pair or the next row (reset, jump), until y reaches end; then both
+ * loops' operands, the same registers and stack slots */
 #define ET_DW3_PAIR_END(STEP)                                                                               \
     "ldr %[a], %[mult]\n\t"                                                                                 \
     "smmlar %[v], %[s0], %[a], %[add]\n\t"                                                                  \

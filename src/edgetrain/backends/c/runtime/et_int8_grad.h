@@ -213,9 +213,10 @@ static inline void et_qconv_grad_input_1x1(const et_qconv_p *P, const float *g, 
  * kernels without padding (every dense layer of the paper's models) take the register-blocked
  * gather above; the others scatter each (o, i, j) tap's products over gx in turn. S: the weight
  * scales per output channel (kernels/int8_scales.py). Out of line: one copy for every layer. */
-__attribute__((noinline, unused)) ET_SMALL_ATTR static void et_qconv_grad_input_fs(const et_qconv_p *P, const float *g,
-                                                                     const et_w8 *w, const et_fscale *S,
-                                                                     float *ET_RESTRICT gx) {
+__attribute__((noinline, unused)) ET_SMALL_ATTR static void et_qconv_grad_input_fs(const et_qconv_p *P,
+                                                                                   const float *g, const et_w8 *w,
+                                                                                   const et_fscale *S,
+                                                                                   float *ET_RESTRICT gx) {
     if (P->kh == 1 && P->kw == 1 && P->ph == 0 && P->pw == 0) {
         et_qconv_grad_input_1x1(P, g, w, S, gx);
         return;
