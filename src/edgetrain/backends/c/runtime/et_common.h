@@ -29,18 +29,6 @@
 #define ET_GRAPH_ATTR
 #endif
 
-/* attributes of the int8 kernels' general paths, which the DSP kernels leave to a few layers or
- * channels (the requantization off the fast path, the addition, the convolution and the input
- * gradient of shapes the fast kernels do not take): none by default; the Cortex-M firmware
- * optimises them for size (runtime/cortexm/Makefile). Without the DSP kernels they are the hot
- * paths: then none. */
-#if defined(ET_SMALL_ATTR) && !defined(__ARM_FEATURE_DSP)
-#undef ET_SMALL_ATTR
-#endif
-#ifndef ET_SMALL_ATTR
-#define ET_SMALL_ATTR
-#endif
-
 /* arena guard: ET_GUARD_WORDS words of ET_GUARD_VALUE before and after the arena */
 #define ET_GUARD_VALUE 0xE7A5C0DEu
 #define ET_GUARD_WORDS 4

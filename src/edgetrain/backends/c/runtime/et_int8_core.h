@@ -13,6 +13,18 @@
 #define ET_RESTRICT __restrict__
 #endif
 
+/* attributes of the int8 kernels' general paths, which the DSP kernels leave to a few layers or
+ * channels (the requantization off the fast path, the addition, the convolution and the input
+ * gradient of shapes the fast kernels do not take): none by default; the Cortex-M firmware
+ * optimises them for size (runtime/cortexm/Makefile). Without the DSP kernels they are the hot
+ * paths: then none. */
+#if defined(ET_SMALL_ATTR) && !defined(__ARM_FEATURE_DSP)
+#undef ET_SMALL_ATTR
+#endif
+#ifndef ET_SMALL_ATTR
+#define ET_SMALL_ATTR
+#endif
+
 /* int32 accumulators held on the stack per output-row segment (1 KB at 256) */
 #define ET_ACC_BLOCK 64
 
