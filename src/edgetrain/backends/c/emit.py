@@ -412,8 +412,8 @@ def emit_sources(prog, embed_weights: bool = False, layout: Optional[Layout] = N
         return h if u.embed else release_hooks(u.layout, k, h, schedule=getattr(u.prog, "schedule", None))
     funcs = [graph_function(u.layout, k, gather_bufs, u.banks and k == "train", pool, graph_hooks(k)) for k in u.keys]
     consts = ["", f"/* the kernels' constant tables ({len(pool)}, each once: backends/c/constpool.py) */"]
-    c = _includes(u, "\n".join(pool.declarations() + funcs)) + _arena_and_state(u) + _helpers(u, gather_bufs)
-    c += consts + pool.declarations()
+    tables = pool.declarations()
+    c = _includes(u, "\n".join(tables + funcs)) + _arena_and_state(u) + _helpers(u, gather_bufs) + consts + tables
     c += (guard_declarations(slots, u.double) if slots is not None else []) + funcs
     c += _init(u) + _guard_check(u) + _train_step(u) + _predict(u)
     c += ["", "#ifndef ET_NO_STATE_IO"] + _state_io(u)
