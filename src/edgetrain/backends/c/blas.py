@@ -23,7 +23,14 @@ EDGETRAIN_BLAS_THREADS says more (read by the library at its first GEMM).
 
 `host_blas()` is the BLAS with a C header, which an emitted project's Makefile links
 (project.py): OpenBLAS (MKL's wheel ships no headers); `library_blas()` the one the ctypes
-library links."""
+library links.
+
+On top of the BLAS, the ctypes library runs the larger dense convolutions (not 1x1 at stride 1)
+on oneDNN where the PyPI packages onednn-cpu-gomp and onednn-devel-cpu-gomp are installed (a
+dependency on x86-64 Linux): `dnnl()`, -DET_DNNL, runtime/et_float_dnnl.h. Its JIT kernels are
+picked for the CPU by oneDNN itself (AVX-512 where the CPU has it, whatever OPENBLAS_CORETYPE
+says). EDGETRAIN_DNNL=0 leaves it out (every convolution then takes the GEMM path); without a
+BLAS it is left out too."""
 from __future__ import annotations
 
 import importlib.metadata
@@ -42,6 +49,13 @@ ENABLE_ENV = "EDGETRAIN_BLAS"
 MKL_FLAG = "-DET_BLAS_MKL"
 #: MKL's libraries, in link order (LP64 interface, GNU OpenMP threading, core)
 MKL_LIBS = ("libmkl_intel_lp64.so", "libmkl_gnu_thread.so", "libmkl_core.so")
+#: the flag that runs the dense convolutions on oneDNN (runtime/et_float_dnnl.h)
+DNNL_FLAG = "-DET_DNNL"
+#: environment: "0" leaves oneDNN out of the ctypes library
+DNNL_ENV = "EDGETRAIN_DNNL"
+#: oneDNN's library and headers: (distribution, the file of it that locates the folder)
+DNNL_LIB = ("onednn-cpu-gomp", "libdnnl.so.3")
+DNNL_HEADER = ("onednn-devel-cpu-gomp", "oneapi/dnnl/dnnl.h")
 
 
 @dataclass(frozen=True)
@@ -89,6 +103,40 @@ def mkl_blas() -> Optional[Blas]:
                          "-lgomp", "-lpthread", "-lm", "-ldl"))
 
 
+def _locate(dist_name: str, suffix: str) -> tuple[Optional[Path], str]:
+    """(the installed file of distribution dist_name whose path ends in suffix, its version); (None, "") if absent."""
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        return None, ""
+    for f in dist.files or ():
+        if str(f).replace("\\", "/").endswith(suffix):
+            path = Path(f.locate()).resolve()
+            if path.exists():
+                return path, dist.version
+    return None, ""
+
+
+@lru_cache(maxsize=1)
+def _onednn() -> Optional[Blas]:
+    lib, version = _locate(*DNNL_LIB)
+    header, _ = _locate(*DNNL_HEADER)
+    if lib is None or header is None:
+        return None
+    inc = header.parents[len(Path(DNNL_HEADER[1]).parts) - 1]  # the folder that holds oneapi/dnnl/
+    libdir = lib.parent
+    return Blas(name=f"oneDNN {version}", cflags=(DNNL_FLAG, f"-I{inc}"),
+                ldflags=(f"-L{libdir}", f"-Wl,-rpath,{libdir}", f"-l:{DNNL_LIB[1]}", "-lgomp"))
+
+
+def dnnl() -> Optional[Blas]:
+    """oneDNN for the ctypes library's dense convolutions (the installed onednn-cpu-gomp and its
+    headers), or None: not installed, or EDGETRAIN_DNNL=0."""
+    if os.environ.get(DNNL_ENV) == "0":
+        return None
+    return _onednn()
+
+
 @lru_cache(maxsize=1)
 def host_blas() -> Optional[Blas]:
     """The installed BLAS with a C header (OpenBLAS), or None (not installed, or EDGETRAIN_BLAS=0)."""
@@ -116,9 +164,13 @@ def _blas_of(flags: Sequence[str]) -> Optional[Blas]:
 
 
 def compile_flags() -> tuple:
-    """The compiler flags that select and find the BLAS (none without one)."""
+    """The compiler flags that select and find the BLAS, and oneDNN on top of it where installed
+    (none without a BLAS)."""
     b = library_blas()
-    return b.cflags if b else ()
+    if b is None:
+        return ()
+    d = dnnl()
+    return b.cflags + (d.cflags if d else ())
 
 
 def default_flags() -> tuple:
@@ -128,14 +180,20 @@ def default_flags() -> tuple:
 
 
 def link_flags(flags: Sequence[str]) -> tuple:
-    """The linker flags a build with `flags` needs after its sources (the BLAS when selected)."""
+    """The linker flags a build with `flags` needs after its sources (the BLAS when selected, and
+    oneDNN when its flag is there too)."""
     b = _blas_of(flags)
-    return b.ldflags if b else ()
+    if b is None:
+        return ()
+    d = _onednn() if DNNL_FLAG in flags else None
+    return b.ldflags + (d.ldflags if d else ())
 
 
 def describe(flags: Sequence[str]) -> str:
     """Which kernels a build with `flags` uses, in words (the benchmarks print it)."""
     b = _blas_of(flags)
     if b:
-        return f"BLAS ({b.name}, {os.environ.get('EDGETRAIN_BLAS_THREADS', '1')} thread(s))"
+        d = dnnl() if DNNL_FLAG in flags else None
+        return (f"BLAS ({b.name}, {os.environ.get('EDGETRAIN_BLAS_THREADS', '1')} thread(s))"
+                + (f", the dense convolutions on {d.name} (one thread)" if d else ""))
     return "portable kernels (no BLAS)"

@@ -212,6 +212,29 @@ ET_BLAS_FN int et_conv2d_grad_weight_update_blas(const float *ET_RESTRICT X, con
 }
 #endif
 
+#ifdef ET_DNNL
+/* the same on oneDNN (et_float_dnnl.h, for the shapes it takes): the whole gradient at once into a host
+ * scratch of O x len floats, then applied row by row; R and T end as the op's, as above. Returns 0, having
+ * done nothing, for a shape et_dnnl_conv leaves to the GEMM path */
+ET_BLAS_FN int et_conv2d_grad_weight_update_dnnl(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *W,
+                                                 float *M, float *ET_RESTRICT R, float *ET_RESTRICT T, int B,
+                                                 float lr, float mu, float wd, int N, int C, int H, int Wd, int O,
+                                                 int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW,
+                                                 int DH, int DW) {
+    const size_t P = (size_t)HO * WO, len = (size_t)C * KH * KW;
+    float *GW = et_scratch(2, (size_t)O * len);
+    if (!GW || !et_dnnl_conv(ET_DNNL_WEIGHTS, X, GY, GW, 0, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW))
+        return 0;
+    ET_PARALLEL_FOR((double)O * len * 4)
+    for (int o = 0; o < O; ++o) et_sgd_row(W + o * len, M ? M + o * len : 0, GW + o * len, (int)len, lr, mu, wd);
+    memcpy(R, GW + (size_t)(O - B) * len, (size_t)B * len * sizeof(float));
+    if (T && N > 1)
+        for (int n = 0; n < N; ++n)
+            memcpy(T + (size_t)n * B * P, GY + ((size_t)n * O + O - B) * P, (size_t)B * P * sizeof(float));
+    return 1;
+}
+#endif
+
 /* conv2d_grad_weight_update: the gradient a block at a time (B rows of a one-group convolution, or B whole
  * groups), each block one sub-convolution of et_float_gemm.h's et_conv2d_grad_weight (the host BLAS or the
  * portable kernels) into R, then applied to its rows. A batch of more than one and more than one block: one
@@ -224,6 +247,12 @@ ET_INLINE void et_conv2d_grad_weight_update(const float *ET_RESTRICT X, const fl
     const int cg = C / G, og = O / G, len = cg * KH * KW;
     const int rows = G == 1 ? B : B * og, bc = G == 1 ? C : B * cg, bg = G == 1 ? 1 : B;
     const size_t size = (size_t)rows * len, P = (size_t)HO * WO;
+#ifdef ET_DNNL
+    if (G == 1 && rows < O &&
+        et_conv2d_grad_weight_update_dnnl(X, GY, W, M, R, T, B, lr, mu, wd, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW,
+                                          PH, PW, DH, DW))
+        return;
+#endif
 #ifdef ET_BLAS
     if (G == 1 && rows < O &&
         et_conv2d_grad_weight_update_blas(X, GY, W, M, R, T, B, lr, mu, wd, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW,

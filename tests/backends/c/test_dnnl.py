@@ -1,0 +1,99 @@
+"""The host library's dense convolutions on oneDNN (backends/c/blas.py dnnl(), runtime/et_float_dnnl.h).
+
+Built with ET_DNNL_MIN_MACS=0, every one-group convolution that is not a 1x1 at stride 1 runs on oneDNN:
+its forward (with and without bias), input gradient and weight gradient, alone or fused with the update
+(conv2d_grad_weight_update, in blocks of rows: et_float_fused.h). Gradients, a few training steps and
+the state after them agree with the reference runtime on convolutions of every geometry test_blas.py
+runs through the GEMM path (strided, padded, dilated, rectangular, "valid", padding beyond the kernel's
+reach, 1x1 at stride 2, several images per batch), and the library reports a primitive made for each
+convolution and kind it should have taken. The threaded library gives the same bits on 1 and 2
+threads (oneDNN runs on one). With the default threshold, small convolutions keep the GEMM path."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from torch import nn
+
+from edgetrain.backends.c import blas
+from edgetrain.backends.c.host import OPENMP_CFLAGS, PROJECT_CFLAGS, SANITIZE_CFLAGS
+from edgetrain.ops import gradupdate
+from edgetrain.ops.qgradupdate import split_attrs
+from tests.backends.c.test_blas import FAST, PORTABLE, Blocks, Convs, SamePlanes, StrideOne, _agrees, _programs
+
+pytestmark = pytest.mark.skipif(blas.dnnl() is None or blas.library_blas() is None,
+                                reason="oneDNN (pip install onednn-cpu-gomp onednn-devel-cpu-gomp) or a BLAS missing")
+
+#: every dense convolution but the 1x1 at stride 1 on oneDNN
+ALL = FAST + ("-DET_DNNL_MIN_MACS=0",)
+
+
+def _dense(net) -> list[nn.Conv2d]:
+    """The convolutions oneDNN takes at ET_DNNL_MIN_MACS=0: one group, not a 1x1 at stride 1 unpadded."""
+    return [m for m in net.modules() if isinstance(m, nn.Conv2d) and m.groups == 1
+            and not (m.kernel_size == (1, 1) and m.stride == (1, 1) and m.padding == (0, 0))]
+
+
+def _primitives(c) -> int:
+    return c.runner._lib.et_dnnl_primitives()
+
+
+def test_the_flags_select_onednn_on_top_of_the_blas_only():
+    assert blas.DNNL_FLAG in FAST and blas.DNNL_FLAG in OPENMP_CFLAGS
+    assert any("libdnnl" in f for f in blas.link_flags(FAST))
+    assert "oneDNN" in blas.describe(FAST)
+    for flags in (PROJECT_CFLAGS, SANITIZE_CFLAGS, PORTABLE):  # emitted projects, the sanitizer build, no BLAS
+        assert blas.DNNL_FLAG not in flags and blas.link_flags(flags) == ()
+
+
+def test_the_environment_leaves_it_out(monkeypatch):
+    monkeypatch.setenv(blas.DNNL_ENV, "0")
+    assert blas.dnnl() is None and blas.DNNL_FLAG not in blas.compile_flags()
+    assert blas.library_blas() is None or blas.BLAS_FLAG in blas.compile_flags()  # the BLAS stays
+
+
+@pytest.mark.parametrize("net, size, batch", [(Convs, 21, 3), (Convs, 21, 1), (StrideOne, 32, 5),
+                                              (SamePlanes, 3, 2), (Blocks, 24, 2)])
+def test_convolutions_on_onednn_match_the_reference(net, size, batch):
+    ref, c, x, y = _programs(batch, ALL, net, size)
+    assert "oneDNN" in c.runner.kernels
+    _agrees(ref, c, x, y, steps=2)
+    # forward and weight gradient of each, the input gradient of each but the first layer's (the input's
+    # gradient is not computed)
+    assert _primitives(c) == 3 * len(_dense(net())) - 1
+
+
+def test_the_fused_weight_gradient_and_update_on_onednn(monkeypatch):
+    """Blocks of 36 bytes: every weight gradient here is fused with its update in blocks of rows
+    (conv2d_grad_weight_update; the weight and momentum bit for bit the unfused program's in
+    tests/passes/test_fuse_float_grad_update.py), and here computed whole by oneDNN."""
+    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
+    ref, c, x, y = _programs(3, ALL, StrideOne, 32)
+    nodes = c.compiled.train_graph.nodes
+    fused = [split_attrs(n.attrs)[0] for n in nodes if n.op == "conv2d_grad_weight_update"]
+    assert sum(gw["groups"] == 1 for gw in fused) >= len(_dense(StrideOne()))
+    assert not [n for n in nodes if n.op == "conv2d_grad_weight" and n.attrs["groups"] == 1]
+    _agrees(ref, c, x, y, steps=2)
+    # and one more: the grouped convolution's fused gradient runs a group of an image at a time, each a
+    # one-group sub-convolution (et_float_fused.h)
+    assert _primitives(c) == 3 * len(_dense(StrideOne())) - 1 + 1
+
+
+def test_small_convolutions_keep_the_gemm_path():
+    """At the default threshold (4M multiply-adds) none of Convs' convolutions at batch 1 runs on oneDNN."""
+    ref, c, x, y = _programs(1, FAST, Convs, 21)
+    _agrees(ref, c, x, y, steps=1)
+    assert _primitives(c) == 0
+
+
+def test_the_threaded_library_is_the_same_on_any_thread_count():
+    flags = tuple(f for f in OPENMP_CFLAGS if f != "-O3") + ("-O1", "-DET_DNNL_MIN_MACS=0")
+    runs = []
+    for threads in (1, 2):
+        ref, c, x, y = _programs(5, flags, StrideOne, 32)
+        c.runner.threads = threads
+        losses = [c.step(x, y) for _ in range(2)]
+        runs.append((losses, {k: np.array(v) for k, v in c.state.items()}))
+        assert _primitives(c) > 0
+    assert runs[0][0] == runs[1][0]
+    for k, v in runs[0][1].items():
+        assert np.array_equal(v, runs[1][1][k]), k
