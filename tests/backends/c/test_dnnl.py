@@ -5,7 +5,8 @@ its forward (with and without bias), input gradient and weight gradient, alone o
 (conv2d_grad_weight_update, in blocks of rows: et_float_fused.h). Gradients, a few training steps and
 the state after them agree with the reference runtime on convolutions of every geometry test_blas.py
 runs through the GEMM path (strided, padded, dilated, rectangular, "valid", padding beyond the kernel's
-reach, 1x1 at stride 2, several images per batch), and the library reports a primitive made for each
+reach, 1x1 at stride 2, several images per batch) and on small planes of many channels (weight gradients
+in OIHW), and the library reports a primitive made for each
 convolution and kind it should have taken. The threaded library gives the same bits on 1 and 2
 threads (oneDNN runs on one). With the default threshold, small convolutions keep the GEMM path."""
 from __future__ import annotations
@@ -25,6 +26,24 @@ pytestmark = pytest.mark.skipif(blas.dnnl() is None or blas.library_blas() is No
 
 #: every dense convolution but the 1x1 at stride 1 on oneDNN
 ALL = FAST + ("-DET_DNNL_MIN_MACS=0",)
+
+
+class Deep(nn.Module):
+    """Convolutions whose weights outnumber their inputs' elements 16 times and more (ResNet's last
+    stage at batch 8): their weight gradient is asked for in OIHW (ET_DNNL_PLAIN_GW), the others' in
+    oneDNN's layout."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 32, 3, 2, 1), nn.ReLU(),  # 8x8 -> 4x4
+            nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU(),  # -> 2x2: 64 x 9 weights per input element of 4, and more
+            nn.Conv2d(64, 64, 3, 1, 1), nn.ReLU(),
+            nn.Conv2d(64, 48, (2, 1), 1, 0, bias=False),
+            nn.Flatten(), nn.Linear(48 * 1 * 2, 7))
+
+    def forward(self, x):
+        return self.body(x)
 
 
 def _dense(net) -> list[nn.Conv2d]:
@@ -52,7 +71,7 @@ def test_the_environment_leaves_it_out(monkeypatch):
 
 
 @pytest.mark.parametrize("net, size, batch", [(Convs, 21, 3), (Convs, 21, 1), (StrideOne, 32, 5),
-                                              (SamePlanes, 3, 2), (Blocks, 24, 2)])
+                                              (SamePlanes, 3, 2), (Blocks, 24, 2), (Deep, 8, 1), (Deep, 8, 2)])
 def test_convolutions_on_onednn_match_the_reference(net, size, batch):
     ref, c, x, y = _programs(batch, ALL, net, size)
     assert "oneDNN" in c.runner.kernels

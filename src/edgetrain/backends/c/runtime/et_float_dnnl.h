@@ -39,6 +39,13 @@ void omp_set_num_threads(int);
 #ifndef ET_DNNL_MIN_MACS
 #define ET_DNNL_MIN_MACS (4.0 * 1024 * 1024)
 #endif
+/* a weight gradient of at least this many times its input's elements is asked for in OIHW, not in oneDNN's
+ * blocked layout: oneDNN then sums it as a GEMM, which on ResNet-18's 512x512 layers at 4x4 (weights 36 times
+ * their input at batch 8) took 3.2-3.3 ms against 4.2-4.3 ms for the blocked kernel and its reorder; at 4.5
+ * times (the 256x256 layers at 8x8) the blocked kernel was the faster (2.8 against 3.2 ms) */
+#ifndef ET_DNNL_PLAIN_GW
+#define ET_DNNL_PLAIN_GW 16.0
+#endif
 /* primitives kept: a shape and kind each (ResNet-18 has 20 convolutions, 3 kinds) */
 #ifndef ET_DNNL_ENTRIES
 #define ET_DNNL_ENTRIES 256
@@ -144,10 +151,11 @@ static int et_dnnl_create(et_dnnl_entry *e) {
         ok = dnnl_convolution_backward_data_primitive_desc_create(&pd, et_dnnl.engine, dnnl_convolution_direct, s_any,
                                                                   w_any, d_any, strides, dil, pl, pad_r, fwd,
                                                                   0) == dnnl_success;
-    else if (ok && kind == ET_DNNL_WEIGHTS)
-        ok = dnnl_convolution_backward_weights_primitive_desc_create(&pd, et_dnnl.engine, dnnl_convolution_direct,
-                                                                     s_any, w_any, 0, d_any, strides, dil, pl, pad_r,
-                                                                     fwd, 0) == dnnl_success;
+    else if (ok && kind == ET_DNNL_WEIGHTS) /* a gradient much larger than its input: written in OIHW itself */
+        ok = dnnl_convolution_backward_weights_primitive_desc_create(
+                 &pd, et_dnnl.engine, dnnl_convolution_direct, s_any,
+                 (double)O * KH * KW >= ET_DNNL_PLAIN_GW * N * H * Wd ? w_plain : w_any, 0, d_any, strides, dil, pl,
+                 pad_r, fwd, 0) == dnnl_success;
     else if (ok) {
         pd = fwd;
         fwd = 0;
