@@ -168,6 +168,30 @@ ET_INLINE void et_sgd_row(float *ET_RESTRICT W, float *ET_RESTRICT M, const floa
     }
 }
 
+#ifdef ET_DNNL
+/* the one-group conv2d_grad_weight_update on oneDNN (et_float_dnnl.h, for the shapes it takes; the GEMM
+ * path's below calls it first): the whole gradient at once into a host scratch of O x len floats, then
+ * applied row by row; R and T end as the op's (ops/gradupdate.py): the last block's gradient rows, and its
+ * rows of GY. Returns 0, having done nothing, for a shape et_dnnl_conv leaves to the GEMM path */
+ET_BLAS_FN int et_conv2d_grad_weight_update_dnnl(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *W,
+                                                 float *M, float *ET_RESTRICT R, float *ET_RESTRICT T, int B,
+                                                 float lr, float mu, float wd, int N, int C, int H, int Wd, int O,
+                                                 int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW,
+                                                 int DH, int DW) {
+    const size_t P = (size_t)HO * WO, len = (size_t)C * KH * KW;
+    float *GW = et_scratch(2, (size_t)O * len);
+    if (!GW || !et_dnnl_conv(ET_DNNL_WEIGHTS, X, GY, GW, 0, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW))
+        return 0;
+    ET_PARALLEL_FOR((double)O * len * 4)
+    for (int o = 0; o < O; ++o) et_sgd_row(W + o * len, M ? M + o * len : 0, GW + o * len, (int)len, lr, mu, wd);
+    memcpy(R, GW + (size_t)(O - B) * len, (size_t)B * len * sizeof(float));
+    if (T && N > 1)
+        for (int n = 0; n < N; ++n)
+            memcpy(T + (size_t)n * B * P, GY + ((size_t)n * O + O - B) * P, (size_t)B * P * sizeof(float));
+    return 1;
+}
+#endif
+
 #ifdef ET_BLAS
 /* the host BLAS build's one-group conv2d_grad_weight_update: the batch's im2col (at most this many
  * floats, a host scratch buffer like et_float_blas.h's blocks) is built once per call, and the
@@ -184,6 +208,11 @@ ET_BLAS_FN int et_conv2d_grad_weight_update_blas(const float *ET_RESTRICT X, con
                                                  float lr, float mu, float wd, int N, int C, int H, int Wd, int O,
                                                  int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW,
                                                  int DH, int DW) {
+#ifdef ET_DNNL
+    if (et_conv2d_grad_weight_update_dnnl(X, GY, W, M, R, T, B, lr, mu, wd, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH,
+                                          PW, DH, DW))
+        return 1;
+#endif
     const size_t P = (size_t)HO * WO, NP = (size_t)N * P, len = (size_t)C * KH * KW, ch = (size_t)B * len / O;
     if (len * NP > ET_FUSED_COL_FLOATS || ch == 0) return 0;
     float *col = et_scratch(0, len * NP); /* col[(c*KH + ki)*KW + kj][n*P + p] */
@@ -212,28 +241,6 @@ ET_BLAS_FN int et_conv2d_grad_weight_update_blas(const float *ET_RESTRICT X, con
 }
 #endif
 
-#ifdef ET_DNNL
-/* the same on oneDNN (et_float_dnnl.h, for the shapes it takes): the whole gradient at once into a host
- * scratch of O x len floats, then applied row by row; R and T end as the op's, as above. Returns 0, having
- * done nothing, for a shape et_dnnl_conv leaves to the GEMM path */
-ET_BLAS_FN int et_conv2d_grad_weight_update_dnnl(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *W,
-                                                 float *M, float *ET_RESTRICT R, float *ET_RESTRICT T, int B,
-                                                 float lr, float mu, float wd, int N, int C, int H, int Wd, int O,
-                                                 int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW,
-                                                 int DH, int DW) {
-    const size_t P = (size_t)HO * WO, len = (size_t)C * KH * KW;
-    float *GW = et_scratch(2, (size_t)O * len);
-    if (!GW || !et_dnnl_conv(ET_DNNL_WEIGHTS, X, GY, GW, 0, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW))
-        return 0;
-    ET_PARALLEL_FOR((double)O * len * 4)
-    for (int o = 0; o < O; ++o) et_sgd_row(W + o * len, M ? M + o * len : 0, GW + o * len, (int)len, lr, mu, wd);
-    memcpy(R, GW + (size_t)(O - B) * len, (size_t)B * len * sizeof(float));
-    if (T && N > 1)
-        for (int n = 0; n < N; ++n)
-            memcpy(T + (size_t)n * B * P, GY + ((size_t)n * O + O - B) * P, (size_t)B * P * sizeof(float));
-    return 1;
-}
-#endif
 
 /* conv2d_grad_weight_update: the gradient a block at a time (B rows of a one-group convolution, or B whole
  * groups), each block one sub-convolution of et_float_gemm.h's et_conv2d_grad_weight (the host BLAS or the
@@ -247,12 +254,6 @@ ET_INLINE void et_conv2d_grad_weight_update(const float *ET_RESTRICT X, const fl
     const int cg = C / G, og = O / G, len = cg * KH * KW;
     const int rows = G == 1 ? B : B * og, bc = G == 1 ? C : B * cg, bg = G == 1 ? 1 : B;
     const size_t size = (size_t)rows * len, P = (size_t)HO * WO;
-#ifdef ET_DNNL
-    if (G == 1 && rows < O &&
-        et_conv2d_grad_weight_update_dnnl(X, GY, W, M, R, T, B, lr, mu, wd, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW,
-                                          PH, PW, DH, DW))
-        return;
-#endif
 #ifdef ET_BLAS
     if (G == 1 && rows < O &&
         et_conv2d_grad_weight_update_blas(X, GY, W, M, R, T, B, lr, mu, wd, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW,
