@@ -64,6 +64,16 @@ def test_the_flags_select_onednn_on_top_of_the_blas_only():
         assert blas.DNNL_FLAG not in flags and blas.link_flags(flags) == ()
 
 
+def test_its_flag_without_the_blas_is_ignored():
+    """A build that takes the BLAS's flags out and leaves -DET_DNNL (tests/quantize/test_frozen_weights.py's
+    portable build) compiles the portable kernels and links nothing of oneDNN."""
+    flags = PORTABLE + (blas.DNNL_FLAG,)
+    assert blas.link_flags(flags) == ()
+    ref, c, x, y = _programs(3, flags, Convs, 21)
+    assert c.runner.kernels.startswith("portable")
+    _agrees(ref, c, x, y, steps=1)
+
+
 def test_the_environment_leaves_it_out(monkeypatch):
     monkeypatch.setenv(blas.DNNL_ENV, "0")
     assert blas.dnnl() is None and blas.DNNL_FLAG not in blas.compile_flags()

@@ -168,7 +168,7 @@ ET_INLINE void et_sgd_row(float *ET_RESTRICT W, float *ET_RESTRICT M, const floa
     }
 }
 
-#ifdef ET_DNNL
+#ifdef ET_DNNL_ON
 /* the one-group conv2d_grad_weight_update on oneDNN (et_float_dnnl.h, for the shapes it takes; the GEMM
  * path's below calls it first): the whole gradient at once into a host scratch of O x len floats, then
  * applied row by row; R and T end as the op's (ops/gradupdate.py): the last block's gradient rows, and its
@@ -208,7 +208,7 @@ ET_BLAS_FN int et_conv2d_grad_weight_update_blas(const float *ET_RESTRICT X, con
                                                  float lr, float mu, float wd, int N, int C, int H, int Wd, int O,
                                                  int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW,
                                                  int DH, int DW) {
-#ifdef ET_DNNL
+#ifdef ET_DNNL_ON
     if (et_conv2d_grad_weight_update_dnnl(X, GY, W, M, R, T, B, lr, mu, wd, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH,
                                           PW, DH, DW))
         return 1;

@@ -300,7 +300,7 @@ ET_INLINE void et_conv2d(const float *ET_RESTRICT X, const float *ET_RESTRICT W,
                          int SH, int SW, int PH, int PW, int DH, int DW, int G) {
 #ifdef ET_BLAS
     if (G == 1) {
-#ifdef ET_DNNL
+#ifdef ET_DNNL_ON
         if (et_dnnl_conv(B ? ET_DNNL_FWD_BIAS : ET_DNNL_FWD, X, W, Y, B, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW,
                          DH, DW))
             return;
@@ -327,7 +327,7 @@ ET_INLINE void et_conv2d_grad_input(const float *ET_RESTRICT GY, const float *ET
                                     int PH, int PW, int DH, int DW, int G) {
 #ifdef ET_BLAS
     if (G == 1) {
-#ifdef ET_DNNL
+#ifdef ET_DNNL_ON
         if (et_dnnl_conv(ET_DNNL_DATA, GY, W, GX, 0, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW)) return;
 #endif
         et_conv_grad_input_blas(GY, W, GX, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
@@ -365,7 +365,7 @@ ET_INLINE void et_conv2d_grad_weight(const float *ET_RESTRICT X, const float *ET
                                      int PH, int PW, int DH, int DW, int G) {
 #ifdef ET_BLAS
     if (G == 1) {
-#ifdef ET_DNNL
+#ifdef ET_DNNL_ON
         if (et_dnnl_conv(ET_DNNL_WEIGHTS, X, GY, GW, 0, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW)) return;
 #endif
         et_conv_grad_weight_blas(X, GY, GW, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
