@@ -11,8 +11,9 @@
  * reordered from and to the program's NCHW / OIHW arrays around each call, through three
  * growable scratch buffers of this library. Pointwise convolutions (the MobileNets' bulk) and
  * small ones keep the GEMM path: there the reorders and a primitive's call cost more than they
- * save. Every primitive runs on one OpenMP thread of oneDNN (its thread count is set to 1 around
- * each call and restored), so the sums' order depends on the shape only, never on a thread count
+ * save. Every primitive is made and runs on one OpenMP thread (the count is set to 1 around each
+ * call, the primitive's making included, and restored: oneDNN fixes a primitive's threads when it
+ * makes it), so the sums' order depends on the shape only, never on a thread count
  * (the threaded library's results stay the same at any count: et_common.h). Results differ from
  * the GEMM path's in the order of the float32 sums only.
  *
