@@ -193,7 +193,7 @@ def describe(flags: Sequence[str]) -> str:
     """Which kernels a build with `flags` uses, in words (the benchmarks print it)."""
     b = _blas_of(flags)
     if b:
-        d = dnnl() if DNNL_FLAG in flags else None
+        d = _onednn() if DNNL_FLAG in flags else None  # as link_flags: the flags say, not the environment
         return (f"BLAS ({b.name}, {os.environ.get('EDGETRAIN_BLAS_THREADS', '1')} thread(s))"
                 + (f", the dense convolutions on {d.name} (one thread)" if d else ""))
     return "portable kernels (no BLAS)"
