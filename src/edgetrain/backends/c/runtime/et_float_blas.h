@@ -121,10 +121,13 @@ static void et_sgemm(int ta, int tb, int M, int N, int K, const float *A, int ld
                   lda, B, ldb, beta, Cm, ldc);
 }
 
-/* one of three per-thread scratch buffers of at least n floats (grown, never shrunk) */
+/* per-thread scratch buffers: slots 0-2 the GEMM path's (and the host kernels' that share it), 3-5 the
+ * oneDNN operands' in its own layouts (et_float_dnnl.h) */
+#define ET_SCRATCH_SLOTS 6
+/* scratch buffer `slot` of this thread, at least n floats (grown, never shrunk) */
 static float *et_scratch(int slot, size_t n) {
-    static __thread float *buf[3];
-    static __thread size_t cap[3];
+    static __thread float *buf[ET_SCRATCH_SLOTS];
+    static __thread size_t cap[ET_SCRATCH_SLOTS];
     if (n > cap[slot]) {
         free(buf[slot]);
         buf[slot] = (float *)malloc(n * sizeof(float));

@@ -8,8 +8,8 @@
  * the input gradient and the weight gradient, each a primitive created at the shape's first call
  * and kept (a table of ET_DNNL_ENTRIES by shape and kind). oneDNN picks its own blocked layouts
  * for the CPU (AVX-512 / AVX2 JIT kernels, whatever OPENBLAS_CORETYPE says); the operands are
- * reordered from and to the program's NCHW / OIHW arrays around each call, through three
- * growable scratch buffers of this library. Pointwise convolutions (the MobileNets' bulk) and
+ * reordered from and to the program's NCHW / OIHW arrays around each call, through scratch
+ * slots 3-5 of et_float_blas.h's et_scratch. Pointwise convolutions (the MobileNets' bulk) and
  * small ones keep the GEMM path: there the reorders and a primitive's call cost more than they
  * save. Every primitive is made and runs on one OpenMP thread (the count is set to 1 around each
  * call, the primitive's making included, and restored: oneDNN fixes a primitive's threads when it
@@ -17,7 +17,7 @@
  * (the threaded library's results stay the same at any count: et_common.h). Results differ from
  * the GEMM path's in the order of the float32 sums only.
  *
- * The table, the buffers and the engine are the library's own (each loaded copy has its own) and
+ * The table and the engine are the library's own (each loaded copy has its own) and
  * are touched by the calling thread only: the emitted code calls convolutions outside parallel
  * loops. Header-only (the table a weak symbol). */
 #ifndef ET_FLOAT_DNNL_H
@@ -77,8 +77,6 @@ typedef struct {
     int failed; /* the engine could not be made: every convolution takes the GEMM path */
     int n;
     et_dnnl_entry e[ET_DNNL_ENTRIES];
-    void *buf[3];
-    size_t cap[3];
 } et_dnnl_table;
 __attribute__((weak, visibility("hidden"))) et_dnnl_table et_dnnl;
 
@@ -87,21 +85,6 @@ __attribute__((weak)) int et_dnnl_primitives(void) {
     int n = 0;
     for (int i = 0; i < et_dnnl.n; ++i) n += et_dnnl.e[i].ok > 0;
     return n;
-}
-
-/* scratch buffer `slot` of at least n bytes (64-byte aligned; grown, never shrunk) */
-static void *et_dnnl_buffer(int slot, size_t n) {
-    if (n > et_dnnl.cap[slot]) {
-        free(et_dnnl.buf[slot]);
-        et_dnnl.buf[slot] = 0;
-        et_dnnl.cap[slot] = 0;
-        if (posix_memalign(&et_dnnl.buf[slot], 64, n) != 0) {
-            et_dnnl.buf[slot] = 0;
-            return 0;
-        }
-        et_dnnl.cap[slot] = n;
-    }
-    return et_dnnl.buf[slot];
 }
 
 /* a reorder primitive from src to dst (both descriptions), or 0 */
@@ -220,7 +203,7 @@ static int et_dnnl_run(et_dnnl_entry *e, const float *a, const float *b, float *
         args[i].arg = e->arg[i];
         args[i].memory = e->user[i];
         if (ok && e->blk[i]) {
-            void *buf = et_dnnl_buffer(i, e->size[i]);
+            void *buf = et_scratch(3 + i, (e->size[i] + sizeof(float) - 1) / sizeof(float));
             ok = buf && dnnl_memory_set_data_handle(e->blk[i], buf) == dnnl_success;
             args[i].memory = e->blk[i];
         }
