@@ -5,10 +5,11 @@ its forward (with and without bias), input gradient and weight gradient, alone o
 (conv2d_grad_weight_update, in blocks of rows: et_float_fused.h). Gradients, a few training steps and
 the state after them agree with the reference runtime on convolutions of every geometry test_blas.py
 runs through the GEMM path (strided, padded, dilated, rectangular, "valid", padding beyond the kernel's
-reach, 1x1 at stride 2, several images per batch) and on small planes of many channels (weight gradients
-in OIHW), and the library reports a primitive made for each
-convolution and kind it should have taken. The threaded library gives the same bits on 1 and 2
-threads (oneDNN runs on one). With the default threshold, small convolutions keep the GEMM path."""
+reach, 1x1 at stride 2, several images per batch) and on small planes of many channels, whole or in
+pieces of channels, and the library reports a primitive made for each convolution and kind it should
+have taken. The threaded library, whose
+threads run the pieces (each on one thread), gives the same bits on 1 and 2 threads. With the default
+threshold, small convolutions keep the GEMM path."""
 from __future__ import annotations
 
 import numpy as np
@@ -26,12 +27,14 @@ pytestmark = pytest.mark.skipif(blas.dnnl() is None or blas.library_blas() is No
 
 #: every dense convolution but the 1x1 at stride 1 on oneDNN
 ALL = FAST + ("-DET_DNNL_MIN_MACS=0",)
+#: ... in pieces of 4 channels wherever the split channels are a multiple of 4 (8, 12, 16, 24, 40, 48, 64,
+#: 96 here; 3, 6 and 10 run whole)
+SPLIT = ALL + ("-DET_DNNL_PIECE=4",)
 
 
 class Deep(nn.Module):
-    """Convolutions whose weights outnumber their inputs' elements 16 times and more (ResNet's last
-    stage at batch 8): their weight gradient is asked for in OIHW (ET_DNNL_PLAIN_GW), the others' in
-    oneDNN's layout."""
+    """Convolutions whose weights outnumber their inputs' elements 16 times and more, on planes of 4x4
+    to 2x2 (ResNet's last stage at batch 8)."""
 
     def __init__(self):
         super().__init__()
@@ -80,10 +83,15 @@ def test_the_environment_leaves_it_out(monkeypatch):
     assert blas.library_blas() is None or blas.BLAS_FLAG in blas.compile_flags()  # the BLAS stays
 
 
-@pytest.mark.parametrize("net, size, batch", [(Convs, 21, 3), (Convs, 21, 1), (StrideOne, 32, 5),
-                                              (SamePlanes, 3, 2), (Blocks, 24, 2), (Deep, 8, 1), (Deep, 8, 2)])
-def test_convolutions_on_onednn_match_the_reference(net, size, batch):
-    ref, c, x, y = _programs(batch, ALL, net, size)
+@pytest.mark.parametrize("net, size, batch, flags", [
+    (Convs, 21, 3, ALL), (Convs, 21, 1, ALL), (StrideOne, 32, 5, ALL), (SamePlanes, 3, 2, ALL), (Blocks, 24, 2, ALL),
+    (Deep, 8, 1, ALL), (Deep, 8, 2, ALL),
+    (Convs, 21, 3, SPLIT), (StrideOne, 32, 5, SPLIT), (SamePlanes, 3, 2, SPLIT), (Blocks, 24, 2, SPLIT),
+    (Deep, 8, 2, SPLIT)])
+def test_convolutions_on_onednn_match_the_reference(net, size, batch, flags):
+    """Whole and in pieces (the weights' slices of input channels for the input gradient, strided slices of
+    the outputs and of GY: et_float_dnnl.h): one primitive per convolution and kind either way."""
+    ref, c, x, y = _programs(batch, flags, net, size)
     assert "oneDNN" in c.runner.kernels
     _agrees(ref, c, x, y, steps=2)
     # forward and weight gradient of each, the input gradient of each but the first layer's (the input's
@@ -91,12 +99,14 @@ def test_convolutions_on_onednn_match_the_reference(net, size, batch):
     assert _primitives(c) == 3 * len(_dense(net())) - 1
 
 
-def test_the_fused_weight_gradient_and_update_on_onednn(monkeypatch):
+@pytest.mark.parametrize("flags", [ALL, SPLIT])
+def test_the_fused_weight_gradient_and_update_on_onednn(monkeypatch, flags):
     """Blocks of 36 bytes: every weight gradient here is fused with its update in blocks of rows
     (conv2d_grad_weight_update; the weight and momentum bit for bit the unfused program's in
-    tests/passes/test_fuse_float_grad_update.py), and here computed whole by oneDNN."""
+    tests/passes/test_fuse_float_grad_update.py), and here computed whole by oneDNN (whole, or in pieces
+    of output channels)."""
     monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
-    ref, c, x, y = _programs(3, ALL, StrideOne, 32)
+    ref, c, x, y = _programs(3, flags, StrideOne, 32)
     nodes = c.compiled.train_graph.nodes
     fused = [split_attrs(n.attrs)[0] for n in nodes if n.op == "conv2d_grad_weight_update"]
     assert sum(gw["groups"] == 1 for gw in fused) >= len(_dense(StrideOne()))
@@ -114,8 +124,11 @@ def test_small_convolutions_keep_the_gemm_path():
     assert _primitives(c) == 0
 
 
-def test_the_threaded_library_is_the_same_on_any_thread_count():
-    flags = tuple(f for f in OPENMP_CFLAGS if f != "-O3") + ("-O1", "-DET_DNNL_MIN_MACS=0")
+@pytest.mark.parametrize("piece", [32, 4])
+def test_the_threaded_library_is_the_same_on_any_thread_count(piece):
+    """Its pieces run on its threads (pieces of 4 channels: StrideOne's 16-, 24-, 40- and 96-channel
+    convolutions in 4 to 24 pieces; of 32: each whole)."""
+    flags = tuple(f for f in OPENMP_CFLAGS if f != "-O3") + ("-O1", "-DET_DNNL_MIN_MACS=0", f"-DET_DNNL_PIECE={piece}")
     runs = []
     for threads in (1, 2):
         ref, c, x, y = _programs(5, flags, StrideOne, 32)

@@ -122,8 +122,8 @@ static void et_sgemm(int ta, int tb, int M, int N, int K, const float *A, int ld
 }
 
 /* per-thread scratch buffers: slots 0-2 the GEMM path's (and the host kernels' that share it), 3-5 the
- * oneDNN operands' in its own layouts (et_float_dnnl.h) */
-#define ET_SCRATCH_SLOTS 6
+ * oneDNN operands' in its own layouts, 6 its scratchpad (et_float_dnnl.h) */
+#define ET_SCRATCH_SLOTS 7
 /* scratch buffer `slot` of this thread, at least n floats (grown, never shrunk) */
 static float *et_scratch(int slot, size_t n) {
     static __thread float *buf[ET_SCRATCH_SLOTS];

@@ -9,17 +9,23 @@
  * and kept (a table of ET_DNNL_ENTRIES by shape and kind). oneDNN picks its own blocked layouts
  * for the CPU (AVX-512 / AVX2 JIT kernels, whatever OPENBLAS_CORETYPE says); the operands are
  * reordered from and to the program's NCHW / OIHW arrays around each call, through scratch
- * slots 3-5 of et_float_blas.h's et_scratch. Pointwise convolutions (the MobileNets' bulk) and
- * small ones keep the GEMM path: there the reorders and a primitive's call cost more than they
- * save. Every primitive is made and runs on one OpenMP thread (the count is set to 1 around each
- * call, the primitive's making included, and restored: oneDNN fixes a primitive's threads when it
- * makes it), so the sums' order depends on the shape only, never on a thread count
- * (the threaded library's results stay the same at any count: et_common.h). Results differ from
- * the GEMM path's in the order of the float32 sums only.
+ * slots 3-5 of et_float_blas.h's et_scratch (6: the primitive's scratchpad). Pointwise convolutions
+ * (the MobileNets' bulk) and small ones keep the GEMM path: there the reorders and a primitive's call
+ * cost more than they save.
  *
- * The table and the engine are the library's own (each loaded copy has its own) and
- * are touched by the calling thread only: the emitted code calls convolutions outside parallel
- * loops. Header-only (the table a weak symbol). */
+ * A convolution runs in pieces of ET_DNNL_PIECE channels (its output channels; the input gradient's
+ * input channels), each a call of the same primitive on one thread: the shared input (X, or GY for
+ * the input gradient) is reordered once, then each piece reorders its slices, runs and writes its
+ * slice of the output. The threaded library runs the pieces on its threads (ET_PARALLEL_FOR_OR:
+ * et_common.h), the serial one in turn. Every primitive is made and runs on one OpenMP thread (the
+ * count is set to 1 around each call, the primitive's making included, and restored: oneDNN fixes a
+ * primitive's threads when it makes it), and no sum spans two pieces, so the sums' order depends on
+ * the shape only, never on a thread count: the serial library and the threaded one at any count
+ * compute the same bits. Results differ from the GEMM path's in the order of the float32 sums only.
+ *
+ * The table and the engine are the library's own (each loaded copy has its own); the table is
+ * touched by the calling thread only (the emitted code calls convolutions outside parallel loops),
+ * a piece's memories and stream are its thread's own. Header-only (the table a weak symbol). */
 #ifndef ET_FLOAT_DNNL_H
 #define ET_FLOAT_DNNL_H
 #include "et_common.h"
@@ -43,12 +49,17 @@ void omp_set_num_threads(int);
 #ifndef ET_DNNL_MIN_MACS
 #define ET_DNNL_MIN_MACS (4.0 * 1024 * 1024)
 #endif
-/* a weight gradient of at least this many times its input's elements is asked for in OIHW, not in oneDNN's
- * blocked layout: oneDNN then sums it as a GEMM, which on ResNet-18's 512x512 layers at 4x4 (weights 36 times
- * their input at batch 8) took 3.2-3.3 ms against 4.2-4.3 ms for the blocked kernel and its reorder; at 4.5
- * times (the 256x256 layers at 8x8) the blocked kernel was the faster (2.8 against 3.2 ms) */
-#ifndef ET_DNNL_PLAIN_GW
-#define ET_DNNL_PLAIN_GW 16.0
+/* the channels of one piece: a convolution's output channels (the forward, the weight gradient) or input
+ * channels (the input gradient), a multiple of this, are computed this many at a time, each piece a
+ * primitive's call of its own on one thread (the threaded library's pieces run in parallel); a count that is
+ * not a multiple runs whole. A piece's sums are whole (no sum spans two pieces), so the pieces' results do not
+ * depend on how many threads run them, and the serial and the threaded library compute the same bits. On
+ * ResNet-18's 3x3 layers at batch 8 a piece of 32 took what the whole did, within 5 %, but the input gradient
+ * of the 512x512 layers at 4x4, which took 2.0 ms in pieces against 5.9 ms whole (oneDNN 3.2, one thread).
+ * Weight gradients are asked for in oneDNN's layout: in OIHW oneDNN sums them as GEMMs, which in pieces of
+ * 32 took 4 times as long on those layers (35 against 8.5 ms per step in all) */
+#ifndef ET_DNNL_PIECE
+#define ET_DNNL_PIECE 32
 #endif
 /* primitives kept: a shape and kind each (ResNet-18 has 20 convolutions, 3 kinds) */
 #ifndef ET_DNNL_ENTRIES
@@ -56,24 +67,28 @@ void omp_set_num_threads(int);
 #endif
 
 enum { ET_DNNL_FWD = 0, ET_DNNL_FWD_BIAS = 1, ET_DNNL_DATA = 2, ET_DNNL_WEIGHTS = 3 };
-#define ET_DNNL_KEY 16
+#define ET_DNNL_KEY 17
 
-/* one primitive: its two inputs and one output, each the program's array (`user`, a handle set
- * per call) reordered into or out of oneDNN's layout (`blk`, in a scratch buffer) where they differ */
+/* one primitive, a piece's: its first input (shared by the pieces: the whole X, or GY for the input
+ * gradient), its second input and its output (the piece's slices of the program's arrays), each the
+ * program's layout (`user`) reordered into or out of oneDNN's (`blk`) where they differ. The memories here
+ * hold the layouts and serve the shared input's reorder; a piece's call makes its own (pieces run on
+ * several threads at once), with its thread's scratch buffers and scratchpad */
 typedef struct {
-    int key[ET_DNNL_KEY]; /* kind, N, C, H, W, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW */
+    int key[ET_DNNL_KEY]; /* kind, N, C, H, W, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW, P: C (the input
+                             gradient) or O (the others) are the piece's channels, P the whole's */
     int ok;               /* 1 usable, -1 oneDNN refused the shape (the GEMM path runs it) */
     dnnl_primitive_t conv, re[3];
     dnnl_memory_t user[3], blk[3], bias;
+    dnnl_memory_desc_t pad; /* the primitive's scratchpad (user-managed: pieces run concurrently) */
     int arg[3];
-    size_t size[3]; /* bytes of blk[i] */
+    size_t size[3], pad_size; /* bytes of blk[i], of the scratchpad */
 } et_dnnl_entry;
 
 /* the library's one table (weak: the kernel object's parts and model.c share it; hidden: each
  * loaded library keeps its own) */
 typedef struct {
     dnnl_engine_t engine;
-    dnnl_stream_t stream;
     int failed; /* the engine could not be made: every convolution takes the GEMM path */
     int n;
     et_dnnl_entry e[ET_DNNL_ENTRIES];
@@ -87,34 +102,52 @@ __attribute__((weak)) int et_dnnl_primitives(void) {
     return n;
 }
 
-/* a reorder primitive from src to dst (both descriptions), or 0 */
-static dnnl_primitive_t et_dnnl_reorder(const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t dst) {
+/* the calling thread's stream (a piece's primitives run on their thread's own) */
+static dnnl_stream_t et_dnnl_thread_stream(void) {
+    static __thread dnnl_stream_t s;
+    if (!s && dnnl_stream_create(&s, et_dnnl.engine, dnnl_stream_default_flags) != dnnl_success) s = 0;
+    return s;
+}
+
+/* a reorder primitive from src to dst (both descriptions) that needs no scratchpad, or 0 */
+static dnnl_primitive_t et_dnnl_reorder(const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t dst,
+                                        const_dnnl_primitive_attr_t attr) {
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t p = 0;
-    if (dnnl_reorder_primitive_desc_create(&pd, src, et_dnnl.engine, dst, et_dnnl.engine, 0) != dnnl_success) return 0;
-    if (dnnl_primitive_create(&p, pd) != dnnl_success) p = 0;
+    if (dnnl_reorder_primitive_desc_create(&pd, src, et_dnnl.engine, dst, et_dnnl.engine, attr) != dnnl_success)
+        return 0;
+    if (dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)) != 0 ||
+        dnnl_primitive_create(&p, pd) != dnnl_success)
+        p = 0;
     dnnl_primitive_desc_destroy(pd);
     return p;
 }
 
-/* operand i of entry e: the program's array as `plain` (NCHW / OIHW) and the primitive's `want`:
- * a reorder and a buffer-backed memory where they differ. `in`: into the primitive (else out of it) */
+/* operand i of entry e: the program's array as `plain` (NCHW / OIHW, or a slice of one) and the primitive's
+ * `want`: a reorder and a buffer-backed memory where they differ. `in`: into the primitive (else out of it) */
 static int et_dnnl_operand(et_dnnl_entry *e, int i, int arg, const_dnnl_memory_desc_t plain,
-                           const_dnnl_memory_desc_t want, int in) {
+                           const_dnnl_memory_desc_t want, int in, const_dnnl_primitive_attr_t attr) {
     e->arg[i] = arg;
     if (dnnl_memory_create(&e->user[i], plain, et_dnnl.engine, DNNL_MEMORY_NONE) != dnnl_success) return 0;
     if (dnnl_memory_desc_equal(plain, want)) return 1;
     e->size[i] = dnnl_memory_desc_get_size(want);
     if (dnnl_memory_create(&e->blk[i], want, et_dnnl.engine, DNNL_MEMORY_NONE) != dnnl_success) return 0;
-    e->re[i] = in ? et_dnnl_reorder(plain, want) : et_dnnl_reorder(want, plain);
+    e->re[i] = in ? et_dnnl_reorder(plain, want, attr) : et_dnnl_reorder(want, plain, attr);
     return e->re[i] != 0;
+}
+
+/* a 4-d description: dims d, its second dimension a slice of `whole` (its strides those of d with whole
+ * in its place) */
+static int et_dnnl_slice_md(dnnl_memory_desc_t *md, const dnnl_dims_t d, int whole) {
+    dnnl_dims_t s = {(dnnl_dim_t)whole * d[2] * d[3], d[2] * d[3], d[3], 1};
+    return dnnl_memory_desc_create_with_strides(md, 4, d, dnnl_f32, s) == dnnl_success;
 }
 
 /* the primitive of entry e (its key set): 1, or 0 where oneDNN refuses it */
 static int et_dnnl_create(et_dnnl_entry *e) {
     const int kind = e->key[0], N = e->key[1], C = e->key[2], H = e->key[3], Wd = e->key[4], O = e->key[5];
     const int HO = e->key[6], WO = e->key[7], KH = e->key[8], KW = e->key[9], SH = e->key[10], SW = e->key[11];
-    const int PH = e->key[12], PW = e->key[13], DH = e->key[14], DW = e->key[15];
+    const int PH = e->key[12], PW = e->key[13], DH = e->key[14], DW = e->key[15], P = e->key[16];
     /* the right and bottom padding that gives HO x WO (oneDNN's output size from its paddings) */
     const int PB = (HO - 1) * SH + (KH - 1) * DH + 1 - H - PH, PR = (WO - 1) * SW + (KW - 1) * DW + 1 - Wd - PW;
     const int pb = PB < 0 && PB + SH - 1 >= 0 ? 0 : PB, pr = PR < 0 && PR + SW - 1 >= 0 ? 0 : PR;
@@ -123,9 +156,18 @@ static int et_dnnl_create(et_dnnl_entry *e) {
     dnnl_dims_t strides = {SH, SW}, dil = {DH - 1, DW - 1}, pl = {PH, PW}, pad_r = {pb, pr};
     dnnl_memory_desc_t s_plain = 0, w_plain = 0, d_plain = 0, b_md = 0, s_any = 0, w_any = 0, d_any = 0;
     dnnl_primitive_desc_t fwd = 0, pd = 0;
-    int ok = dnnl_memory_desc_create_with_tag(&s_plain, 4, src, dnnl_f32, dnnl_nchw) == dnnl_success &&
-             dnnl_memory_desc_create_with_tag(&w_plain, 4, wei, dnnl_f32, dnnl_oihw) == dnnl_success &&
-             dnnl_memory_desc_create_with_tag(&d_plain, 4, dst, dnnl_f32, dnnl_nchw) == dnnl_success &&
+    dnnl_primitive_attr_t attr = 0;
+    /* the piece's slices: of the input gradient and the weights' input channels (the input gradient's
+     * pieces), of the output's (or its gradient's) channels (the others'; their weight rows are whole) */
+    const int data = kind == ET_DNNL_DATA;
+    int ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
+             dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
+             (data ? et_dnnl_slice_md(&s_plain, src, P)
+                   : dnnl_memory_desc_create_with_tag(&s_plain, 4, src, dnnl_f32, dnnl_nchw) == dnnl_success) &&
+             (data ? et_dnnl_slice_md(&w_plain, wei, P)
+                   : dnnl_memory_desc_create_with_tag(&w_plain, 4, wei, dnnl_f32, dnnl_oihw) == dnnl_success) &&
+             (data ? dnnl_memory_desc_create_with_tag(&d_plain, 4, dst, dnnl_f32, dnnl_nchw) == dnnl_success
+                   : et_dnnl_slice_md(&d_plain, dst, P)) &&
              dnnl_memory_desc_create_with_tag(&b_md, 1, bia, dnnl_f32, dnnl_a) == dnnl_success &&
              dnnl_memory_desc_create_with_tag(&s_any, 4, src, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
              dnnl_memory_desc_create_with_tag(&w_any, 4, wei, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
@@ -133,109 +175,157 @@ static int et_dnnl_create(et_dnnl_entry *e) {
     /* the forward's description: the gradients' hint, and the forward itself */
     ok = ok && dnnl_convolution_forward_primitive_desc_create(
                    &fwd, et_dnnl.engine, dnnl_forward_training, dnnl_convolution_direct, s_any, w_any,
-                   kind == ET_DNNL_FWD_BIAS ? b_md : 0, d_any, strides, dil, pl, pad_r, 0) == dnnl_success;
+                   kind == ET_DNNL_FWD_BIAS ? b_md : 0, d_any, strides, dil, pl, pad_r, attr) == dnnl_success;
     if (ok && kind == ET_DNNL_DATA)
         ok = dnnl_convolution_backward_data_primitive_desc_create(&pd, et_dnnl.engine, dnnl_convolution_direct, s_any,
                                                                   w_any, d_any, strides, dil, pl, pad_r, fwd,
-                                                                  0) == dnnl_success;
-    else if (ok && kind == ET_DNNL_WEIGHTS) /* a gradient much larger than its input: written in OIHW itself */
-        ok = dnnl_convolution_backward_weights_primitive_desc_create(
-                 &pd, et_dnnl.engine, dnnl_convolution_direct, s_any,
-                 (double)O * KH * KW >= ET_DNNL_PLAIN_GW * N * H * Wd ? w_plain : w_any, 0, d_any, strides, dil, pl,
-                 pad_r, fwd, 0) == dnnl_success;
+                                                                  attr) == dnnl_success;
+    else if (ok && kind == ET_DNNL_WEIGHTS)
+        ok = dnnl_convolution_backward_weights_primitive_desc_create(&pd, et_dnnl.engine, dnnl_convolution_direct,
+                                                                     s_any, w_any, 0, d_any, strides, dil, pl, pad_r,
+                                                                     fwd, attr) == dnnl_success;
     else if (ok) {
         pd = fwd;
         fwd = 0;
     }
 #define ET_DNNL_MD(q) dnnl_primitive_desc_query_md(pd, q, 0)
     if (ok && kind == ET_DNNL_DATA) /* GY, W -> GX */
-        ok = et_dnnl_operand(e, 0, DNNL_ARG_DIFF_DST, d_plain, ET_DNNL_MD(dnnl_query_diff_dst_md), 1) &&
-             et_dnnl_operand(e, 1, DNNL_ARG_WEIGHTS, w_plain, ET_DNNL_MD(dnnl_query_weights_md), 1) &&
-             et_dnnl_operand(e, 2, DNNL_ARG_DIFF_SRC, s_plain, ET_DNNL_MD(dnnl_query_diff_src_md), 0);
+        ok = et_dnnl_operand(e, 0, DNNL_ARG_DIFF_DST, d_plain, ET_DNNL_MD(dnnl_query_diff_dst_md), 1, attr) &&
+             et_dnnl_operand(e, 1, DNNL_ARG_WEIGHTS, w_plain, ET_DNNL_MD(dnnl_query_weights_md), 1, attr) &&
+             et_dnnl_operand(e, 2, DNNL_ARG_DIFF_SRC, s_plain, ET_DNNL_MD(dnnl_query_diff_src_md), 0, attr);
     else if (ok && kind == ET_DNNL_WEIGHTS) /* X, GY -> GW */
-        ok = et_dnnl_operand(e, 0, DNNL_ARG_SRC, s_plain, ET_DNNL_MD(dnnl_query_src_md), 1) &&
-             et_dnnl_operand(e, 1, DNNL_ARG_DIFF_DST, d_plain, ET_DNNL_MD(dnnl_query_diff_dst_md), 1) &&
-             et_dnnl_operand(e, 2, DNNL_ARG_DIFF_WEIGHTS, w_plain, ET_DNNL_MD(dnnl_query_diff_weights_md), 0);
+        ok = et_dnnl_operand(e, 0, DNNL_ARG_SRC, s_plain, ET_DNNL_MD(dnnl_query_src_md), 1, attr) &&
+             et_dnnl_operand(e, 1, DNNL_ARG_DIFF_DST, d_plain, ET_DNNL_MD(dnnl_query_diff_dst_md), 1, attr) &&
+             et_dnnl_operand(e, 2, DNNL_ARG_DIFF_WEIGHTS, w_plain, ET_DNNL_MD(dnnl_query_diff_weights_md), 0, attr);
     else if (ok) /* X, W (, B) -> Y */
-        ok = et_dnnl_operand(e, 0, DNNL_ARG_SRC, s_plain, ET_DNNL_MD(dnnl_query_src_md), 1) &&
-             et_dnnl_operand(e, 1, DNNL_ARG_WEIGHTS, w_plain, ET_DNNL_MD(dnnl_query_weights_md), 1) &&
-             et_dnnl_operand(e, 2, DNNL_ARG_DST, d_plain, ET_DNNL_MD(dnnl_query_dst_md), 0) &&
+        ok = et_dnnl_operand(e, 0, DNNL_ARG_SRC, s_plain, ET_DNNL_MD(dnnl_query_src_md), 1, attr) &&
+             et_dnnl_operand(e, 1, DNNL_ARG_WEIGHTS, w_plain, ET_DNNL_MD(dnnl_query_weights_md), 1, attr) &&
+             et_dnnl_operand(e, 2, DNNL_ARG_DST, d_plain, ET_DNNL_MD(dnnl_query_dst_md), 0, attr) &&
              (kind != ET_DNNL_FWD_BIAS ||
               dnnl_memory_create(&e->bias, b_md, et_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success);
+    ok = ok && dnnl_memory_desc_clone(&e->pad, ET_DNNL_MD(dnnl_query_scratchpad_md)) == dnnl_success;
 #undef ET_DNNL_MD
+    if (ok) e->pad_size = dnnl_memory_desc_get_size(e->pad);
     ok = ok && dnnl_primitive_create(&e->conv, pd) == dnnl_success;
     dnnl_primitive_desc_destroy(pd);
     dnnl_primitive_desc_destroy(fwd);
+    dnnl_primitive_attr_destroy(attr);
     dnnl_memory_desc_t mds[] = {s_plain, w_plain, d_plain, b_md, s_any, w_any, d_any};
     for (size_t i = 0; i < sizeof mds / sizeof mds[0]; ++i) dnnl_memory_desc_destroy(mds[i]);
     return ok;
 }
 
 /* entry of this kind and shape, created at its first call; 0 where oneDNN does not take it */
-static et_dnnl_entry *et_dnnl_find(int kind, int N, int C, int H, int Wd, int O, int HO, int WO, int KH, int KW,
-                                   int SH, int SW, int PH, int PW, int DH, int DW) {
-    const int key[ET_DNNL_KEY] = {kind, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW};
+static et_dnnl_entry *et_dnnl_find(const int key[ET_DNNL_KEY]) {
     for (int i = 0; i < et_dnnl.n; ++i)
-        if (!memcmp(et_dnnl.e[i].key, key, sizeof key)) return et_dnnl.e[i].ok > 0 ? &et_dnnl.e[i] : 0;
+        if (!memcmp(et_dnnl.e[i].key, key, sizeof et_dnnl.e[i].key)) return et_dnnl.e[i].ok > 0 ? &et_dnnl.e[i] : 0;
     if (et_dnnl.failed || et_dnnl.n == ET_DNNL_ENTRIES) return 0;
     if (!et_dnnl.engine) {
-        if (dnnl_engine_create(&et_dnnl.engine, dnnl_cpu, 0) != dnnl_success ||
-            dnnl_stream_create(&et_dnnl.stream, et_dnnl.engine, dnnl_stream_default_flags) != dnnl_success) {
+        if (dnnl_engine_create(&et_dnnl.engine, dnnl_cpu, 0) != dnnl_success) {
             et_dnnl.failed = 1;
             return 0;
         }
     }
     et_dnnl_entry *e = &et_dnnl.e[et_dnnl.n++];
     memset(e, 0, sizeof *e);
-    memcpy(e->key, key, sizeof key);
+    memcpy(e->key, key, sizeof e->key);
     e->ok = et_dnnl_create(e) ? 1 : -1;
     return e->ok > 0 ? e : 0;
 }
 
-/* run entry e on the program's arrays a, b (inputs) and out, bias B (the forward with bias only);
- * 0 on a failure (a scratch buffer not allocated, oneDNN's error) */
-static int et_dnnl_run(et_dnnl_entry *e, const float *a, const float *b, float *out, const float *B) {
-    void *h[3] = {(void *)a, (void *)b, out};
-    dnnl_exec_arg_t args[4];
-    int ok = 1;
-    for (int i = 0; i < 3 && ok; ++i) {
-        ok = dnnl_memory_set_data_handle(e->user[i], h[i]) == dnnl_success;
-        args[i].arg = e->arg[i];
-        args[i].memory = e->user[i];
-        if (ok && e->blk[i]) {
+/* a memory of m's layout (an entry's) over buf, or 0 */
+static dnnl_memory_t et_dnnl_over(dnnl_memory_t m, void *buf) {
+    const_dnnl_memory_desc_t md;
+    dnnl_memory_t r = 0;
+    if (dnnl_memory_get_memory_desc(m, &md) != dnnl_success ||
+        dnnl_memory_create(&r, md, et_dnnl.engine, buf) != dnnl_success)
+        return 0;
+    return r;
+}
+
+/* run reorder p from `from` to `to` on stream s */
+static int et_dnnl_move(dnnl_primitive_t p, dnnl_stream_t s, dnnl_memory_t from, dnnl_memory_t to) {
+    dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    return dnnl_primitive_execute(p, s, 2, r) == dnnl_success;
+}
+
+/* one piece of entry e on the calling thread: the shared input s0 (already in the primitive's layout), the
+ * piece's input b and output out (the program's arrays at the piece's slice), bias B (or 0); 0 on a failure */
+static int et_dnnl_piece(et_dnnl_entry *e, const void *s0, const float *b, float *out, const float *B) {
+    dnnl_stream_t s = et_dnnl_thread_stream();
+    if (!s) return 0;
+    /* m: the shared input, the piece's input and output as the program's, in the primitive's layout,
+     * the bias, the scratchpad */
+    dnnl_memory_t m[7] = {0};
+    int ok = (m[0] = et_dnnl_over(e->blk[0] ? e->blk[0] : e->user[0], (void *)s0)) &&
+             (m[1] = et_dnnl_over(e->user[1], (void *)b)) && (m[2] = et_dnnl_over(e->user[2], out));
+    for (int i = 1; i < 3 && ok; ++i)
+        if (e->blk[i]) {
             void *buf = et_scratch(3 + i, (e->size[i] + sizeof(float) - 1) / sizeof(float));
-            ok = buf && dnnl_memory_set_data_handle(e->blk[i], buf) == dnnl_success;
-            args[i].memory = e->blk[i];
+            ok = buf && (m[2 + i] = et_dnnl_over(e->blk[i], buf));
         }
+    if (ok && B) ok = (m[5] = et_dnnl_over(e->bias, (void *)B)) != 0;
+    if (ok && e->pad_size) {
+        void *buf = et_scratch(6, (e->pad_size + sizeof(float) - 1) / sizeof(float));
+        ok = buf && dnnl_memory_create(&m[6], e->pad, et_dnnl.engine, buf) == dnnl_success;
     }
-    if (ok && B) ok = dnnl_memory_set_data_handle(e->bias, (void *)B) == dnnl_success;
-    args[3].arg = DNNL_ARG_BIAS;
-    args[3].memory = e->bias;
-    for (int i = 0; i < 2 && ok; ++i)
-        if (e->re[i]) {
-            dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, e->user[i]}, {DNNL_ARG_TO, e->blk[i]}};
-            ok = dnnl_primitive_execute(e->re[i], et_dnnl.stream, 2, r) == dnnl_success;
-        }
-    ok = ok && dnnl_primitive_execute(e->conv, et_dnnl.stream, B ? 4 : 3, args) == dnnl_success;
-    if (ok && e->re[2]) {
-        dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, e->blk[2]}, {DNNL_ARG_TO, e->user[2]}};
-        ok = dnnl_primitive_execute(e->re[2], et_dnnl.stream, 2, r) == dnnl_success;
-    }
-    ok = ok && dnnl_stream_wait(et_dnnl.stream) == dnnl_success;
+    dnnl_memory_t in = e->blk[1] ? m[3] : m[1], res = e->blk[2] ? m[4] : m[2];
+    dnnl_exec_arg_t args[5] = {{e->arg[0], m[0]}, {e->arg[1], in}, {e->arg[2], res}};
+    int n = 3;
+    if (B) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, m[5]};
+    if (e->pad_size) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m[6]};
+    ok = ok && (!e->re[1] || et_dnnl_move(e->re[1], s, m[1], in));
+    ok = ok && dnnl_primitive_execute(e->conv, s, n, args) == dnnl_success;
+    ok = ok && (!e->re[2] || et_dnnl_move(e->re[2], s, res, m[2]));
+    ok = ok && dnnl_stream_wait(s) == dnnl_success;
+    for (int i = 0; i < 7; ++i) dnnl_memory_destroy(m[i]);
     return ok;
+}
+
+/* entry e's `pieces` pieces: the shared input a reordered once (into the calling thread's scratch slot 3),
+ * then piece p on b + p * step1 into out + p * step2 (bias B + p * G); 0 on a failure */
+static int et_dnnl_run(et_dnnl_entry *e, const float *a, const float *b, float *out, const float *B, int pieces,
+                       size_t step1, size_t step2, int G, double work) {
+    const void *s0 = a;
+    if (e->re[0]) { /* a reorder's result is the same on any number of threads: the library's count */
+        void *buf = et_scratch(3, (e->size[0] + sizeof(float) - 1) / sizeof(float));
+        dnnl_stream_t s = et_dnnl_thread_stream();
+#ifdef _OPENMP
+        omp_set_num_threads(et_threads);
+#endif
+        const int ok = buf && s && dnnl_memory_set_data_handle(e->user[0], (void *)a) == dnnl_success &&
+                       dnnl_memory_set_data_handle(e->blk[0], buf) == dnnl_success &&
+                       et_dnnl_move(e->re[0], s, e->user[0], e->blk[0]) && dnnl_stream_wait(s) == dnnl_success;
+        omp_set_num_threads(1);
+        if (!ok) return 0;
+        s0 = buf;
+    }
+    int failed = 0;
+    (void)work;
+    ET_PARALLEL_FOR_OR(work, failed)
+    for (int p = 0; p < pieces; ++p)
+        failed |= !et_dnnl_piece(e, s0, b + p * step1, out + p * step2, B ? B + (size_t)p * G : 0);
+    return !failed;
 }
 
 /* the convolution of this kind and shape on oneDNN: 1 done, 0 left to the GEMM path (a pointwise or
  * small convolution, a shape oneDNN refuses); a failure while running it is reported (ET_ERROR_HOOK) */
 static int et_dnnl_conv(int kind, const float *a, const float *b, float *out, const float *B, int N, int C, int H,
                         int Wd, int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
-    if (et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1) || (double)N * O * HO * WO * C * KH * KW < ET_DNNL_MIN_MACS)
-        return 0;
+    const double macs = (double)N * O * HO * WO * C * KH * KW;
+    if (et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1) || macs < ET_DNNL_MIN_MACS) return 0;
+    /* the split channels: the input gradient's input channels, the others' output channels */
+    const int data = kind == ET_DNNL_DATA, P = data ? C : O, G = P % ET_DNNL_PIECE ? P : ET_DNNL_PIECE;
+    const int key[ET_DNNL_KEY] = {kind, N, data ? G : C, H, Wd, data ? O : G, HO, WO, KH, KW,
+                                  SH, SW, PH, PW, DH, DW, P};
+    /* the pieces' steps along the second input (W, or GY for the weight gradient) and the output */
+    const size_t step1 = (size_t)G * (data ? KH * KW : kind == ET_DNNL_WEIGHTS ? HO * WO : C * KH * KW);
+    const size_t step2 = (size_t)G * (data ? H * Wd : kind == ET_DNNL_WEIGHTS ? C * KH * KW : HO * WO);
     /* oneDNN's kernels take their thread count when the primitive is made and run on it: one */
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    et_dnnl_entry *e = et_dnnl_find(kind, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
-    const int ok = e && et_dnnl_run(e, a, b, out, B);
+    et_dnnl_entry *e = et_dnnl_find(key);
+    const int ok = e && et_dnnl_run(e, a, b, out, B, P / G, step1, step2, G, macs);
     omp_set_num_threads(threads);
     if (e && !ok) ET_ERROR_HOOK("et_dnnl_conv: oneDNN failed to run a convolution");
     return e != 0;
