@@ -20,8 +20,8 @@
  * et_common.h), the serial one in turn. Every primitive is made and runs on one OpenMP thread (the
  * count is set to 1 around each call, the primitive's making included, and restored: oneDNN fixes a
  * primitive's threads when it makes it), and no sum spans two pieces, so the sums' order depends on
- * the shape only, never on a thread count: the serial library and the threaded one at any count
- * compute the same bits. Results differ from the GEMM path's in the order of the float32 sums only.
+ * the shape only, never on a thread count (the threaded library's results stay the same at any count:
+ * et_common.h). Results differ from the GEMM path's in the order of the float32 sums only.
  *
  * The table and the engine are the library's own (each loaded copy has its own); the table is
  * touched by the calling thread only (the emitted code calls convolutions outside parallel loops),
@@ -53,7 +53,7 @@ void omp_set_num_threads(int);
  * channels (the input gradient), a multiple of this, are computed this many at a time, each piece a
  * primitive's call of its own on one thread (the threaded library's pieces run in parallel); a count that is
  * not a multiple runs whole. A piece's sums are whole (no sum spans two pieces), so the pieces' results do not
- * depend on how many threads run them, and the serial and the threaded library compute the same bits. On
+ * depend on how many threads run them (the serial library runs the same pieces in turn). On
  * ResNet-18's 3x3 layers at batch 8 a piece of 32 took what the whole did, within 5 %, but the input gradient
  * of the 512x512 layers at 4x4, which took 2.0 ms in pieces against 5.9 ms whole (oneDNN 3.2, one thread).
  * Weight gradients are asked for in oneDNN's layout: in OIHW oneDNN sums them as GEMMs, which in pieces of
