@@ -195,5 +195,5 @@ def describe(flags: Sequence[str]) -> str:
     if b:
         d = _onednn() if DNNL_FLAG in flags else None  # as link_flags: the flags say, not the environment
         return (f"BLAS ({b.name}, {os.environ.get('EDGETRAIN_BLAS_THREADS', '1')} thread(s))"
-                + (f", the dense convolutions on {d.name} (one thread)" if d else ""))
+                + (f", the dense convolutions on {d.name} (in pieces of channels, one thread each)" if d else ""))
     return "portable kernels (no BLAS)"
