@@ -7,9 +7,8 @@ the state after them agree with the reference runtime on convolutions of every g
 runs through the GEMM path (strided, padded, dilated, rectangular, "valid", padding beyond the kernel's
 reach, 1x1 at stride 2, several images per batch) and on small planes of many channels, whole or in
 pieces of channels, and the library reports a primitive made for each convolution and kind it should
-have taken. The threaded library, whose
-threads run the pieces (each on one thread), gives the same bits on 1 and 2 threads. With the default
-threshold, small convolutions keep the GEMM path."""
+have taken. The threaded library, whose threads run the pieces (each on one thread), gives the same
+bits on 1 and 2 threads. With the default threshold, small convolutions keep the GEMM path."""
 from __future__ import annotations
 
 import numpy as np
@@ -103,8 +102,8 @@ def test_convolutions_on_onednn_match_the_reference(net, size, batch, flags):
 def test_the_fused_weight_gradient_and_update_on_onednn(monkeypatch, flags):
     """Blocks of 36 bytes: every weight gradient here is fused with its update in blocks of rows
     (conv2d_grad_weight_update; the weight and momentum bit for bit the unfused program's in
-    tests/passes/test_fuse_float_grad_update.py), and here computed whole by oneDNN (whole, or in pieces
-    of output channels)."""
+    tests/passes/test_fuse_float_grad_update.py), and here computed by oneDNN for the whole weight at once
+    (in one call, or in pieces of output channels)."""
     monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
     ref, c, x, y = _programs(3, flags, StrideOne, 32)
     nodes = c.compiled.train_graph.nodes
