@@ -243,6 +243,11 @@ static dnnl_memory_t et_dnnl_over(dnnl_memory_t m, void *buf) {
     return r;
 }
 
+/* the calling thread's scratch buffer `slot` (et_float_blas.h's et_scratch) of at least `bytes` */
+static void *et_dnnl_scratch(int slot, size_t bytes) {
+    return et_scratch(slot, (bytes + sizeof(float) - 1) / sizeof(float));
+}
+
 /* run reorder p from `from` to `to` on stream s */
 static int et_dnnl_move(dnnl_primitive_t p, dnnl_stream_t s, dnnl_memory_t from, dnnl_memory_t to) {
     dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
@@ -261,12 +266,12 @@ static int et_dnnl_piece(et_dnnl_entry *e, const void *s0, const float *b, float
              (m[1] = et_dnnl_over(e->user[1], (void *)b)) && (m[2] = et_dnnl_over(e->user[2], out));
     for (int i = 1; i < 3 && ok; ++i)
         if (e->blk[i]) {
-            void *buf = et_scratch(3 + i, (e->size[i] + sizeof(float) - 1) / sizeof(float));
+            void *buf = et_dnnl_scratch(3 + i, e->size[i]);
             ok = buf && (m[2 + i] = et_dnnl_over(e->blk[i], buf));
         }
     if (ok && B) ok = (m[5] = et_dnnl_over(e->bias, (void *)B)) != 0;
     if (ok && e->pad_size) {
-        void *buf = et_scratch(6, (e->pad_size + sizeof(float) - 1) / sizeof(float));
+        void *buf = et_dnnl_scratch(6, e->pad_size);
         ok = buf && dnnl_memory_create(&m[6], e->pad, et_dnnl.engine, buf) == dnnl_success;
     }
     dnnl_memory_t in = e->blk[1] ? m[3] : m[1], res = e->blk[2] ? m[4] : m[2];
@@ -288,7 +293,7 @@ static int et_dnnl_run(et_dnnl_entry *e, const float *a, const float *b, float *
                        size_t step1, size_t step2, int G, double work) {
     const void *s0 = a;
     if (e->re[0]) { /* a reorder's result is the same on any number of threads: the library's count */
-        void *buf = et_scratch(3, (e->size[0] + sizeof(float) - 1) / sizeof(float));
+        void *buf = et_dnnl_scratch(3, e->size[0]);
         dnnl_stream_t s = et_dnnl_thread_stream();
 #ifdef _OPENMP
         omp_set_num_threads(et_threads);
