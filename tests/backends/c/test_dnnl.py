@@ -19,6 +19,7 @@ from edgetrain.backends.c import blas
 from edgetrain.backends.c.host import OPENMP_CFLAGS, PROJECT_CFLAGS, SANITIZE_CFLAGS
 from edgetrain.ops import gradupdate
 from edgetrain.ops.qgradupdate import split_attrs
+from edgetrain.program import NonFiniteLossError
 from tests.backends.c.test_blas import FAST, PORTABLE, Blocks, Convs, SamePlanes, StrideOne, _agrees, _programs
 
 pytestmark = pytest.mark.skipif(blas.dnnl() is None or blas.library_blas() is None,
@@ -114,6 +115,31 @@ def test_the_fused_weight_gradient_and_update_on_onednn(monkeypatch, flags):
     # and one more: the grouped convolution's fused gradient runs a group of an image at a time, each a
     # one-group sub-convolution (et_float_fused.h)
     assert _primitives(c) == 3 * len(_dense(StrideOne())) - 1 + 1
+
+
+@pytest.mark.parametrize("flags", [ALL, SPLIT])
+def test_the_checked_step_applies_each_piece_out_of_place(monkeypatch, flags):
+    """Each piece's gradient rows are applied on its thread right after the piece (et_float_fused.h
+    et_dnnl_sgd_piece): in the checked step out of place into the other copies (the step guard), so that
+    three checked steps leave the state bit for bit where three raw steps leave a copy; a row of a later piece
+    overflowing under a finite loss is named, and the step leaves every state tensor as it was."""
+    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
+    ref, checked, x, y = _programs(3, flags, StrideOne, 32)
+    raw = checked.replace()
+    g = raw.compiled.train_graph
+    xin, yin = raw.runner.input_bytes(g, x, training=True), np.ascontiguousarray(raw.runner.label_feed(g, y))
+    for _ in range(3):
+        assert raw.runner.raw_step(xin, yin) == checked.step(x, y)
+    for k, v in raw.state.items():
+        np.testing.assert_array_equal(checked.state[k], v, err_msg=k)
+    name = "body.2.weight"  # 24 output channels: 6 pieces of 4 (SPLIT) or whole; row 21 in the last piece
+    checked.state[name][21, 0, 0, 0] = -3.3e38
+    checked.state[f"momentum:{name}"][21, 0, 0, 0] = 3.4e38  # w - 0.05 * 0.9 * 3.4e38 < -float32 max
+    saved = {k: v.copy() for k, v in checked.state.items()}
+    with pytest.raises(NonFiniteLossError, match=f"{name} became non-finite"):
+        checked.step(x, y)
+    for k, v in saved.items():
+        np.testing.assert_array_equal(checked.state[k], v, err_msg=k)
 
 
 def test_small_convolutions_keep_the_gemm_path():

@@ -9,9 +9,10 @@
  * and kept (a table of ET_DNNL_ENTRIES by shape and kind). oneDNN picks its own blocked layouts
  * for the CPU (AVX-512 / AVX2 JIT kernels, whatever OPENBLAS_CORETYPE says); the operands are
  * reordered from and to the program's NCHW / OIHW arrays around each call, through scratch
- * slots 3-5 of et_float_blas.h's et_scratch (6: the primitive's scratchpad). Pointwise convolutions
- * (the MobileNets' bulk) and small ones keep the GEMM path: there the reorders and a primitive's call
- * cost more than they save.
+ * slots 3-5 of et_float_blas.h's et_scratch (6: the primitive's scratchpad; 2: a piece of a weight
+ * gradient that et_float_fused.h's fused update applies at once, never storing the whole). Pointwise
+ * convolutions (the MobileNets' bulk) and small ones keep the GEMM path: there the reorders and a
+ * primitive's call cost more than they save.
  *
  * A convolution runs in pieces of ET_DNNL_PIECE channels (its output channels; the input gradient's
  * input channels), each a call of the same primitive on one thread: the shared input (X, or GY for
@@ -287,10 +288,16 @@ static int et_dnnl_piece(et_dnnl_entry *e, const void *s0, const float *b, float
     return ok;
 }
 
+/* a weight gradient's epilogue, run on a piece's thread right after the piece: `piece` of G output channels,
+ * its gradient rows gw (G x C*KH*KW floats, OIHW); 0 on a failure */
+typedef int (*et_dnnl_post_fn)(const void *ctx, int piece, int G, const float *gw);
+
 /* entry e's `pieces` pieces: the shared input a reordered once (into the calling thread's scratch slot 3),
- * then piece p on b + p * step1 into out + p * step2 (bias B + p * G); 0 on a failure */
+ * then piece p on b + p * step1 into out + p * step2 (bias B + p * G); with `post` (a weight gradient's
+ * epilogue), piece p's output goes to its thread's scratch slot 2 instead (step2 floats, while the thread's
+ * caches hold it) and post(ctx, p, G, that) runs next; 0 on a failure */
 static int et_dnnl_run(et_dnnl_entry *e, const float *a, const float *b, float *out, const float *B, int pieces,
-                       size_t step1, size_t step2, int G, double work) {
+                       size_t step1, size_t step2, int G, double work, et_dnnl_post_fn post, const void *ctx) {
     const void *s0 = a;
     if (e->re[0]) { /* a reorder's result is the same on any number of threads: the library's count */
         void *buf = et_dnnl_scratch(3, e->size[0]);
@@ -308,15 +315,20 @@ static int et_dnnl_run(et_dnnl_entry *e, const float *a, const float *b, float *
     int failed = 0;
     (void)work;
     ET_PARALLEL_FOR_OR(work, failed)
-    for (int p = 0; p < pieces; ++p)
-        failed |= !et_dnnl_piece(e, s0, b + p * step1, out + p * step2, B ? B + (size_t)p * G : 0);
+    for (int p = 0; p < pieces; ++p) {
+        float *o = post ? et_scratch(2, step2) : out + p * step2;
+        failed |= !o || !et_dnnl_piece(e, s0, b + p * step1, o, B ? B + (size_t)p * G : 0) ||
+                  (post && !post(ctx, p, G, o));
+    }
     return !failed;
 }
 
 /* the convolution of this kind and shape on oneDNN: 1 done, 0 left to the GEMM path (a pointwise or
- * small convolution, a shape oneDNN refuses); a failure while running it is reported (ET_ERROR_HOOK) */
-static int et_dnnl_conv(int kind, const float *a, const float *b, float *out, const float *B, int N, int C, int H,
-                        int Wd, int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+ * small convolution, a shape oneDNN refuses); a failure while running it is reported (ET_ERROR_HOOK).
+ * With `post` (the weight gradient only), each piece's gradient rows go to it instead of `out` (et_dnnl_run) */
+static int et_dnnl_conv_post(int kind, const float *a, const float *b, float *out, const float *B, int N, int C,
+                             int H, int Wd, int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW,
+                             int DH, int DW, et_dnnl_post_fn post, const void *ctx) {
     const double macs = (double)N * O * HO * WO * C * KH * KW;
     if (et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1) || macs < ET_DNNL_MIN_MACS) return 0;
     /* the split channels: the input gradient's input channels, the others' output channels */
@@ -330,10 +342,15 @@ static int et_dnnl_conv(int kind, const float *a, const float *b, float *out, co
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
     et_dnnl_entry *e = et_dnnl_find(key);
-    const int ok = e && et_dnnl_run(e, a, b, out, B, P / G, step1, step2, G, macs);
+    const int ok = e && et_dnnl_run(e, a, b, out, B, P / G, step1, step2, G, macs, post, ctx);
     omp_set_num_threads(threads);
     if (e && !ok) ET_ERROR_HOOK("et_dnnl_conv: oneDNN failed to run a convolution");
     return e != 0;
+}
+
+static int et_dnnl_conv(int kind, const float *a, const float *b, float *out, const float *B, int N, int C, int H,
+                        int Wd, int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+    return et_dnnl_conv_post(kind, a, b, out, B, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW, 0, 0);
 }
 #endif /* ET_DNNL_ON */
 #endif /* ET_FLOAT_DNNL_H */

@@ -169,22 +169,43 @@ ET_INLINE void et_sgd_row(float *ET_RESTRICT W, float *ET_RESTRICT M, const floa
 }
 
 #ifdef ET_DNNL_ON
+/* a oneDNN weight gradient's update (et_conv2d_grad_weight_update_dnnl) */
+typedef struct {
+    float *W, *M, *R;
+    size_t len;
+    int O, B;
+    float lr, mu, wd;
+} et_dnnl_sgd_t;
+
+/* the update of one piece's rows, on its thread right after the piece (et_dnnl_run's epilogue): gw, the
+ * piece's G gradient rows, applied to their rows of W (and M), those of the last B rows copied into R */
+static int et_dnnl_sgd_piece(const void *ctx, int piece, int G, const float *gw) {
+    const et_dnnl_sgd_t *u = (const et_dnnl_sgd_t *)ctx;
+    for (int r = 0; r < G; ++r) {
+        const int o = piece * G + r;
+        const float *g = gw + (size_t)r * u->len;
+        et_sgd_row(u->W + (size_t)o * u->len, u->M ? u->M + (size_t)o * u->len : 0, g, (int)u->len, u->lr, u->mu,
+                   u->wd);
+        if (o >= u->O - u->B) memcpy(u->R + (size_t)(o - (u->O - u->B)) * u->len, g, u->len * sizeof(float));
+    }
+    return 1;
+}
+
 /* the one-group conv2d_grad_weight_update on oneDNN (et_float_dnnl.h, for the shapes it takes; the GEMM
- * path's below calls it first): the whole gradient at once into a host scratch of O x len floats, then
- * applied row by row; R and T end as the op's (ops/gradupdate.py): the last block's gradient rows, and its
- * rows of GY. Returns 0, having done nothing, for a shape et_dnnl_conv leaves to the GEMM path */
+ * path's below calls it first): the gradient a piece of output channels at a time (et_dnnl_conv_post), each
+ * piece's rows applied by its thread while its caches hold them (the whole gradient is never stored); R and
+ * T end as the op's (ops/gradupdate.py): the last block's gradient rows, and its rows of GY. Returns 0,
+ * having done nothing, for a shape et_dnnl_conv leaves to the GEMM path */
 ET_BLAS_FN int et_conv2d_grad_weight_update_dnnl(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *W,
                                                  float *M, float *ET_RESTRICT R, float *ET_RESTRICT T, int B,
                                                  float lr, float mu, float wd, int N, int C, int H, int Wd, int O,
                                                  int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW,
                                                  int DH, int DW) {
-    const size_t P = (size_t)HO * WO, len = (size_t)C * KH * KW;
-    float *GW = et_scratch(2, (size_t)O * len);
-    if (!GW || !et_dnnl_conv(ET_DNNL_WEIGHTS, X, GY, GW, 0, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW))
+    const size_t P = (size_t)HO * WO;
+    const et_dnnl_sgd_t u = {W, M, R, (size_t)C * KH * KW, O, B, lr, mu, wd};
+    if (!et_dnnl_conv_post(ET_DNNL_WEIGHTS, X, GY, 0, 0, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW,
+                           et_dnnl_sgd_piece, &u))
         return 0;
-    ET_PARALLEL_FOR((double)O * len * 4)
-    for (int o = 0; o < O; ++o) et_sgd_row(W + o * len, M ? M + o * len : 0, GW + o * len, (int)len, lr, mu, wd);
-    memcpy(R, GW + (size_t)(O - B) * len, (size_t)B * len * sizeof(float));
     if (T && N > 1)
         for (int n = 0; n < N; ++n)
             memcpy(T + (size_t)n * B * P, GY + ((size_t)n * O + O - B) * P, (size_t)B * P * sizeof(float));
