@@ -103,8 +103,8 @@ def test_convolutions_on_onednn_match_the_reference(net, size, batch, flags):
 def test_the_fused_weight_gradient_and_update_on_onednn(monkeypatch, flags):
     """Blocks of 36 bytes: every weight gradient here is fused with its update in blocks of rows
     (conv2d_grad_weight_update; the weight and momentum bit for bit the unfused program's in
-    tests/passes/test_fuse_float_grad_update.py), and here computed by oneDNN for the whole weight at once
-    (in one call, or in pieces of output channels)."""
+    tests/passes/test_fuse_float_grad_update.py), and here computed by oneDNN for the whole weight in one
+    call, or in pieces of output channels, each piece's rows applied right after it."""
     monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
     ref, c, x, y = _programs(3, flags, StrideOne, 32)
     nodes = c.compiled.train_graph.nodes
