@@ -182,7 +182,13 @@ def _interrupt_at(sig, delay: float) -> tuple[int, str]:
     import threading
     import time
 
-    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "edgetrain.app.cli", "inspect", "resnet18"],
+    # the CLI started with SIGINT at its default, through a first interpreter that sets it and execs: a shell
+    # starts a background job with SIGINT ignored, and Python then installs no handler of its own (the
+    # README's test command run with `&` failed here)
+    default_sigint = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                      "os.execv(sys.executable, [sys.executable] + sys.argv[1:])")
+    proc = subprocess.Popen([sys.executable, "-c", default_sigint, "-X", "importtime", "-m", "edgetrain.app.cli",
+                             "inspect", "resnet18"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     lines: list[str] = []
