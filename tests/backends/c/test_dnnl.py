@@ -149,11 +149,12 @@ def test_small_convolutions_keep_the_gemm_path():
     assert _primitives(c) == 0
 
 
-@pytest.mark.parametrize("piece, fused", [(32, False), (4, False), (4, True)])
+@pytest.mark.parametrize("piece, fused", [(32, False), (4, False), (32, True), (4, True)])
 def test_the_threaded_library_is_the_same_on_any_thread_count(monkeypatch, piece, fused):
     """Its pieces run on its threads (pieces of 4 channels: StrideOne's 16-, 24-, 40- and 96-channel
-    convolutions in 4 to 24 pieces; of 32: each whole); `fused`: every weight gradient fused with its
-    update, each piece's rows applied on the piece's thread."""
+    convolutions in 4 to 24 pieces; of 32: the 96-channel one in 3, the others whole); `fused`: every weight
+    gradient fused with its update, each piece's rows applied on the piece's thread (a whole one's rows split
+    over the threads)."""
     if fused:
         monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
     flags = tuple(f for f in OPENMP_CFLAGS if f != "-O3") + ("-O1", "-DET_DNNL_MIN_MACS=0", f"-DET_DNNL_PIECE={piece}")

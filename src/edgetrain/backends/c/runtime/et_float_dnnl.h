@@ -314,7 +314,8 @@ static int et_dnnl_run(et_dnnl_entry *e, const float *a, const float *b, float *
     }
     int failed = 0;
     (void)work;
-    ET_PARALLEL_FOR_OR(work, failed)
+    /* one piece: no parallel loop around it, so that its epilogue's own loop can use the threads */
+    ET_PARALLEL_FOR_OR(pieces > 1 ? work : 0., failed)
     for (int p = 0; p < pieces; ++p) {
         float *o = post ? et_scratch(2, step2) : out + p * step2;
         failed |= !o || !et_dnnl_piece(e, s0, b + p * step1, o, B ? B + (size_t)p * G : 0) ||

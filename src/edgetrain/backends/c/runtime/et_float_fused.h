@@ -178,9 +178,12 @@ typedef struct {
 } et_dnnl_sgd_t;
 
 /* the update of one piece's rows, on its thread right after the piece (et_dnnl_run's epilogue): gw, the
- * piece's G gradient rows, applied to their rows of W (and M), those of the last B rows copied into R */
+ * piece's G gradient rows, applied to their rows of W (and M), those of the last B rows copied into R. The
+ * rows split over the library's threads where the piece runs outside a parallel loop (a convolution whole,
+ * in one piece), as the whole gradient's rows did */
 static int et_dnnl_sgd_piece(const void *ctx, int piece, int G, const float *gw) {
     const et_dnnl_sgd_t *u = (const et_dnnl_sgd_t *)ctx;
+    ET_PARALLEL_FOR((double)G * u->len * 4)
     for (int r = 0; r < G; ++r) {
         const int o = piece * G + r;
         const float *g = gw + (size_t)r * u->len;
