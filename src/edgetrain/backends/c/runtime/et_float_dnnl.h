@@ -289,13 +289,13 @@ static int et_dnnl_piece(et_dnnl_entry *e, const void *s0, const float *b, float
 }
 
 /* a weight gradient's epilogue, run on a piece's thread right after the piece: `piece` of G output channels,
- * its gradient rows gw (G x C*KH*KW floats, OIHW); 0 on a failure */
-typedef int (*et_dnnl_post_fn)(const void *ctx, int piece, int G, const float *gw);
+ * its gradient rows gw (G x C*KH*KW floats, OIHW) */
+typedef void (*et_dnnl_post_fn)(const void *ctx, int piece, int G, const float *gw);
 
 /* entry e's `pieces` pieces: the shared input a reordered once (into the calling thread's scratch slot 3),
  * then piece p on b + p * step1 into out + p * step2 (bias B + p * G); with `post` (a weight gradient's
  * epilogue), piece p's output goes to its thread's scratch slot 2 instead (step2 floats, while the thread's
- * caches hold it) and post(ctx, p, G, that) runs next; 0 on a failure */
+ * caches hold it) and post(ctx, p, G, that) runs next (after a piece that ran); 0 on a failure */
 static int et_dnnl_run(et_dnnl_entry *e, const float *a, const float *b, float *out, const float *B, int pieces,
                        size_t step1, size_t step2, int G, double work, et_dnnl_post_fn post, const void *ctx) {
     const void *s0 = a;
@@ -318,8 +318,9 @@ static int et_dnnl_run(et_dnnl_entry *e, const float *a, const float *b, float *
     ET_PARALLEL_FOR_OR(pieces > 1 ? work : 0., failed)
     for (int p = 0; p < pieces; ++p) {
         float *o = post ? et_scratch(2, step2) : out + p * step2;
-        failed |= !o || !et_dnnl_piece(e, s0, b + p * step1, o, B ? B + (size_t)p * G : 0) ||
-                  (post && !post(ctx, p, G, o));
+        const int ok = o && et_dnnl_piece(e, s0, b + p * step1, o, B ? B + (size_t)p * G : 0);
+        if (ok && post) post(ctx, p, G, o);
+        failed |= !ok;
     }
     return !failed;
 }

@@ -181,7 +181,7 @@ typedef struct {
  * piece's G gradient rows, applied to their rows of W (and M), those of the last B rows copied into R. The
  * rows split over the library's threads where the piece runs outside a parallel loop (a convolution whole,
  * in one piece), as the whole gradient's rows did */
-static int et_dnnl_sgd_piece(const void *ctx, int piece, int G, const float *gw) {
+static void et_dnnl_sgd_piece(const void *ctx, int piece, int G, const float *gw) {
     const et_dnnl_sgd_t *u = (const et_dnnl_sgd_t *)ctx;
     ET_PARALLEL_FOR((double)G * u->len * 4)
     for (int r = 0; r < G; ++r) {
@@ -191,7 +191,6 @@ static int et_dnnl_sgd_piece(const void *ctx, int piece, int G, const float *gw)
                    u->wd);
         if (o >= u->O - u->B) memcpy(u->R + (size_t)(o - (u->O - u->B)) * u->len, g, u->len * sizeof(float));
     }
-    return 1;
 }
 
 /* the one-group conv2d_grad_weight_update on oneDNN (et_float_dnnl.h, for the shapes it takes; the GEMM
