@@ -32,6 +32,18 @@ ALL = FAST + ("-DET_DNNL_MIN_MACS=0",)
 SPLIT = ALL + ("-DET_DNNL_PIECE=4",)
 
 
+def threaded(piece: int) -> tuple:
+    """The threaded library's flags, every dense convolution but the 1x1 at stride 1 on oneDNN in pieces
+    of `piece` channels."""
+    return tuple(f for f in OPENMP_CFLAGS if f != "-O3") + ("-O1", "-DET_DNNL_MIN_MACS=0", f"-DET_DNNL_PIECE={piece}")
+
+
+def fuse_every_update(monkeypatch) -> None:
+    """Blocks of 36 bytes: every weight gradient is fused with its update in blocks of rows
+    (conv2d_grad_weight_update)."""
+    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
+
+
 class Deep(nn.Module):
     """Convolutions whose weights outnumber their inputs' elements 16 times and more, on planes of 4x4
     to 2x2 (ResNet's last stage at batch 8)."""
@@ -105,7 +117,7 @@ def test_the_fused_weight_gradient_and_update_on_onednn(monkeypatch, flags):
     (conv2d_grad_weight_update; the weight and momentum bit for bit the unfused program's in
     tests/passes/test_fuse_float_grad_update.py), and here computed by oneDNN for the whole weight in one
     call, or in pieces of output channels, each piece's rows applied right after it."""
-    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
+    fuse_every_update(monkeypatch)
     ref, c, x, y = _programs(3, flags, StrideOne, 32)
     nodes = c.compiled.train_graph.nodes
     fused = [split_attrs(n.attrs)[0] for n in nodes if n.op == "conv2d_grad_weight_update"]
@@ -123,7 +135,7 @@ def test_the_checked_step_applies_each_piece_out_of_place(monkeypatch, flags):
     et_dnnl_sgd_piece): in the checked step out of place into the other copies (the step guard), so that
     three checked steps leave the state bit for bit where three raw steps leave a copy; a row of a later piece
     overflowing under a finite loss is named, and the step leaves every state tensor as it was."""
-    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
+    fuse_every_update(monkeypatch)
     ref, checked, x, y = _programs(3, flags, StrideOne, 32)
     raw = checked.replace()
     g = raw.compiled.train_graph
@@ -156,8 +168,8 @@ def test_the_threaded_library_is_the_same_on_any_thread_count(monkeypatch, piece
     gradient fused with its update, each piece's rows applied on the piece's thread (a whole one's rows split
     over the threads)."""
     if fused:
-        monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
-    flags = tuple(f for f in OPENMP_CFLAGS if f != "-O3") + ("-O1", "-DET_DNNL_MIN_MACS=0", f"-DET_DNNL_PIECE={piece}")
+        fuse_every_update(monkeypatch)
+    flags = threaded(piece)
     runs = []
     for threads in (1, 2):
         ref, c, x, y = _programs(5, flags, StrideOne, 32)

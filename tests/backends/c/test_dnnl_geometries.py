@@ -19,10 +19,9 @@ from torch import nn
 
 import edgetrain as et
 from edgetrain.backends.c import blas
-from edgetrain.backends.c.host import OPENMP_CFLAGS, to_c_program
-from edgetrain.ops import gradupdate
+from edgetrain.backends.c.host import to_c_program
 from tests.backends.c.test_blas import _agrees
-from tests.backends.c.test_dnnl import ALL, SPLIT
+from tests.backends.c.test_dnnl import ALL, SPLIT, fuse_every_update, threaded
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(blas.dnnl() is None or blas.library_blas() is None,
@@ -62,17 +61,12 @@ def _program(batch: int, conv: nn.Conv2d, h: int, w: int):
     return (lambda: et.compile(model, (x,), update=et.Full(), optimizer=et.SGD(lr=0.05, momentum=0.9))), x, y
 
 
-def _fused(monkeypatch, fused: bool) -> None:
-    """Blocks of 36 bytes: every weight gradient is fused with its update (test_dnnl.py)."""
-    if fused:
-        monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
-
-
 @SETTINGS
 @given(geometry=geometries(), split=st.booleans(), fused=st.booleans())
 def test_drawn_convolutions_on_onednn_match_the_reference(monkeypatch, geometry, split, fused):
     with monkeypatch.context() as m:
-        _fused(m, fused)
+        if fused:
+            fuse_every_update(m)
         batch, conv, h, w = geometry
         make, x, y = _program(batch, conv, h, w)
         ref, c = make(), to_c_program(make(), SPLIT if split else ALL)
@@ -89,11 +83,11 @@ def test_drawn_convolutions_on_onednn_match_the_reference(monkeypatch, geometry,
 @given(geometry=geometries(), piece=st.sampled_from([4, 32]), fused=st.booleans())
 def test_drawn_convolutions_are_the_same_on_one_thread_and_two(monkeypatch, geometry, piece, fused):
     with monkeypatch.context() as m:
-        _fused(m, fused)
+        if fused:
+            fuse_every_update(m)
         batch, conv, h, w = geometry
         make, x, y = _program(batch, conv, h, w)
-        flags = tuple(f for f in OPENMP_CFLAGS if f != "-O3") + ("-O1", "-DET_DNNL_MIN_MACS=0",
-                                                                  f"-DET_DNNL_PIECE={piece}")
+        flags = threaded(piece)
         runs = []
         for threads in (1, 2):
             c = to_c_program(make(), flags, threads=threads)
