@@ -20,7 +20,8 @@ from edgetrain.backends.c.host import OPENMP_CFLAGS, PROJECT_CFLAGS, SANITIZE_CF
 from edgetrain.ops import gradupdate
 from edgetrain.ops.qgradupdate import split_attrs
 from edgetrain.program import NonFiniteLossError
-from tests.backends.c.test_blas import FAST, PORTABLE, Blocks, Convs, SamePlanes, StrideOne, _agrees, _programs
+from tests.backends.c.test_blas import (FAST, PORTABLE, Blocks, Convs, SamePlanes, StrideOne, _agrees, _programs,
+                                        close)
 
 pytestmark = pytest.mark.skipif(blas.dnnl() is None or blas.library_blas() is None,
                                 reason="oneDNN (pip install onednn-cpu-gomp onednn-devel-cpu-gomp) or a BLAS missing")
@@ -152,6 +153,55 @@ def test_the_checked_step_applies_each_piece_out_of_place(monkeypatch, flags):
         checked.step(x, y)
     for k, v in saved.items():
         np.testing.assert_array_equal(checked.state[k], v, err_msg=k)
+
+
+class Wide(nn.Module):
+    """Convolutions of 16 to 64 channels (ResNet's are multiples of 16): oneDNN sums their weight gradients in its
+    blocks of 16 x 16 (AVX-512) or 8 x 8 (AVX2) channels, which the fused update reads as they are
+    (et_float_fused.h et_dnnl_sgd_blocks): whole (48 output channels, three groups of 16 rows), in one piece of
+    32, in two (64, a rectangular kernel of 15 taps), a 1x1 at stride 2."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 16, 3, 1, 1), nn.ReLU(),  # 3 input channels: not in whole blocks
+            nn.Conv2d(16, 48, 3, 1, 1), nn.ReLU(),
+            nn.Conv2d(48, 32, 3, 2, 1), nn.ReLU(),  # 12x12 -> 6x6
+            nn.Conv2d(32, 64, (3, 5), 1, (1, 2), bias=False), nn.ReLU(),
+            nn.Conv2d(64, 32, 1, 2), nn.ReLU(),  # -> 3x3
+            nn.Flatten(), nn.Linear(32 * 3 * 3, 7))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_fused_update_reads_the_gradient_in_onednns_blocks(monkeypatch, threads):
+    """A weight gradient that oneDNN sums in its blocks of channels goes to the fused update as it is, a block
+    at a time: the losses and the state bit for bit those of the update from rows (-DET_DNNL_GW_BLOCKS=0: every
+    gradient reordered into OIHW rows first), in the checked step (out of place) and the raw one (in place), on
+    one thread and on the threaded library's two (a whole convolution's groups of rows split over them, the
+    pieces on them); and close to the reference's."""
+    fuse_every_update(monkeypatch)
+    flags = ALL if threads == 1 else threaded(32)
+    ref, blocks, x, y = _programs(4, flags, Wide, 12)
+    _, rows, _, _ = _programs(4, flags + ("-DET_DNNL_GW_BLOCKS=0",), Wide, 12)
+    for c in (blocks, rows):
+        c.runner.threads = threads
+    g = rows.compiled.train_graph
+    xin, yin = rows.runner.input_bytes(g, x, training=True), np.ascontiguousarray(rows.runner.label_feed(g, y))
+    for step in range(4):
+        if step < 2:
+            loss = blocks.step(x, y)
+            assert loss == rows.step(x, y)
+            close(loss, ref.step(x, y))
+        else:
+            assert blocks.runner.raw_step(xin, yin) == rows.runner.raw_step(xin, yin)
+        for k, v in rows.state.items():
+            np.testing.assert_array_equal(blocks.state[k], v, err_msg=f"{k} after step {step}")
+    # the 48-, 32- and 64-channel convolutions' gradients (the last in two pieces of one primitive) and the 1x1's
+    assert blocks.runner._lib.et_dnnl_blocked_gradients() == 4
+    assert rows.runner._lib.et_dnnl_blocked_gradients() == 0
 
 
 def test_small_convolutions_keep_the_gemm_path():

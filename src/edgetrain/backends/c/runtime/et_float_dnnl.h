@@ -10,7 +10,9 @@
  * for the CPU (AVX-512 / AVX2 JIT kernels, whatever OPENBLAS_CORETYPE says); the operands are
  * reordered from and to the program's NCHW / OIHW arrays around each call, through scratch
  * slots 3-5 of et_float_blas.h's et_scratch (6: the primitive's scratchpad; 2: a piece of a weight
- * gradient that et_float_fused.h's fused update applies at once, never storing the whole). Pointwise
+ * gradient that et_float_fused.h's fused update applies at once, never storing the whole). A weight gradient
+ * that oneDNN sums in its blocked layout of 16 x 16 (AVX-512) or 8 x 8 (AVX2) channel blocks goes to the fused
+ * update as it is, which makes it OIHW rows 16 (8) at a time (no oneDNN reorder of the piece first). Pointwise
  * convolutions (the MobileNets' bulk) and small ones keep the GEMM path: there the reorders and a
  * primitive's call cost more than they save.
  *
@@ -62,6 +64,12 @@ void omp_set_num_threads(int);
 #ifndef ET_DNNL_PIECE
 #define ET_DNNL_PIECE 32
 #endif
+/* 1: a weight gradient that oneDNN sums in whole blocks of 16 x 16 or 8 x 8 channels goes to its fused update in
+ * them (et_dnnl_entry.gw_block); 0: reordered into OIHW rows first, as any other (the tests' build that checks
+ * the blocks' update against the rows') */
+#ifndef ET_DNNL_GW_BLOCKS
+#define ET_DNNL_GW_BLOCKS 1
+#endif
 /* primitives kept: a shape and kind each (ResNet-18 has 20 convolutions, 3 kinds) */
 #ifndef ET_DNNL_ENTRIES
 #define ET_DNNL_ENTRIES 256
@@ -79,6 +87,9 @@ typedef struct {
     int key[ET_DNNL_KEY]; /* kind, N, C, H, W, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW, P: C (the input
                              gradient) or O (the others) are the piece's channels, P the whole's */
     int ok;               /* 1 usable, -1 oneDNN refused the shape (the GEMM path runs it) */
+    int gw_block;         /* b where the weight gradient's output is oneDNN's ABcd<b>b<b>a (b = 16 or 8) without
+                             padding (the piece's channels and C multiples of b), which an epilogue takes as is: a
+                             block of b output x b input channels for each kernel tap in turn; else 0 */
     dnnl_primitive_t conv, re[3];
     dnnl_memory_t user[3], blk[3], bias;
     dnnl_memory_desc_t pad; /* the primitive's scratchpad (user-managed: pieces run concurrently) */
@@ -96,10 +107,16 @@ typedef struct {
 } et_dnnl_table;
 __attribute__((weak, visibility("hidden"))) et_dnnl_table et_dnnl;
 
-/* the primitives made so far that oneDNN took (a test reads it through ctypes) */
+/* the primitives made so far that oneDNN took, and of them the weight gradients in blocks (tests read them
+ * through ctypes) */
 __attribute__((weak)) int et_dnnl_primitives(void) {
     int n = 0;
     for (int i = 0; i < et_dnnl.n; ++i) n += et_dnnl.e[i].ok > 0;
+    return n;
+}
+__attribute__((weak)) int et_dnnl_blocked_gradients(void) {
+    int n = 0;
+    for (int i = 0; i < et_dnnl.n; ++i) n += et_dnnl.e[i].ok > 0 && et_dnnl.e[i].gw_block > 0;
     return n;
 }
 
@@ -204,6 +221,17 @@ static int et_dnnl_create(et_dnnl_entry *e) {
              et_dnnl_operand(e, 2, DNNL_ARG_DST, d_plain, ET_DNNL_MD(dnnl_query_dst_md), 0, attr) &&
              (kind != ET_DNNL_FWD_BIAS ||
               dnnl_memory_create(&e->bias, b_md, et_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success);
+    /* the weight gradient in whole blocks of b x b channels, the layouts et_float_fused.h's update reads */
+    for (int b = 16; ET_DNNL_GW_BLOCKS && ok && kind == ET_DNNL_WEIGHTS && e->blk[2] && b >= 8 && !e->gw_block;
+         b /= 2) {
+        dnnl_memory_desc_t t = 0;
+        if (O % b == 0 && C % b == 0 &&
+            dnnl_memory_desc_create_with_tag(&t, 4, wei, dnnl_f32, b == 16 ? dnnl_ABcd16b16a : dnnl_ABcd8b8a) ==
+                dnnl_success &&
+            dnnl_memory_desc_equal(t, ET_DNNL_MD(dnnl_query_diff_weights_md)))
+            e->gw_block = b;
+        dnnl_memory_desc_destroy(t);
+    }
     ok = ok && dnnl_memory_desc_clone(&e->pad, ET_DNNL_MD(dnnl_query_scratchpad_md)) == dnnl_success;
 #undef ET_DNNL_MD
     if (ok) e->pad_size = dnnl_memory_desc_get_size(e->pad);
@@ -256,15 +284,16 @@ static int et_dnnl_move(dnnl_primitive_t p, dnnl_stream_t s, dnnl_memory_t from,
 }
 
 /* one piece of entry e on the calling thread: the shared input s0 (already in the primitive's layout), the
- * piece's input b and output out (the program's arrays at the piece's slice), bias B (or 0); 0 on a failure */
-static int et_dnnl_piece(et_dnnl_entry *e, const void *s0, const float *b, float *out, const float *B) {
+ * piece's input b and output out (the program's arrays at the piece's slice), bias B (or 0); `keep`: the output
+ * left in the primitive's layout, in the thread's scratch slot 5 (et_dnnl_kept), out unused; 0 on a failure */
+static int et_dnnl_piece(et_dnnl_entry *e, const void *s0, const float *b, float *out, const float *B, int keep) {
     dnnl_stream_t s = et_dnnl_thread_stream();
     if (!s) return 0;
     /* m: the shared input, the piece's input and output as the program's, in the primitive's layout,
      * the bias, the scratchpad */
     dnnl_memory_t m[7] = {0};
     int ok = (m[0] = et_dnnl_over(e->blk[0] ? e->blk[0] : e->user[0], (void *)s0)) &&
-             (m[1] = et_dnnl_over(e->user[1], (void *)b)) && (m[2] = et_dnnl_over(e->user[2], out));
+             (m[1] = et_dnnl_over(e->user[1], (void *)b)) && (keep || (m[2] = et_dnnl_over(e->user[2], out)));
     for (int i = 1; i < 3 && ok; ++i)
         if (e->blk[i]) {
             void *buf = et_dnnl_scratch(3 + i, e->size[i]);
@@ -282,20 +311,27 @@ static int et_dnnl_piece(et_dnnl_entry *e, const void *s0, const float *b, float
     if (e->pad_size) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m[6]};
     ok = ok && (!e->re[1] || et_dnnl_move(e->re[1], s, m[1], in));
     ok = ok && dnnl_primitive_execute(e->conv, s, n, args) == dnnl_success;
-    ok = ok && (!e->re[2] || et_dnnl_move(e->re[2], s, res, m[2]));
+    ok = ok && (!e->re[2] || keep || et_dnnl_move(e->re[2], s, res, m[2]));
     ok = ok && dnnl_stream_wait(s) == dnnl_success;
     for (int i = 0; i < 7; ++i) dnnl_memory_destroy(m[i]);
     return ok;
 }
 
+/* a piece's output left in the primitive's layout by et_dnnl_piece(..., keep = 1) on this thread */
+static const float *et_dnnl_kept(const et_dnnl_entry *e) {
+    return (const float *)et_dnnl_scratch(5, e->size[2]);
+}
+
 /* a weight gradient's epilogue, run on a piece's thread right after the piece: `piece` of G output channels,
- * its gradient rows gw (G x C*KH*KW floats, OIHW) */
-typedef void (*et_dnnl_post_fn)(const void *ctx, int piece, int G, const float *gw);
+ * its gradient gw: with block 0 its rows (G x C*KH*KW floats, OIHW), else in oneDNN's ABcd<block>b<block>a
+ * (et_dnnl_entry.gw_block) */
+typedef void (*et_dnnl_post_fn)(const void *ctx, int piece, int G, const float *gw, int block);
 
 /* entry e's `pieces` pieces: the shared input a reordered once (into the calling thread's scratch slot 3),
  * then piece p on b + p * step1 into out + p * step2 (bias B + p * G); with `post` (a weight gradient's
  * epilogue), piece p's output goes to its thread's scratch slot 2 instead (step2 floats, while the thread's
- * caches hold it) and post(ctx, p, G, that) runs next (after a piece that ran); 0 on a failure */
+ * caches hold it; left in oneDNN's blocks where e->gw_block says the epilogue reads them) and
+ * post(ctx, p, G, that, block) runs next (after a piece that ran); 0 on a failure */
 static int et_dnnl_run(et_dnnl_entry *e, const float *a, const float *b, float *out, const float *B, int pieces,
                        size_t step1, size_t step2, int G, double work, et_dnnl_post_fn post, const void *ctx) {
     const void *s0 = a;
@@ -317,9 +353,10 @@ static int et_dnnl_run(et_dnnl_entry *e, const float *a, const float *b, float *
     /* one piece: no parallel loop around it, so that its epilogue's own loop can use the threads */
     ET_PARALLEL_FOR_OR(pieces > 1 ? work : 0., failed)
     for (int p = 0; p < pieces; ++p) {
-        float *o = post ? et_scratch(2, step2) : out + p * step2;
-        const int ok = o && et_dnnl_piece(e, s0, b + p * step1, o, B ? B + (size_t)p * G : 0);
-        if (ok && post) post(ctx, p, G, o);
+        const int block = post ? e->gw_block : 0;
+        float *o = block ? 0 : post ? et_scratch(2, step2) : out + p * step2;
+        const int ok = (block || o) && et_dnnl_piece(e, s0, b + p * step1, o, B ? B + (size_t)p * G : 0, block > 0);
+        if (ok && post) post(ctx, p, G, block ? et_dnnl_kept(e) : o, block);
         failed |= !ok;
     }
     return !failed;

@@ -172,17 +172,64 @@ ET_INLINE void et_sgd_row(float *ET_RESTRICT W, float *ET_RESTRICT M, const floa
 /* a oneDNN weight gradient's update (et_conv2d_grad_weight_update_dnnl) */
 typedef struct {
     float *W, *M, *R;
-    size_t len;
-    int O, B;
+    size_t len; /* a row's floats: C * K */
+    int O, B, K; /* K: the kernel's taps, KH * KW */
     float lr, mu, wd;
 } et_dnnl_sgd_t;
 
+/* b gradient rows (all C * K floats of each) out of oneDNN's ABcd<b>b<b>a, into t as OIHW rows: gw holds the
+ * rows' CB = C / b blocks of input channels in turn, block cb the element (row i, channel cb * b + j, tap k)
+ * at (k * b + j) * b + i. b a constant where it is inlined (the loops then vectorize) */
+ET_HOST_INLINE void et_dnnl_unblock(const float *ET_RESTRICT gw, float *ET_RESTRICT t, int b, int K, int CB,
+                                    size_t len) {
+    const int seg = b * K; /* a block's stretch of a row */
+    for (int cb = 0; cb < CB; ++cb) {
+        const float *ET_RESTRICT s = gw + (size_t)cb * b * seg;
+        for (int i = 0; i < b; ++i)
+            for (int j = 0; j < b; ++j)
+                for (int k = 0; k < K; ++k)
+                    t[(size_t)i * len + (size_t)cb * seg + j * K + k] = s[(k * b + j) * b + i];
+    }
+}
+
+/* et_dnnl_sgd_piece's update from a gradient left in oneDNN's blocks of b x b channels (et_dnnl_entry.gw_block):
+ * b rows at a time made OIHW rows in the thread's scratch slot 2 (b * C * K floats, in the core's caches) and
+ * applied as the rows are, element by element: the same values, without oneDNN's reorder of the whole piece
+ * first (ResNet-18 at batch 8, one thread: about 1 % of its step; docs/benchmarks.md). The row groups split over
+ * the library's threads where the piece runs outside a parallel loop (a convolution whole, in one piece) */
+static void et_dnnl_sgd_blocks(const et_dnnl_sgd_t *u, int piece, int G, const float *gw, int b) {
+    const int K = u->K, CB = (int)(u->len / ((size_t)b * K));
+    ET_PARALLEL_FOR((double)G * u->len * 4)
+    for (int q = 0; q < G / b; ++q) {
+        float *t = et_scratch(2, (size_t)b * u->len);
+        if (!t) continue; /* out of memory: et_scratch reported it (ET_ERROR_HOOK) */
+        const float *s = gw + (size_t)q * b * u->len; /* the group's blocks */
+        if (b == 16)
+            et_dnnl_unblock(s, t, 16, K, CB, u->len);
+        else
+            et_dnnl_unblock(s, t, 8, K, CB, u->len);
+        for (int i = 0; i < b; ++i) {
+            const int o = piece * G + q * b + i;
+            const size_t at = (size_t)o * u->len;
+            et_sgd_row(u->W + at, u->M ? u->M + at : 0, t + (size_t)i * u->len, (int)u->len, u->lr, u->mu, u->wd);
+            if (o >= u->O - u->B)
+                memcpy(u->R + (size_t)(o - (u->O - u->B)) * u->len, t + (size_t)i * u->len,
+                       u->len * sizeof(float));
+        }
+    }
+}
+
 /* the update of one piece's rows, on its thread right after the piece (et_dnnl_run's epilogue): gw, the
- * piece's G gradient rows, applied to their rows of W (and M), those of the last B rows copied into R. The
- * rows split over the library's threads where the piece runs outside a parallel loop (a convolution whole,
- * in one piece), as the whole gradient's rows did */
-static void et_dnnl_sgd_piece(const void *ctx, int piece, int G, const float *gw) {
+ * piece's G gradient rows (or, with `block`, the piece's gradient in oneDNN's blocks: et_dnnl_sgd_blocks),
+ * applied to their rows of W (and M), those of the last B rows copied into R. The rows split over the
+ * library's threads where the piece runs outside a parallel loop (a convolution whole, in one piece), as
+ * the whole gradient's rows did */
+static void et_dnnl_sgd_piece(const void *ctx, int piece, int G, const float *gw, int block) {
     const et_dnnl_sgd_t *u = (const et_dnnl_sgd_t *)ctx;
+    if (block) {
+        et_dnnl_sgd_blocks(u, piece, G, gw, block);
+        return;
+    }
     ET_PARALLEL_FOR((double)G * u->len * 4)
     for (int r = 0; r < G; ++r) {
         const int o = piece * G + r;
@@ -204,7 +251,7 @@ ET_BLAS_FN int et_conv2d_grad_weight_update_dnnl(const float *ET_RESTRICT X, con
                                                  int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW,
                                                  int DH, int DW) {
     const size_t P = (size_t)HO * WO;
-    const et_dnnl_sgd_t u = {W, M, R, (size_t)C * KH * KW, O, B, lr, mu, wd};
+    const et_dnnl_sgd_t u = {W, M, R, (size_t)C * KH * KW, O, B, KH * KW, lr, mu, wd};
     if (!et_dnnl_conv_post(ET_DNNL_WEIGHTS, X, GY, 0, 0, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW,
                            et_dnnl_sgd_piece, &u))
         return 0;
