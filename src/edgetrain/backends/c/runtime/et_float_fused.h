@@ -195,7 +195,7 @@ ET_HOST_INLINE void et_dnnl_unblock(const float *ET_RESTRICT gw, float *ET_RESTR
 /* et_dnnl_sgd_piece's update from a gradient left in oneDNN's blocks of b x b channels (et_dnnl_entry.gw_block):
  * b rows at a time made OIHW rows in the thread's scratch slot 2 (b * C * K floats, in the core's caches) and
  * applied as the rows are, element by element: the same values, without oneDNN's reorder of the whole piece
- * first (ResNet-18 at batch 8, one thread: about 1 % of its step; docs/benchmarks.md). The row groups split over
+ * first (docs/benchmarks.md, "The host step, fifth look"). The row groups split over
  * the library's threads where the piece runs outside a parallel loop (a convolution whole, in one piece) */
 static void et_dnnl_sgd_blocks(const et_dnnl_sgd_t *u, int piece, int G, const float *gw, int b) {
     const int K = u->K, CB = (int)(u->len / ((size_t)b * K));
