@@ -284,3 +284,37 @@ def test_a_gradient_on_the_float64_side_of_a_relu_threshold_is_accepted():
 def test_plane_rows_im2col_matches_the_reference(batch):
     ref, c, x, y = _programs(batch, FAST, SamePlanes, 3)
     _agrees(ref, c, x, y, steps=1)
+
+
+#: et_scratch's buffers at sizes from a few floats to past glibc's mmap threshold (128 KB), each slot grown in turn
+_SCRATCH_SOURCE = """#include <stdint.h>
+#include "et_float_blas.h"
+int scratch_misaligned(void) {
+    static const size_t n[] = {1, 3, 17, 1000, 40000, 100000, (size_t)1 << 20, (size_t)5 << 20};
+    int bad = 0;
+    for (int slot = 0; slot < ET_SCRATCH_SLOTS; ++slot)
+        for (size_t i = 0; i < sizeof n / sizeof n[0]; ++i) {
+            float *p = et_scratch(slot, n[i]);
+            if (p) p[n[i] - 1] = 1.f;
+            bad += !p || (uintptr_t)p % 64 != 0;
+        }
+    return bad;
+}
+"""
+
+
+@needs_blas
+def test_the_scratch_buffers_start_on_a_cache_line(tmp_path):
+    """The host kernels' per-thread scratch (et_float_blas.h et_scratch: oneDNN's operands, the GEMM path's
+    matrices) starts on a 64-byte boundary whatever its size: malloc's 16 bytes put a vector across two lines."""
+    import ctypes
+    import subprocess
+
+    from edgetrain.backends.c.emit import RUNTIME_DIR
+
+    (tmp_path / "s.c").write_text(_SCRATCH_SOURCE)
+    flags = [f for f in FAST if f != blas.DNNL_FLAG]
+    r = subprocess.run(["gcc", *flags, "-shared", "-fPIC", f"-I{RUNTIME_DIR}", "s.c", "-o", "s.so",
+                        *blas.link_flags(flags)], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert ctypes.CDLL(str(tmp_path / "s.so")).scratch_misaligned() == 0

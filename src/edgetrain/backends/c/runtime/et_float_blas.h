@@ -124,13 +124,15 @@ static void et_sgemm(int ta, int tb, int M, int N, int K, const float *A, int ld
 /* per-thread scratch buffers: slots 0-2 the GEMM path's (and the host kernels' that share it), 3-5 the
  * oneDNN operands' in its own layouts, 6 its scratchpad (et_float_dnnl.h) */
 #define ET_SCRATCH_SLOTS 7
-/* scratch buffer `slot` of this thread, at least n floats (grown, never shrunk) */
+/* scratch buffer `slot` of this thread, at least n floats (grown, never shrunk), on a 64-byte boundary: a cache
+ * line, and a whole AVX-512 vector. malloc's 16 bytes (glibc) put oneDNN's operands and the kernels' rows across
+ * lines: ResNet-18's step at batch 8 took about 4 % longer (docs/benchmarks.md, "The host step, fifth look") */
 static float *et_scratch(int slot, size_t n) {
     static __thread float *buf[ET_SCRATCH_SLOTS];
     static __thread size_t cap[ET_SCRATCH_SLOTS];
     if (n > cap[slot]) {
         free(buf[slot]);
-        buf[slot] = (float *)malloc(n * sizeof(float));
+        buf[slot] = (float *)aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64); /* a multiple of the boundary */
         if (!buf[slot]) {
             cap[slot] = 0;
             ET_ERROR_HOOK("et_scratch: out of memory");
