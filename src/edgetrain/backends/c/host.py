@@ -29,9 +29,10 @@ from .toolchain import announced_build, host_compiler, run_tool
 #: the ctypes library: optimised for this machine, no implicit FMA contraction (int8 kernels'
 #: float sums must be exactly the reference's), sqrt as an instruction; ET_FLOAT_FMA: the float32 GEMM / convolution kernels use explicit fused multiply-adds where
 #: the CPU has them, and ET_OMP_SIMD lets `omp simd` reductions reassociate float sums: the
-#: fast host library, within 1e-5 of the reference (int8 kernels use neither)
+#: fast host library, within 1e-5 of the reference (int8 kernels use neither); ET_GUARD_WORDS=16: the arena
+#: starts on a cache line (runtime/et_common.h)
 DEFAULT_CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fopenmp-simd", "-DET_OMP_SIMD",
-                  "-DET_FLOAT_FMA", "-std=gnu11",
+                  "-DET_FLOAT_FMA", "-DET_GUARD_WORDS=16", "-std=gnu11",
                   "-Wall", "-Wno-unused-function", "-Wno-unused-variable")
 #: an emitted project's Makefile: every float sum in the source's order, no FMA, so its host
 #: build prints the very losses its Cortex-M build prints; serial (no -fopenmp: the cross builds take these too)

@@ -29,9 +29,13 @@
 #define ET_GRAPH_ATTR
 #endif
 
-/* arena guard: ET_GUARD_WORDS words of ET_GUARD_VALUE before and after the arena */
+/* arena guard: ET_GUARD_WORDS words of ET_GUARD_VALUE before and after the arena. The host builds take 16
+ * (host.py DEFAULT_CFLAGS): the arena then starts on a 64-byte boundary (its array's), a cache line, where 4
+ * words put it 16 bytes past one (ResNet-18's host step at batch 8 took 0.7 % longer); 4 keep a device's SRAM */
 #define ET_GUARD_VALUE 0xE7A5C0DEu
+#ifndef ET_GUARD_WORDS
 #define ET_GUARD_WORDS 4
+#endif
 /* byte alignment of the arena and of every tensor in it (memory/arena.py ALIGNMENT) */
 #define ET_ARENA_ALIGN 16
 
