@@ -183,7 +183,7 @@ def test_the_fused_update_reads_the_gradient_in_onednns_blocks(monkeypatch, thre
     one thread and on the threaded library's two (a whole convolution's groups of rows split over them, the
     pieces on them); and close to the reference's."""
     fuse_every_update(monkeypatch)
-    flags = ALL if threads == 1 else threaded(32)
+    flags = ALL + ("-DET_DNNL_PIECE=32",) if threads == 1 else threaded(32)
     ref, blocks, x, y = _programs(4, flags, Wide, 12)
     _, rows, _, _ = _programs(4, flags + ("-DET_DNNL_GW_BLOCKS=0",), Wide, 12)
     for c in (blocks, rows):

@@ -60,9 +60,16 @@ void omp_set_num_threads(int);
  * ResNet-18's 3x3 layers at batch 8 a piece of 32 took what the whole did, within 5 %, but the input gradient
  * of the 512x512 layers at 4x4, which took 2.0 ms in pieces against 5.9 ms whole (oneDNN 3.2, one thread).
  * Weight gradients are asked for in oneDNN's layout: in OIHW oneDNN sums them as GEMMs, which in pieces of
- * 32 took 4 times as long on those layers (35 against 8.5 ms per step in all) */
+ * 32 took 4 times as long on those layers (35 against 8.5 ms per step in all). The serial library, whose
+ * pieces run in turn, takes pieces of 64: ResNet-18's step at batch 8 took 1.5 % less than in pieces of 32
+ * (docs/benchmarks.md, "The host step, fifth look"); the threaded library keeps 32, so that the 64-channel
+ * layers run on two threads, whatever their count (its results are the same on any) */
 #ifndef ET_DNNL_PIECE
+#ifdef _OPENMP
 #define ET_DNNL_PIECE 32
+#else
+#define ET_DNNL_PIECE 64
+#endif
 #endif
 /* 1: a weight gradient that oneDNN sums in whole blocks of 16 x 16 or 8 x 8 channels goes to its fused update in
  * them (et_dnnl_entry.gw_block); 0: reordered into OIHW rows first, as any other (the tests' build that checks
