@@ -31,7 +31,7 @@
 
 /* arena guard: ET_GUARD_WORDS words of ET_GUARD_VALUE before and after the arena. The host builds take 16
  * (host.py DEFAULT_CFLAGS): the arena then starts on a 64-byte boundary (its array's), a cache line, where 4
- * words put it 16 bytes past one (ResNet-18's host step at batch 8 took 0.7 % longer); 4 keep a device's SRAM */
+ * words put it 16 bytes past one (docs/benchmarks.md, "The host step, fifth look"); 4 keep a device's SRAM */
 #define ET_GUARD_VALUE 0xE7A5C0DEu
 #ifndef ET_GUARD_WORDS
 #define ET_GUARD_WORDS 4

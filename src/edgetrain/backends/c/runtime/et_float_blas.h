@@ -126,7 +126,7 @@ static void et_sgemm(int ta, int tb, int M, int N, int K, const float *A, int ld
 #define ET_SCRATCH_SLOTS 7
 /* scratch buffer `slot` of this thread, at least n floats (grown, never shrunk), on a 64-byte boundary: a cache
  * line, and a whole AVX-512 vector. malloc's 16 bytes (glibc) put oneDNN's operands and the kernels' rows across
- * lines: ResNet-18's step at batch 8 took about 4 % longer (docs/benchmarks.md, "The host step, fifth look") */
+ * lines: ResNet-18's step at batch 8 took about 5 % longer (docs/benchmarks.md, "The host step, fifth look") */
 static float *et_scratch(int slot, size_t n) {
     static __thread float *buf[ET_SCRATCH_SLOTS];
     static __thread size_t cap[ET_SCRATCH_SLOTS];

@@ -61,7 +61,7 @@ void omp_set_num_threads(int);
  * of the 512x512 layers at 4x4, which took 2.0 ms in pieces against 5.9 ms whole (oneDNN 3.2, one thread).
  * Weight gradients are asked for in oneDNN's layout: in OIHW oneDNN sums them as GEMMs, which in pieces of
  * 32 took 4 times as long on those layers (35 against 8.5 ms per step in all). The serial library, whose
- * pieces run in turn, takes pieces of 64: ResNet-18's step at batch 8 took 1.5 % less than in pieces of 32
+ * pieces run in turn, takes pieces of 64: ResNet-18's step at batch 8 took less than in pieces of 32
  * (docs/benchmarks.md, "The host step, fifth look"); the threaded library keeps 32, so that the 64-channel
  * layers run on two threads, whatever their count (its results are the same on any) */
 #ifndef ET_DNNL_PIECE
