@@ -177,8 +177,8 @@ class Wide(nn.Module):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_fused_update_reads_the_gradient_in_onednns_blocks(monkeypatch, threads):
-    """A weight gradient that oneDNN sums in its blocks of channels goes to the fused update as it is, a block
-    at a time: the losses and the state bit for bit those of the update from rows (-DET_DNNL_GW_BLOCKS=0: every
+    """A weight gradient that oneDNN sums in its blocks of channels goes to the fused update as it is, which
+    makes OIHW rows of it 16 (8) at a time: the losses and the state bit for bit those of the update from rows (-DET_DNNL_GW_BLOCKS=0: every
     gradient reordered into OIHW rows first), in the checked step (out of place) and the raw one (in place), on
     one thread and on the threaded library's two (a whole convolution's groups of rows split over them, the
     pieces on them); and close to the reference's."""
