@@ -10,6 +10,8 @@ threaded library gives the same bits on one thread and on two. Slow (a C build p
 `pytest -m slow`; HYPOTHESIS_PROFILE=explore draws new examples."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -61,14 +63,21 @@ def _program(batch: int, conv: nn.Conv2d, h: int, w: int):
     return (lambda: et.compile(model, (x,), update=et.Full(), optimizer=et.SGD(lr=0.05, momentum=0.9))), x, y
 
 
-@SETTINGS
-@given(geometry=geometries(), split=st.booleans(), fused=st.booleans())
-def test_drawn_convolutions_on_onednn_match_the_reference(monkeypatch, geometry, split, fused):
+@contextlib.contextmanager
+def _drawn(monkeypatch, geometry, fused: bool):
+    """_program's (make, x, y) for a drawn geometry; `fused`: every weight gradient fused with its update
+    while the block runs."""
     with monkeypatch.context() as m:
         if fused:
             fuse_every_update(m)
-        batch, conv, h, w = geometry
-        make, x, y = _program(batch, conv, h, w)
+        yield _program(*geometry)
+
+
+@SETTINGS
+@given(geometry=geometries(), split=st.booleans(), fused=st.booleans())
+def test_drawn_convolutions_on_onednn_match_the_reference(monkeypatch, geometry, split, fused):
+    conv = geometry[1]
+    with _drawn(monkeypatch, geometry, fused) as (make, x, y):
         ref, c = make(), to_c_program(make(), SPLIT if split else ALL)
         assert fused == any(n.op == "conv2d_grad_weight_update" for n in c.compiled.train_graph.nodes)
         _agrees(ref, c, x, y, steps=2)
@@ -82,11 +91,7 @@ def test_drawn_convolutions_on_onednn_match_the_reference(monkeypatch, geometry,
 @SETTINGS
 @given(geometry=geometries(), piece=st.sampled_from([4, 32]), fused=st.booleans())
 def test_drawn_convolutions_are_the_same_on_one_thread_and_two(monkeypatch, geometry, piece, fused):
-    with monkeypatch.context() as m:
-        if fused:
-            fuse_every_update(m)
-        batch, conv, h, w = geometry
-        make, x, y = _program(batch, conv, h, w)
+    with _drawn(monkeypatch, geometry, fused) as (make, x, y):
         flags = threaded(piece)
         runs = []
         for threads in (1, 2):

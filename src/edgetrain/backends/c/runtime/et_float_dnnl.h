@@ -161,6 +161,21 @@ static int et_dnnl_operand(et_dnnl_entry *e, int i, int arg, const_dnnl_memory_d
     return e->re[i] != 0;
 }
 
+/* b where a weight gradient of dims wei (O, C, KH, KW) laid out as `got` is ABcd<b>b<b>a without padding
+ * (b = 16 or 8, O and C multiples of it): the layouts et_float_fused.h's update reads; else 0 */
+static int et_dnnl_gw_block(const_dnnl_memory_desc_t got, const dnnl_dims_t wei) {
+    for (int b = 16; ET_DNNL_GW_BLOCKS && b >= 8; b /= 2) {
+        dnnl_memory_desc_t t = 0;
+        const int same = wei[0] % b == 0 && wei[1] % b == 0 &&
+                         dnnl_memory_desc_create_with_tag(&t, 4, wei, dnnl_f32,
+                                                          b == 16 ? dnnl_ABcd16b16a : dnnl_ABcd8b8a) == dnnl_success &&
+                         dnnl_memory_desc_equal(t, got);
+        dnnl_memory_desc_destroy(t);
+        if (same) return b;
+    }
+    return 0;
+}
+
 /* a 4-d description: dims d, its second dimension a slice of `whole` (its strides those of d with whole
  * in its place) */
 static int et_dnnl_slice_md(dnnl_memory_desc_t *md, const dnnl_dims_t d, int whole) {
@@ -228,17 +243,8 @@ static int et_dnnl_create(et_dnnl_entry *e) {
              et_dnnl_operand(e, 2, DNNL_ARG_DST, d_plain, ET_DNNL_MD(dnnl_query_dst_md), 0, attr) &&
              (kind != ET_DNNL_FWD_BIAS ||
               dnnl_memory_create(&e->bias, b_md, et_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success);
-    /* the weight gradient in whole blocks of b x b channels, the layouts et_float_fused.h's update reads */
-    for (int b = 16; ET_DNNL_GW_BLOCKS && ok && kind == ET_DNNL_WEIGHTS && e->blk[2] && b >= 8 && !e->gw_block;
-         b /= 2) {
-        dnnl_memory_desc_t t = 0;
-        if (O % b == 0 && C % b == 0 &&
-            dnnl_memory_desc_create_with_tag(&t, 4, wei, dnnl_f32, b == 16 ? dnnl_ABcd16b16a : dnnl_ABcd8b8a) ==
-                dnnl_success &&
-            dnnl_memory_desc_equal(t, ET_DNNL_MD(dnnl_query_diff_weights_md)))
-            e->gw_block = b;
-        dnnl_memory_desc_destroy(t);
-    }
+    if (ok && kind == ET_DNNL_WEIGHTS && e->blk[2])
+        e->gw_block = et_dnnl_gw_block(ET_DNNL_MD(dnnl_query_diff_weights_md), wei);
     ok = ok && dnnl_memory_desc_clone(&e->pad, ET_DNNL_MD(dnnl_query_scratchpad_md)) == dnnl_success;
 #undef ET_DNNL_MD
     if (ok) e->pad_size = dnnl_memory_desc_get_size(e->pad);

@@ -177,6 +177,13 @@ typedef struct {
     float lr, mu, wd;
 } et_dnnl_sgd_t;
 
+/* row o of W (and M) updated from its gradient row g; g copied into R when o is one of the last B rows */
+ET_HOST_INLINE void et_dnnl_sgd_apply(const et_dnnl_sgd_t *u, int o, const float *g) {
+    const size_t at = (size_t)o * u->len;
+    et_sgd_row(u->W + at, u->M ? u->M + at : 0, g, (int)u->len, u->lr, u->mu, u->wd);
+    if (o >= u->O - u->B) memcpy(u->R + (size_t)(o - (u->O - u->B)) * u->len, g, u->len * sizeof(float));
+}
+
 /* b gradient rows (all C * K floats of each) out of oneDNN's ABcd<b>b<b>a, into t as OIHW rows: gw holds the
  * rows' CB = C / b blocks of input channels in turn, block cb the element (row i, channel cb * b + j, tap k)
  * at (k * b + j) * b + i. b a constant where it is inlined (the loops then vectorize) */
@@ -208,14 +215,7 @@ static void et_dnnl_sgd_blocks(const et_dnnl_sgd_t *u, int piece, int G, const f
             et_dnnl_unblock(s, t, 16, K, CB, u->len);
         else
             et_dnnl_unblock(s, t, 8, K, CB, u->len);
-        for (int i = 0; i < b; ++i) {
-            const int o = piece * G + q * b + i;
-            const size_t at = (size_t)o * u->len;
-            et_sgd_row(u->W + at, u->M ? u->M + at : 0, t + (size_t)i * u->len, (int)u->len, u->lr, u->mu, u->wd);
-            if (o >= u->O - u->B)
-                memcpy(u->R + (size_t)(o - (u->O - u->B)) * u->len, t + (size_t)i * u->len,
-                       u->len * sizeof(float));
-        }
+        for (int i = 0; i < b; ++i) et_dnnl_sgd_apply(u, piece * G + q * b + i, t + (size_t)i * u->len);
     }
 }
 
@@ -231,13 +231,7 @@ static void et_dnnl_sgd_piece(const void *ctx, int piece, int G, const float *gw
         return;
     }
     ET_PARALLEL_FOR((double)G * u->len * 4)
-    for (int r = 0; r < G; ++r) {
-        const int o = piece * G + r;
-        const float *g = gw + (size_t)r * u->len;
-        et_sgd_row(u->W + (size_t)o * u->len, u->M ? u->M + (size_t)o * u->len : 0, g, (int)u->len, u->lr, u->mu,
-                   u->wd);
-        if (o >= u->O - u->B) memcpy(u->R + (size_t)(o - (u->O - u->B)) * u->len, g, u->len * sizeof(float));
-    }
+    for (int r = 0; r < G; ++r) et_dnnl_sgd_apply(u, piece * G + r, gw + (size_t)r * u->len);
 }
 
 /* the one-group conv2d_grad_weight_update on oneDNN (et_float_dnnl.h, for the shapes it takes; the GEMM
