@@ -137,6 +137,22 @@ def test_calibrate_host_is_sane(tmp_path):
         calibrate_host(seconds=0)
 
 
+def test_storage_fit_keeps_a_slope_only_where_the_times_resolve_it():
+    from edgetrain.devices.calibrate import _fit
+    # 1 ms latency, 1 GB/s: the 4 MB operation takes 5.2 ms, far outside the 0.1 ms jitter
+    lat, bw = _fit(4096, [1.003e-3, 1.004e-3, 1.005e-3], 4 * 2**20, [5.09e-3, 5.2e-3, 5.3e-3])
+    assert bw == pytest.approx((4 * 2**20 - 4096) / (5.2e-3 - 1.004e-3))
+    assert lat == pytest.approx(1.004e-3 - 4096 / bw)
+    # a loaded machine: the two medians 1 us apart with 0.5 ms of jitter. The slope would say 4 TB/s;
+    # the fit says no more than the large operation's own rate
+    small, large = [0.6e-3, 1.0e-3, 1.4e-3], [0.7e-3, 1.001e-3, 1.5e-3]
+    lat, bw = _fit(4096, small, 4 * 2**20, large)
+    assert bw == pytest.approx(4 * 2**20 / 1.001e-3) and lat == pytest.approx(1.0e-3)
+    # the large operation faster than the small one
+    lat, bw = _fit(4096, [2e-3] * 3, 4 * 2**20, [1e-3] * 3)
+    assert bw == pytest.approx(4 * 2**20 / 1e-3) and lat == pytest.approx(2e-3)
+
+
 @pytest.mark.parametrize("name", list(DEVICES))
 def test_cli_profile_json(name, capsys):
     assert main(["profile", "--device", name, "--json"]) == 0

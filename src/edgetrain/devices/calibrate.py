@@ -4,7 +4,8 @@ Measured: float32 matmul throughput with numpy (with the threads numpy's BLAS us
 pinned to one), memory bandwidth of a large copy, and storage read / write bandwidth and per-operation
 latency on a temporary file (``tempfile`` directory unless ``directory`` is given; removed after).
 Storage is fitted to the profile's model ``t = latency + nbytes / bandwidth`` from a small and a large
-operation; a write is ``pwrite`` + ``fsync``, a read is ``pread`` after the file's pages were dropped
+operation (through their median times, or, when those differ by less than the times' spread, with the
+large one's whole time as transfer); a write is ``pwrite`` + ``fsync``, a read is ``pread`` after the file's pages were dropped
 from the OS cache (``posix_fadvise(DONTNEED)``; where that is missing, reads come from the cache).
 Not measurable from software: power. The energy figures use the generic host profile's active power
 (``HOST_W``) and SSD power (``HOST_SSD_W``); the title says so.
@@ -65,11 +66,28 @@ def _drop_cache(fd: int) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
-def _fit(n_small: int, t_small: float, n_large: int, t_large: float) -> tuple[float, float]:
-    """(latency, bandwidth) of t = latency + n / bandwidth through the two points."""
+def _spread(ts: list[float]) -> float:
+    """Half the interquartile range of the times: how far a median of them may be off."""
+    if len(ts) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(ts, n=4, method="inclusive")
+    return (q3 - q1) / 2
+
+
+def _fit(n_small: int, small: list[float], n_large: int, large: list[float]) -> tuple[float, float]:
+    """(latency, bandwidth) of t = latency + n / bandwidth from the times of a small and a large operation.
+
+    The line goes through the two medians when their difference stands out of the times' spread.
+    When it does not (a loaded machine, a disk whose large write costs no more than its sync), the
+    slope would be noise and its bandwidth unbounded; then the whole large operation's time counts as
+    transfer (a lower bound on the bandwidth) and the small one's as latency.
+    """
+    t_small, t_large = _median(small), _median(large)
     dt = t_large - t_small
-    bw = (n_large - n_small) / dt if dt > 0 else n_large / t_large
-    return max(t_small - n_small / bw, 1e-7), bw
+    if dt > 2 * (_spread(small) + _spread(large)):
+        bw = (n_large - n_small) / dt
+        return max(t_small - n_small / bw, 1e-7), bw
+    return max(t_small, 1e-7), n_large / t_large
 
 
 def _storage(budget_s: float, directory) -> tuple[float, float, float]:
@@ -86,10 +104,10 @@ def _storage(budget_s: float, directory) -> tuple[float, float, float]:
             os.pread(fd, n, 0)
 
         w_budget, r_budget = (budget_s * s / sum(SHARES[2:]) for s in SHARES[2:])
-        t_ws = _median(_durations(lambda: write(small), w_budget / 2))
-        t_wl = _median(_durations(lambda: write(large), w_budget / 2))
-        t_rs = _median(_durations(lambda: read(SMALL_IO), r_budget / 2))
-        t_rl = _median(_durations(lambda: read(LARGE_IO), r_budget / 2))
+        t_ws = _durations(lambda: write(small), w_budget / 2)
+        t_wl = _durations(lambda: write(large), w_budget / 2)
+        t_rs = _durations(lambda: read(SMALL_IO), r_budget / 2)
+        t_rl = _durations(lambda: read(LARGE_IO), r_budget / 2)
     finally:
         os.close(fd)
         os.remove(path)
