@@ -26,8 +26,10 @@ lines equal the firmware's, as text.
 
 Columns (KB = 1024 B): flash = code + read-only data (frozen weights, samples) + .data image,
 and by kind (backends/c/firmware_flash.py, from the ELF's symbols): frozen weights, the trained
-weights' initial values, the embedded samples (test data: a device reads its sensor), the
-kernels' constant tables, model.o's code, and the rest (startup, main, newlib's printf, libgcc);
+weights' initial values, the embedded samples (test data: a device reads its sensor), the int8
+layers' per-channel requantization multipliers and shifts, the kernels' other constant tables,
+model.o's code, and the rest (startup, main, newlib's printf, libgcc), and the sum of the last four
+(code and tables: all but the weights and the samples; issue 35's figure);
 its ratio to the frozen weights (prog.memory's flash_bytes, the issue's figure) and to all
 weights (frozen + trained), with and without the samples (the final table), and its distance
 from issue 20's bound (FLASH_BOUND times the frozen weights);
@@ -143,7 +145,7 @@ def flash_ratios(fc, frozen_planned: int) -> dict:
     prog.memory plans them) and to all weights (frozen + the trained ones' initial values),
     with and without the embedded samples."""
     out = {f"flash_{k}_kb": v / KB for k, v in fc.as_dict().items() if k != "total"}
-    out.update(flash_no_samples_kb=fc.without_samples / KB, weights_kb=fc.weights / KB,
+    out.update(flash_no_samples_kb=fc.without_samples / KB, weights_kb=fc.weights / KB, flash_program_kb=fc.program / KB,
                flash_per_frozen=fc.total / frozen_planned, flash_no_samples_per_frozen=fc.without_samples / frozen_planned,
                flash_per_weights=fc.total / fc.weights, flash_no_samples_per_weights=fc.without_samples / fc.weights)
     return out
@@ -161,9 +163,12 @@ def show(r: dict) -> None:
           f"stack reserve {r['stack_reserve_kb']:.1f})")
     print(f"  stack bound (static, exception frame included; the reserve is it + the guard word): {r['stack_chain']}")
     print(f"  flash holds: frozen weights {r['flash_frozen_weights_kb']:.1f} KB, trained weights' initial values "
-          f"{r['flash_trained_weights_kb']:.1f}, samples {r['flash_samples_kb']:.1f}, constant tables "
-          f"{r['flash_constants_kb']:.1f}, model code {r['flash_model_code_kb']:.1f}, other (startup, main, newlib, "
-          f"libgcc) {r['flash_other_kb']:.1f}; without the samples {r['flash_no_samples_kb']:.1f} KB")
+          f"{r['flash_trained_weights_kb']:.1f}, samples {r['flash_samples_kb']:.1f}, requantization multipliers "
+          f"and shifts {r['flash_requant_kb']:.1f}, other constant tables {r['flash_constants_kb']:.1f}, model code "
+          f"{r['flash_model_code_kb']:.1f}, other (startup, main, newlib, libgcc) {r['flash_other_kb']:.1f}; without the "
+          f"samples {r['flash_no_samples_kb']:.1f} KB")
+    print(f"  code and tables (all but the weights and the samples) {r['flash_program_kb']:.1f} KB, "
+          f"{r['flash_program_kb'] - r['flash_requant_kb']:.1f} KB without the requantization arrays")
     print(f"  flash / frozen weights {r['flash_per_frozen']:.2f}x ({r['flash_no_samples_per_frozen']:.2f}x without the "
           f"samples); / all weights ({r['weights_kb']:.1f} KB) {r['flash_per_weights']:.2f}x "
           f"({r['flash_no_samples_per_weights']:.2f}x)")
@@ -211,15 +216,17 @@ def show_breakdown(rows: list[dict], step_cycles: float) -> None:
 def flash_table(rows: list[dict]) -> None:
     """The flash of every model against its weights, as a markdown table."""
     print("\n| model | flash | without samples | frozen weights | all weights | flash / frozen | without samples / frozen "
-          "| flash / all weights | without samples / all weights | constants | model code | other |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| flash / all weights | without samples / all weights | requantization arrays | other constants | model code "
+          "| other | code and tables |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         if "flash_kb" not in r:
             continue
         print(f"| {r['model']} | {r['flash_kb']:.1f} KB | {r['flash_no_samples_kb']:.1f} KB | {r['planned_flash_kb']:.1f} KB "
               f"| {r['weights_kb']:.1f} KB | {r['flash_per_frozen']:.2f}x | {r['flash_no_samples_per_frozen']:.2f}x "
-              f"| {r['flash_per_weights']:.2f}x | {r['flash_no_samples_per_weights']:.2f}x | {r['flash_constants_kb']:.1f} KB "
-              f"| {r['flash_model_code_kb']:.1f} KB | {r['flash_other_kb']:.1f} KB |")
+              f"| {r['flash_per_weights']:.2f}x | {r['flash_no_samples_per_weights']:.2f}x | {r['flash_requant_kb']:.1f} KB "
+              f"| {r['flash_constants_kb']:.1f} KB | {r['flash_model_code_kb']:.1f} KB | {r['flash_other_kb']:.1f} KB "
+              f"| {r['flash_program_kb']:.1f} KB |")
 
 
 def main(argv=None) -> int:

@@ -32,7 +32,37 @@ def test_flash_by_kind_matches_the_programs_weights_and_samples(tmp_path):
     assert fc.trained_weights == mem.trainable_bytes - mem.optimizer_bytes == (4 + 10) * 4  # biases' initial values
     xs, ys = program_samples(prog, data)
     assert fc.samples == sum(x.size + y.size for x, y in zip(xs, ys))
-    assert fc.constants >= 0 and fc.model_code > 0 and fc.other > 0
+    assert fc.requant == 0 and fc.constants >= 0 and fc.model_code > 0 and fc.other > 0
     parts = fc.as_dict()
     assert sum(v for k, v in parts.items() if k != "total") == fc.total == size.flash
     assert fc.without_samples == size.flash - fc.samples and fc.weights == fc.frozen_weights + fc.trained_weights
+
+
+def test_requantization_arrays_are_counted_apart(tmp_path):
+    """An int8 program's per-channel multipliers (int32) and shifts (int8), as model.c declares them,
+    are the flash's `requant`; the other tables stay `constants`; and the float program has none."""
+    import re
+
+    import torch
+    import torch.nn as nn
+
+    import edgetrain as et
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1, groups=8),
+                          nn.ReLU(), nn.Conv2d(8, 12, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                          nn.Linear(12, 10))
+    shape = (1, 3, 12, 12)
+    prog = et.compile(model, (torch.zeros(shape),), quantize="int8", optimizer=et.SGD(lr=0.05))
+    rng = np.random.default_rng(0)
+    data = [(rng.standard_normal(shape).astype(np.float32), np.array([i])) for i in range(2)]
+    d = cortexm.emit_firmware(prog, tmp_path / "fw", "cortex-m7", data)
+    size = cortexm.firmware_size(cortexm.build(d))
+    fc = flash_contents(d, size.flash)
+    src = (d / "model.c").read_text()
+    declared = {name: (4 if ctype == "int32_t" else 1) * int(n) for ctype, name, n in
+                re.findall(r"static const (int32_t|int8_t) (et_c\d+_\w+_[ms])\[(\d+)\]", src)}
+    assert any(k.endswith("_m") for k in declared) and any(k.endswith("_s") for k in declared)
+    assert fc.requant == sum(declared.values())
+    assert fc.constants > 0 and fc.program == fc.requant + fc.constants + fc.model_code + fc.other
+    assert fc.program == size.flash - fc.weights - fc.samples

@@ -4,7 +4,9 @@ cortexm.firmware_size says how big the flash image is; this says what it is made
 it can be compared with the weights: a training firmware's flash is at least its weights
 (the frozen ones `const`, the trained ones' initial values in the .data image), and the rest
 is what the program adds to them. The embedded training samples are counted apart: they are
-test data that a device reads from its sensor.
+test data that a device reads from its sensor. So are the int8 layers' per-channel requantization
+arrays (an int32 multiplier and an int8 shift per output channel, kernels/int8_params.py's
+`requant_decls`): numbers of the model, as many as its channels, which no kernel can do without.
 
 Symbols are classified by name and section type (`nm -S` of the ELF's toolchain): the state arrays
 are emit.py's `et_s<k>_<name>` (layout.StateArray), the samples samples.h's `et_sample_*`,
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cortexm_target import BUILD_DIR, elf_toolchain
+from .kernels.int8_params import MULT, SHIFT
 
 #: a state tensor's array (layout.StateArray.c_name, `_sel` / `_rest` for a split one)
 STATE = re.compile(r"^et_s\d+_")
@@ -26,6 +29,8 @@ STATE = re.compile(r"^et_s\d+_")
 STATE_INDEX = re.compile(r"_(si|ri)$")
 #: the embedded training samples (project.samples_source)
 SAMPLE = re.compile(r"^et_sample_(input|label)$")
+#: a layer's requantization multipliers or shifts (constpool.py hoists them as et_c<k>_<name>_m / _s)
+REQUANT = re.compile(rf"^et_c\d+_\w+({MULT}|{SHIFT})$")
 #: nm's section letters of what occupies flash: code, read-only data, the .data image
 CODE, RODATA, DATA = "tT", "rR", "dD"
 
@@ -37,6 +42,7 @@ class FlashContents:
     frozen_weights: int  # state arrays in read-only data: frozen weights (and the rest of split ones)
     trained_weights: int  # the initial values of the trained state arrays (the .data image)
     samples: int  # the embedded training samples
+    requant: int  # the int8 layers' per-channel requantization multipliers and shifts
     constants: int  # model.o's other read-only data: the kernels' tables, index maps, names
     model_code: int  # model.o's code: the graphs and the kernels they call
     other: int  # the rest: startup, board, main, newlib and libgcc, alignment
@@ -50,9 +56,15 @@ class FlashContents:
     def without_samples(self) -> int:
         return self.total - self.samples
 
+    @property
+    def program(self) -> int:
+        """Everything but the weights and the samples: the code, the requantization arrays, the other
+        tables, and the rest."""
+        return self.total - self.weights - self.samples
+
     def as_dict(self) -> dict:
         return {"total": self.total, "frozen_weights": self.frozen_weights, "trained_weights": self.trained_weights,
-                "samples": self.samples, "constants": self.constants, "model_code": self.model_code,
+                "samples": self.samples, "requant": self.requant, "constants": self.constants, "model_code": self.model_code,
                 "other": self.other}
 
 
@@ -75,7 +87,7 @@ def flash_contents(out_dir, total: int) -> FlashContents:
     `total`: its flash bytes (cortexm.firmware_size(elf).flash)."""
     out_dir = Path(out_dir)
     model_names = {name for _, _, _, name in _symbols(out_dir / BUILD_DIR / "model.o")}
-    kinds = dict.fromkeys(("frozen_weights", "trained_weights", "samples", "constants", "model_code"), 0)
+    kinds = dict.fromkeys(("frozen_weights", "trained_weights", "samples", "requant", "constants", "model_code"), 0)
     seen = set()  # addresses counted: the linker's identical-constant folding leaves two names on one table
     for address, size, letter, name in _symbols(out_dir / "firmware.elf"):
         if letter not in CODE + RODATA + DATA or address in seen:
@@ -86,5 +98,5 @@ def flash_contents(out_dir, total: int) -> FlashContents:
         elif STATE.match(name) and not STATE_INDEX.search(name) and letter not in CODE:
             kinds["frozen_weights" if letter in RODATA else "trained_weights"] += size
         elif name in model_names:
-            kinds["model_code" if letter in CODE else "constants"] += size
+            kinds["model_code" if letter in CODE else "requant" if REQUANT.match(name) else "constants"] += size
     return FlashContents(total=total, other=total - sum(kinds.values()), **kinds)

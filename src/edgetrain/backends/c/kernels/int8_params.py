@@ -14,6 +14,9 @@ from ..layout import CBackendError
 
 #: C element type name of the int32 per-channel multipliers
 I32 = "int32_t"
+#: the name suffixes of a layer's per-channel requantization arrays: int32 multipliers, int8 shifts
+#: (backends/c/firmware_flash.py counts the flash they take by these names)
+MULT, SHIFT = "_m", "_s"
 #: et_qconv_p's scalar fields are int16 (runtime/et_int8.h: 56 bytes of flash a layer, not 96)
 INT16_MIN, INT16_MAX = -2 ** 15, 2 ** 15 - 1
 #: the zero points and clamp bounds of et_qconv_p, in its order
@@ -68,6 +71,11 @@ def whole_rows(ptr: str, shape) -> str:
     return f"et_whole8({ptr}, {c}, {h}, {w})"
 
 
+def requant_decls(name: str, mult, shift) -> list[str]:
+    """The per-channel requantization arrays `name_m` (int32 multipliers) and `name_s` (int8 shifts)."""
+    return [c_ints(I32, name + MULT, mult), c_ints("int8_t", name + SHIFT, shift)]
+
+
 def conv_params(ctx, name: str, x_shape, w_shape, y_shape, a, groups=None, out_channels=None) -> list[str]:
     """`static const et_qconv_p name` (+ its per-channel arrays) for a qconv2d-like layer."""
     n, c, h, w = x_shape
@@ -78,8 +86,8 @@ def conv_params(ctx, name: str, x_shape, w_shape, y_shape, a, groups=None, out_c
     lines = []
     q = "0, 0, 0"
     if "mult" in a and not a.get("float_out"):
-        lines += [c_ints(I32, name + "_m", a["mult"]), c_ints("int8_t", name + "_s", a["shift"])]
-        q = f"{name}_m, {name}_s, 0"
+        lines += requant_decls(name, a["mult"], a["shift"])
+        q = f"{name}{MULT}, {name}{SHIFT}, 0"
     elif a.get("float_out"):
         lines.append(c_floats(ctx, name + "_os", out_scales(a)))
         q = f"0, 0, {name}_os"
