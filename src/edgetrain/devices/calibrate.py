@@ -5,8 +5,9 @@ pinned to one), memory bandwidth of a large copy, and storage read / write bandw
 latency on a temporary file (``tempfile`` directory unless ``directory`` is given; removed after).
 Storage is fitted to the profile's model ``t = latency + nbytes / bandwidth`` from a small and a large
 operation (through their median times, or, when those differ by less than the times' spread, with the
-large one's whole time as transfer); a write is ``pwrite`` + ``fsync``, a read is ``pread`` after the file's pages were dropped
-from the OS cache (``posix_fadvise(DONTNEED)``; where that is missing, reads come from the cache).
+large one's whole time as transfer); a write is ``pwrite`` + ``fsync``, a read is ``pread`` after the
+file's pages were dropped from the OS cache (``posix_fadvise(DONTNEED)``; where that is missing, reads
+come from the cache).
 Not measurable from software: power. The energy figures use the generic host profile's active power
 (``HOST_W``) and SSD power (``HOST_SSD_W``); the title says so.
 """
