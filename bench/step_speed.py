@@ -101,6 +101,15 @@ def _median_ms(ts):
     return 1e3 * statistics.median(ts)
 
 
+def _wall_ms(times: dict) -> dict:
+    """Each system's median wall time (`<k>_ms`) and fastest repeat (`<k>_min_ms`), in ms."""
+    out = {}
+    for k, ts in times.items():
+        out[f"{k}_ms"] = round(_median_ms(ts), 3)
+        out[f"{k}_min_ms"] = round(1e3 * min(ts), 3)
+    return out
+
+
 def torch_step_fn(model, prog, x, y, lr, momentum, compiled=False):
     trained = set(prog.trainable)
     names = {k: v for k, v in prog.state_aliases.items()}
@@ -210,9 +219,7 @@ def bench_float(args, name, scheme_key, batch, out):
            "kernels": prog.runner.kernels, "c_build": "threaded" if threaded(args) else "serial",
            "threads": args.threads, "build_s": round(build_s, 1),
            "trained_weights": int(sum(prog.state[p].size for p in prog.trainable)), "gemm_gflop": round(flops / 1e9, 3)}
-    for k, ts in times.items():
-        row[f"{k}_ms"] = round(_median_ms(ts), 3)
-        row[f"{k}_min_ms"] = round(1e3 * min(ts), 3)
+    row.update(_wall_ms(times))
     if args.threads == 1:  # this thread's CPU time: the other agents' load on a shared machine left out
         for k, ts in cpu.items():
             row[f"{k}_cpu_ms"] = round(_median_ms(ts), 3)
@@ -303,9 +310,7 @@ def bench_int8(args, scheme_key, out):
     row = {"model": args.model + " (tiny-training int8)", "size": args.size, "batch": b, "scheme": scheme_key,
            "dtype": "int8", "c_build": "threaded" if threaded(args) else "serial", "threads": args.threads,
            "build_s": round(build_s, 1)}
-    for k, ts in times.items():
-        row[f"{k}_ms"] = round(_median_ms(ts), 3)
-        row[f"{k}_min_ms"] = round(1e3 * min(ts), 3)
+    row.update(_wall_ms(times))
     if "reference_ms" in row:
         row["speedup_vs_reference"] = round(row["reference_ms"] / row["c_ms"], 2)
     out.append(row)

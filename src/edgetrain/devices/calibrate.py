@@ -105,15 +105,15 @@ def _storage(budget_s: float, directory) -> tuple[float, float, float]:
             os.pread(fd, n, 0)
 
         w_budget, r_budget = (budget_s * s / sum(SHARES[2:]) for s in SHARES[2:])
-        t_ws = _durations(lambda: write(small), w_budget / 2)
-        t_wl = _durations(lambda: write(large), w_budget / 2)
-        t_rs = _durations(lambda: read(SMALL_IO), r_budget / 2)
-        t_rl = _durations(lambda: read(LARGE_IO), r_budget / 2)
+        writes_small = _durations(lambda: write(small), w_budget / 2)
+        writes_large = _durations(lambda: write(large), w_budget / 2)
+        reads_small = _durations(lambda: read(SMALL_IO), r_budget / 2)
+        reads_large = _durations(lambda: read(LARGE_IO), r_budget / 2)
     finally:
         os.close(fd)
         os.remove(path)
-    lat_w, bw_w = _fit(SMALL_IO, t_ws, LARGE_IO, t_wl)
-    lat_r, bw_r = _fit(SMALL_IO, t_rs, LARGE_IO, t_rl)
+    lat_w, bw_w = _fit(SMALL_IO, writes_small, LARGE_IO, writes_large)
+    lat_r, bw_r = _fit(SMALL_IO, reads_small, LARGE_IO, reads_large)
     return bw_r, bw_w, (lat_w + lat_r) / 2
 
 

@@ -6,7 +6,9 @@ it can be compared with the weights: a training firmware's flash is at least its
 is what the program adds to them. The embedded training samples are counted apart: they are
 test data that a device reads from its sensor. So are the int8 layers' per-channel requantization
 arrays (an int32 multiplier and an int8 shift per output channel, kernels/int8_params.py's
-`requant_decls`): numbers of the model, as many as its channels, which no kernel can do without.
+`requant_decls`): numbers of the model, as many as its channels, which no kernel can do without. The
+integer backward's own gradient multipliers (kernels/int8_igrad.py's MULT / SHIFT) are not among them:
+they count as constants.
 
 Symbols are classified by name and section type (`nm -S` of the ELF's toolchain): the state arrays
 are emit.py's `et_s<k>_<name>` (layout.StateArray), the samples samples.h's `et_sample_*`,

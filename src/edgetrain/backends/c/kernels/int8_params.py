@@ -71,9 +71,10 @@ def whole_rows(ptr: str, shape) -> str:
     return f"et_whole8({ptr}, {c}, {h}, {w})"
 
 
-def requant_decls(name: str, mult, shift) -> list[str]:
-    """The per-channel requantization arrays `name_m` (int32 multipliers) and `name_s` (int8 shifts)."""
-    return [c_ints(I32, name + MULT, mult), c_ints("int8_t", name + SHIFT, shift)]
+def requant_decls(name: str, mult, shift) -> tuple[list[str], str]:
+    """The per-channel requantization arrays `name_m` (int32 multipliers) and `name_s` (int8 shifts):
+    (their declarations, "name_m, name_s" for the struct fields that point at them)."""
+    return [c_ints(I32, name + MULT, mult), c_ints("int8_t", name + SHIFT, shift)], f"{name}{MULT}, {name}{SHIFT}"
 
 
 def conv_params(ctx, name: str, x_shape, w_shape, y_shape, a, groups=None, out_channels=None) -> list[str]:
@@ -86,8 +87,9 @@ def conv_params(ctx, name: str, x_shape, w_shape, y_shape, a, groups=None, out_c
     lines = []
     q = "0, 0, 0"
     if "mult" in a and not a.get("float_out"):
-        lines += requant_decls(name, a["mult"], a["shift"])
-        q = f"{name}{MULT}, {name}{SHIFT}, 0"
+        decls, fields = requant_decls(name, a["mult"], a["shift"])
+        lines += decls
+        q = f"{fields}, 0"
     elif a.get("float_out"):
         lines.append(c_floats(ctx, name + "_os", out_scales(a)))
         q = f"0, 0, {name}_os"

@@ -34,7 +34,7 @@ from typing import Optional
 import numpy as np
 
 from ....ops.qfused import split_attrs as split_pw_dw
-from .int8_params import MULT, SHIFT, c_floats, c_ints, requant_decls
+from .int8_params import c_floats, c_ints, requant_decls
 
 #: the largest correction a fit may need, in units in the last place (an 8-bit field)
 MAX_FIX = 127
@@ -60,7 +60,8 @@ class Base:
     def decls(self, ctx, name: str) -> tuple[list[str], str]:
         """(declarations, the et_fscale fields base, mult, shift)."""
         if self.mult is not None:
-            return requant_decls(name, self.mult, self.shift), f"0, {name}{MULT}, {name}{SHIFT}"
+            decls, fields = requant_decls(name, self.mult, self.shift)
+            return decls, f"0, {fields}"
         return [c_floats(ctx, name + "_b", self.scales)], f"{name}_b, 0, 0"
 
 
