@@ -13,6 +13,7 @@ import edgetrain as et
 from edgetrain.backends.c.host import to_c_program
 from edgetrain.backends.capabilities import check_program
 from tests.backends.c.float_agreement import gradient_mismatches
+from tests.backends.c.kinks import flipped_gradients
 from .families import FAMILIES, build
 from .test_c_backend import TEST_CFLAGS
 
@@ -38,8 +39,9 @@ def check_family_c(name: str):
     check_program(prog, "c")  # as et.compile(..., backend="c") does
     got = to_c_program(prog, TEST_CFLAGS).gradients(x.numpy(), y.numpy())
 
-    def ref64():
-        return et.compile(model64, (x64,), loss=loss, update=et.Full()).gradients(x64.numpy(), y64.numpy())
+    def ref64():  # the float64 model's, then the float32 program's with kinks flipped
+        yield et.compile(model64, (x64,), loss=loss, update=et.Full()).gradients(x64.numpy(), y64.numpy())
+        yield from flipped_gradients(prog, x.numpy(), y.numpy())
 
     bad = gradient_mismatches(got, ref, ref64, TOL)
     assert not bad, f"{name}: relative errors (vs float32, vs float64 reference) {bad}"
