@@ -93,7 +93,7 @@ def run_float64(g, feeds: Mapping[str, np.ndarray], flips=()) -> tuple[dict, dic
     with the kinks `flips` flipped: (outputs by name, the inputs by name after the run, as the
     ops that update an input in place left them, and every kink within KINK_NEAR, nearest
     first)."""
-    env = {v: (_as64(feeds[v.name]).copy()) for v in g.inputs}
+    env = {v: _as64(feeds[v.name]).copy() for v in g.inputs}
     by_node: dict[int, list[Kink]] = {}
     for k in flips:
         by_node.setdefault(k.node, []).append(k)
@@ -144,7 +144,8 @@ def flipped_runs(g, feeds: Mapping[str, np.ndarray]) -> Iterator[tuple[tuple[Kin
             yield flips, outputs, inputs
 
 
-def first_explaining(runs: Iterable[tuple[tuple[Kink, ...], T]], meets: Callable[[T], bool]) -> Optional[tuple[Kink, ...]]:
+def first_explaining(runs: Iterable[tuple[tuple[Kink, ...], T]],
+                     meets: Callable[[T], bool]) -> Optional[tuple[Kink, ...]]:
     """The flips of the first of `runs` ((flips, result) pairs) whose result `meets` accepts,
     or None."""
     for flips, result in runs:
