@@ -20,7 +20,7 @@ import torch
 import edgetrain as et
 from edgetrain.backends.c.host import DEFAULT_CFLAGS, to_c_program
 from tests.backends.c.float_agreement import relative_error
-from tests.backends.c.kinks import flipped_runs
+from tests.backends.c.kinks import feeds_copy, flipped_runs
 from tests.models import tiny_training_file as ttf
 
 #: a quick build for the quick set and the small runs; the slow product's real-size runs build
@@ -130,11 +130,6 @@ def _floors(share: float, prefix: str = ""):
     return floors
 
 
-def _feeds(prog, g, x, y) -> dict[str, np.ndarray]:
-    """A copy of the feeds of graph g (a step updates the state they point at)."""
-    return {k: np.array(v) for k, v in prog.runner.feeds(g, x, y).items()}
-
-
 def run_both(ref, x, data, int8: bool, flags=FLAGS):
     """The C twin of `ref` and the reference agree on predict, gradients and three steps.
 
@@ -151,7 +146,7 @@ def run_both(ref, x, data, int8: bool, flags=FLAGS):
     # int8 outputs are dequantized integers: equal as floats; float32 within RTOL
     close(c.predict(x), ref.predict(x), "predict", exact, rtol=predict_rtol)
     gg = ref.compiled.grad_graph
-    feeds = _feeds(ref, gg, xb, yb)
+    feeds = feeds_copy(ref, gg, xb, yb)
     g_ref, g_c = ref.gradients(xb, yb), c.gradients(xb, yb)
     assert set(g_c) == set(g_ref)
     grad_floors = _floors(GRAD_FLOOR)
@@ -165,7 +160,7 @@ def run_both(ref, x, data, int8: bool, flags=FLAGS):
     # momentum buffers are gradient sums: the same floor, from the largest of them
     state_floors = _floors(GRAD_FLOOR, "momentum:")
     for i, (xi, yi) in enumerate(data):
-        feeds = _feeds(ref, tg, xi, yi)
+        feeds = feeds_copy(ref, tg, xi, yi)
         lr_, lc = ref.step(xi, yi), c.step(xi, yi)
         # the loss of an int8 program is computed from identical logits in the same order: equal
         assert (lc == lr_) if exact else np.isclose(lc, lr_, rtol=RTOL, atol=0), f"step {i}: loss {lc} != {lr_}"

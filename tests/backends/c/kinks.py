@@ -101,23 +101,20 @@ def run_float64(g, feeds: Mapping[str, np.ndarray], flips=()) -> tuple[dict, dic
     for i, n in enumerate(g.nodes):
         ins = [env[v] for v in n.inputs]
         ts = thresholds(n)
-        if ts:
+        if not ts:
+            outs = get_op(n.op).ref(ins, n.attrs)
+        else:
             s = _pre_activation(n, ins)
             if n.op != BN_ACT_OP:  # the producer's value itself: every consumer sees the flip
-                s = env[n.inputs[0]] = s.copy()
-                ins[0] = s
+                s = env[n.inputs[0]] = ins[0] = s.copy()
             _mirror(s, by_node.get(i, ()))
             scale = max(float(np.abs(s).max(initial=0)), 1e-30)
             for t, inward in ts:
                 d = np.abs(s - t).reshape(-1) / scale
                 for j in np.flatnonzero(d <= KINK_NEAR):
                     kinks.append(Kink(i, int(j), t, inward, float(d[j]), f"node {i} ({n.op})"))
-            if n.op == BN_ACT_OP:
-                outs = get_op(n.attrs["act"]).ref([s], act_attrs(n.attrs))
-            else:
-                outs = get_op(n.op).ref(ins, n.attrs)
-        else:
-            outs = get_op(n.op).ref(ins, n.attrs)
+            outs = (get_op(n.attrs["act"]).ref([s], act_attrs(n.attrs)) if n.op == BN_ACT_OP
+                    else get_op(n.op).ref(ins, n.attrs))
         opdef = get_op(n.op)
         shares = dict(opdef.shares)
         for k, (o, raw) in enumerate(zip(n.outputs, outs)):
@@ -130,6 +127,12 @@ def run_float64(g, feeds: Mapping[str, np.ndarray], flips=()) -> tuple[dict, dic
     outputs = {name: env[v] for name, v in zip(g.output_names, g.outputs)}
     inputs = {v.name: env[v] for v in g.inputs}
     return outputs, inputs, sorted(kinks, key=lambda k: k.distance)
+
+
+def feeds_copy(prog, g, x, y) -> dict[str, np.ndarray]:
+    """A copy of every feed of `prog`'s graph `g` for the batch (x, y): a step updates the
+    state arrays the runner's feeds point at."""
+    return {k: np.array(v) for k, v in prog.runner.feeds(g, x, y).items()}
 
 
 def flipped_runs(g, feeds: Mapping[str, np.ndarray]) -> Iterator[tuple[tuple[Kink, ...], dict, dict]]:
@@ -158,6 +161,5 @@ def flipped_gradients(prog, x, y) -> Iterator[dict[str, np.ndarray]]:
     """The gradients ({param: gradient}, as `prog.gradients` gives them) of flipped_runs of
     the program's gradient graph on the batch (x, y)."""
     g = prog.compiled.grad_graph
-    feeds = {k: np.array(v) for k, v in prog.runner.feeds(g, x, y).items()}
-    for _, outputs, _ in flipped_runs(g, feeds):
+    for _, outputs, _ in flipped_runs(g, feeds_copy(prog, g, x, y)):
         yield prog.runner.full_gradients(outputs)

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 import edgetrain as et
-from tests.backends.c.kinks import KINK_NEAR, first_explaining, flipped_runs, run_float64
+from tests.backends.c.float_agreement import relative_error
+from tests.backends.c.kinks import KINK_NEAR, feeds_copy, first_explaining, flipped_runs, run_float64
 
 def _gap(threshold: float) -> float:
     """One float32 step above `threshold`: within KINK_NEAR of a layer whose largest
@@ -44,12 +45,12 @@ def _torch_grads(model: nn.Module, x: torch.Tensor, y: np.ndarray, bias_shift: f
 
 def _grad_runs(prog, x, y):
     g = prog.compiled.grad_graph
-    feeds = {k: np.array(v) for k, v in prog.runner.feeds(g, x.numpy(), y).items()}
+    feeds = feeds_copy(prog, g, x.numpy(), y)
     return g, feeds, ((f, prog.runner.full_gradients(out)) for f, out, _ in flipped_runs(g, feeds))
 
 
 def _meets(want: dict, tol: float = 1e-9):
-    return lambda got: all(np.abs(got[k] - want[k]).max() <= tol * max(np.abs(want[k]).max(), 1e-30) for k in want)
+    return lambda got: all(relative_error(got[k], want[k]) <= tol for k in want)
 
 
 @pytest.mark.parametrize("act,threshold", [(nn.ReLU(), 0.0), (nn.ReLU6(), 6.0), (nn.Hardtanh(-1.0, 4.0), -1.0)])
@@ -107,6 +108,6 @@ def test_a_fused_batch_norm_relu_offers_its_normalised_sum():
     g = prog.train_graph
     fused = [i for i, n in enumerate(g.nodes) if n.op == "batch_norm_act"]
     assert len(fused) == 1 and g.nodes[fused[0]].attrs["residual"]
-    feeds = {k: np.array(v) for k, v in prog.runner.feeds(g, x.numpy(), np.array([2])).items()}
+    feeds = feeds_copy(prog, g, x.numpy(), np.array([2]))
     _, _, kinks = run_float64(g, feeds)
     assert [(k.node, k.index) for k in kinks] == [(fused[0], pixel)]
