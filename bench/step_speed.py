@@ -3,7 +3,7 @@
     PYTHONPATH=src python bench/step_speed.py [--model mbv2-w0.35] [--size 128] [--batch 1,8]
         [--schemes full,last8] [--repeats 30] [--no-int8] [--torch-compile] [--no-fma]
         [--kernels blas|portable|both] [--threads 1] [--build auto|serial|threaded|both]
-        [--ort-python PATH] [--no-ort] [--json-only]
+        [--ort-python PATH] [--no-ort] [--cflags="-DNAME=VALUE ..."] [--json-only]
 
 For each scheme (Full, LastK(8)) on `et.models.get(model, num_classes=10)` (float32, SGD
 lr 0.01 momentum 0.9): the median wall time of one training step of
@@ -138,6 +138,7 @@ def cflags(args, portable: bool = False) -> tuple:
     """The C library's compiler flags: the backend's default, without ET_FLOAT_FMA (--no-fma),
     without the BLAS (`portable`)."""
     base = tuple(f for f in DEFAULT_CFLAGS if not (args.no_fma and f == "-DET_FLOAT_FMA") and f not in blas_flags())
+    base += tuple(args.cflags.split())  # --cflags: an experiment's macros (ET_DNNL_PIECE, ...)
     return base if portable else base + blas_flags()  # the BLAS asked for explicitly (opt-in by default)
 
 
@@ -363,6 +364,8 @@ def main(argv=None):
     ap.add_argument("--ort-python", default="", help="the python of the ONNX Runtime training venv (default: "
                     f"{DEFAULT_ORT_VENV}/bin/python under edgetrain's cache directory)")
     ap.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime training out")
+    ap.add_argument("--cflags", default="", help="more compiler flags for the C libraries, space-separated (an "
+                    "experiment's macros, e.g. --cflags=-DET_DNNL_PIECE=16; every build of the run gets them)")
     ap.add_argument("--json-only", action="store_true")
     args = ap.parse_args(argv)
     args.ort_exe = None if args.no_ort else ort_python(args)

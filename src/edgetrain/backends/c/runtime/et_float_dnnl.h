@@ -19,7 +19,8 @@
  * A convolution runs in pieces of ET_DNNL_PIECE channels (its output channels; the input gradient's
  * input channels), each a call of the same primitive on one thread: the shared input (X, or GY for
  * the input gradient) is reordered once, then each piece reorders its slices, runs and writes its
- * slice of the output. The threaded library runs the pieces on its threads (ET_PARALLEL_FOR_OR:
+ * slice of the output (the threaded library's forward and input gradient of few channels also in groups of
+ * images: ET_DNNL_SPREAD). The threaded library runs the pieces on its threads (ET_PARALLEL_FOR_OR:
  * et_common.h), the serial one in turn. Every primitive is made and runs on one OpenMP thread (the
  * count is set to 1 around each call, the primitive's making included, and restored: oneDNN fixes a
  * primitive's threads when it makes it), and no sum spans two pieces, so the sums' order depends on
@@ -69,6 +70,24 @@ void omp_set_num_threads(int);
 #define ET_DNNL_PIECE 32
 #else
 #define ET_DNNL_PIECE 64
+#endif
+#endif
+/* the channels of a weight gradient's piece (its output channels): ET_DNNL_PIECE unless set (a multiple of 16 keeps
+ * the fused update's reading of oneDNN's blocks) */
+#ifndef ET_DNNL_GW_PIECE
+#define ET_DNNL_GW_PIECE ET_DNNL_PIECE
+#endif
+/* the pieces the threaded library wants of a forward or an input gradient at least: one whose channels make fewer
+ * pieces also runs in groups of images (the batch's smallest divisor that gives this many, else single images),
+ * each group with its own slice of the shared input, reordered group by group, and a primitive made for the group's
+ * images; no sum spans two images, and the groups depend on the shape only, so the results do not depend on the
+ * thread count either. ResNet-18's 64-channel layers at batch 8 made 2 pieces: on 16 threads they ran on 2. The
+ * weight gradient (its sums span the batch) is never split by images. The serial library runs the whole batch */
+#ifndef ET_DNNL_SPREAD
+#ifdef _OPENMP
+#define ET_DNNL_SPREAD 16
+#else
+#define ET_DNNL_SPREAD 1
 #endif
 #endif
 /* 1: a weight gradient that oneDNN sums in whole blocks of 16 x 16 or 8 x 8 channels goes to its fused update in
@@ -340,23 +359,29 @@ static const float *et_dnnl_kept(const et_dnnl_entry *e) {
  * (et_dnnl_entry.gw_block) */
 typedef void (*et_dnnl_post_fn)(const void *ctx, int piece, int G, const float *gw, int block);
 
-/* entry e's `pieces` pieces: the shared input a reordered once (into the calling thread's scratch slot 3),
- * then piece p on b + p * step1 into out + p * step2 (bias B + p * G); with `post` (a weight gradient's
- * epilogue), piece p's output goes to its thread's scratch slot 2 instead (step2 floats, while the thread's
- * caches hold it; left in oneDNN's blocks where e->gw_block says the epilogue reads them) and
- * post(ctx, p, G, that, block) runs next (after a piece that ran); 0 on a failure */
-static int et_dnnl_run(et_dnnl_entry *e, const float *a, const float *b, float *out, const float *B, int pieces,
-                       size_t step1, size_t step2, int G, double work, et_dnnl_post_fn post, const void *ctx) {
-    const void *s0 = a;
+/* entry e's `pieces` pieces in each of `groups` groups of images: group g's shared input, a + g * astep, reordered
+ * once (all groups' into the calling thread's scratch slot 3, one after the other), then piece p of group g on
+ * b + p * step1 into out + g * ostep + p * step2 (bias B + p * G); with `post` (a weight gradient's epilogue, one
+ * group), piece p's output goes to its thread's scratch slot 2 instead (step2 floats, while the thread's caches
+ * hold it; left in oneDNN's blocks where e->gw_block says the epilogue reads them) and post(ctx, p, G, that,
+ * block) runs next (after a piece that ran); 0 on a failure */
+static int et_dnnl_run(et_dnnl_entry *e, const float *a, const float *b, float *out, const float *B, int groups,
+                       size_t astep, size_t ostep, int pieces, size_t step1, size_t step2, int G, double work,
+                       et_dnnl_post_fn post, const void *ctx) {
+    const char *s0 = (const char *)a;
+    size_t s0step = astep * sizeof(float); /* bytes from one group's shared input to the next's */
     if (e->re[0]) { /* a reorder's result is the same on any number of threads: the library's count */
-        void *buf = et_dnnl_scratch(3, e->size[0]);
+        s0step = (e->size[0] + 63) / 64 * 64;
+        char *buf = (char *)et_dnnl_scratch(3, s0step * (size_t)groups);
         dnnl_stream_t s = et_dnnl_thread_stream();
 #ifdef _OPENMP
         omp_set_num_threads(et_threads);
 #endif
-        const int ok = buf && s && dnnl_memory_set_data_handle(e->user[0], (void *)a) == dnnl_success &&
-                       dnnl_memory_set_data_handle(e->blk[0], buf) == dnnl_success &&
-                       et_dnnl_move(e->re[0], s, e->user[0], e->blk[0]) && dnnl_stream_wait(s) == dnnl_success;
+        int ok = buf && s;
+        for (int g = 0; g < groups && ok; ++g)
+            ok = dnnl_memory_set_data_handle(e->user[0], (void *)(a + g * astep)) == dnnl_success &&
+                 dnnl_memory_set_data_handle(e->blk[0], buf + g * s0step) == dnnl_success &&
+                 et_dnnl_move(e->re[0], s, e->user[0], e->blk[0]) && dnnl_stream_wait(s) == dnnl_success;
         omp_set_num_threads(1);
         if (!ok) return 0;
         s0 = buf;
@@ -364,15 +389,23 @@ static int et_dnnl_run(et_dnnl_entry *e, const float *a, const float *b, float *
     int failed = 0;
     (void)work;
     /* one piece: no parallel loop around it, so that its epilogue's own loop can use the threads */
-    ET_PARALLEL_FOR_OR(pieces > 1 ? work : 0., failed)
-    for (int p = 0; p < pieces; ++p) {
-        const int block = post ? e->gw_block : 0;
-        float *o = block ? 0 : post ? et_scratch(2, step2) : out + p * step2;
-        const int ok = (block || o) && et_dnnl_piece(e, s0, b + p * step1, o, B ? B + (size_t)p * G : 0, block > 0);
+    ET_PARALLEL_FOR_OR(groups * pieces > 1 ? work : 0., failed)
+    for (int q = 0; q < groups * pieces; ++q) {
+        const int g = q / pieces, p = q % pieces, block = post ? e->gw_block : 0;
+        float *o = block ? 0 : post ? et_scratch(2, step2) : out + g * ostep + p * step2;
+        const int ok = (block || o) && et_dnnl_piece(e, s0 + g * s0step, b + p * step1, o,
+                                                     B ? B + (size_t)p * G : 0, block > 0);
         if (ok && post) post(ctx, p, G, block ? et_dnnl_kept(e) : o, block);
         failed |= !ok;
     }
     return !failed;
+}
+
+/* the groups of images a forward or an input gradient of N images in `pieces` pieces runs in (ET_DNNL_SPREAD) */
+static int et_dnnl_groups(int N, int pieces) {
+    for (int d = 1; d < N; ++d)
+        if (N % d == 0 && d * pieces >= ET_DNNL_SPREAD) return d;
+    return N;
 }
 
 /* the convolution of this kind and shape on oneDNN: 1 done, 0 left to the GEMM path (a pointwise or
@@ -384,17 +417,23 @@ static int et_dnnl_conv_post(int kind, const float *a, const float *b, float *ou
     const double macs = (double)N * O * HO * WO * C * KH * KW;
     if (et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1) || macs < ET_DNNL_MIN_MACS) return 0;
     /* the split channels: the input gradient's input channels, the others' output channels */
-    const int data = kind == ET_DNNL_DATA, P = data ? C : O, G = P % ET_DNNL_PIECE ? P : ET_DNNL_PIECE;
-    const int key[ET_DNNL_KEY] = {kind, N, data ? G : C, H, Wd, data ? O : G, HO, WO, KH, KW,
+    const int data = kind == ET_DNNL_DATA, P = data ? C : O;
+    const int piece = kind == ET_DNNL_WEIGHTS ? ET_DNNL_GW_PIECE : ET_DNNL_PIECE, G = P % piece ? P : piece;
+    /* the groups of images (the weight gradient's sums span the batch: one), and a group's images */
+    const int groups = kind == ET_DNNL_WEIGHTS ? 1 : et_dnnl_groups(N, P / G), n = N / groups;
+    const int key[ET_DNNL_KEY] = {kind, n, data ? G : C, H, Wd, data ? O : G, HO, WO, KH, KW,
                                   SH, SW, PH, PW, DH, DW, P};
     /* the pieces' steps along the second input (W, or GY for the weight gradient) and the output */
     const size_t step1 = (size_t)G * (data ? KH * KW : kind == ET_DNNL_WEIGHTS ? HO * WO : C * KH * KW);
     const size_t step2 = (size_t)G * (data ? H * Wd : kind == ET_DNNL_WEIGHTS ? C * KH * KW : HO * WO);
+    /* a group's steps along the shared input (X, or GY for the input gradient) and the output */
+    const size_t astep = (size_t)n * (size_t)(data ? O * HO * WO : C * H * Wd);
+    const size_t ostep = (size_t)n * (size_t)(data ? C * H * Wd : O * HO * WO);
     /* oneDNN's kernels take their thread count when the primitive is made and run on it: one */
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
     et_dnnl_entry *e = et_dnnl_find(key);
-    const int ok = e && et_dnnl_run(e, a, b, out, B, P / G, step1, step2, G, macs, post, ctx);
+    const int ok = e && et_dnnl_run(e, a, b, out, B, groups, astep, ostep, P / G, step1, step2, G, macs, post, ctx);
     omp_set_num_threads(threads);
     if (e && !ok) ET_ERROR_HOOK("et_dnnl_conv: oneDNN failed to run a convolution");
     return e != 0;
