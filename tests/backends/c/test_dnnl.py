@@ -35,7 +35,7 @@ SPLIT = ALL + ("-DET_DNNL_PIECE=4",)
 
 def threaded(piece: int) -> tuple:
     """The threaded library's flags, every dense convolution but the 1x1 at stride 1 on oneDNN in pieces
-    of `piece` channels."""
+    of `piece` channels (its weight gradients in pieces of piece / 2: ET_DNNL_GW_PIECE)."""
     return tuple(f for f in OPENMP_CFLAGS if f != "-O3") + ("-O1", "-DET_DNNL_MIN_MACS=0", f"-DET_DNNL_PIECE={piece}")
 
 
@@ -189,15 +189,16 @@ class Wide(nn.Module):
         return self.body(x)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_the_fused_update_reads_the_gradient_in_onednns_blocks(monkeypatch, threads):
+@pytest.mark.parametrize("threads, gw_piece", [(1, 32), (2, 32), (2, 16)])
+def test_the_fused_update_reads_the_gradient_in_onednns_blocks(monkeypatch, threads, gw_piece):
     """A weight gradient that oneDNN sums in its blocks of channels goes to the fused update as it is, which
     makes OIHW rows of it 16 (8) at a time: the losses and the state bit for bit those of the update from rows (-DET_DNNL_GW_BLOCKS=0: every
     gradient reordered into OIHW rows first), in the checked step (out of place) and the raw one (in place), on
     one thread and on the threaded library's two (a whole convolution's groups of rows split over them, the
-    pieces on them); and close to the reference's."""
+    pieces on them); and close to the reference's. The gradients in pieces of `gw_piece` output channels: of 32
+    as Wide says, or of 16 (the threaded library's default: every one of Wide's in pieces of 16)."""
     fuse_every_update(monkeypatch)
-    flags = ALL + ("-DET_DNNL_PIECE=32",) if threads == 1 else threaded(32)
+    flags = (ALL + ("-DET_DNNL_PIECE=32",) if threads == 1 else threaded(32)) + (f"-DET_DNNL_GW_PIECE={gw_piece}",)
     ref, blocks, x, y = _programs(4, flags, Wide, 12)
     _, rows, _, _ = _programs(4, flags + ("-DET_DNNL_GW_BLOCKS=0",), Wide, 12)
     for c in (blocks, rows):

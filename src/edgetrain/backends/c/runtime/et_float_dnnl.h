@@ -64,7 +64,8 @@ void omp_set_num_threads(int);
  * 32 took 4 times as long on those layers (35 against 8.5 ms per step in all). The serial library, whose
  * pieces run in turn, takes pieces of 64: ResNet-18's step at batch 8 took less than in pieces of 32
  * (docs/benchmarks.md, "The host step, fifth look"); the threaded library keeps 32, so that the 64-channel
- * layers run on two threads, whatever their count (its results are the same on any) */
+ * layers run on two threads, whatever their count (its results are the same on any), and more in groups of
+ * images (ET_DNNL_SPREAD), its weight gradients in pieces of 16 (ET_DNNL_GW_PIECE) */
 #ifndef ET_DNNL_PIECE
 #ifdef _OPENMP
 #define ET_DNNL_PIECE 32
@@ -72,10 +73,17 @@ void omp_set_num_threads(int);
 #define ET_DNNL_PIECE 64
 #endif
 #endif
-/* the channels of a weight gradient's piece (its output channels): ET_DNNL_PIECE unless set (a multiple of 16 keeps
- * the fused update's reading of oneDNN's blocks) */
+/* the channels of a weight gradient's piece (its output channels; a multiple of 16 keeps the fused update's
+ * reading of oneDNN's blocks): the threaded library's are half its other pieces (16 by default), since the weight
+ * gradient cannot run in groups of images (its sums span the batch); on a 16-core Xeon ResNet-18's step at
+ * batch 8 took 43.6 ms on 16 threads with them, 51.1 ms with pieces of 32, and the same on one thread
+ * (docs/benchmarks.md, "The host step on 1 to 16 threads"). The serial library's are its other pieces */
 #ifndef ET_DNNL_GW_PIECE
+#if defined(_OPENMP) && ET_DNNL_PIECE > 1
+#define ET_DNNL_GW_PIECE (ET_DNNL_PIECE / 2)
+#else
 #define ET_DNNL_GW_PIECE ET_DNNL_PIECE
+#endif
 #endif
 /* the pieces the threaded library wants of a forward or an input gradient at least: one whose channels make fewer
  * pieces also runs in groups of images (the batch's smallest divisor that gives this many, else single images),
