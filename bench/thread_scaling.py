@@ -3,6 +3,7 @@
     PYTHONPATH=src python bench/thread_scaling.py [--threads 1,2,4,8,16] [--models resnet18-cifar:32,mbv2-w0.35:128]
         [--batch 8] [--repeats 9] [--warmup 2] [--int8] [--cflags="-D..."] [--label NAME] [--out rows.jsonl]
         [--time-limit SECONDS]
+    PYTHONPATH=src python bench/thread_scaling.py --from rows.jsonl   # the table of rows of several runs
 
 For each model and thread count, one process of bench/step_speed.py with `--threads T --build both`
 (batch --batch, Full, float32; with --int8 also the paper's int8 mbv2-w0.35 at the same batch where
@@ -10,7 +11,8 @@ its model file is there): the threaded library's public step (`c`) and raw step 
 default library's raw step with its BLAS alone on T threads (`c_serial_raw`), and PyTorch eager on T
 threads (`torch`), interleaved in one process. Thread counts above the cores this process may run on are left out (a
 thread count the machine lacks measures the scheduler, not the library). Each row is appended to --out
-as it comes, so a run stopped by --time-limit keeps what it measured.
+as it comes, so a run stopped by --time-limit keeps what it measured; --from prints the table of such a file
+(rows of several runs, each thread count's efficiency against the one-thread row of the same name).
 
 The table gives wall-time medians (ms) and each system's parallel efficiency at T threads, its own
 one-thread time over T x its time at T threads (the threaded library's raw step against its own one-thread
@@ -31,9 +33,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-#: the systems of a float row and of an int8 row, in the table's order
-FLOAT_KEYS = ("c", "c_raw", "c_serial_raw", "torch")
-INT8_KEYS = ("c", "c_raw", "c_serial_raw")
+#: the systems of a row, in the table's order (an int8 row has no `torch`)
+KEYS = ("c", "c_raw", "c_serial_raw", "torch")
 
 
 def step_speed_cmd(model: str, size: int, threads: int, args, int8: bool) -> list:
@@ -77,7 +78,7 @@ def table(rows: list) -> str:
         base = one.get(r["name"], {})
         t = r["threads"]
         ahead = f"{r['torch_ms'] / r['c_ms']:.2f}x" if "torch_ms" in r else ""
-        cells = [r["name"], str(t)] + [f"{r[f'{k}_ms']:.1f}" if f"{k}_ms" in r else "" for k in FLOAT_KEYS]
+        cells = [r["name"], str(t)] + [f"{r[f'{k}_ms']:.1f}" if f"{k}_ms" in r else "" for k in KEYS]
         cells += [ahead, efficiency(base.get("c_raw_ms"), r.get("c_raw_ms"), t),
                   efficiency(base.get("torch_ms"), r.get("torch_ms"), t)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -96,7 +97,13 @@ def main(argv=None):
     ap.add_argument("--label", default="", help="a name for this run's rows (the table's step column)")
     ap.add_argument("--out", default="", help="append each row to this JSON-lines file as it comes")
     ap.add_argument("--time-limit", type=float, default=0, help="seconds for the whole run (0: none)")
+    ap.add_argument("--from", dest="from_file", default="", help="measure nothing: the table of this --out file")
     args = ap.parse_args(argv)
+    if args.from_file:
+        with open(args.from_file) as f:
+            print(table(sorted((json.loads(line) for line in f if line.strip()),
+                               key=lambda r: (r["name"], r["threads"]))))
+        return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     counts = [int(v) for v in args.threads.split(",") if v]
     left_out = [t for t in counts if t > cores]

@@ -117,7 +117,8 @@ def test_convolutions_on_onednn_match_the_reference(net, size, batch, flags):
 def test_the_threaded_librarys_groups_of_images_match_the_reference(net, size, batch, more):
     """The threaded library in pieces of 4 channels (ET_DNNL_SPREAD: 16 pieces wanted): a forward or an input
     gradient of fewer pieces runs in groups of images too (StrideOne at batch 6: groups of 1, 2 and 3 images and
-    the whole batch; Deep and Blocks: of 1 image and the whole batch), each group's shared input reordered into a
+    the whole batch; Deep at batch 2: of 1 image and the whole batch; Blocks at batch 4: of 2 images and the whole
+    batch), each group's shared input reordered into a
     slice of its own, one primitive for a group's images; on 2 threads. `more`: the weight gradients in pieces of
     8 output channels (ET_DNNL_GW_PIECE), the others in pieces of 4."""
     ref, c, x, y = _programs(batch, threaded(4) + more, net, size)
