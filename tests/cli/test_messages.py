@@ -70,6 +70,7 @@ def test_schedule_summaries_claim_only_what_the_solver_proved():
     assert dataclasses.replace(milp, gap=0.0).quality() == "optimal"
 
 
+@pytest.mark.fresh_capture
 def test_compiling_does_not_leak_torchs_pytree_warning(model_file):
     """torch.export printed a FutureWarning about LeafSpec on every capture, in every user
     script; edgetrain silences that one warning around its own export call, nothing else."""
