@@ -29,7 +29,6 @@ capture_module = importlib.import_module("edgetrain.frontend.capture")
 
 #: exported programs kept per process (each holds the first model's tensors)
 SIZE = 24
-_TORCH_DIR = str(Path(torch.__file__).parent)
 _memo: "OrderedDict[str, object]" = OrderedDict()
 _files: dict[str, str] = {}
 stats = {"hits": 0, "misses": 0, "refused": 0}
@@ -47,7 +46,7 @@ def _file_hash(cls: type) -> str:
         return "builtin"
     if path is None:
         raise Unmemoizable(f"no source file for {cls.__qualname__}")
-    if path.startswith(_TORCH_DIR):
+    if path.startswith(capture_module._TORCH_DIR):
         return "torch"  # torch's own modules: fixed by torch.__version__
     if path not in _files:
         _files[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -134,16 +133,19 @@ class Reused:
         missing = [k for k, v in self.state_dict.items() if v is None]
         if missing:
             raise KeyError(f"the model has no tensor {missing[0]}")
-        self.constants = {k: (_resolve(model, k) if _resolve(model, k) is not None else v)
-                          for k, v in ep.constants.items()}
+        self.constants = {}
+        for k, v in ep.constants.items():
+            own = _resolve(model, k)
+            self.constants[k] = v if own is None else own
 
 
-_fresh = [False]
+#: set by the conftest for a test marked `fresh_capture`
+fresh = False
 
 
 def exported(model: torch.nn.Module, args: tuple, export):
     """export(model, args), or the program exported before for a model of the same fingerprint."""
-    if not enabled or _fresh[0]:
+    if not enabled or fresh:
         return export(model, args)
     try:
         key = fingerprint(model, args)

@@ -20,6 +20,6 @@ capture_memo.install()
 def _fresh_capture(request):
     """A test marked `fresh_capture` exports every model it captures."""
     fresh = request.node.get_closest_marker("fresh_capture") is not None
-    capture_memo._fresh[0] = fresh
+    capture_memo.fresh = fresh
     yield
-    capture_memo._fresh[0] = False
+    capture_memo.fresh = False
