@@ -12,6 +12,7 @@ import torch
 import edgetrain as et
 from edgetrain.backends.c import kernel_lib
 from edgetrain.backends.c.host import to_c_program
+from tests.backends.c.test_blas import PORTABLE
 
 HEADER = """#define ET_INLINE static inline
 ET_INLINE void et_big(const float *ET_RESTRICT x, float y[], int n) {
@@ -42,10 +43,6 @@ def test_program_headers_stay_out_of_the_shared_object():
     assert kernel_lib.kernel_signatures(files) == {}
 
 
-#: a quick whole-library build: -O1, no BLAS
-QUICK_FLAGS = ("-O1", "-ffp-contract=off", "-std=gnu11")
-
-
 def _tiny():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
@@ -60,7 +57,7 @@ def test_two_programs_share_one_kernel_object_and_match_the_reference(tmp_path, 
     x, y = torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1)), np.array([2])
     for scheme in (et.Full(), et.BiasOnly()):
         prog = et.compile(_tiny(), (x,), update=scheme, optimizer=et.SGD(lr=0.1, momentum=0.9))
-        c = to_c_program(prog, QUICK_FLAGS)
+        c = to_c_program(prog, PORTABLE)
         for _ in range(2):
             assert c.step(x, y) == pytest.approx(prog.step(x, y), rel=1e-5, abs=1e-6)
         front = (c.runner.c_library.parent / "model_host.c").read_text()
