@@ -27,6 +27,10 @@
  * the shape only, never on a thread count (the threaded library's results stay the same at any count:
  * et_common.h). Results differ from the GEMM path's in the order of the float32 sums only.
  *
+ * ET_DNNL_MIN_MACS, ET_DNNL_PIECE, ET_DNNL_GW_PIECE and ET_DNNL_GW_BLOCKS below are build-time defaults that
+ * et_dnnl_tune replaces at run time, before the library's first convolution (the tests run every setting on one
+ * build of the library, tests/backends/c/test_dnnl.py).
+ *
  * The table and the engine are the library's own (each loaded copy has its own); the table is
  * touched by the calling thread only (the emitted code calls convolutions outside parallel loops),
  * a piece's memories and stream are its thread's own. Header-only (the table a weak symbol). */
@@ -78,12 +82,13 @@ void omp_set_num_threads(int);
  * gradient cannot run in groups of images (its sums span the batch); on a 16-core Xeon ResNet-18's step at
  * batch 8 took 43.6 ms on 16 threads with them, 51.1 ms with pieces of 32, and the same on one thread
  * (docs/benchmarks.md, "The host step on 1 to 16 threads"). The serial library's are its other pieces */
-#ifndef ET_DNNL_GW_PIECE
-#if defined(_OPENMP) && ET_DNNL_PIECE > 1
-#define ET_DNNL_GW_PIECE (ET_DNNL_PIECE / 2)
+#if defined(_OPENMP)
+#define ET_DNNL_GW_OF(piece) ((piece) > 1 ? (piece) / 2 : (piece))
 #else
-#define ET_DNNL_GW_PIECE ET_DNNL_PIECE
+#define ET_DNNL_GW_OF(piece) (piece)
 #endif
+#ifndef ET_DNNL_GW_PIECE
+#define ET_DNNL_GW_PIECE ET_DNNL_GW_OF(ET_DNNL_PIECE)
 #endif
 /* the pieces the threaded library wants of a forward or an input gradient at least: one whose channels make fewer
  * pieces also runs in groups of images (the batch's smallest divisor that gives this many, else single images),
@@ -99,8 +104,8 @@ void omp_set_num_threads(int);
 #endif
 #endif
 /* 1: a weight gradient that oneDNN sums in whole blocks of 16 x 16 or 8 x 8 channels goes to its fused update in
- * them (et_dnnl_entry.gw_block); 0: reordered into OIHW rows first, as any other (the tests' build that checks
- * the blocks' update against the rows') */
+ * them (et_dnnl_entry.gw_block); 0: reordered into OIHW rows first, as any other (what the tests check the
+ * blocks' update against, setting it at run time: et_dnnl_tune) */
 #ifndef ET_DNNL_GW_BLOCKS
 #define ET_DNNL_GW_BLOCKS 1
 #endif
@@ -137,9 +142,29 @@ typedef struct {
     dnnl_engine_t engine;
     int failed; /* the engine could not be made: every convolution takes the GEMM path */
     int n;
+    /* 1: the settings below replace ET_DNNL_MIN_MACS, ET_DNNL_PIECE, ET_DNNL_GW_PIECE and ET_DNNL_GW_BLOCKS
+     * (et_dnnl_tune); 0: the macros hold */
+    int tuned;
+    double min_macs;
+    int piece, gw_piece, gw_blocks;
     et_dnnl_entry e[ET_DNNL_ENTRIES];
 } et_dnnl_table;
 __attribute__((weak, visibility("hidden"))) et_dnnl_table et_dnnl;
+
+/* Sets this loaded library's smallest convolution on oneDNN, its pieces' channels, its weight gradients'
+ * pieces' channels and whether those go to the fused update in oneDNN's blocks, in place of the macros
+ * (a negative value keeps the macro's; a weight gradient's piece then follows the piece as ET_DNNL_GW_PIECE
+ * does): one build then runs every setting, as the tests do through ctypes. Only before the first
+ * convolution (the primitives are made for the pieces): returns 0, changing nothing, after it. */
+__attribute__((weak)) int et_dnnl_tune(double min_macs, int piece, int gw_piece, int gw_blocks) {
+    if (et_dnnl.n) return 0;
+    et_dnnl.min_macs = min_macs >= 0 ? min_macs : ET_DNNL_MIN_MACS;
+    et_dnnl.piece = piece > 0 ? piece : ET_DNNL_PIECE;
+    et_dnnl.gw_piece = gw_piece > 0 ? gw_piece : piece > 0 ? ET_DNNL_GW_OF(piece) : ET_DNNL_GW_PIECE;
+    et_dnnl.gw_blocks = gw_blocks >= 0 ? gw_blocks != 0 : ET_DNNL_GW_BLOCKS;
+    et_dnnl.tuned = 1;
+    return 1;
+}
 
 /* the primitives made so far that oneDNN took, and of them the weight gradients in blocks (tests read them
  * through ctypes) */
@@ -191,7 +216,8 @@ static int et_dnnl_operand(et_dnnl_entry *e, int i, int arg, const_dnnl_memory_d
 /* b where a weight gradient of dims wei (O, C, KH, KW) laid out as `got` is ABcd<b>b<b>a without padding
  * (b = 16 or 8, O and C multiples of it): the layouts et_float_fused.h's update reads; else 0 */
 static int et_dnnl_gw_block(const_dnnl_memory_desc_t got, const dnnl_dims_t wei) {
-    for (int b = 16; ET_DNNL_GW_BLOCKS && b >= 8; b /= 2) {
+    const int blocks = et_dnnl.tuned ? et_dnnl.gw_blocks : ET_DNNL_GW_BLOCKS;
+    for (int b = 16; blocks && b >= 8; b /= 2) {
         dnnl_memory_desc_t t = 0;
         const int same = wei[0] % b == 0 && wei[1] % b == 0 &&
                          dnnl_memory_desc_create_with_tag(&t, 4, wei, dnnl_f32,
@@ -423,10 +449,13 @@ static int et_dnnl_conv_post(int kind, const float *a, const float *b, float *ou
                              int H, int Wd, int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW,
                              int DH, int DW, et_dnnl_post_fn post, const void *ctx) {
     const double macs = (double)N * O * HO * WO * C * KH * KW;
-    if (et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1) || macs < ET_DNNL_MIN_MACS) return 0;
+    if (et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1) || macs < (et_dnnl.tuned ? et_dnnl.min_macs : ET_DNNL_MIN_MACS))
+        return 0;
     /* the split channels: the input gradient's input channels, the others' output channels */
     const int data = kind == ET_DNNL_DATA, P = data ? C : O;
-    const int piece = kind == ET_DNNL_WEIGHTS ? ET_DNNL_GW_PIECE : ET_DNNL_PIECE, G = P % piece ? P : piece;
+    const int piece = kind == ET_DNNL_WEIGHTS ? (et_dnnl.tuned ? et_dnnl.gw_piece : ET_DNNL_GW_PIECE)
+                                              : (et_dnnl.tuned ? et_dnnl.piece : ET_DNNL_PIECE);
+    const int G = P % piece ? P : piece;
     /* the groups of images (the weight gradient's sums span the batch: one), and a group's images */
     const int groups = kind == ET_DNNL_WEIGHTS ? 1 : et_dnnl_groups(N, P / G), n = N / groups;
     const int key[ET_DNNL_KEY] = {kind, n, data ? G : C, H, Wd, data ? O : G, HO, WO, KH, KW,
