@@ -23,7 +23,10 @@ from tests.backends.c.float_agreement import gradient_mismatches
 RTOL = 1e-5
 #: quicker builds (the numerics do not depend on -O3)
 PORTABLE = tuple(f for f in DEFAULT_CFLAGS if f != "-O3" and f not in blas.compile_flags()) + ("-O1",)
-FAST = PORTABLE + blas.compile_flags()  # the BLAS (also blas.default_flags(), unless EDGETRAIN_BLAS=0)
+#: the BLAS (also blas.default_flags(), unless EDGETRAIN_BLAS=0), in DEFAULT_CFLAGS' order with -O1 last: the
+#: flags' text keys the cached kernel library (kernel_lib.py), and test_regressions', test_matrix's and
+#: test_float's quick flags (DEFAULT_CFLAGS less -O3, then -O1) are this text, so they share one build
+FAST = PORTABLE[:-1] + blas.compile_flags() + ("-O1",)
 needs_blas = pytest.mark.skipif(blas.host_blas() is None, reason="no BLAS installed (pip install scipy-openblas32)")
 
 

@@ -177,10 +177,12 @@ INT8_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module", params=PAPER)
+@pytest.fixture(scope="module", params=[PAPER[0], pytest.param(PAPER[1], marks=pytest.mark.slow)])
 def int8_paper_run(request):
     """The paper's int8 model at batch 1 and 4 on the C backend, run in a subprocess under
-    MALLOC_ENV: its comparison with the reference, or the process's failure."""
+    MALLOC_ENV: its comparison with the reference, or the process's failure. One model in the quick
+    set (the subprocess compiles four programs, about a minute on a fresh build cache), the other
+    in the slow one (`pytest -m slow`; CI runs both)."""
     d = tiny_training_dir()
     name = request.param
     if not (d / f"{name}.pkl").is_file():
