@@ -6,7 +6,8 @@ every weight gradient fused with its update (et_float_fused.h).
 test_dnnl.py checks hand-picked networks; here hypothesis draws the convolution, so the right and
 bottom paddings oneDNN is given, the pieces' slices and a fused piece's rows meet shapes nobody
 picked. Gradients, two steps and the state after them agree with the reference runtime, and the
-threaded library gives the same bits on one thread and on two. Slow (a C build per example): run with
+threaded library gives the same bits on one thread and on two (the settings, as test_dnnl.py's, set at run time:
+et_dnnl_tune). Slow (a C build per example): run with
 `pytest -m slow`; HYPOTHESIS_PROFILE=explore draws new examples."""
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from torch import nn
 import edgetrain as et
 from edgetrain.backends.c import blas
 from edgetrain.backends.c.host import to_c_program
-from tests.backends.c.test_blas import _agrees
-from tests.backends.c.test_dnnl import ALL, SPLIT, fuse_every_update, threaded
+from tests.backends.c.test_blas import FAST, _agrees
+from tests.backends.c.test_dnnl import ALL, SPLIT, THREADED, fuse_every_update, threaded, tune
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(blas.dnnl() is None or blas.library_blas() is None,
@@ -78,7 +79,7 @@ def _drawn(monkeypatch, geometry, fused: bool):
 def test_drawn_convolutions_on_onednn_match_the_reference(monkeypatch, geometry, split, fused):
     conv = geometry[1]
     with _drawn(monkeypatch, geometry, fused) as (make, x, y):
-        ref, c = make(), to_c_program(make(), SPLIT if split else ALL)
+        ref, c = make(), tune(to_c_program(make(), FAST), *(SPLIT if split else ALL))
         assert fused == any(n.op == "conv2d_grad_weight_update" for n in c.compiled.train_graph.nodes)
         _agrees(ref, c, x, y, steps=2)
         # the drawn convolution's forward and weight gradient at least (its input gradient too where it
@@ -92,12 +93,11 @@ def test_drawn_convolutions_on_onednn_match_the_reference(monkeypatch, geometry,
 @given(geometry=geometries(), piece=st.sampled_from([4, 32]), fused=st.booleans())
 def test_drawn_convolutions_are_the_same_on_one_thread_and_two(monkeypatch, geometry, piece, fused):
     with _drawn(monkeypatch, geometry, fused) as (make, x, y):
-        flags = threaded(piece)
         runs = []
         for threads in (1, 2):
-            c = to_c_program(make(), flags, threads=threads)
+            c = tune(to_c_program(make(), THREADED, threads=threads), *threaded(piece))
             runs.append(([c.step(x, y) for _ in range(2)], {k: np.array(v) for k, v in c.state.items()}))
         assert runs[0][0] == runs[1][0]
         for k, v in runs[0][1].items():
             np.testing.assert_array_equal(v, runs[1][1][k], err_msg=k)
-        _agrees(make(), to_c_program(make(), flags, threads=2), x, y, steps=1)
+        _agrees(make(), tune(to_c_program(make(), THREADED, threads=2), *threaded(piece)), x, y, steps=1)
