@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import edgetrain as et
+from edgetrain.backends.c.graph_lib import FAST_CFLAGS
 from edgetrain.backends.c.host import DEFAULT_CFLAGS, to_c_program
 from tests.backends.c.float_agreement import relative_error
 from tests.backends.c.kinks import feeds_copy, flipped_runs
@@ -25,7 +26,7 @@ from tests.models import tiny_training_file as ttf
 
 #: a quick build for the quick set and the small runs; the slow product's real-size runs build
 #: with the flags users get (DEFAULT_CFLAGS, -O3: where a compiler's vectoriser shows itself)
-FLAGS = tuple(f for f in DEFAULT_CFLAGS if f != "-O3") + ("-O1",)
+FLAGS = FAST_CFLAGS
 RTOL = 1e-5
 #: predict of an int8 program with float layers: a float32 op feeding a quantize rounds to the
 #: nearer int8 level, and C float32 and numpy float32 (whose SIMD math differs from one CPU to

@@ -17,16 +17,17 @@ from torch import nn
 
 import edgetrain as et
 from edgetrain.backends.c import blas
+from edgetrain.backends.c.graph_lib import FAST_CFLAGS
 from edgetrain.backends.c.host import DEFAULT_CFLAGS, PROJECT_CFLAGS, SANITIZE_CFLAGS, to_c_program
 from tests.backends.c.float_agreement import gradient_mismatches
 
 RTOL = 1e-5
 #: quicker builds (the numerics do not depend on -O3)
 PORTABLE = tuple(f for f in DEFAULT_CFLAGS if f != "-O3" and f not in blas.compile_flags()) + ("-O1",)
-#: the BLAS (also blas.default_flags(), unless EDGETRAIN_BLAS=0), in DEFAULT_CFLAGS' order with -O1 last: the
-#: flags' text keys the cached kernel library (kernel_lib.py), and test_regressions', test_matrix's and
-#: test_float's quick flags (DEFAULT_CFLAGS less -O3, then -O1) are this text, so they share one build
-FAST = PORTABLE[:-1] + blas.compile_flags() + ("-O1",)
+#: the BLAS (also blas.default_flags(), unless EDGETRAIN_BLAS=0): graph_lib's quick flags, DEFAULT_CFLAGS less
+#: -O3, then -O1, which test_regressions, test_matrix and test_float build with too (the flags' text keys the
+#: cached kernel library, kernel_lib.py: one build for all of them)
+FAST = FAST_CFLAGS
 needs_blas = pytest.mark.skipif(blas.host_blas() is None, reason="no BLAS installed (pip install scipy-openblas32)")
 
 

@@ -11,12 +11,12 @@ from torch import nn
 import edgetrain as et
 from edgetrain.backends.c import CBackendError
 from edgetrain.backends.c.emit import emit_sources
-from edgetrain.backends.c.host import DEFAULT_CFLAGS, to_c_program
+# a quicker build (the kernels' numerics do not depend on it; test_host.py builds with the defaults)
+from edgetrain.backends.c.graph_lib import FAST_CFLAGS
+from edgetrain.backends.c.host import to_c_program
 from edgetrain.backends.c.kernels import KERNELS
 
 RTOL = 1e-5
-#: a quicker build (the kernels' numerics do not depend on it; test_host.py builds with the defaults)
-FAST_CFLAGS = tuple(f for f in DEFAULT_CFLAGS if f != "-O3") + ("-O1",)
 
 
 def close(ours, ref, rtol=RTOL) -> float:

@@ -26,6 +26,8 @@ import torch
 from torch import nn
 
 import edgetrain as et
+# FAST_CFLAGS: a quicker build (DEFAULT_CFLAGS at -O1)
+from edgetrain.backends.c.graph_lib import FAST_CFLAGS
 from edgetrain.backends.c.host import DEFAULT_CFLAGS, to_c_program
 from edgetrain.data.assets import default_assets_dir
 
@@ -41,8 +43,6 @@ OPT = et.SGD(lr=1e-4, momentum=0.9)
 #: with ~165, and blocks of 64 KB or more are unmapped when freed
 MALLOC_ENV = {"MALLOC_PERTURB_": "165", "MALLOC_MMAP_THRESHOLD_": "65536"}
 PAPER = ("mcunet-5fps", "proxyless-w0.3")
-#: a quicker build (as test_float.py's)
-FAST_CFLAGS = tuple(f for f in DEFAULT_CFLAGS if f != "-O3") + ("-O1",)
 
 
 def close(ours, ref, what, rtol=RTOL) -> float:
