@@ -142,8 +142,7 @@ typedef struct {
     dnnl_engine_t engine;
     int failed; /* the engine could not be made: every convolution takes the GEMM path */
     int n;
-    /* 1: the settings below replace ET_DNNL_MIN_MACS, ET_DNNL_PIECE, ET_DNNL_GW_PIECE and ET_DNNL_GW_BLOCKS
-     * (et_dnnl_tune); 0: the macros hold */
+    /* 1: the settings below are set (by et_dnnl_tune, or from the macros at the first convolution) */
     int tuned;
     double min_macs;
     int piece, gw_piece, gw_blocks;
@@ -154,8 +153,8 @@ __attribute__((weak, visibility("hidden"))) et_dnnl_table et_dnnl;
 /* Sets this loaded library's smallest convolution on oneDNN, its pieces' channels, its weight gradients'
  * pieces' channels and whether those go to the fused update in oneDNN's blocks, in place of the macros
  * (a negative value keeps the macro's; a weight gradient's piece then follows the piece as ET_DNNL_GW_PIECE
- * does): one build then runs every setting, as the tests do through ctypes. Only before the first
- * convolution (the primitives are made for the pieces): returns 0, changing nothing, after it. */
+ * does): one build then runs every setting, as the tests do through ctypes. Only before the first primitive
+ * is made (they are made for the pieces): returns 0, changing nothing, after it. */
 __attribute__((weak)) int et_dnnl_tune(double min_macs, int piece, int gw_piece, int gw_blocks) {
     if (et_dnnl.n) return 0;
     et_dnnl.min_macs = min_macs >= 0 ? min_macs : ET_DNNL_MIN_MACS;
@@ -216,8 +215,7 @@ static int et_dnnl_operand(et_dnnl_entry *e, int i, int arg, const_dnnl_memory_d
 /* b where a weight gradient of dims wei (O, C, KH, KW) laid out as `got` is ABcd<b>b<b>a without padding
  * (b = 16 or 8, O and C multiples of it): the layouts et_float_fused.h's update reads; else 0 */
 static int et_dnnl_gw_block(const_dnnl_memory_desc_t got, const dnnl_dims_t wei) {
-    const int blocks = et_dnnl.tuned ? et_dnnl.gw_blocks : ET_DNNL_GW_BLOCKS;
-    for (int b = 16; blocks && b >= 8; b /= 2) {
+    for (int b = 16; et_dnnl.gw_blocks && b >= 8; b /= 2) {
         dnnl_memory_desc_t t = 0;
         const int same = wei[0] % b == 0 && wei[1] % b == 0 &&
                          dnnl_memory_desc_create_with_tag(&t, 4, wei, dnnl_f32,
@@ -449,13 +447,11 @@ static int et_dnnl_conv_post(int kind, const float *a, const float *b, float *ou
                              int H, int Wd, int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW,
                              int DH, int DW, et_dnnl_post_fn post, const void *ctx) {
     const double macs = (double)N * O * HO * WO * C * KH * KW;
-    if (et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1) || macs < (et_dnnl.tuned ? et_dnnl.min_macs : ET_DNNL_MIN_MACS))
-        return 0;
+    if (!et_dnnl.tuned) et_dnnl_tune(-1, -1, -1, -1); /* the macros' settings */
+    if (et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1) || macs < et_dnnl.min_macs) return 0;
     /* the split channels: the input gradient's input channels, the others' output channels */
     const int data = kind == ET_DNNL_DATA, P = data ? C : O;
-    const int piece = kind == ET_DNNL_WEIGHTS ? (et_dnnl.tuned ? et_dnnl.gw_piece : ET_DNNL_GW_PIECE)
-                                              : (et_dnnl.tuned ? et_dnnl.piece : ET_DNNL_PIECE);
-    const int G = P % piece ? P : piece;
+    const int piece = kind == ET_DNNL_WEIGHTS ? et_dnnl.gw_piece : et_dnnl.piece, G = P % piece ? P : piece;
     /* the groups of images (the weight gradient's sums span the batch: one), and a group's images */
     const int groups = kind == ET_DNNL_WEIGHTS ? 1 : et_dnnl_groups(N, P / G), n = N / groups;
     const int key[ET_DNNL_KEY] = {kind, n, data ? G : C, H, Wd, data ? O : G, HO, WO, KH, KW,
