@@ -148,9 +148,9 @@ INT8_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np, torch
     import edgetrain as et
-    from edgetrain.backends.c.host import DEFAULT_CFLAGS, to_c_program
+    from edgetrain.backends.c.graph_lib import FAST_CFLAGS as FAST
+    from edgetrain.backends.c.host import to_c_program
     # int8 kernels are exact integer / ordered float code: any optimisation level is bit-exact
-    FAST = tuple(f for f in DEFAULT_CFLAGS if f != "-O3") + ("-O1",)
     folder, name, s = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     scheme = et.Sparse(bias_last=s["bias_last"], weights={int(k): v for k, v in s["weights"].items() if v})
     model = et.models.from_tiny_training(f"{folder}/{name}.pkl", num_classes=10)
