@@ -3,7 +3,7 @@
     PYTHONPATH=src python bench/step_speed.py [--model mbv2-w0.35] [--size 128] [--batch 1,8]
         [--schemes full,last8] [--repeats 30] [--no-int8] [--torch-compile] [--no-fma]
         [--kernels blas|portable|both] [--threads 1] [--build auto|serial|threaded|both]
-        [--ort-python PATH] [--no-ort] [--cflags="-DNAME=VALUE ..."] [--json-only]
+        [--ort-python PATH] [--no-ort] [--cflags="-DNAME=VALUE ..."] [--profile] [--json-only]
 
 For each scheme (Full, LastK(8)) on `et.models.get(model, num_classes=10)` (float32, SGD
 lr 0.01 momentum 0.9): the median wall time of one training step of
@@ -43,6 +43,13 @@ dense-layer FLOPs of the step (2 x MACs of conv2d*, linear*, matmul nodes), thei
 raw C step and in PyTorch, and this core's single-thread sgemm peak (bench/sgemm_peak.py, same
 BLAS; the first JSON line names its kernels, `sgemm_kernels`). Prints JSON lines and a markdown table.
 
+--profile: for each float row, one more build of the same program with host.PROFILE_FLAG, run for the same
+warm-up and repeats after the timed ones (raw steps, not interleaved), whose library clocks every node of the
+training graph (CRunner.node_seconds): the row's `profile_ms` gives the milliseconds per step of each kind of
+node, the convolutions by kind (dense kxk, pointwise 1x1, depthwise, grouped) and pass (forward, input
+gradient, weight gradient, the weight gradient fused with its update), and `profile_step_ms` the wall time of
+those steps; a table per row follows the main one. The clocks add two clock_gettime calls per node.
+
 ONNX Runtime training side by side (`ort`, float rows): bench/ort_step.py, run in a subprocess by
 the python of a venv holding onnx 1.17.0 and onnxruntime-training 1.19.2 (--ort-python, default
 DEFAULT_ORT_VENV/bin/python under edgetrain's cache directory), on the same model, weights and
@@ -75,7 +82,7 @@ import torch
 import edgetrain as et
 from edgetrain.backends.c.blas import compile_flags as blas_flags, describe as blas_describe
 from edgetrain.backends.c.cache import cache_root
-from edgetrain.backends.c.host import DEFAULT_CFLAGS, to_c_program
+from edgetrain.backends.c.host import DEFAULT_CFLAGS, PROFILE_FLAG, to_c_program
 from edgetrain.ops import get_op
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -147,12 +154,12 @@ def threaded(args) -> bool:
     return args.build in ("threaded", "both") or (args.build == "auto" and args.threads > 1)
 
 
-def c_program(args, compiled, portable: bool = False, serial: bool = False):
+def c_program(args, compiled, portable: bool = False, serial: bool = False, extra: tuple = ()):
     """The C program of `compiled`: the threaded library on --threads threads (threaded(args), not `serial`),
-    else the serial default library (its BLAS on EDGETRAIN_BLAS_THREADS threads)."""
+    else the serial default library (its BLAS on EDGETRAIN_BLAS_THREADS threads); `extra`: more flags."""
     if threaded(args) and not serial:
-        return to_c_program(compiled, cflags(args, portable) + ("-fopenmp",), threads=args.threads)
-    return to_c_program(compiled, cflags(args, portable))
+        return to_c_program(compiled, cflags(args, portable) + ("-fopenmp",) + extra, threads=args.threads)
+    return to_c_program(compiled, cflags(args, portable) + extra)
 
 
 def gemm_flops(prog) -> int:
@@ -165,6 +172,54 @@ def gemm_flops(prog) -> int:
         elif n.op in FUSED_GRAD_OPS:
             macs += get_op(n.op).cost(n).macs - 2 * n.inputs[2].type.numel
     return 2 * macs
+
+
+#: the convolution passes of the training graph, as --profile names them
+CONV_PASSES = {"conv2d": "forward", "conv2d_grad_input": "input gradient", "conv2d_grad_weight": "weight gradient",
+               "conv2d_grad_weight_update": "weight gradient + update"}
+
+
+def node_kind(node) -> str:
+    """--profile's name for `node`: a convolution by its kind and pass ("depthwise conv, forward"), else its op."""
+    if node.op not in CONV_PASSES:
+        return node.op
+    a = node.attrs
+    fused = node.op.endswith("_update")
+    ws = a.get("gw_weight_shape" if fused else "weight_shape") or node.inputs[2 if fused else 1].type.shape
+    groups = int(a.get("gw_groups" if fused else "groups", 1))
+    o, cg, kh, kw = ws
+    kind = ("depthwise" if cg == 1 and groups == o else "grouped") if groups > 1 else \
+        ("pointwise" if kh == kw == 1 else "dense")
+    return f"{kind} conv, {CONV_PASSES[node.op]}"
+
+
+def profile_row(args, compiled, xin, yin) -> dict:
+    """--profile: milliseconds per raw step of each node_kind in a build with PROFILE_FLAG, and the steps' wall time."""
+    prog = c_program(args, compiled, portable=args.kernels == "portable", extra=(PROFILE_FLAG,))
+    for _ in range(args.warmup):
+        prog.runner.raw_step(xin, yin)
+    before = prog.runner.node_seconds("train")
+    t = time.perf_counter()
+    for _ in range(args.repeats):
+        prog.runner.raw_step(xin, yin)
+    wall = (time.perf_counter() - t) / args.repeats
+    per = (prog.runner.node_seconds("train") - before) / args.repeats
+    kinds: dict = {}
+    for node, sec in zip(prog.runner.c_layout.graphs["train"].graph.nodes, per):
+        kinds[node_kind(node)] = kinds.get(node_kind(node), 0.0) + float(sec)
+    ms = {k: round(v * 1e3, 3) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])}
+    return {"profile_step_ms": round(wall * 1e3, 3), "profile_ms": ms}
+
+
+def profile_table(row) -> str:
+    """A row's --profile figures as markdown: each kind's milliseconds per step and share of the step."""
+    step = row["profile_step_ms"]
+    lines = [f"{row['model']} {row['size']}x{row['size']} b{row['batch']} {row['scheme']}: {step:.2f} ms per "
+             f"profiled step", "", "| nodes | ms per step | share |", "|---|---:|---:|"]
+    lines += [f"| {k} | {v:.3f} | {100 * v / step:.1f} % |" for k, v in row["profile_ms"].items() if v >= 0.0005]
+    rest = step - sum(row["profile_ms"].values())
+    lines.append(f"| outside the nodes (the call, the loss's return) | {rest:.3f} | {100 * rest / step:.1f} % |")
+    return "\n".join(lines)
 
 
 def bench_float(args, name, scheme_key, batch, out):
@@ -232,6 +287,9 @@ def bench_float(args, name, scheme_key, batch, out):
     row["speedup_vs_torch"] = round(row.get("torch_cpu_ms", row["torch_ms"]) / row.get("c_cpu_ms", row["c_ms"]), 2)
     if "torch_compile_ms" in row:
         row["speedup_vs_torch_compile"] = round(row["torch_compile_ms"] / row["c_ms"], 2)
+    if args.profile:  # after the timed runs, so that its build and steps do not disturb them
+        row.update(profile_row(args, et.compile(model, (x,), update=SCHEMES[scheme_key],
+                                                  optimizer=et.SGD(lr=lr, momentum=mom)), xin, yin))
     out.append(row)
     print(json.dumps(row), flush=True)
 
@@ -366,6 +424,8 @@ def main(argv=None):
     ap.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime training out")
     ap.add_argument("--cflags", default="", help="more compiler flags for the C libraries, space-separated (an "
                     "experiment's macros, e.g. --cflags=-DET_DNNL_PIECE=16; every build of the run gets them)")
+    ap.add_argument("--profile", action="store_true", help="per float row, the milliseconds per step of each kind "
+                    "of node, from one more build that clocks every node (host.PROFILE_FLAG)")
     ap.add_argument("--json-only", action="store_true")
     args = ap.parse_args(argv)
     args.ort_exe = None if args.no_ort else ort_python(args)
@@ -386,6 +446,10 @@ def main(argv=None):
     if not args.json_only:
         print()
         print(table(rows, peak))
+        for r in rows:
+            if "profile_ms" in r:
+                print()
+                print(profile_table(r))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from ...runtime.runner import RunnerBase, as_array
 from .blas import default_flags as blas_default_flags, describe as blas_describe, link_flags as blas_link_flags
 from .cache import cache_path, publish_build
 from .kernel_lib import front_source, kernels_object
-from .layout import CBackendError, Layout, build_layout
+from .layout import GRAPHS, CBackendError, Layout, build_layout
 from .step_guard import double_buffered, with_guard
 from .toolchain import announced_build, host_compiler, run_tool
 
@@ -49,6 +49,9 @@ DEFAULT_CFLAGS = DEFAULT_CFLAGS + blas_default_flags()
 #: busy shared machine spinning made 2 threads several times slower than 1, on a quiet one passive waking cost
 #: more than the second thread gained (bench/step_speed.py's docstring)
 OPENMP_CFLAGS = DEFAULT_CFLAGS + ("-fopenmp",)
+#: a host library built with this flag too times every node of every graph it runs (emit_graphs.PROFILE's clock
+#: brackets), which CRunner.node_seconds reads: bench/step_speed.py --profile's per-op table
+PROFILE_FLAG = "-DET_PROFILE"
 #: the sanitizer build of the tests
 SANITIZE_CFLAGS = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                    "-fno-omit-frame-pointer", "-ffp-contract=off", "-fno-math-errno", "-fopenmp-simd", "-DET_OMP_SIMD",
@@ -270,6 +273,19 @@ class CRunner(RunnerBase):
         if lib.et_page_open(os.fsencode(self.compiled.page_store.path)) != 0:
             raise CBackendError(f"cannot open the page file {self.compiled.page_store.path}")
         weakref.finalize(self, lib.et_page_close)
+
+    def node_seconds(self, graph: str = "train") -> np.ndarray:
+        """Seconds spent in each node of `graph` ("train", "forward" or "grad"; float64, in the order of
+        `self.c_layout.graphs[graph].graph.nodes`), summed over every call of the library since it was loaded.
+        Only a library built with PROFILE_FLAG keeps these clocks."""
+        if graph not in self.c_layout.graphs:
+            raise CBackendError(f"graph={graph!r}: this program has {sorted(self.c_layout.graphs)}")
+        if PROFILE_FLAG not in self.flags:
+            raise CBackendError(f"node_seconds: this C library was built without {PROFILE_FLAG} (flags=...)")
+        fn = self._lib.et_profile
+        fn.restype, fn.argtypes = ctypes.POINTER(ctypes.c_double), [ctypes.c_int]
+        n = len(self.c_layout.graphs[graph].graph.nodes)
+        return np.ctypeslib.as_array(fn(GRAPHS.index(graph)), shape=(n,)).copy() if n else np.zeros(0)
 
     def paged_bytes(self) -> tuple[int, int]:
         """(bytes read from, bytes written to) the page file by the library so far."""
