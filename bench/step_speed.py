@@ -206,7 +206,8 @@ def profile_row(args, compiled, xin, yin) -> dict:
     per = (prog.runner.node_seconds("train") - before) / args.repeats
     kinds: dict = {}
     for node, sec in zip(prog.runner.c_layout.graphs["train"].graph.nodes, per):
-        kinds[node_kind(node)] = kinds.get(node_kind(node), 0.0) + float(sec)
+        kind = node_kind(node)
+        kinds[kind] = kinds.get(kind, 0.0) + float(sec)
     ms = {k: round(v * 1e3, 3) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])}
     return {"profile_step_ms": round(wall * 1e3, 3), "profile_ms": ms}
 
