@@ -2,7 +2,7 @@
 instructions per training step under QEMU, beside the paper's figures.
 
     PYTHONPATH=src python bench/mcu_size.py [--models mbv2-w0.35 ...] [--scheme 49kb]
-        [--target cortex-m7|cortex-m4|rv32imafc|rv32imc] [--steps 2] [--no-run] [--no-icount] [--breakdown [N]] [--check-host] [--out DIR]
+        [--target cortex-m7|cortex-m4|rv32imafc|rv32imc] [--steps 2] [--no-run] [--no-icount] [--breakdown [N]] [--code [N]] [--check-host] [--out DIR]
         [--backward float|integer]
 
 For each model: `from_tiny_training(..., num_classes=10)` at 128x128, compiled with
@@ -19,7 +19,10 @@ model: the cycles are estimated from the classes with the target's cost table
 (edgetrain.backends.c.cycles: the Arm TRMs' cycles per class, or CORE-V CV32E40P / CV32E40X's
 for RISC-V; zero-wait-state memory, no dual issue; its docstring says what else it leaves out),
 and the time per step is cycles / 216e6 s. --breakdown N prints the N functions (kernels)
-with the most estimated cycles in the first step, with their counts by class.
+with the most estimated cycles in the first step, with their counts by class. --code N prints
+model.o's N largest functions (firmware_flash.model_functions: the model code by function) with
+their estimated cycles in the first step, and how much of the model code ran under 1 % of the
+step's cycles or not at all: where smaller code would cost the step least.
 
 --check-host also builds the host C program (`emit_c(target="host")`) and checks that its loss
 lines equal the firmware's, as text.
@@ -53,7 +56,7 @@ import torch
 import edgetrain as et
 from edgetrain.backends.c import cortexm, cycles
 from edgetrain.backends.c.export import emit_c
-from edgetrain.backends.c.firmware_flash import flash_contents
+from edgetrain.backends.c.firmware_flash import flash_contents, model_functions
 from edgetrain.backends.c.stack_bound import StackBoundError, stack_bound
 from edgetrain.data.assets import require_assets
 from edgetrain.models import from_tiny_training
@@ -134,6 +137,7 @@ def measure(model: str, args, table: dict) -> dict:
     except StackBoundError as err:
         row["stack_chain"] = f"no static bound: {err}"
     row.update(flash_ratios(flash_contents(d, size.flash), prog.memory.flash_bytes))
+    row["model_code_functions"] = [{"function": f, "bytes": b} for f, b in model_functions(d).items()]
     if args.check_host and run is not None:
         host = host_lines(prog, data, Path(args.out) / f"{model}-host")
         row["host_lines_equal"] = host == list(run.step_lines)
@@ -195,6 +199,8 @@ def show(r: dict) -> None:
               + f"; words moved by multiple loads/stores {r['words_first_step'] / 1e6:.1f} M")
     if "functions_first_step" in r and r.get("breakdown"):
         show_breakdown(r["functions_first_step"][:r["breakdown"]], sum(r["cycles_per_step"][:1]))
+    if r.get("code"):
+        show_code(code_rows(r), r["code"], sum(r["cycles_per_step"][:1]) if "cycles_per_step" in r else None)
     if "host_lines_equal" in r:
         print(f"  host C losses equal to the firmware's as text: {r['host_lines_equal']}")
 
@@ -211,6 +217,53 @@ def show_breakdown(rows: list[dict], step_cycles: float) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
     for line in [head] + table:
         print("    " + "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(line, widths))))
+
+
+def code_rows(r: dict) -> list[dict]:
+    """Row r's model code by function, largest first, each with its estimated cycles in the first step
+    (0: it did not run; None: the firmware did not run under the cycle count)."""
+    ran = r.get("functions_first_step")
+    cyc = {f["function"]: f["cycles"] for f in ran} if ran is not None else None
+    return [{**f, "cycles": None if cyc is None else cyc.get(f["function"], 0)} for f in r["model_code_functions"]]
+
+
+#: a function below this share of the step's cycles counts as cold in show_code's summary
+COLD_SHARE = 0.01
+
+
+def code_summary(rows: list[dict], step_cycles: float) -> dict:
+    """The model code's bytes in all, in functions that ran under COLD_SHARE of the step's cycles
+    (those that did not run included), and in functions that did not run; with their counts."""
+    cold = [f for f in rows if f["cycles"] < COLD_SHARE * step_cycles]
+    idle = [f for f in rows if f["cycles"] == 0]
+    return {"bytes": sum(f["bytes"] for f in rows), "functions": len(rows),
+            "cold_bytes": sum(f["bytes"] for f in cold), "cold_functions": len(cold),
+            "idle_bytes": sum(f["bytes"] for f in idle), "idle_functions": len(idle)}
+
+
+def show_code(rows: list[dict], top: int, step_cycles: float | None) -> None:
+    """The `top` largest functions of the model code with their share of it and of the step's cycles."""
+    total = sum(f["bytes"] for f in rows)
+    print(f"  model code by function ({total / KB:.1f} KB in {len(rows)} functions), the {min(top, len(rows))} largest:")
+    head = ["function", "bytes", "% code", "cycles M", "% step"]
+    table = []
+    for f in rows[:top]:
+        timed = step_cycles is not None
+        table.append([f["function"][:40], str(f["bytes"]), f"{100 * f['bytes'] / total:.1f}",
+                      f"{f['cycles'] / 1e6:.2f}" if timed else "-",
+                      f"{100 * f['cycles'] / step_cycles:.1f}" if timed else "-"])
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
+    for line in [head] + table:
+        print("    " + "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(line, widths))))
+    if step_cycles is not None:
+        s = code_summary(rows, step_cycles)
+        print(f"  under {100 * COLD_SHARE:.0f} % of the step's cycles: {s['cold_bytes'] / KB:.1f} KB of the model code "
+              f"({_functions(s['cold_functions'])}); not run in the step: {s['idle_bytes'] / KB:.1f} KB "
+              f"({_functions(s['idle_functions'])})")
+
+
+def _functions(n: int) -> str:
+    return f"{n} function" + ("" if n == 1 else "s")
 
 
 def flash_table(rows: list[dict]) -> None:
@@ -241,6 +294,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-icount", action="store_true")
     ap.add_argument("--breakdown", type=int, nargs="?", const=10, default=0, metavar="N",
                     help="print the N functions with the most estimated cycles (default 10)")
+    ap.add_argument("--code", type=int, nargs="?", const=20, default=0, metavar="N",
+                    help="print the model code's N largest functions with their cycles (default 20)")
     ap.add_argument("--check-host", action="store_true")
     ap.add_argument("--out", default="/tmp/edgetrain-mcu")
     ap.add_argument("--json", help="also write the rows here")
@@ -252,7 +307,7 @@ def main(argv=None) -> int:
     rows = []
     for m in args.models:
         r = measure(m, args, table)
-        r["breakdown"] = args.breakdown
+        r["breakdown"], r["code"] = args.breakdown, args.code
         show(r)
         sys.stdout.flush()
         rows.append(r)

@@ -68,3 +68,36 @@ def test_requantization_arrays_are_counted_apart(tmp_path):
     mem, (xs, ys) = prog.memory, program_samples(prog, data)
     weights = mem.flash_bytes + mem.trainable_bytes - mem.optimizer_bytes
     assert fc.constants > 0 and fc.program == size.flash - weights - sum(x.size + y.size for x, y in zip(xs, ys))
+
+
+def test_model_code_by_function_adds_up_to_the_model_code(tmp_path):
+    """model_functions: model.o's functions in the linked firmware, largest first, whose bytes add up to
+    flash_contents' model_code; none of startup's, board's, main's or the C library's among them."""
+    import subprocess
+
+    import torch
+    import torch.nn as nn
+
+    import edgetrain as et
+    from edgetrain.backends.c.cortexm_target import BUILD_DIR, elf_toolchain
+    from edgetrain.backends.c.firmware_flash import model_functions
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 1), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+    shape = (1, 3, 8, 8)
+    prog = et.compile(model, (torch.zeros(shape),), quantize="int8", optimizer=et.SGD(lr=0.05))
+    data = [(np.random.default_rng(0).standard_normal(shape).astype(np.float32), np.array([1]))]
+    d = cortexm.emit_firmware(prog, tmp_path / "fw", "cortex-m7", data)
+    size = cortexm.firmware_size(cortexm.build(d))
+    funcs = model_functions(d)
+    assert sum(funcs.values()) == flash_contents(d, size.flash).model_code
+    assert list(funcs.values()) == sorted(funcs.values(), reverse=True) and min(funcs.values()) > 0
+    assert "et_train_step" in funcs and any(f.startswith("et_qconv") for f in funcs)  # the step, an int8 kernel
+    assert not {"main", "Reset_Handler", "memcpy"} & set(funcs)
+    # each a function that model.o defines (`T`/`t` in its symbol table)
+    nm = elf_toolchain(d / "firmware.elf").tool("nm")
+    defined = {line.split()[-1] for line in subprocess.run([nm, str(d / BUILD_DIR / "model.o")], capture_output=True,
+                                                          text=True, check=True).stdout.splitlines()
+               if len(line.split()) == 3 and line.split()[1] in "tT"}
+    assert set(funcs) <= defined

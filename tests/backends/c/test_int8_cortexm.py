@@ -367,18 +367,24 @@ def test_dsp_qconv_kernels_equal_the_reference(tmp_path, target):
     _assert_cases(cortexm.run_qemu(d, target), want)
 
 
-@pytest.mark.parametrize("kernels, built, left_out", [
+@pytest.mark.parametrize("head, built, left_out", [
     # ET_DW_K3: mbv2-w0.35's; the 5x5 and 7x7 cases general
-    (1, [b"et_dw3_plane_s1", b"et_dw3_plane_s2"], [b"et_dw5_plane_s1", b"et_dw7_plane_s2"]),
+    ("#define ET_DW_KERNELS 1", [b"et_dw3_plane_s1", b"et_dw3_plane_s2"], [b"et_dw5_plane_s1", b"et_dw7_plane_s2"]),
     # ET_DW_K5 | ET_DW_K7: the 3x3 cases general
-    (6, [b"et_dw5_plane_s1", b"et_dw7_plane_s2"], [b"et_dw3_plane_s1", b"et_dw3_plane_s2"]),
+    ("#define ET_DW_KERNELS 6", [b"et_dw5_plane_s1", b"et_dw7_plane_s2"], [b"et_dw3_plane_s1", b"et_dw3_plane_s2"]),
+    # ET_DW_PLANES: 3x3 at stride 1 and 5x5 at stride 2 (proxyless-w0.3 has no 3x3 at stride 2, mcunet-5fps
+    # no 5x5 at stride 2); the other cases' planes take the rows
+    ("#define ET_DW_PLANES (ET_DW_P3S1 | ET_DW_P5S2)", [b"et_dw3_plane_s1", b"et_dw5_plane_s2"],
+     [b"et_dw3_plane_s2", b"et_dw5_plane_s1", b"et_dw7_plane_s1", b"et_dw7_plane_s2"]),
+    # ET_GEMM_WINDOWS_WIDE 0: the dense cases other than the 3x3 over 3 channels in quads take the general path
+    ("#define ET_GEMM_WINDOWS_WIDE 0", [b"et_gemm_windows_quads"], [b"et_gemm_windows_wide"]),
 ])
-def test_dsp_qconv_kernels_of_a_program_s_depthwise_shapes(tmp_path, kernels, built, left_out):
-    """model.c's ET_DW_KERNELS (backends/c/kernel_select.py) leaves the other shapes' depthwise paths
-    out of the build; a layer of another shape takes the general convolution, with the same bytes."""
+def test_dsp_qconv_kernels_of_a_program_s_depthwise_shapes(tmp_path, head, built, left_out):
+    """model.c's ET_DW_KERNELS, ET_DW_PLANES and ET_GEMM_WINDOWS_WIDE (backends/c/kernel_select.py) leave the
+    paths of other shapes out of the build; a layer of another shape takes a general path, with the same bytes."""
     if cortexm.missing_tools("cortex-m7"):
         pytest.skip(f"missing {', '.join(cortexm.missing_tools('cortex-m7'))}")
-    want = _firmware_cases(tmp_path, f"#define ET_DW_KERNELS {kernels}\n")
+    want = _firmware_cases(tmp_path, head + "\n")
     cortexm.write_project(tmp_path, "cortex-m7", (np.zeros((1, 1, 2), np.float32), np.zeros((1, 1), np.float32)))
     symbols = cortexm_disassembly(cortexm.build(tmp_path))
     assert all(b"<" + name + b">:" in symbols for name in built)

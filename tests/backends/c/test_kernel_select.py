@@ -1,5 +1,6 @@
-"""backends/c/kernel_select.py: model.c names the shapes of its int8 depthwise layers, and the
-Cortex-M DSP build compiles the depthwise paths of those shapes only (runtime/et_int8_dw.h)."""
+"""backends/c/kernel_select.py: model.c names the shapes of its int8 depthwise layers (and their strides),
+and whether a dense convolution may take et_gemm_windows_wide; the Cortex-M DSP build compiles the paths of
+those only (runtime/et_int8_dw.h, et_int8_gemm.h)."""
 from __future__ import annotations
 
 import re
@@ -15,6 +16,7 @@ from edgetrain.backends.c.emit import emit_sources
 from edgetrain.backends.c.kernels.int8_params import conv_params
 
 DW_HEADER = Path(kernel_select.__file__).parent / "runtime" / "et_int8_dw.h"
+DSP_HEADER = DW_HEADER.with_name("et_int8_dsp.h")
 
 
 def test_the_bits_are_the_headers():
@@ -22,13 +24,20 @@ def test_the_bits_are_the_headers():
     for name, bit in (("K3", kernel_select.DW_K3), ("K5", kernel_select.DW_K5), ("K7", kernel_select.DW_K7),
                       ("KOTHER", kernel_select.DW_KOTHER)):
         assert re.search(rf"^#define ET_DW_{name} {bit}\b", text, re.M), name
+    for (k, stride), bit in kernel_select.PLANE_BIT.items():
+        assert re.search(rf"^#define ET_DW_P{k}S{stride} {1 << bit}\b", text, re.M), (k, stride)
+    assert re.search(rf"^#define ET_K_RGB3 {kernel_select.K_RGB3}\b", DSP_HEADER.read_text(), re.M)
 
 
-def _layer(i, cg, kh, kw):
-    """A layer's declarations as the int8 kernels write them: a conv of 8 channels, groups 8 / cg."""
-    a = {"stride": (1, 1), "padding": (kh // 2, kw // 2), "dilation": (1, 1), "groups": 8 // cg,
+def _layer(i, cg, kh, kw, stride=1, c=8, wo=9):
+    """A layer's declarations as the int8 kernels write them: a conv of 8 outputs from c channels, groups c / cg."""
+    a = {"stride": (stride, stride), "padding": (kh // 2, kw // 2), "dilation": (1, 1), "groups": c // cg,
          "mult": [1 << 30] * 8, "shift": [-1] * 8, "x_zero": -128, "y_zero": -128, "qmin": -128, "qmax": 127}
-    return conv_params(None, f"P{i}", (1, 8, 9, 9), (8, cg, kh, kw), (1, 8, 9, 9), a)
+    return conv_params(None, f"P{i}", (1, c, 9, 9), (8, cg, kh, kw), (1, 8, wo, wo), a)
+
+
+def _text(layers):
+    return "\n".join(["{", *("    " + ln for i, layer in enumerate(layers) for ln in _layer(i, *layer)), "}"])
 
 
 @pytest.mark.parametrize("layers, bits", [
@@ -39,8 +48,33 @@ def _layer(i, cg, kh, kw):
     ([(1, 3, 5), (1, 9, 9), (1, 1, 1)], kernel_select.DW_KOTHER),
 ])
 def test_the_depthwise_layers_shapes(layers, bits):
-    text = "\n".join(["{", *("    " + ln for i, layer in enumerate(layers) for ln in _layer(i, *layer)), "}"])
-    assert kernel_select.dw_kernels(text) == bits
+    assert kernel_select.dw_kernels(_text(layers)) == bits
+
+
+P = {ks: 1 << b for ks, b in kernel_select.PLANE_BIT.items()}
+
+
+@pytest.mark.parametrize("layers, bits", [
+    ([], 0),
+    ([(8, 3, 3, 2), (8, 1, 1)], 0),  # a dense 3x3 at stride 2 is no depthwise plane
+    ([(1, 3, 3, 1), (1, 3, 3, 2)], P[3, 1] | P[3, 2]),
+    ([(1, 3, 3, 1), (1, 5, 5, 2), (1, 7, 7, 1)], P[3, 1] | P[5, 2] | P[7, 1]),  # proxyless-w0.3: no 3x3 at stride 2
+    ([(1, 5, 5, 3), (1, 3, 5, 1), (1, 9, 9, 1)], 0),  # stride 3 and other kernels: the rows
+])
+def test_the_depthwise_planes_by_kernel_and_stride(layers, bits):
+    assert kernel_select.dw_planes(_text(layers)) == bits
+
+
+@pytest.mark.parametrize("layers, wide", [
+    ([], 0),
+    ([(1, 3, 3), (8, 1, 1)], 0),  # depthwise and pointwise planes only
+    ([(3, 3, 3, 2, 3, 8)], 0),  # the models' first conv: 3x3 over 3 channels, 8 output columns (quads)
+    ([(3, 3, 3, 2, 3, 6)], 1),  # 6 columns: the last two in windows
+    ([(3, 3, 3, 2, 3, 8), (8, 3, 3)], 1),  # a dense 3x3 over 8 channels
+    ([(8, 1, 1, 2)], 1),  # a 1x1 at stride 2 gathers its windows
+])
+def test_whether_a_dense_convolution_may_take_the_wide_windows(layers, wide):
+    assert kernel_select.gemm_windows_wide(_text(layers)) == wide
 
 
 class _Net(nn.Module):
@@ -62,6 +96,8 @@ def test_an_emitted_program_names_its_depthwise_kernels(k, bits):
                       optimizer=et.SGD(lr=0.01))
     model_c = emit_sources(prog, graphs=("train",))["model.c"]
     assert f"#define ET_DW_KERNELS {bits}\n" in model_c
+    # the depthwise layer's plane at stride 1; the stem (3x3 over 3 channels at stride 2, 8 columns) in quads
+    assert f"#define ET_DW_PLANES {P[k, 1]}\n" in model_c and "#define ET_GEMM_WINDOWS_WIDE 0\n" in model_c
     # before the runtime, and guarded so that a build can pass its own
     assert model_c.index("#ifndef ET_DW_KERNELS") < model_c.index("#define ET_DW_KERNELS") < model_c.index(
         '#include "et_int8_dw.h"')

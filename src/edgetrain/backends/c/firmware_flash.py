@@ -84,21 +84,35 @@ def _symbols(path: Path) -> list[tuple[int, int, str, str]]:
     return out
 
 
-def flash_contents(out_dir, total: int) -> FlashContents:
-    """The flash of out_dir/firmware.elf (linked from out_dir/build/model.o among others) by kind;
-    `total`: its flash bytes (cortexm.firmware_size(elf).flash)."""
-    out_dir = Path(out_dir)
+def _flash_symbols(out_dir: Path):
+    """(kind, name, size) of each symbol that firmware.elf's flash holds, once per address, `kind` one of
+    FlashContents' fields (all but `other`: the bytes no such symbol claims)."""
     model_names = {name for _, _, _, name in _symbols(out_dir / BUILD_DIR / "model.o")}
-    kinds = dict.fromkeys(("frozen_weights", "trained_weights", "samples", "requant", "constants", "model_code"), 0)
     seen = set()  # addresses counted: the linker's identical-constant folding leaves two names on one table
     for address, size, letter, name in _symbols(out_dir / "firmware.elf"):
         if letter not in CODE + RODATA + DATA or address in seen:
             continue
         seen.add(address)
         if SAMPLE.match(name):
-            kinds["samples"] += size
+            yield "samples", name, size
         elif STATE.match(name) and not STATE_INDEX.search(name) and letter not in CODE:
-            kinds["frozen_weights" if letter in RODATA else "trained_weights"] += size
+            yield ("frozen_weights" if letter in RODATA else "trained_weights"), name, size
         elif name in model_names:
-            kinds["model_code" if letter in CODE else "requant" if REQUANT.match(name) else "constants"] += size
+            yield ("model_code" if letter in CODE else "requant" if REQUANT.match(name) else "constants"), name, size
+
+
+def flash_contents(out_dir, total: int) -> FlashContents:
+    """The flash of out_dir/firmware.elf (linked from out_dir/build/model.o among others) by kind;
+    `total`: its flash bytes (cortexm.firmware_size(elf).flash)."""
+    kinds = dict.fromkeys(("frozen_weights", "trained_weights", "samples", "requant", "constants", "model_code"), 0)
+    for kind, _, size in _flash_symbols(Path(out_dir)):
+        kinds[kind] += size
     return FlashContents(total=total, other=total - sum(kinds.values()), **kinds)
+
+
+def model_functions(out_dir) -> dict[str, int]:
+    """{function: its code bytes in out_dir/firmware.elf} of model.o's functions (the graphs and the
+    kernels they call), largest first: FlashContents.model_code by function (the two add up to the same
+    bytes). The names are the ELF's, as the instruction counts name them (a clone's `.constprop.0` kept)."""
+    sizes = [(name, size) for kind, name, size in _flash_symbols(Path(out_dir)) if kind == "model_code"]
+    return dict(sorted(sizes, key=lambda t: (-t[1], t[0])))

@@ -7,8 +7,14 @@ other kernels, each inlined several times; `definitions` names the shapes of the
 depthwise layers (ET_DW_KERNELS), read from their `et_qconv_p` descriptors in model.c's text
 (kernels/int8_params.conv_params writes every one as a constant table: constpool.DECL), and the header compiles the paths of those
 only. A layer whose shape the set lacks takes the general convolution (et_qconv_dw_ok), so a
-wrong set would cost time, never results. The set is guarded by `#ifndef`: a build may pass its
-own (-DET_DW_KERNELS=...). Targets without the DSP extension ignore it.
+wrong set would cost time, never results. Likewise ET_DW_PLANES names the (kernel, stride) pairs of
+the 3x3, 5x5 and 7x7 depthwise layers, whose whole-plane loops (et_dw3_plane_s1 ... et_dw7_plane_s2)
+are compiled for those pairs only (a layer of another pair takes the rows), and ET_GEMM_WINDOWS_WIDE
+says whether a dense convolution (not a pointwise plane) may take et_gemm_windows_wide
+(runtime/et_int8_gemm.h): not when every one is a 3x3 over 3 channels (ET_K_RGB3's inputs) with a
+multiple of 4 output columns, which et_gemm_windows_quads computes whole; 0 sends the others to the
+general path. Each is guarded by `#ifndef`: a build may pass its own (-DET_DW_KERNELS=...). Targets
+without the DSP extension ignore them.
 """
 from __future__ import annotations
 
@@ -16,6 +22,10 @@ from .constpool import DECL
 
 #: runtime/et_int8_dw.h's ET_DW_K3, ET_DW_K5, ET_DW_K7 and ET_DW_KOTHER
 DW_K3, DW_K5, DW_K7, DW_KOTHER = 1, 2, 4, 8
+#: runtime/et_int8_dw.h's plane bits: ET_DW_P<k>S<s> = 1 << PLANE_BIT[(k, s)]
+PLANE_BIT = {(3, 1): 0, (3, 2): 1, (5, 1): 2, (5, 2): 3, (7, 1): 4, (7, 2): 5}
+#: runtime/et_int8_dsp.h's ET_K_RGB3 (3 x 3 x 3 inputs padded to words) and the inputs it is padded from
+K_RGB3, RGB3_INPUTS = 28, (27, 28)
 
 
 def dw_kernel(kh: int, kw: int) -> int:
@@ -25,17 +35,41 @@ def dw_kernel(kh: int, kw: int) -> int:
     return {3: DW_K3, 5: DW_K5, 7: DW_K7}.get(kh, DW_KOTHER)
 
 
+def _convs(c_text: str):
+    """The fields of each et_qconv_p descriptor of `c_text` (et_int8_core.h's order: n, c, h, w, o, cg, kh,
+    kw, ho, wo, sh, sw, ph, pw, dh, dw, groups, ...) as a dict of those names."""
+    names = ("n", "c", "h", "w", "o", "cg", "kh", "kw", "ho", "wo", "sh", "sw", "ph", "pw", "dh", "dw", "groups")
+    for ctype, _, _, init in DECL.findall(c_text):
+        if ctype == "et_qconv_p":
+            yield dict(zip(names, (int(f) for f in init.strip("{}").split(",")[:len(names)])))
+
+
 def dw_kernels(c_text: str) -> int:
     """The bits of the depthwise layers' kernels (cg == 1, as et_qconv_dw_ok) among the descriptors of `c_text`."""
     bits = 0
-    for ctype, _, _, init in DECL.findall(c_text):
-        if ctype != "et_qconv_p":
-            continue
-        fields = init.strip("{}").split(",")  # n, c, h, w, o, cg, kh, kw, ... (et_int8_core.h's order)
-        cg, kh, kw = int(fields[5]), int(fields[6]), int(fields[7])
-        if cg == 1:
-            bits |= dw_kernel(kh, kw)
+    for p in _convs(c_text):
+        if p["cg"] == 1:
+            bits |= dw_kernel(p["kh"], p["kw"])
     return bits
+
+
+def dw_planes(c_text: str) -> int:
+    """The plane bits (PLANE_BIT) of the depthwise layers' square 3x3, 5x5 and 7x7 kernels at stride 1 or 2."""
+    bits = 0
+    for p in _convs(c_text):
+        if p["cg"] == 1 and p["kh"] == p["kw"] and (p["kh"], p["sw"]) in PLANE_BIT:
+            bits |= 1 << PLANE_BIT[(p["kh"], p["sw"])]
+    return bits
+
+
+def gemm_windows_wide(c_text: str) -> int:
+    """1 if a convolution that is neither depthwise nor a pointwise plane (1x1, no padding, stride 1 across)
+    may take et_gemm_windows_wide: any but a 3x3 over 3 channels whose output rows are whole quads."""
+    for p in _convs(c_text):
+        plane = p["kh"] == p["kw"] == 1 and p["ph"] == p["pw"] == 0 and p["sw"] == 1
+        if p["cg"] > 1 and not plane and not (p["cg"] * p["kh"] * p["kw"] in RGB3_INPUTS and p["wo"] % 4 == 0):
+            return 1
+    return 0
 
 
 def _names(bits: int) -> str:
@@ -43,10 +77,21 @@ def _names(bits: int) -> str:
     return ", ".join(names) or "none"
 
 
+def _plane_names(bits: int) -> str:
+    return ", ".join(f"{k}x{k} s{s}" for (k, s), b in PLANE_BIT.items() if bits >> b & 1) or "none"
+
+
 def definitions(c_text: str) -> list[str]:
     """model.c's lines naming the kernel paths the program's code `c_text` needs."""
-    bits = dw_kernels(c_text)
+    bits, planes, wide = dw_kernels(c_text), dw_planes(c_text), gemm_windows_wide(c_text)
     return ["#ifndef ET_DW_KERNELS /* the depthwise kernels the layers have (backends/c/kernel_select.py): "
             f"{_names(bits)} */",
             f"#define ET_DW_KERNELS {bits}",
+            "#endif",
+            f"#ifndef ET_DW_PLANES /* their whole-plane loops by kernel and stride: {_plane_names(planes)} */",
+            f"#define ET_DW_PLANES {planes}",
+            "#endif",
+            "#ifndef ET_GEMM_WINDOWS_WIDE /* a dense convolution other than a 3x3 over 3 channels in quads: "
+            f"{'yes' if wide else 'no'} */",
+            f"#define ET_GEMM_WINDOWS_WIDE {wide}",
             "#endif"]

@@ -54,6 +54,23 @@ static inline int32_t et_dw_kernel(int32_t kh, int32_t kw) {
     if (kh != kw) return ET_DW_KOTHER;
     return kh == 3 ? ET_DW_K3 : kh == 5 ? ET_DW_K5 : kh == 7 ? ET_DW_K7 : ET_DW_KOTHER;
 }
+/* The whole-plane loops (et_dw3_plane_s1 ... et_dw7_plane_s2 below) by kernel and stride, a bit each:
+ * model.c defines ET_DW_PLANES from its layers (backends/c/kernel_select.py's PLANE_BIT) and only those
+ * loops are compiled; a layer of another kernel and stride takes the rows (the same bytes). Undefined:
+ * every loop. */
+#define ET_DW_P3S1 1
+#define ET_DW_P3S2 2
+#define ET_DW_P5S1 4
+#define ET_DW_P5S2 8
+#define ET_DW_P7S1 16
+#define ET_DW_P7S2 32
+#ifndef ET_DW_PLANES
+#define ET_DW_PLANES 63
+#endif
+/* the plane bit of a 3x3 (three), 5x5 (five) or 7x7 kernel at stride sw (1 or 2) */
+static inline int32_t et_dw_plane_bit(int three, int five, int32_t sw) {
+    return (three ? ET_DW_P3S1 : five ? ET_DW_P5S1 : ET_DW_P7S1) << (sw == 2);
+}
 /* whether a layer that et_qconv_dw_ok took (its shape in the set) has the shape `bit`: a constant
  * where the set is that shape alone or lacks it, so the other shapes' paths are not compiled */
 #define ET_DW_IS(bit, kh, kw) (ET_DW_KERNELS == (bit) || (ET_DW_HAS(bit) && et_dw_kernel(kh, kw) == (bit)))
@@ -489,8 +506,8 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
 #else
     /* a channel on the fast path as one loop of pixel pairs (et_dw_plane): the output rows in a
      * row of the ring (a whole tensor's, or no wrap among them) */
-    const int plane = block && (wo & 1) == 0 && (sw == 1 || sw == 2) &&
-                      (three || five || seven) && et_ring_run(r0, r1 - 1, y.cap);
+    const int plane = block && (wo & 1) == 0 && (sw == 1 || sw == 2) && (three || five || seven) &&
+                      (ET_DW_PLANES & et_dw_plane_bit(three, five, sw)) && et_ring_run(r0, r1 - 1, y.cap);
 #endif
     et_dwc c;
     for (int32_t n = 0; n < P->n; n++)
@@ -508,15 +525,21 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
                     et_copy8(pad + j * rb + P->pw, xc + et_ring(first + j, x.cap) * P->w, P->w);
             if (__builtin_expect(plane && c.r.fast, 1)) {
                 int8_t *yr = yp + n * y.nstride + (o - yo_off) * y.cstride + et_ring(r0, y.cap) * wo;
-                if (three && sw == 1) et_dw3_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
-                else if (three) et_dw3_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
+                /* a loop left out (ET_DW_PLANES) is never called: `plane` is 0 for its layers */
+#define ET_DW_PLANE_CALL(BIT, NAME)                                                                    \
+    do {                                                                                             \
+        if (ET_DW_PLANES & (BIT)) NAME(pad, rb, r1 - r0, wo, &c, yr);                                \
+    } while (0)
+                if (three && sw == 1) ET_DW_PLANE_CALL(ET_DW_P3S1, et_dw3_plane_s1);
+                else if (three) ET_DW_PLANE_CALL(ET_DW_P3S2, et_dw3_plane_s2);
                 else if (five) {
-                    if (sw == 1) et_dw5_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
-                    else et_dw5_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
+                    if (sw == 1) ET_DW_PLANE_CALL(ET_DW_P5S1, et_dw5_plane_s1);
+                    else ET_DW_PLANE_CALL(ET_DW_P5S2, et_dw5_plane_s2);
                 } else if (seven) {
-                    if (sw == 1) et_dw7_plane_s1(pad, rb, r1 - r0, wo, &c, yr);
-                    else et_dw7_plane_s2(pad, rb, r1 - r0, wo, &c, yr);
+                    if (sw == 1) ET_DW_PLANE_CALL(ET_DW_P7S1, et_dw7_plane_s1);
+                    else ET_DW_PLANE_CALL(ET_DW_P7S2, et_dw7_plane_s2);
                 }
+#undef ET_DW_PLANE_CALL
                 continue;
             }
             for (int32_t ho = r0; ho < r1; ho++) {

@@ -22,6 +22,11 @@
 #include "et_int8_dsp.h"  /* the words, columns, dot products and requantization */
 #include "et_int8_mve.h"  /* Helium (the Cortex-M55; else empty): et_gemm_row_mve */
 #if defined(__ARM_FEATURE_DSP)
+/* 0: model.c's convolutions (backends/c/kernel_select.py) never take et_gemm_windows_wide, which is then
+ * left out (a layer that would have taken it takes the general path: the same bytes). Undefined: kept */
+#ifndef ET_GEMM_WINDOWS_WIDE
+#define ET_GEMM_WINDOWS_WIDE 1
+#endif
 /* sxtab16 of v rotated by 8: a + the sign-extended bytes 1 and 3 of v, per halfword */
 static inline int32_t et_sxtab16_ror8(int32_t a, uint32_t v) {
     int32_t r;
@@ -352,8 +357,11 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
     /* a small 1x1 whose column takes x_zero out (et_gemm_row_wide): its chunks' init is the bias
      * alone, x_zero * sum(w) added only to a chunk that cannot take that path */
     const int wide = planes && !split && !pad && !yf && et_gemm_wide_k(k);
-    /* and a gathered window's (et_gemm_windows_wide; padded weights' extra inputs have weight 0) */
-    const int wide_win = !planes && !split && !yf && et_gemm_wide_k(k1);
+    /* and a gathered window's (et_gemm_windows_wide; padded weights' extra inputs have weight 0); where
+     * model.c leaves et_gemm_windows_wide out (ET_GEMM_WINDOWS_WIDE 0), only a 3x3 over 3 channels whose row
+     * is whole quads (et_gemm_windows_quads), the others the general path */
+    const int wide_win = !planes && !split && !yf && et_gemm_wide_k(k1) &&
+                         (ET_GEMM_WINDOWS_WIDE || (k1 == ET_K_RGB3 && (wo & 3) == 0));
     int8_t wpad[ET_WPAD] __attribute__((aligned(4)));
     int8_t col[2 * ET_COL_K] __attribute__((aligned(4)));
     int8_t win[2][ET_GATHER_K] __attribute__((aligned(4)));
@@ -419,7 +427,7 @@ static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, 
                             et_gemm_windows_quads(fast, (oe - oc) / 2, v, P->x_zero, col, yp + oc * y.cstride + q,
                                                   y.cstride);
                         }
-                    for (; q < px; q += 2) {
+                    for (; ET_GEMM_WINDOWS_WIDE && q < px; q += 2) {
                         const int32_t two = q + 1 < px;
                         et_gather(P, rows, q, win[0]);
                         if (two) et_gather(P, rows, q + 1, win[1]);
