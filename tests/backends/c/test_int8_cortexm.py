@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from edgetrain.backends.c import cortexm
+from edgetrain.backends.c.kernels.int8_params import pack_requant, packable
 from edgetrain.ops.fixed_point import quantize_multiplier
 from edgetrain.ops.qelementwise import qadd_attrs, qadd_ref
 from edgetrain.ops.qconv import qconv2d_ref
@@ -232,10 +233,15 @@ def _case_c(i, case, x, wt, b, a, ho, wo):
              _c_array("int32_t", f"b{i}", [_c_int(v) for v in b]),
              _c_array("int32_t", f"m{i}", [_c_int(v) for v in a["mult"]]),
              _c_array("int8_t", f"s{i}", [_c_int(v) for v in a["shift"]])]
+    # the even cases whose requantization packs take it packed (shift 0: et_rq_mult_at), the odd ones as arrays
+    packed = i % 2 == 0 and packable(a["mult"], a["shift"])
+    if packed:
+        words, shift0 = pack_requant(a["mult"], a["shift"])
+        lines[2] = _c_array("int32_t", f"m{i}", [_c_int(v) for v in words])
     scales = (np.float64(a["x_scale"]) * np.asarray(a["w_scales"])).astype(np.float32)
     lines.append(_c_array("float", f"os{i}", [f"{float(v).hex()}f".replace("0x", "0x") for v in scales]))
     lines += _weight_decl(i, wt, how)
-    q = f"0, 0, os{i}" if float_out else f"m{i}, s{i}, 0"
+    q = f"0, 0, 0, os{i}" if float_out else f"{shift0}, m{i}, 0, 0" if packed else f"0, m{i}, s{i}, 0"
     lines.append(f"static const et_qconv_p P{i} = {{{n}, {c}, {h}, {w}, {o}, {c // groups}, {k}, {k}, {ho}, {wo}, "
                  f"{s}, {s}, {p}, {p}, 1, 1, {groups}, {a['x_zero']}, {a['y_zero']}, {a['qmin']}, {a['qmax']}, {q}}};")
     elem = "float" if float_out else "int8_t"

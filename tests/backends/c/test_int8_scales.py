@@ -104,7 +104,7 @@ def test_no_fix_is_stored_when_none_is_needed():
     ws = _layer(seed=5)[1]["w_scales"]
     exact = (np.float32(0.25) * ws).astype(np.float32)  # exactly k * base: nothing to fix
     decls = fscale_decls(_Ctx(), "S", exact, [_scales_base(ws)])
-    assert decls[-1] == "static const et_fscale S = {S_b, 0, 0, 0, 0.25f, 0, 0};" and len(decls) == 2
+    assert decls[-1] == "static const et_fscale S = {S_b, 0, 0, 0, 0.25f, 0, 0, 0};" and len(decls) == 2
 
 
 def test_a_table_no_base_fits_is_stored_whole_and_read_unchanged(tmp_path):

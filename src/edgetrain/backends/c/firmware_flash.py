@@ -5,10 +5,10 @@ it can be compared with the weights: a training firmware's flash is at least its
 (the frozen ones `const`, the trained ones' initial values in the .data image), and the rest
 is what the program adds to them. The embedded training samples are counted apart: they are
 test data that a device reads from its sensor. So are the int8 layers' per-channel requantization
-arrays (an int32 multiplier and an int8 shift per output channel, kernels/int8_params.py's
-`requant_decls`): numbers of the model, as many as its channels, which no kernel can do without. The
-integer backward's own gradient multipliers (kernels/int8_igrad.py's MULT / SHIFT) are not among them:
-they count as constants.
+arrays (an int32 multiplier and an int8 shift per output channel, or one word a channel where the
+layer's shifts pack into its multipliers: kernels/int8_params.py's `requant_decls`): numbers of the
+model, as many as its channels, which no kernel can do without. The integer backward's own gradient
+multipliers (kernels/int8_igrad.py's MULT / SHIFT) are not among them: they count as constants.
 
 Symbols are classified by name and section type (`nm -S` of the ELF's toolchain): the state arrays
 are emit.py's `et_s<k>_<name>` (layout.StateArray), the samples samples.h's `et_sample_*`,

@@ -71,10 +71,42 @@ def whole_rows(ptr: str, shape) -> str:
     return f"et_whole8({ptr}, {c}, {h}, {w})"
 
 
-def requant_decls(name: str, mult, shift) -> tuple[list[str], str]:
-    """The per-channel requantization arrays `name_m` (int32 multipliers) and `name_s` (int8 shifts):
-    (their declarations, "name_m, name_s" for the struct fields that point at them)."""
-    return [c_ints(I32, name + MULT, mult), c_ints("int8_t", name + SHIFT, shift)], f"{name}{MULT}, {name}{SHIFT}"
+#: a packed word's multiplier bits (its bit 30 set and bit 31 clear in every packed multiplier) and the
+#: shift's offset from the layer's least, in the top bits (runtime/et_int8_core.h's et_rq_mult_at)
+PACK_MULT_BITS, PACK_SHIFT_SPAN = 30, 3
+
+
+def packable(mult, shift) -> bool:
+    """Whether a layer's requantization packs into a word a channel: every multiplier in [2^30, 2^31) and
+    its shifts within PACK_SHIFT_SPAN of the least."""
+    m, s = np.asarray(mult, dtype=np.int64), np.asarray(shift, dtype=np.int64)
+    return (len(m) > 0 and bool(np.all((m >= 1 << PACK_MULT_BITS) & (m < 1 << (PACK_MULT_BITS + 1))))
+            and int(s.max() - s.min()) <= PACK_SHIFT_SPAN)
+
+
+def pack_requant(mult, shift) -> tuple[list[int], int]:
+    """(the packed words as int32 values, shift0) of a packable layer: the multiplier's low 30 bits and the
+    shift less shift0, the layer's least, in the top two."""
+    shift0 = min(int(v) for v in shift)
+    words = [(int(m) & ((1 << PACK_MULT_BITS) - 1)) | ((int(v) - shift0) << PACK_MULT_BITS) for m, v in zip(mult, shift)]
+    return [w - (1 << 32) if w >= 1 << 31 else w for w in words], shift0
+
+
+def unpack_requant(words, shift0: int) -> tuple[list[int], list[int]]:
+    """(multipliers, shifts) of packed words: et_rq_mult_at and et_rq_shift_at in Python."""
+    u = [int(w) & 0xFFFFFFFF for w in words]
+    return ([(w & ((1 << PACK_MULT_BITS) - 1)) | (1 << PACK_MULT_BITS) for w in u],
+            [shift0 + (w >> PACK_MULT_BITS) for w in u])
+
+
+def requant_decls(name: str, mult, shift) -> tuple[list[str], str, int]:
+    """The per-channel requantization arrays: `name_m` (int32 multipliers) and `name_s` (int8 shifts), or,
+    for a packable layer, `name_m` alone (the packed words; runtime/et_int8_core.h's et_rq_mult_at): (their
+    declarations, "name_m, name_s" or "name_m, 0" for the struct fields that point at them, shift0)."""
+    if packable(mult, shift):
+        words, shift0 = pack_requant(mult, shift)
+        return [c_ints(I32, name + MULT, words)], f"{name}{MULT}, 0", shift0
+    return [c_ints(I32, name + MULT, mult), c_ints("int8_t", name + SHIFT, shift)], f"{name}{MULT}, {name}{SHIFT}", 0
 
 
 def conv_params(ctx, name: str, x_shape, w_shape, y_shape, a, groups=None, out_channels=None) -> list[str]:
@@ -85,14 +117,14 @@ def conv_params(ctx, name: str, x_shape, w_shape, y_shape, a, groups=None, out_c
     s, p, d = a["stride"], a["padding"], a["dilation"]
     g = int(a["groups"] if groups is None else groups)
     lines = []
-    q = "0, 0, 0"
+    q = "0, 0, 0, 0"  # shift0, mult, shift, out_scale
     if "mult" in a and not a.get("float_out"):
-        decls, fields = requant_decls(name, a["mult"], a["shift"])
+        decls, fields, shift0 = requant_decls(name, a["mult"], a["shift"])
         lines += decls
-        q = f"{fields}, 0"
+        q = f"{shift0}, {fields}, 0"
     elif a.get("float_out"):
         lines.append(c_floats(ctx, name + "_os", out_scales(a)))
-        q = f"0, 0, {name}_os"
+        q = f"0, 0, 0, {name}_os"
     quant = ", ".join(c_int(a.get(k, 0)) for k in QUANT_KEYS)
     fields = (n, c, h, w, o, cg, kh, kw, ho, wo, *s, *p, *d, g) + tuple(int(a.get(k, 0)) for k in QUANT_KEYS)
     if any(not INT16_MIN <= int(f) <= INT16_MAX for f in fields):

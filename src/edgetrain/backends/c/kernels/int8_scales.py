@@ -10,7 +10,7 @@ y_scale to 31 bits: quantize/convert.py), which the forward reads anyway. On a C
 were a third of the constant tables (mbv2's 49 KB scheme: 44 of 80 KB).
 
 `fscale_decls` stores a factor table v as an et_fscale {base, mult, shift, fix, k, inv_sq,
-fix_bits}: b[c] is the layer's float32 mult[c] * 2^shift[c] (exact: a power-of-two scaling of
+fix_bits, shift0}: b[c] is the layer's float32 mult[c] * 2^shift[c] (exact: a power-of-two scaling of
 mult rounded to float32), or, for a layer without them (a float-output classifier), its weight
 scales base[c]; v[c] is the float32 k * b[c] (or k / (b[c] * b[c])) moved by fix[c] units in
 the last place, a signed field of 2, 4 or 8 bits (the fewest that hold the table's fixes;
@@ -57,12 +57,12 @@ class Base:
     shift: Optional[tuple] = None  # ... and shifts (int8): b[c] = float32(mult[c]) * 2^shift[c]
     scales: Optional[tuple] = None  # else the float32 weight scales: b[c] = scales[c]
 
-    def decls(self, ctx, name: str) -> tuple[list[str], str]:
-        """(declarations, the et_fscale fields base, mult, shift)."""
+    def decls(self, ctx, name: str) -> tuple[list[str], str, int]:
+        """(declarations, the et_fscale fields base, mult, shift, and its shift0)."""
         if self.mult is not None:
-            decls, fields = requant_decls(name, self.mult, self.shift)
-            return decls, f"0, {fields}"
-        return [c_floats(ctx, name + "_b", self.scales)], f"{name}_b, 0, 0"
+            decls, fields, shift0 = requant_decls(name, self.mult, self.shift)
+            return decls, f"0, {fields}", shift0
+        return [c_floats(ctx, name + "_b", self.scales)], f"{name}_b, 0, 0", 0
 
 
 def _requant_base(a) -> Optional[Base]:
@@ -197,9 +197,9 @@ def fscale_decls(ctx, name: str, values, bases: list[Base]) -> list[str]:
             continue
         k, inv_sq, fix = got
         bits = fix_bits(fix)
-        lines, fields = base.decls(ctx, name)
+        lines, fields, shift0 = base.decls(ctx, name)
         if bits:
             lines.append(c_ints("uint8_t", name + "_f", pack_fix(fix, bits)))
         return lines + [f"static const et_fscale {name} = {{{fields}, {name + '_f' if bits else '0'}, "
-                        f"{ctx.c_float(k)}, {int(inv_sq)}, {bits}}};"]
+                        f"{ctx.c_float(k)}, {int(inv_sq)}, {bits}, {shift0}}};"]
     return [c_floats(ctx, name + "_t", v), f"static const et_fscale {name} = {{{name}_t, 0, 0, 0, 1.0f, 0, 0}};"]

@@ -133,10 +133,25 @@ typedef struct {
     int16_t sh, sw, ph, pw, dh, dw;
     int16_t groups;
     int16_t x_zero, y_zero, qmin, qmax;
-    const int32_t *mult;         /* per output channel (int8 output) */
-    const int8_t *shift;         /* per output channel: -31..30 */
+    int16_t shift0;              /* packed requantization (shift 0): the layer's least shift */
+    const int32_t *mult;         /* per output channel (int8 output); packed where shift is 0 (et_rq_mult) */
+    const int8_t *shift;         /* per output channel: -31..30; 0: packed into mult */
     const float *out_scale;      /* per output channel (float output: x_scale * w_scale[o]) */
 } et_qconv_p;
+
+/* A channel's requantization multiplier and shift. A layer whose multipliers all lie in [2^30, 2^31)
+ * and whose shifts span at most 3 has them packed, a word a channel (kernels/int8_params.py's
+ * requant_decls): the multiplier's low 30 bits (its bit 30 is set, bit 31 clear) and, in the top two
+ * bits, its shift less the layer's least, shift0; its shift array is then 0. The same numbers in 4
+ * bytes a channel instead of 5. (mult, shift, shift0: et_qconv_p's or et_fscale's fields.) */
+static inline int32_t et_rq_mult_at(const int32_t *mult, const int8_t *shift, int32_t o) {
+    return shift ? mult[o] : (int32_t)(((uint32_t)mult[o] & 0x3FFFFFFFu) | 0x40000000u);
+}
+static inline int32_t et_rq_shift_at(const int32_t *mult, const int8_t *shift, int32_t shift0, int32_t o) {
+    return shift ? shift[o] : shift0 + (int32_t)((uint32_t)mult[o] >> 30);
+}
+#define et_rq_mult(P, o) et_rq_mult_at((P)->mult, (P)->shift, (o))
+#define et_rq_shift(P, o) et_rq_shift_at((P)->mult, (P)->shift, (P)->shift0, (o))
 
 /* outputs [lo, hi) of `out` whose input index (output * stride + off) lies in [0, in) */
 static inline void et_tap_range(int32_t off, int32_t stride, int32_t in, int32_t out, int32_t *lo, int32_t *hi) {
@@ -171,8 +186,8 @@ static inline et_qrow et_qconv_row(const et_qconv_p *P, et_rows8 y, float *yf, i
         r.scale = P->out_scale[o];
     } else {
         r.y = y.p + at;
-        r.mult = P->mult[o];
-        r.shift = P->shift[o];
+        r.mult = et_rq_mult(P, o);
+        r.shift = et_rq_shift(P, o);
         r.right = r.shift > 0 ? 0 : -r.shift;
         r.mask = (int32_t)((1u << r.right) - 1u);
         r.half = r.mask >> 1;
