@@ -135,7 +135,8 @@ static __attribute__((noinline, cold)) void et_rq_constant(const et_qconv_p *P, 
     r->add = 1 + 2 * lo;
 }
 
-/* inlined where it is called (out of line, its et_rq is returned through memory: 1 % more of mbv2-w0.35's step) */
+/* inlined where it is called (gcc put it out of line once it decoded packed multipliers: 1 % more of
+ * mbv2-w0.35's step) */
 static inline __attribute__((always_inline)) et_rq et_rq_make(const et_qconv_p *P, const int32_t *bias, int32_t o,
                                                               int32_t taps, int32_t wsum, const float *yf) {
     et_rq r = {-P->x_zero * wsum, 0, 0, 0, 0};
