@@ -205,6 +205,13 @@ def show(r: dict) -> None:
         print(f"  host C losses equal to the firmware's as text: {r['host_lines_equal']}")
 
 
+def print_table(head: list[str], table: list[list[str]]) -> None:
+    """Rows under `head`, indented, the first column left-aligned and the others right-aligned."""
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
+    for line in [head] + table:
+        print("    " + "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(line, widths))))
+
+
 def show_breakdown(rows: list[dict], step_cycles: float) -> None:
     """The functions with the most estimated cycles: share of the step, counts by class (M)."""
     head = ["function", "cycles M", "%", "instr M"] + [f"{k} M" for k in SHOWN] + ["rest M"]
@@ -214,9 +221,7 @@ def show_breakdown(rows: list[dict], step_cycles: float) -> None:
         rest = sum(v for k, v in cls.items() if k not in SHOWN)
         table.append([r["function"][:40], f"{r['cycles'] / 1e6:.2f}", f"{100 * r['cycles'] / step_cycles:.1f}",
                       f"{r['instructions'] / 1e6:.2f}"] + [f"{cls[k] / 1e6:.2f}" for k in SHOWN] + [f"{rest / 1e6:.2f}"])
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
-    for line in [head] + table:
-        print("    " + "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(line, widths))))
+    print_table(head, table)
 
 
 def code_rows(r: dict) -> list[dict]:
@@ -247,15 +252,13 @@ def show_code(rows: list[dict], top: int, step_cycles: float | None) -> None:
     print(f"  model code by function ({total / KB:.1f} KB in {len(rows)} functions), the {min(top, len(rows))} largest:")
     head = ["function", "bytes", "% code", "cycles M", "% step"]
     table = []
+    timed = step_cycles is not None
     for f in rows[:top]:
-        timed = step_cycles is not None
         table.append([f["function"][:40], str(f["bytes"]), f"{100 * f['bytes'] / total:.1f}",
                       f"{f['cycles'] / 1e6:.2f}" if timed else "-",
                       f"{100 * f['cycles'] / step_cycles:.1f}" if timed else "-"])
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
-    for line in [head] + table:
-        print("    " + "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(line, widths))))
-    if step_cycles is not None:
+    print_table(head, table)
+    if timed:
         s = code_summary(rows, step_cycles)
         print(f"  under {100 * COLD_SHARE:.0f} % of the step's cycles: {s['cold_bytes'] / KB:.1f} KB of the model code "
               f"({_functions(s['cold_functions'])}); not run in the step: {s['idle_bytes'] / KB:.1f} KB "

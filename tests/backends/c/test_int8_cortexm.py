@@ -229,15 +229,13 @@ def _weight_decl(i, wt, how):
 def _case_c(i, case, x, wt, b, a, ho, wo):
     name, n, c, h, w, o, k, s, p, groups, float_out, how = case
     size = n * o * ho * wo
-    lines = [_c_array("int8_t", f"x{i}", [str(int(v)) for v in x.reshape(-1)]),
-             _c_array("int32_t", f"b{i}", [_c_int(v) for v in b]),
-             _c_array("int32_t", f"m{i}", [_c_int(v) for v in a["mult"]]),
-             _c_array("int8_t", f"s{i}", [_c_int(v) for v in a["shift"]])]
     # the even cases whose requantization packs take it packed (shift 0: et_rq_mult_at), the odd ones as arrays
     packed = i % 2 == 0 and packable(a["mult"], a["shift"])
-    if packed:
-        words, shift0 = pack_requant(a["mult"], a["shift"])
-        lines[2] = _c_array("int32_t", f"m{i}", [_c_int(v) for v in words])
+    mult, shift0 = pack_requant(a["mult"], a["shift"]) if packed else (a["mult"], 0)
+    lines = [_c_array("int8_t", f"x{i}", [str(int(v)) for v in x.reshape(-1)]),
+             _c_array("int32_t", f"b{i}", [_c_int(v) for v in b]),
+             _c_array("int32_t", f"m{i}", [_c_int(v) for v in mult]),
+             _c_array("int8_t", f"s{i}", [_c_int(v) for v in a["shift"]])]
     scales = (np.float64(a["x_scale"]) * np.asarray(a["w_scales"])).astype(np.float32)
     lines.append(_c_array("float", f"os{i}", [f"{float(v).hex()}f".replace("0x", "0x") for v in scales]))
     lines += _weight_decl(i, wt, how)
