@@ -231,7 +231,7 @@ def _case_c(i, case, x, wt, b, a, ho, wo):
     size = n * o * ho * wo
     # the even cases whose requantization packs take it packed (shift 0: et_rq_mult_at), the odd ones as arrays
     packed = i % 2 == 0 and packable(a["mult"], a["shift"])
-    mult, shift0 = pack_requant(a["mult"], a["shift"]) if packed else (a["mult"], 0)
+    mult, shift0, escapes = pack_requant(a["mult"], a["shift"]) if packed else (a["mult"], 0, 0)
     lines = [_c_array("int8_t", f"x{i}", [str(int(v)) for v in x.reshape(-1)]),
              _c_array("int32_t", f"b{i}", [_c_int(v) for v in b]),
              _c_array("int32_t", f"m{i}", [_c_int(v) for v in mult]),
@@ -239,7 +239,7 @@ def _case_c(i, case, x, wt, b, a, ho, wo):
     scales = (np.float64(a["x_scale"]) * np.asarray(a["w_scales"])).astype(np.float32)
     lines.append(_c_array("float", f"os{i}", [f"{float(v).hex()}f".replace("0x", "0x") for v in scales]))
     lines += _weight_decl(i, wt, how)
-    q = f"0, 0, 0, os{i}" if float_out else f"{shift0}, m{i}, 0, 0" if packed else f"0, m{i}, s{i}, 0"
+    q = f"0, 0, 0, os{i}" if float_out else f"{shift0}, m{i} + {escapes}, 0, 0" if packed else f"0, m{i}, s{i}, 0"
     lines.append(f"static const et_qconv_p P{i} = {{{n}, {c}, {h}, {w}, {o}, {c // groups}, {k}, {k}, {ho}, {wo}, "
                  f"{s}, {s}, {p}, {p}, 1, 1, {groups}, {a['x_zero']}, {a['y_zero']}, {a['qmin']}, {a['qmax']}, {q}}};")
     elem = "float" if float_out else "int8_t"

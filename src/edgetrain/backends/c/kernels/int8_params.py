@@ -71,41 +71,79 @@ def whole_rows(ptr: str, shape) -> str:
     return f"et_whole8({ptr}, {c}, {h}, {w})"
 
 
-#: a packed word's multiplier bits (its bit 30 set and bit 31 clear in every packed multiplier) and the
-#: shift's offset from the layer's least, in the top bits (runtime/et_int8_core.h's et_rq_mult_at)
-PACK_MULT_BITS, PACK_SHIFT_SPAN = 30, 3
+#: a packed word: the multiplier's low PACK_MULT_BITS bits (its bit 30 is set and bit 31 clear in every packed
+#: multiplier) and, in the top two, the shift less the layer's shift0 (0, 1 or 2) or PACK_ESCAPE: the channel's
+#: shift is then in an escape word, (channel << 8) | (shift & 0xFF), stored before the first channel's word
+#: (runtime/et_int8_core.h's et_rq_mult_at, et_rq_shift_at)
+PACK_MULT_BITS, PACK_ESCAPE = 30, 3
+#: the channels an escape word can name (its top 24 bits, bit 31 clear)
+PACK_MAX_CHANNELS = 1 << 23
+
+
+def _pack_plan(mult, shift):
+    """(shift0, the escaped channels) of a layer whose requantization packs, else None: every multiplier in
+    [2^30, 2^31), shift0 the least of the three consecutive shifts that cover the most channels (the
+    lowest such), and the packed words with their escape words fewer bytes than the two arrays (4 bytes a
+    channel and an escape each, against 5 a channel)."""
+    m, s = np.asarray(mult, dtype=np.int64), np.asarray(shift, dtype=np.int64)
+    if (len(m) == 0 or len(m) > PACK_MAX_CHANNELS
+            or not np.all((m >= 1 << PACK_MULT_BITS) & (m < 1 << (PACK_MULT_BITS + 1)))):
+        return None
+    lows = np.unique(s)
+    covered = [int(np.sum((s >= lo) & (s < lo + PACK_ESCAPE))) for lo in lows]
+    best = int(np.argmax(covered))  # the first (lowest) of the largest
+    shift0, escapes = int(lows[best]), len(s) - covered[best]
+    if 4 * (len(s) + escapes) >= 5 * len(s):
+        return None
+    return shift0, [c for c, v in enumerate(s) if not shift0 <= int(v) < shift0 + PACK_ESCAPE]
 
 
 def packable(mult, shift) -> bool:
-    """Whether a layer's requantization packs into a word a channel: every multiplier in [2^30, 2^31) and
-    its shifts within PACK_SHIFT_SPAN of the least."""
-    m, s = np.asarray(mult, dtype=np.int64), np.asarray(shift, dtype=np.int64)
-    return (len(m) > 0 and bool(np.all((m >= 1 << PACK_MULT_BITS) & (m < 1 << (PACK_MULT_BITS + 1))))
-            and int(s.max() - s.min()) <= PACK_SHIFT_SPAN)
+    """Whether a layer's requantization packs into a word a channel (and an escape word for each channel
+    whose shift lies outside the layer's three commonest consecutive ones): see _pack_plan."""
+    return _pack_plan(mult, shift) is not None
 
 
-def pack_requant(mult, shift) -> tuple[list[int], int]:
-    """(the packed words as int32 values, shift0) of a packable layer: the multiplier's low 30 bits and the
-    shift less shift0, the layer's least, in the top two."""
-    shift0 = min(int(v) for v in shift)
-    words = [(int(m) & ((1 << PACK_MULT_BITS) - 1)) | ((int(v) - shift0) << PACK_MULT_BITS) for m, v in zip(mult, shift)]
-    return [w - (1 << 32) if w >= 1 << 31 else w for w in words], shift0
+def _i32(w: int) -> int:
+    return w - (1 << 32) if w >= 1 << 31 else w
 
 
-def unpack_requant(words, shift0: int) -> tuple[list[int], list[int]]:
-    """(multipliers, shifts) of packed words: et_rq_mult_at and et_rq_shift_at in Python."""
-    u = [int(w) & 0xFFFFFFFF for w in words]
+def pack_requant(mult, shift) -> tuple[list[int], int, int]:
+    """(the words as int32 values, shift0, the escape words' count) of a packable layer: the escape words,
+    last channel first, then a word a channel, the multiplier's low 30 bits and, in the top two, its
+    shift less shift0 or PACK_ESCAPE. The C's mult points at the first channel's word (escapes past the
+    array's start)."""
+    plan = _pack_plan(mult, shift)
+    if plan is None:
+        raise ValueError("this layer's requantization does not pack (see packable)")
+    shift0, escaped = plan
+    low = (1 << PACK_MULT_BITS) - 1
+    esc = set(escaped)
+    words = [(int(m) & low) | ((PACK_ESCAPE if c in esc else int(v) - shift0) << PACK_MULT_BITS)
+             for c, (m, v) in enumerate(zip(mult, shift))]
+    escapes = [(c << 8) | (int(shift[c]) & 0xFF) for c in reversed(escaped)]
+    return [_i32(w) for w in escapes + words], shift0, len(escapes)
+
+
+def unpack_requant(words, shift0: int, escapes: int = 0) -> tuple[list[int], list[int]]:
+    """(multipliers, shifts) of packed words (escape words first): et_rq_mult_at and et_rq_shift_at in
+    Python."""
+    esc = {(int(w) & 0xFFFFFFFF) >> 8: ((int(w) & 0xFF) ^ 0x80) - 0x80 for w in words[:escapes]}
+    u = [int(w) & 0xFFFFFFFF for w in words[escapes:]]
+    top = [w >> PACK_MULT_BITS for w in u]
     return ([(w & ((1 << PACK_MULT_BITS) - 1)) | (1 << PACK_MULT_BITS) for w in u],
-            [shift0 + (w >> PACK_MULT_BITS) for w in u])
+            [esc[c] if t == PACK_ESCAPE else shift0 + t for c, t in enumerate(top)])
 
 
 def requant_decls(name: str, mult, shift) -> tuple[list[str], str, int]:
     """The per-channel requantization arrays: `name_m` (int32 multipliers) and `name_s` (int8 shifts), or,
-    for a packable layer, `name_m` alone (the packed words; runtime/et_int8_core.h's et_rq_mult_at): (their
-    declarations, "name_m, name_s" or "name_m, 0" for the struct fields that point at them, shift0)."""
+    for a packable layer, `name_m` alone (its escape words, then the packed words: runtime/et_int8_core.h's
+    et_rq_mult_at): (their declarations, "name_m, name_s" or "name_m + escapes, 0" for the struct fields
+    that point at them, shift0)."""
     if packable(mult, shift):
-        words, shift0 = pack_requant(mult, shift)
-        return [c_ints(I32, name + MULT, words)], f"{name}{MULT}, 0", shift0
+        words, shift0, escapes = pack_requant(mult, shift)
+        at = f"{name}{MULT} + {escapes}" if escapes else f"{name}{MULT}"
+        return [c_ints(I32, name + MULT, words)], f"{at}, 0", shift0
     return [c_ints(I32, name + MULT, mult), c_ints("int8_t", name + SHIFT, shift)], f"{name}{MULT}, {name}{SHIFT}", 0
 
 

@@ -133,22 +133,35 @@ typedef struct {
     int16_t sh, sw, ph, pw, dh, dw;
     int16_t groups;
     int16_t x_zero, y_zero, qmin, qmax;
-    int16_t shift0;              /* packed requantization (shift 0): the layer's least shift */
+    int16_t shift0;              /* packed requantization (shift 0): the shift of top bits 0 (et_rq_shift_at) */
     const int32_t *mult;         /* per output channel (int8 output); packed where shift is 0 (et_rq_mult) */
     const int8_t *shift;         /* per output channel: -31..30; 0: packed into mult */
     const float *out_scale;      /* per output channel (float output: x_scale * w_scale[o]) */
 } et_qconv_p;
 
 /* A channel's requantization multiplier and shift. A layer whose multipliers all lie in [2^30, 2^31)
- * and whose shifts span at most 3 has them packed, a word a channel (kernels/int8_params.py's
+ * has them packed, a word a channel, where that takes fewer bytes (kernels/int8_params.py's
  * requant_decls): the multiplier's low 30 bits (its bit 30 is set, bit 31 clear) and, in the top two
- * bits, its shift less the layer's least, shift0; its shift array is then 0. The same numbers in 4
- * bytes a channel instead of 5. (mult, shift, shift0: et_qconv_p's or et_fscale's fields.) */
+ * bits, its shift less shift0 (0, 1 or 2), or 3: the shift is then in an escape word before the
+ * first channel's, (channel << 8) | (shift & 0xFF). Its shift array is then 0. The same numbers in
+ * 4 bytes a channel and 4 an escape instead of 5 a channel. (mult, shift, shift0: et_qconv_p's or
+ * et_fscale's fields.) */
 static inline int32_t et_rq_mult_at(const int32_t *mult, const int8_t *shift, int32_t o) {
     return shift ? mult[o] : (int32_t)(((uint32_t)mult[o] & 0x3FFFFFFFu) | 0x40000000u);
 }
+/* an escaped channel's shift: the compiler wrote an escape word for every channel marked 3 */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((noinline, cold, unused))
+#endif
+static int32_t et_rq_escape(const int32_t *mult, int32_t o) {
+    const int32_t *e = mult - 1;
+    while ((*e >> 8) != o) --e;
+    return (int32_t)((*e & 0xFF) ^ 0x80) - 0x80;
+}
 static inline int32_t et_rq_shift_at(const int32_t *mult, const int8_t *shift, int32_t shift0, int32_t o) {
-    return shift ? shift[o] : shift0 + (int32_t)((uint32_t)mult[o] >> 30);
+    if (shift) return shift[o];
+    const int32_t d = (int32_t)((uint32_t)mult[o] >> 30);
+    return d == 3 ? et_rq_escape(mult, o) : shift0 + d;
 }
 #define et_rq_mult(P, o) et_rq_mult_at((P)->mult, (P)->shift, (o))
 #define et_rq_shift(P, o) et_rq_shift_at((P)->mult, (P)->shift, (P)->shift0, (o))
