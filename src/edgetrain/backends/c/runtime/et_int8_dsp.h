@@ -249,7 +249,7 @@ static ET_DSP_NOINLINE int32_t et_qmask_pack_dsp(const int8_t *y, uint8_t *m, in
 static inline int32_t et_col_at(int32_t j, int32_t t) { return (j & 1) * 4 + (j & 2) + t; }
 
 /* a loop over groups of 4 inputs, unrolled completely when the input count k is a constant of
- * at most 32 (et_gemm_row_wide's four-pixel loops for k = 8, 16, 24, 32, et_gemm_windows_quads'
+ * at most 32 (et_gemm_row_wide's four-pixel loops for k = 8 and 16, et_gemm_windows_quads'
  * and et_gemm_pairs' for ET_K_RGB3):
  * no loop counter, no set-up, the weight offsets immediates */
 #define ET_GROUPS(k, ...)                                                                  \

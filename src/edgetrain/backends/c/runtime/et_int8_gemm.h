@@ -6,15 +6,17 @@
  *   int16 pairs with x_zero taken out and doubled, so the dot products widen only the weights,
  *   the sums start from 2 * bias and feed et_level2 directly. Four pixels at a time where
  *   their column fits col (each weight word widened once for 4 pixels, each channel's
- *   requantization read once), compiled once more for 8, 16, 24 and 32 inputs (the expansions
- *   of the first blocks, where a loop's set-up cost as much as its products) with its loops
- *   unrolled; two at a time for a row's last pixels and for more inputs;
+ *   requantization read once), compiled once more for 8 and 16 inputs (the expansions of the
+ *   first blocks, where a loop's set-up cost as much as its products) with its loops unrolled
+ *   (24 and 32 too cost 4.3 KB of flash for 0.68 M of mbv2-w0.35's 56 M est. M7 cycles: they
+ *   take the loop); two at a time for a row's last pixels and for more inputs;
  * - et_gemm_windows_quads / et_gemm_windows_wide: the same column built from four or two
  *   gathered KxK windows (the inputs padded to a multiple of 4 with weight 0), for a dense conv
  *   such as the models' first (four at a time for 28 inputs: a 3x3 over 3 channels);
  * - et_gemm_row_planes: any other 1x1, two pixels packed into a column per step;
  * - et_gemm_pairs_planes: a chunk of at most 4 output channels of a 1x1 reads the planes in its
- *   dot products (the packing would cost as much as it saves). */
+ *   dot products (the packing would cost as much as it saves); one loop for every input count
+ *   (the paper's three models never run it: its copies for 8 and 16 inputs were 1.1 KB). */
 #ifndef ET_INT8_GEMM_H
 #define ET_INT8_GEMM_H
 #include <stdint.h>
@@ -244,8 +246,6 @@ static ET_DSP_NOINLINE void et_gemm_row_wide(const et_gemm_oc *t, int32_t pairs,
     int32_t q = 0;
     if (k == 8) q = et_gemm_row_quads_k(t, pairs, x, xs, 8, nz, c, px, y, cs);
     else if (k == 16) q = et_gemm_row_quads_k(t, pairs, x, xs, 16, nz, c, px, y, cs);
-    else if (k == 24) q = et_gemm_row_quads_k(t, pairs, x, xs, 24, nz, c, px, y, cs);
-    else if (k == 32) q = et_gemm_row_quads_k(t, pairs, x, xs, 32, nz, c, px, y, cs);
     else if (8 * k <= 2 * ET_COL_K) q = et_gemm_row_quads_k(t, pairs, x, xs, k, nz, c, px, y, cs);
     if (q < px) et_gemm_row_wide_k(t, pairs, x + q, xs, k, nz, c, px - q, y + q, cs);
 }
@@ -330,12 +330,7 @@ static inline __attribute__((always_inline)) void et_gemm_planes_px(const et_gem
 /* the first `px` (even) pixels of one output row, two at a time (et_gemm_planes_px) */
 static ET_DSP_NOINLINE void et_gemm_pairs_planes(const et_gemm_oc *t, int32_t pairs, int32_t odd, const int8_t *x,
                                                  int32_t xs, int32_t k, int32_t px, int8_t *y, int32_t cs) {
-    if (k == 8)
-        for (int32_t q = 0; q < px; q += 2) et_gemm_planes_px(t, pairs, odd, x + q, xs, 8, y + q, cs);
-    else if (k == 16)
-        for (int32_t q = 0; q < px; q += 2) et_gemm_planes_px(t, pairs, odd, x + q, xs, 16, y + q, cs);
-    else
-        for (int32_t q = 0; q < px; q += 2) et_gemm_planes_px(t, pairs, odd, x + q, xs, k, y + q, cs);
+    for (int32_t q = 0; q < px; q += 2) et_gemm_planes_px(t, pairs, odd, x + q, xs, k, y + q, cs);
 }
 
 /* et_qconv_rows for an ungrouped conv whose weight rows lie side by side: per output row,
