@@ -9,7 +9,9 @@
  *   requantization read once), compiled once more for 8 and 16 inputs (the expansions of the
  *   first blocks, where a loop's set-up cost as much as its products) with its loops unrolled
  *   (24 and 32 too cost 4.3 KB of flash for 0.68 M of mbv2-w0.35's 56 M est. M7 cycles: they
- *   take the loop); two at a time for a row's last pixels and for more inputs;
+ *   take the loop, whose dot products run two groups of 4 inputs an iteration where the count
+ *   is a multiple of 8, ET_GROUPS_PAIRED: 0.4 KB for 0.37 M of it back); two at a time for a
+ *   row's last pixels and for more inputs;
  * - et_gemm_windows_quads / et_gemm_windows_wide: the same column built from four or two
  *   gathered KxK windows (the inputs padded to a multiple of 4 with weight 0), for a dense conv
  *   such as the models' first (four at a time for 28 inputs: a 3x3 over 3 channels);
@@ -29,6 +31,21 @@
 #ifndef ET_GEMM_WINDOWS_WIDE
 #define ET_GEMM_WINDOWS_WIDE 1
 #endif
+/* ET_GROUPS, but a k not known here that is a multiple of 8 takes its groups two at a time
+ * (half the loop's branches and counter updates) */
+#define ET_GROUPS_PAIRED(k, ...)                                                                   \
+    do {                                                                                           \
+        if (!__builtin_constant_p(k) && ((k) & 7) == 0) {                                          \
+            while (q + 8 <= (k)) {                                                                 \
+                { __VA_ARGS__ }                                                                    \
+                q += 4;                                                                            \
+                { __VA_ARGS__ }                                                                    \
+                q += 4;                                                                            \
+            }                                                                                      \
+        } else                                                                                     \
+            ET_GROUPS(k, __VA_ARGS__);                                                             \
+    } while (0)
+
 /* sxtab16 of v rotated by 8: a + the sign-extended bytes 1 and 3 of v, per halfword */
 static inline int32_t et_sxtab16_ror8(int32_t a, uint32_t v) {
     int32_t r;
@@ -123,7 +140,7 @@ static inline __attribute__((always_inline)) void et_gemm_quads16(const et_gemm_
         const int8_t *wa = t[0].w, *wb = t[1].w;
         int32_t a0 = 2 * t[0].init, a1 = a0, a2 = a0, a3 = a0, b0 = 2 * t[1].init, b1 = b0, b2 = b0, b3 = b0;
         int32_t q = 0;
-        ET_GROUPS(k, {
+        ET_GROUPS_PAIRED(k, {
             const int32_t va = et_ld32s(wa + q), vb = et_ld32s(wb + q);
             const int32_t a02 = __sxtb16(va), a13 = et_sxtb16_ror8((uint32_t)va);
             const int32_t b02 = __sxtb16(vb), b13 = et_sxtb16_ror8((uint32_t)vb);
@@ -336,10 +353,14 @@ static ET_DSP_NOINLINE void et_gemm_pairs_planes(const et_gemm_oc *t, int32_t pa
 /* et_qconv_rows for an ungrouped conv whose weight rows lie side by side: per output row,
  * pixel pairs packed into a column (a 1x1 unpadded column-stride-1 conv reads the planes,
  * any other gathers its windows), then the output channels two by two (ET_RQ_CHUNK at a
- * time, their requantization set up once per call and chunk) */
-static ET_DSP_NOINLINE void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
-                                           const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off, int32_t r0,
-                                           int32_t r1, int32_t o0, int32_t o1) {
+ * time, their requantization set up once per call and chunk). Compiled for size on a Cortex-M
+ * (ET_SMALL_ATTR): its set-up and general path are 2-4 % of the paper's models' steps, the rows it
+ * hands to the functions above most of the rest (1.2 KB of flash for 0.28 M of mbv2-w0.35's 56 M
+ * est. M7 cycles) */
+static ET_DSP_NOINLINE ET_SMALL_ATTR void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off,
+                                                         const et_w8 *w, const int32_t *bias, et_rows8 y, float *yf,
+                                                         int32_t yo_off, int32_t r0, int32_t r1, int32_t o0,
+                                                         int32_t o1) {
     const int32_t kh = P->kh, cg = P->cg, khkw = kh * P->kw, k = cg * khkw, wo = P->wo;
     const int planes = khkw == 1 && P->ph == 0 && P->pw == 0 && P->sw == 1;
     const int split = w->map && w->dim == 1; /* by input channel: two dot products per pair */
