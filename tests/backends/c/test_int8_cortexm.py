@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(bool(cortexm.missing_tools()),
                                 reason=f"missing {', '.join(cortexm.missing_tools())}")
 
 # (name, n, c, h, w, o, k, stride, pad, groups, float_out, how the kernel is called)
-# "whole": one call; "per_channel": one output channel per call (qconv2d_pw_dw);
+# "whole": one call (et_qconv_whole); "per_channel": one output channel per call (qconv2d_pw_dw);
 # "per_row": one output row per call (qstream); "split0"/"split1": the weight split in two
 # arrays by output / input channel; "narrow": an output range narrower than int8 (the general
 # requantization path); "saturate": a bias at the ends of int32 and a left shift (the same);
@@ -252,8 +252,8 @@ def _case_c(i, case, x, wt, b, a, ho, wo):
         body = f"for (int32_t o = 0; o < {o}; o++) {call(0, ho, 'o', 'o + 1')}"
     elif how == "per_row":
         body = f"for (int32_t r = 0; r < {ho}; r++) {call('r', 'r + 1', 0, o)}"
-    else:
-        body = call(0, ho, 0, o)
+    else:  # every row and channel: the graphs' call (et_qconv_whole, emitted by kernels/int8.py's qconv2d)
+        body = f"et_qconv_whole(&P{i}, x{i}, &W{i}, b{i}, {'0' if float_out else f'y{i}'}, {yf});"
     lines.append(f"static void run{i}(void) {{ {body} dump({i}, (const uint8_t *)y{i}, sizeof y{i}); }}")
     return lines
 

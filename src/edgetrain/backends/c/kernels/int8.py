@@ -33,13 +33,9 @@ def qconv2d(node: Node, ctx) -> str:
     if a.get("acc_out"):  # the integer backward's classifier: int32 accumulators
         return iacc_conv(node, ctx)
     lines = conv_params(ctx, "P", x.shape, w.shape, y.shape, a) + weight_decl(ctx, w, "W")
-    o, ho, wo = y.shape[1:]
-    if a.get("float_out"):
-        ys, yf = f"et_rows8 Y = {{0, {o * ho * wo}, {ho * wo}, {ho}}};", f"{ctx.ptr(y)}"
-    else:
-        ys, yf = f"et_rows8 Y = {whole_rows(ctx.ptr(y), y.shape)};", "0"
-    lines += [ys, f"et_qconv_rows(&P, {whole_rows(ctx.ptr(x), x.shape)}, 0, &W, {ctx.ptr(b)}, Y, {yf}, 0, 0, {ho}, "
-                  f"0, {o});"]
+    yp, yf = ("0", ctx.ptr(y)) if a.get("float_out") else (ctx.ptr(y), "0")
+    # et_qconv_whole: et_qconv_rows over every row and channel of the whole tensors (runtime/et_int8.h)
+    lines.append(f"et_qconv_whole(&P, {ctx.ptr(x)}, &W, {ctx.ptr(b)}, {yp}, {yf});")
     return block(lines)
 
 

@@ -109,6 +109,18 @@ static inline et_rows8 et_whole8(const void *p, int32_t c, int32_t h, int32_t w)
     return r;
 }
 
+/* A whole layer: x and y whole NCHW tensors (y 0 where the output is float32, at yf), every row and
+ * channel. The graphs call it with six words where et_qconv_rows takes twelve and two structs:
+ * 40-50 bytes of Cortex-M code less for each of the models' whole-tensor convolutions. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((noinline, unused))
+#endif
+static ET_SMALL_ATTR void et_qconv_whole(const et_qconv_p *P, const int8_t *x, const et_w8 *w, const int32_t *bias,
+                                         int8_t *y, float *yf) {
+    et_qconv_rows(P, et_whole8(x, P->c, P->h, P->w), 0, w, bias, et_whole8(y, P->o, P->ho, P->wo), yf, 0, 0, P->ho, 0,
+                  P->o);
+}
+
 /* ---- qadd (TFLite quantized add), one row of all channels or a whole tensor --------------- */
 typedef struct {
     int32_t a_zero, b_zero, y_zero, a_mult, a_shift, b_mult, b_shift, y_mult, y_shift, qmin, qmax;
