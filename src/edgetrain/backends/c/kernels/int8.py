@@ -73,30 +73,15 @@ def qconv2d_pw_dw(node: Node, ctx) -> str:
     n, held, ht, wt = scratch.shape  # held: the expansion channels the scratch holds
     ho = y.shape[2]
     t_shape = (n, c, ht, wt)
-    kh, sh, ph, dh = w2.shape[2], dw["stride"][0], dw["padding"][0], dw["dilation"][0]
+    kh, sh, dh = w2.shape[2], dw["stride"][0], dw["dilation"][0]
     span = (kh - 1) * dh + 1  # the input rows one output row reads
     g, r = pw_dw_blocking(ht, held, span, sh, ho, c)
-    cap = min((r - 1) * sh + span, ht)
     lines = (conv_params(ctx, "PW", x.shape, w1.shape, t_shape, pw) + conv_params(ctx, "DW", t_shape, w2.shape,
                                                                                       y.shape, dw)
              + weight_decl(ctx, w1, "W1") + weight_decl(ctx, w2, "W2"))
-    lines += [f"const et_rows8 T = {{(int8_t *){ctx.ptr(scratch)}, {g * cap * wt}, {cap * wt}, {cap}}};",
-              f"for (int32_t c = 0; c < {c}; c += {g}) {{",
-              f"    const int32_t c1 = c + {g} < {c} ? c + {g} : {c};",
-              "    int32_t next = 0; /* the pointwise rows computed so far */",
-              f"    for (int32_t r = 0; r < {ho}; r += {r}) {{",
-              f"        const int32_t r1 = r + {r} < {ho} ? r + {r} : {ho};",
-              f"        int32_t need = (r1 - 1) * {sh} - {ph} + {span};",
-              f"        if (need > {ht}) need = {ht};",
-              "        if (need > next) {",
-              f"            et_qconv_rows(&PW, {whole_rows(ctx.ptr(x), x.shape)}, 0, &W1, {ctx.ptr(b1)}, T, 0, c, "
-              "next, need, c, c1);",
-              "            next = need;",
-              "        }",
-              f"        et_qconv_rows(&DW, T, c, &W2, {ctx.ptr(b2)}, {whole_rows(ctx.ptr(y), y.shape)}, 0, 0, r, r1, "
-              "c, c1);",
-              "    }",
-              "}"]
+    # the loops over channels and rows in runtime/et_int8.h (the ring's cap rows from DW's geometry and r)
+    lines.append(f"et_qconv_pw_dw(&PW, &DW, {ctx.ptr(x)}, &W1, {ctx.ptr(b1)}, &W2, {ctx.ptr(b2)}, {ctx.ptr(y)}, "
+                 f"(int8_t *){ctx.ptr(scratch)}, {g}, {r});")
     return block(lines)
 
 

@@ -121,6 +121,36 @@ static ET_SMALL_ATTR void et_qconv_whole(const et_qconv_p *P, const int8_t *x, c
                   P->o);
 }
 
+/* qconv2d_pw_dw (kernels/int8.py): g of the pointwise layer's output channels at a time, its rows of
+ * those channels into the ring t (cap rows a channel) as far as the depthwise layer's next r output
+ * rows read, then those rows; x and y whole tensors. One call where the graph had the loops: 60-90
+ * bytes of Cortex-M code less a block. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((noinline, unused))
+#endif
+static ET_SMALL_ATTR void et_qconv_pw_dw(const et_qconv_p *PW, const et_qconv_p *DW, const int8_t *x, const et_w8 *w1,
+                                         const int32_t *b1, const et_w8 *w2, const int32_t *b2, int8_t *y, int8_t *t,
+                                         int32_t g, int32_t r) {
+    const int32_t c = PW->o, ho = DW->ho, ht = DW->h, wt = DW->w, sh = DW->sh;
+    const int32_t span = (DW->kh - 1) * DW->dh + 1, cap = (r - 1) * sh + span < ht ? (r - 1) * sh + span : ht;
+    const et_rows8 T = {t, g * cap * wt, cap * wt, cap};
+    const et_rows8 X = et_whole8(x, PW->c, PW->h, PW->w), Y = et_whole8(y, DW->o, DW->ho, DW->wo);
+    for (int32_t c0 = 0; c0 < c; c0 += g) {
+        const int32_t c1 = c0 + g < c ? c0 + g : c;
+        int32_t next = 0; /* the pointwise rows computed so far */
+        for (int32_t r0 = 0; r0 < ho; r0 += r) {
+            const int32_t r1 = r0 + r < ho ? r0 + r : ho;
+            int32_t need = (r1 - 1) * sh - DW->ph + span;
+            if (need > ht) need = ht;
+            if (need > next) {
+                et_qconv_rows(PW, X, 0, w1, b1, T, 0, c0, next, need, c0, c1);
+                next = need;
+            }
+            et_qconv_rows(DW, T, c0, w2, b2, Y, 0, 0, r0, r1, c0, c1);
+        }
+    }
+}
+
 /* ---- qadd (TFLite quantized add), one row of all channels or a whole tensor --------------- */
 typedef struct {
     int32_t a_zero, b_zero, y_zero, a_mult, a_shift, b_mult, b_shift, y_mult, y_shift, qmin, qmax;
