@@ -91,11 +91,11 @@ def _pack_plan(mult, shift):
         return None
     lows = np.unique(s)
     covered = [int(np.sum((s >= lo) & (s < lo + PACK_ESCAPE))) for lo in lows]
-    best = int(np.argmax(covered))  # the first (lowest) of the largest
-    shift0, escapes = int(lows[best]), len(s) - covered[best]
-    if 4 * (len(s) + escapes) >= 5 * len(s):
+    shift0 = int(lows[int(np.argmax(covered))])  # the first (lowest) of the largest
+    escaped = [c for c, v in enumerate(s.tolist()) if not shift0 <= v < shift0 + PACK_ESCAPE]
+    if 4 * (len(s) + len(escaped)) >= 5 * len(s):
         return None
-    return shift0, [c for c, v in enumerate(s) if not shift0 <= int(v) < shift0 + PACK_ESCAPE]
+    return shift0, escaped
 
 
 def packable(mult, shift) -> bool:
@@ -116,7 +116,11 @@ def pack_requant(mult, shift) -> tuple[list[int], int, int]:
     plan = _pack_plan(mult, shift)
     if plan is None:
         raise ValueError("this layer's requantization does not pack (see packable)")
-    shift0, escaped = plan
+    return _pack_words(mult, shift, *plan)
+
+
+def _pack_words(mult, shift, shift0: int, escaped: list[int]) -> tuple[list[int], int, int]:
+    """pack_requant's result for the layer's plan (_pack_plan)."""
     low = (1 << PACK_MULT_BITS) - 1
     esc = set(escaped)
     words = [(int(m) & low) | ((PACK_ESCAPE if c in esc else int(v) - shift0) << PACK_MULT_BITS)
@@ -140,8 +144,9 @@ def requant_decls(name: str, mult, shift) -> tuple[list[str], str, int]:
     for a packable layer, `name_m` alone (its escape words, then the packed words: runtime/et_int8_core.h's
     et_rq_mult_at): (their declarations, "name_m, name_s" or "name_m + escapes, 0" for the struct fields
     that point at them, shift0)."""
-    if packable(mult, shift):
-        words, shift0, escapes = pack_requant(mult, shift)
+    plan = _pack_plan(mult, shift)  # planned once: packable's and pack_requant's test
+    if plan is not None:
+        words, shift0, escapes = _pack_words(mult, shift, *plan)
         at = f"{name}{MULT} + {escapes}" if escapes else f"{name}{MULT}"
         return [c_ints(I32, name + MULT, words)], f"{at}, 0", shift0
     return [c_ints(I32, name + MULT, mult), c_ints("int8_t", name + SHIFT, shift)], f"{name}{MULT}, {name}{SHIFT}", 0
