@@ -112,11 +112,9 @@ static inline et_rows8 et_whole8(const void *p, int32_t c, int32_t h, int32_t w)
 /* A whole layer: x and y whole NCHW tensors (y 0 where the output is float32, at yf), every row and
  * channel. The graphs call it with six words where et_qconv_rows takes twelve and two structs:
  * 40-50 bytes of Cortex-M code less for each of the models' whole-tensor convolutions. */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((noinline, unused))
-#endif
-static ET_SMALL_ATTR void et_qconv_whole(const et_qconv_p *P, const int8_t *x, const et_w8 *w, const int32_t *bias,
-                                         int8_t *y, float *yf) {
+__attribute__((noinline, unused)) static ET_SMALL_ATTR void et_qconv_whole(const et_qconv_p *P, const int8_t *x,
+                                                                           const et_w8 *w, const int32_t *bias,
+                                                                           int8_t *y, float *yf) {
     et_qconv_rows(P, et_whole8(x, P->c, P->h, P->w), 0, w, bias, et_whole8(y, P->o, P->ho, P->wo), yf, 0, 0, P->ho, 0,
                   P->o);
 }
@@ -125,12 +123,11 @@ static ET_SMALL_ATTR void et_qconv_whole(const et_qconv_p *P, const int8_t *x, c
  * those channels into the ring t (cap rows a channel) as far as the depthwise layer's next r output
  * rows read, then those rows; x and y whole tensors. One call where the graph had the loops: 60-90
  * bytes of Cortex-M code less a block. */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((noinline, unused))
-#endif
-static ET_SMALL_ATTR void et_qconv_pw_dw(const et_qconv_p *PW, const et_qconv_p *DW, const int8_t *x, const et_w8 *w1,
-                                         const int32_t *b1, const et_w8 *w2, const int32_t *b2, int8_t *y, int8_t *t,
-                                         int32_t g, int32_t r) {
+__attribute__((noinline, unused)) static ET_SMALL_ATTR void et_qconv_pw_dw(const et_qconv_p *PW, const et_qconv_p *DW,
+                                                                           const int8_t *x, const et_w8 *w1,
+                                                                           const int32_t *b1, const et_w8 *w2,
+                                                                           const int32_t *b2, int8_t *y, int8_t *t,
+                                                                           int32_t g, int32_t r) {
     const int32_t c = PW->o, ho = DW->ho, ht = DW->h, wt = DW->w, sh = DW->sh;
     const int32_t span = (DW->kh - 1) * DW->dh + 1, cap = (r - 1) * sh + span < ht ? (r - 1) * sh + span : ht;
     const et_rows8 T = {t, g * cap * wt, cap * wt, cap};

@@ -150,10 +150,7 @@ static inline int32_t et_rq_mult_at(const int32_t *mult, const int8_t *shift, in
     return shift ? mult[o] : (int32_t)(((uint32_t)mult[o] & 0x3FFFFFFFu) | 0x40000000u);
 }
 /* an escaped channel's shift: the compiler wrote an escape word for every channel marked 3 */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((noinline, cold, unused))
-#endif
-static int32_t et_rq_escape(const int32_t *mult, int32_t o) {
+__attribute__((noinline, cold, unused)) static int32_t et_rq_escape(const int32_t *mult, int32_t o) {
     const int32_t *e = mult - 1;
     while ((*e >> 8) != o) --e;
     return (int32_t)((*e & 0xFF) ^ 0x80) - 0x80;
