@@ -10,8 +10,8 @@
  *   first blocks, where a loop's set-up cost as much as its products) with its loops unrolled
  *   (24 and 32 too cost 4.3 KB of flash for 0.68 M of mbv2-w0.35's 56 M est. M7 cycles: they
  *   take the loop, whose dot products run two groups of 4 inputs an iteration where the count
- *   is a multiple of 8, ET_GROUPS_PAIRED: 0.4 KB for 0.37 M of it back); two at a time for a
- *   row's last pixels and for more inputs;
+ *   is a multiple of 8, ET_GROUPS_PAIRED, which wins part of those cycles back); two at a time
+ *   for a row's last pixels and for more inputs;
  * - et_gemm_windows_quads / et_gemm_windows_wide: the same column built from four or two
  *   gathered KxK windows (the inputs padded to a multiple of 4 with weight 0), for a dense conv
  *   such as the models' first (four at a time for 28 inputs: a 3x3 over 3 channels);
@@ -355,8 +355,8 @@ static ET_DSP_NOINLINE void et_gemm_pairs_planes(const et_gemm_oc *t, int32_t pa
  * any other gathers its windows), then the output channels two by two (ET_RQ_CHUNK at a
  * time, their requantization set up once per call and chunk). Compiled for size on a Cortex-M
  * (ET_SMALL_ATTR): its set-up and general path are 2-4 % of the paper's models' steps, the rows it
- * hands to the functions above most of the rest (1.2 KB of flash for 0.28 M of mbv2-w0.35's 56 M
- * est. M7 cycles) */
+ * hands to the functions above most of the rest (with ET_GROUPS_PAIRED, 6b3deb6: 0.8 KB less model
+ * code and 0.09 M fewer est. M7 cycles on mbv2-w0.35, docs/benchmarks.md) */
 static ET_DSP_NOINLINE ET_SMALL_ATTR void et_qconv_gemm_rows(const et_qconv_p *P, et_rows8 x, int32_t xc_off,
                                                          const et_w8 *w, const int32_t *bias, et_rows8 y, float *yf,
                                                          int32_t yo_off, int32_t r0, int32_t r1, int32_t o0,
