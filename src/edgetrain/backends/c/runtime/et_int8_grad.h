@@ -627,12 +627,20 @@ static inline __attribute__((always_inline)) void et_gw_tap_sums_rows_k(const et
     }
 }
 
-/* out of line, once for each row count: the loops get the registers to themselves */
+/* out of line, once for 4 rows and once for 2: the loops get the registers to themselves. Three
+ * rows take the 4-row loop with the third row twice (its gradient, scale and output): the fourth
+ * row's sums are the third's, the same products in the same order, and write the same values to
+ * the same places, so the rows' results are those of a 3-row loop (which cost a third copy of
+ * the loops' code). */
 __attribute__((noinline)) static void et_gw_tap_sums_rows(const et_gw_tap *T, int32_t cg, const int32_t *go, int32_t nr,
                                                           const float *scale, float *out, int32_t os, const int32_t *ro) {
-    if (nr == 4) et_gw_tap_sums_rows_k(T, cg, go, scale, out, os, ro, 4);
-    else if (nr == 3) et_gw_tap_sums_rows_k(T, cg, go, scale, out, os, ro, 3);
-    else et_gw_tap_sums_rows_k(T, cg, go, scale, out, os, ro, 2);
+    if (nr == 2) {
+        et_gw_tap_sums_rows_k(T, cg, go, scale, out, os, ro, 2);
+        return;
+    }
+    const int32_t go4[ET_GW_RB] = {go[0], go[1], go[2], go[nr - 1]}, ro4[ET_GW_RB] = {ro[0], ro[1], ro[2], ro[nr - 1]};
+    const float scale4[ET_GW_RB] = {scale[0], scale[1], scale[2], scale[nr - 1]};
+    et_gw_tap_sums_rows_k(T, cg, go4, scale4, out, os, ro4, 4);
 }
 
 /* whether gradient row g (n images image_stride apart, hw pixels each) is zero everywhere (-0
