@@ -27,8 +27,9 @@
  * stack buffer, they are copied once per channel at a fixed stride instead (no ring
  * bookkeeping per output row). The weights are packed once per channel; the row kernels are
  * compiled for channels on the fast requantization path (the others a pixel at a time,
- * et_dw_row_slow), the 5x5 / 7x7 rows once more each with the tap-row count a constant, so their
- * tap-row loop unrolls (proxyless-w0.3: 24.2 -> 23.2 M est. M7 cycles in et_qconv_dw_rows). On the fast path,
+ * et_dw_row_slow), the 5x5 / 7x7 rows and any other kernel's as one copy whose tap-row loop is
+ * not unrolled (copies with the tap-row count a constant saved proxyless-w0.3 0.4-1.0 M est. M7
+ * cycles for 2 KB of flash: docs/benchmarks.md, "Cortex-M flash, fourth round"). On the fast path,
  * with the rows copied at a fixed stride and the output rows one after another, a square 3x3,
  * 5x5 or 7x7 channel runs all its output rows as one loop of pixel pairs instead
  * (et_dw_plane: no set-up per row, which cost as much as a row of 4x4 and 8x8
@@ -214,40 +215,55 @@ static inline __attribute__((always_inline)) void et_dw3_row(const int8_t *const
  * t5 x7, the shifted pairs joined from two words' halves (x8: a third word, kw = 7 only; t6 = 0
  * below that). Tap row i's words start at rows[i] + off, or without rows at x + i * rb + off;
  * the pair's sums from init go to *o0, *o1. */
+static inline __attribute__((always_inline)) void et_dwk_tap_row(const int8_t *p, const int32_t (*wpk)[2],
+                                                                 const int32_t sw, const int seven, int32_t *s0p,
+                                                                 int32_t *s1p) {
+    int32_t s0 = *s0p, s1 = *s1p;
+    const uint32_t v0 = (uint32_t)et_ld32s(p), v1 = (uint32_t)et_ld32s(p + 4);
+    const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0);
+    const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1);
+    const int32_t e0 = wpk[0][0], d0 = wpk[0][1], e1 = wpk[1][0], d1 = wpk[1][1];
+    s0 = __smlad(e0, a0, s0);
+    s0 = __smlad(d0, b0, s0);
+    s0 = __smlad(e1, a1, s0);
+    s0 = __smlad(d1, b1, s0);
+    if (sw == 1) {
+        const int32_t c0 = et_pkhbt(a1, a0); /* (x4, x2) */
+        s1 = __smlad(e0, b0, s1);
+        s1 = __smladx(d0, c0, s1);
+        s1 = __smlad(e1, b1, s1);
+        s1 = __smlabt(d1, a1, s1);
+    } else {
+        const int32_t c02 = (int32_t)(((uint32_t)a0 >> 16) | ((uint32_t)a1 << 16)); /* (x2, x4) */
+        const int32_t c13 = (int32_t)(((uint32_t)b0 >> 16) | ((uint32_t)b1 << 16)); /* (x3, x5) */
+        s1 = __smlad(e0, c02, s1);
+        s1 = __smlad(d0, c13, s1);
+        if (seven) {
+            const int32_t a2 = __sxtb16(et_ld32s(p + 8));
+            s1 = __smlad(e1, (int32_t)(((uint32_t)a1 >> 16) | ((uint32_t)a2 << 16)), s1); /* (x6, x8) */
+        } else {
+            s1 = __smlabt(e1, a1, s1);
+        }
+        s1 = __smlabt(d1, b1, s1);
+    }
+    *s0p = s0;
+    *s1p = s1;
+}
+/* the pair's tap rows: unrolled where kh is a constant (the planes), a loop where it is not (the
+ * rows of 5x5, 7x7 and other kernels: unrolling a loop of unknown count copied its body 8 times
+ * at each of the rows' 4 sites) */
 static inline __attribute__((always_inline)) void et_dwk_pair(const int8_t *const *rows, const int8_t *x, int32_t rb,
                                                               int32_t off, const et_dwc *c, int32_t kh, const int32_t sw,
                                                               const int seven, int32_t init, int32_t *o0, int32_t *o1) {
     int32_t s0 = init, s1 = init;
+    if (__builtin_constant_p(kh)) {
 #pragma GCC unroll 8
-    for (int32_t i = 0; i < kh; i++) {
-        const int8_t *p = (rows ? rows[i] : x + i * rb) + off;
-        const uint32_t v0 = (uint32_t)et_ld32s(p), v1 = (uint32_t)et_ld32s(p + 4);
-        const int32_t a0 = __sxtb16((int32_t)v0), b0 = et_sxtb16_ror8(v0);
-        const int32_t a1 = __sxtb16((int32_t)v1), b1 = et_sxtb16_ror8(v1);
-        const int32_t e0 = c->wpk[i][0][0], d0 = c->wpk[i][0][1], e1 = c->wpk[i][1][0], d1 = c->wpk[i][1][1];
-        s0 = __smlad(e0, a0, s0);
-        s0 = __smlad(d0, b0, s0);
-        s0 = __smlad(e1, a1, s0);
-        s0 = __smlad(d1, b1, s0);
-        if (sw == 1) {
-            const int32_t c0 = et_pkhbt(a1, a0); /* (x4, x2) */
-            s1 = __smlad(e0, b0, s1);
-            s1 = __smladx(d0, c0, s1);
-            s1 = __smlad(e1, b1, s1);
-            s1 = __smlabt(d1, a1, s1);
-        } else {
-            const int32_t c02 = (int32_t)(((uint32_t)a0 >> 16) | ((uint32_t)a1 << 16)); /* (x2, x4) */
-            const int32_t c13 = (int32_t)(((uint32_t)b0 >> 16) | ((uint32_t)b1 << 16)); /* (x3, x5) */
-            s1 = __smlad(e0, c02, s1);
-            s1 = __smlad(d0, c13, s1);
-            if (seven) {
-                const int32_t a2 = __sxtb16(et_ld32s(p + 8));
-                s1 = __smlad(e1, (int32_t)(((uint32_t)a1 >> 16) | ((uint32_t)a2 << 16)), s1); /* (x6, x8) */
-            } else {
-                s1 = __smlabt(e1, a1, s1);
-            }
-            s1 = __smlabt(d1, b1, s1);
-        }
+        for (int32_t i = 0; i < kh; i++)
+            et_dwk_tap_row((rows ? rows[i] : x + i * rb) + off, c->wpk[i], sw, seven, &s0, &s1);
+    } else {
+#pragma GCC unroll 1
+        for (int32_t i = 0; i < kh; i++)
+            et_dwk_tap_row((rows ? rows[i] : x + i * rb) + off, c->wpk[i], sw, seven, &s0, &s1);
     }
     *o0 = s0;
     *o1 = s1;
@@ -567,8 +583,7 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
 #endif
                 if (!c.r.fast) et_dw_row_slow(rows, taps, &c.r, P, bias, o, yp, yf, at);
                 else if (three) et_dw3_row(rows, &c, wo, sw, yp, at);
-                else if (five) et_dwk_row(rows, &c, 5, 5, 2, wo, sw, yp, at); /* the tap-row loops unrolled */
-                else if (seven) et_dwk_row(rows, &c, 7, 7, 2, wo, sw, yp, at);
+                else if (five || seven) et_dwk_row(rows, &c, kh, kw, 2, wo, sw, yp, at);
                 else if (ET_DW_HAS(ET_DW_KOTHER)) et_dwk_row(rows, &c, kh, kw, words, wo, sw, yp, at);
             }
         }
