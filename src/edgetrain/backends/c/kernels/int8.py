@@ -20,7 +20,7 @@ from ....ops.reduce import reduced_dims
 from ..layout import CBackendError
 from . import int8_grad  # noqa: F401  (registers the backward and the updates)
 from .int8_igrad import iacc_conv  # (and registers the integer-only backward)
-from .int8_params import block, c_int, c_ints, conv_params, numel, weight_decl, whole_rows
+from .int8_params import block, c_int, c_ints, conv_params, numel, weight_arg, weight_decl, whole_rows
 from .registry import register
 
 
@@ -32,10 +32,12 @@ def qconv2d(node: Node, ctx) -> str:
     a = node.attrs
     if a.get("acc_out"):  # the integer backward's classifier: int32 accumulators
         return iacc_conv(node, ctx)
-    lines = conv_params(ctx, "P", x.shape, w.shape, y.shape, a) + weight_decl(ctx, w, "W")
+    decls, form, warg = weight_arg(ctx, w, "W")
+    lines = conv_params(ctx, "P", x.shape, w.shape, y.shape, a) + decls
     yp, yf = ("0", ctx.ptr(y)) if a.get("float_out") else (ctx.ptr(y), "0")
-    # et_qconv_whole: et_qconv_rows over every row and channel of the whole tensors (runtime/et_int8.h)
-    lines.append(f"et_qconv_whole(&P, {ctx.ptr(x)}, &W, {ctx.ptr(b)}, {yp}, {yf});")
+    # et_qconv_whole (or et_qconv_whole_w): et_qconv_rows over every row and channel of the whole
+    # tensors (runtime/et_int8.h)
+    lines.append(f"et_qconv_whole{form}(&P, {ctx.ptr(x)}, {warg}, {ctx.ptr(b)}, {yp}, {yf});")
     return block(lines)
 
 

@@ -11,7 +11,7 @@ from ....ops.qgradupdate import split_attrs as split_grad_update
 from ....ops.qconv import out_scales
 from ....ops.qoptim import row_scales
 from ..layout import C_TYPES, CBackendError
-from .int8_params import block, c_int, c_ints, conv_params, numel, weight_decl
+from .int8_params import block, c_int, c_ints, conv_params, numel, weight_arg
 from .int8_scales import forward_layers, fscale_decls, layer_bases
 from .registry import register
 
@@ -45,9 +45,10 @@ def _same_scales(a):
 def qconv2d_grad_input(node: Node, ctx) -> str:
     g, w = node.inputs
     a = node.attrs
-    lines = (_layer_params(ctx, "P", a["input_shape"], w.shape, g.shape, a, _same_scales(a)) + weight_decl(ctx, w, "W")
+    decls, form, warg = weight_arg(ctx, w, "W")
+    lines = (_layer_params(ctx, "P", a["input_shape"], w.shape, g.shape, a, _same_scales(a)) + decls
              + fscale_decls(ctx, "WS", a["w_scales"], layer_bases(ctx.gl.graph))
-             + [f"et_qconv_grad_input_fs(&P, {ctx.ptr(g)}, &W, &WS, {ctx.ptr(node.outputs[0])});"])
+             + [f"et_qconv_grad_input_fs{form}(&P, {ctx.ptr(g)}, {warg}, &WS, {ctx.ptr(node.outputs[0])});"])
     return block(lines)
 
 
@@ -56,9 +57,10 @@ def qconv2d_dw_grad_input(node: Node, ctx) -> str:
     g, w = node.inputs
     gx, plane = node.outputs
     a = node.attrs
-    lines = (_layer_params(ctx, "P", a["input_shape"], w.shape, g.shape, a, _same_scales(a)) + weight_decl(ctx, w, "W")
+    decls, form, warg = weight_arg(ctx, w, "W")
+    lines = (_layer_params(ctx, "P", a["input_shape"], w.shape, g.shape, a, _same_scales(a)) + decls
              + fscale_decls(ctx, "WS", a["w_scales"], layer_bases(ctx.gl.graph))
-             + [f"et_qconv_dw_grad_input_fs(&P, {ctx.ptr(g)}, &W, &WS, {ctx.ptr(gx)}, {ctx.ptr(plane)});"])
+             + [f"et_qconv_dw_grad_input_fs{form}(&P, {ctx.ptr(g)}, {warg}, &WS, {ctx.ptr(gx)}, {ctx.ptr(plane)});"])
     return block(lines)
 
 

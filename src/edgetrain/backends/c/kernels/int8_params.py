@@ -65,6 +65,17 @@ def weight_decl(ctx, v: Value, name: str) -> list[str]:
             f"{sel.dim}, {len(pos)}, {len(rest)}}};"]
 
 
+def weight_arg(ctx, v: Value, name: str) -> tuple[list[str], str, str]:
+    """How a kernel with a whole-weight form (the C function's name + "_w", which takes the weights'
+    pointer and builds the `et_w8` itself) reads the int8 weight `v`: (declarations, the name's
+    suffix, the argument). A weight stored whole is passed as its pointer, with no `et_w8` built at
+    the call (14-16 bytes of Cortex-M code a call); a split one as `&name` (weight_decl)."""
+    st = ctx.state_of(v)
+    if st is None or st.kind != "split":
+        return [], "_w", f"(const int8_t *){ctx.ptr(v)}"
+    return weight_decl(ctx, v, name), "", f"&{name}"
+
+
 def whole_rows(ptr: str, shape) -> str:
     """the `et_rows8` of a whole NCHW int8 tensor at `ptr`."""
     n, c, h, w = shape

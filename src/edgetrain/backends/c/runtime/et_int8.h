@@ -118,6 +118,14 @@ __attribute__((noinline, unused)) static ET_SMALL_ATTR void et_qconv_whole(const
     et_qconv_rows(P, et_whole8(x, P->c, P->h, P->w), 0, w, bias, et_whole8(y, P->o, P->ho, P->wo), yf, 0, 0, P->ho, 0,
                   P->o);
 }
+/* et_qconv_whole of a weight stored whole (kernels/int8_params.py's weight_arg): the et_w8 built here,
+ * not at each of the graphs' calls */
+__attribute__((noinline, unused)) static ET_SMALL_ATTR void et_qconv_whole_w(const et_qconv_p *P, const int8_t *x,
+                                                                             const int8_t *w, const int32_t *bias,
+                                                                             int8_t *y, float *yf) {
+    const et_w8 W = {w, 0, 0, 0, 0, 0, 0};
+    et_qconv_whole(P, x, &W, bias, y, yf);
+}
 
 /* qconv2d_pw_dw (kernels/int8.py): g of the pointwise layer's output channels at a time, its rows of
  * those channels into the ring t (cap rows a channel) as far as the depthwise layer's next r output

@@ -436,6 +436,22 @@ __attribute__((noinline, unused)) static void et_qconv_dw_grad_input_fs(const et
     memcpy(plane, gx + (P->n * P->c - 1) * hw, sizeof(float) * (size_t)hw);
 }
 
+/* the two input gradients of a weight stored whole (kernels/int8_params.py's weight_arg): the et_w8
+ * built here, not at each of the graphs' calls */
+__attribute__((noinline, unused)) ET_SMALL_ATTR static void et_qconv_grad_input_fs_w(const et_qconv_p *P,
+                                                                                     const float *g, const int8_t *w,
+                                                                                     const et_fscale *S, float *gx) {
+    const et_w8 W = {w, 0, 0, 0, 0, 0, 0};
+    et_qconv_grad_input_fs(P, g, &W, S, gx);
+}
+__attribute__((noinline, unused)) ET_SMALL_ATTR static void et_qconv_dw_grad_input_fs_w(const et_qconv_p *P,
+                                                                                        const float *g, const int8_t *w,
+                                                                                        const et_fscale *S, float *gx,
+                                                                                        float *plane) {
+    const et_w8 W = {w, 0, 0, 0, 0, 0, 0};
+    et_qconv_dw_grad_input_fs(P, g, &W, S, gx, plane);
+}
+
 /* output rows [lo, hi) whose tap row i reads an in-range input row (et_col_range's rows) */
 static inline void et_row_range(const et_qconv_p *P, int32_t i, int32_t *lo, int32_t *hi) {
     et_tap_range(i * P->dh - P->ph, P->sh, P->h, P->ho, lo, hi);
