@@ -13,12 +13,12 @@
 /* Longest line printed: "step <int> loss <%.9g>" or the stack line. */
 #define LINE_CHARS 96
 
-/* appends text to the line at *end */
+/* appends text to the line at *end, a byte at a time (with strlen and memcpy it linked newlib's
+ * strlen, 220 bytes of flash, for this function alone) */
 static void put_text(char **end, const char *text)
 {
-    size_t n = strlen(text);
-    memcpy(*end, text, n + 1);
-    *end += n;
+    while ((**end = *text++) != '\0')
+        ++*end;
 }
 
 static void put_int(char **end, long v)
