@@ -69,7 +69,8 @@ def weight_arg(ctx, v: Value, name: str) -> tuple[list[str], str, str]:
     """How a kernel with a whole-weight form (the C function's name + "_w", which takes the weights'
     pointer and builds the `et_w8` itself) reads the int8 weight `v`: (declarations, the name's
     suffix, the argument). A weight stored whole is passed as its pointer, with no `et_w8` built at
-    the call (14-16 bytes of Cortex-M code a call); a split one as `&name` (weight_decl)."""
+    the call (13-14 bytes of Cortex-M code less a call, net of the forms: 8e3e1cf on the paper's three
+    models); a split one as `&name` (weight_decl)."""
     st = ctx.state_of(v)
     if st is None or st.kind != "split":
         return [], "_w", f"(const int8_t *){ctx.ptr(v)}"

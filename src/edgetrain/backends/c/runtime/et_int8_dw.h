@@ -28,8 +28,9 @@
  * bookkeeping per output row). The weights are packed once per channel; the row kernels are
  * compiled for channels on the fast requantization path (the others a pixel at a time,
  * et_dw_row_slow), the 5x5 / 7x7 rows and any other kernel's as one copy whose tap-row loop is
- * not unrolled (copies with the tap-row count a constant saved proxyless-w0.3 0.4-1.0 M est. M7
- * cycles for 2 KB of flash: docs/benchmarks.md, "Cortex-M flash, fourth round"). On the fast path,
+ * not unrolled (copies with the tap-row count a constant saved proxyless-w0.3 and mcunet-5fps
+ * 0.62 / 0.63 M est. M7 cycles a step for 2.0 KB of code: 86095a4, docs/benchmarks.md, "Cortex-M
+ * flash, fourth round"). On the fast path,
  * with the rows copied at a fixed stride and the output rows one after another, a square 3x3,
  * 5x5 or 7x7 channel runs all its output rows as one loop of pixel pairs instead
  * (et_dw_plane: no set-up per row, which cost as much as a row of 4x4 and 8x8
@@ -250,8 +251,8 @@ static inline __attribute__((always_inline)) void et_dwk_tap_row(const int8_t *p
     *s1p = s1;
 }
 /* the pair's tap rows: unrolled where kh is a constant (the planes), a loop where it is not (the
- * rows of 5x5, 7x7 and other kernels: unrolling a loop of unknown count copied its body 8 times
- * at each of the rows' 4 sites) */
+ * rows of 5x5, 7x7 and other kernels, at four sites: `unroll 8` unrolls a loop whose count is not
+ * a constant too, with code for the remainder) */
 static inline __attribute__((always_inline)) void et_dwk_pair(const int8_t *const *rows, const int8_t *x, int32_t rb,
                                                               int32_t off, const et_dwc *c, int32_t kh, const int32_t sw,
                                                               const int seven, int32_t init, int32_t *o0, int32_t *o1) {
