@@ -4,8 +4,10 @@ those only (runtime/et_int8_dw.h, et_int8_gemm.h)."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -17,6 +19,7 @@ from edgetrain.backends.c.kernels.int8_params import conv_params
 
 DW_HEADER = Path(kernel_select.__file__).parent / "runtime" / "et_int8_dw.h"
 DSP_HEADER = DW_HEADER.with_name("et_int8_dsp.h")
+GRAD_HEADER = DW_HEADER.with_name("et_int8_grad.h")
 
 
 def test_the_bits_are_the_headers():
@@ -27,6 +30,13 @@ def test_the_bits_are_the_headers():
     for (k, stride), bit in kernel_select.PLANE_BIT.items():
         assert re.search(rf"^#define ET_DW_P{k}S{stride} {1 << bit}\b", text, re.M), (k, stride)
     assert re.search(rf"^#define ET_K_RGB3 {kernel_select.K_RGB3}\b", DSP_HEADER.read_text(), re.M)
+    grad = GRAD_HEADER.read_text()
+    assert re.search(rf"^#define ET_DWG_MAX {kernel_select.DWG_MAX}\b", grad, re.M)
+    assert re.search(rf"^#define ET_DWG_TAPS {kernel_select.DWG_TAPS}\b", grad, re.M)
+    # the scatter form's test in et_qconv_dw_grad_input_fs, with the output sides' bound
+    limit = kernel_select.DWG_OUT_MAX
+    assert (f"ET_DWG_SCATTER && (P->h > ET_DWG_MAX || P->w > ET_DWG_MAX || khkw > ET_DWG_TAPS || P->ho > {limit} || "
+            f"P->wo > {limit})") in grad
 
 
 def _layer(i, cg, kh, kw, stride=1, c=8, wo=9):
@@ -77,6 +87,27 @@ def test_whether_a_dense_convolution_may_take_the_wide_windows(layers, wide):
     assert kernel_select.gemm_windows_wide(_text(layers)) == wide
 
 
+def _dw(i, side, k=3, stride=1, cg=1):
+    """A depthwise (cg 1) or dense layer's declarations over a side x side plane of 8 channels."""
+    out = (side + 2 * (k // 2) - k) // stride + 1
+    a = {"stride": (stride, stride), "padding": (k // 2, k // 2), "dilation": (1, 1), "groups": 8 // cg,
+         "mult": [1 << 30] * 8, "shift": [-1] * 8, "x_zero": -128, "y_zero": -128, "qmin": -128, "qmax": 127}
+    return conv_params(None, f"P{i}", (1, 8, side, side), (8, cg, k, k), (1, 8, out, out), a)
+
+
+@pytest.mark.parametrize("layers, scatter", [
+    ([], 0),
+    ([(64, 3), (64, 7), (9, 5, 2)], 0),  # the gather form's largest plane side (64) and kernel (7x7)
+    ([(65, 3, 2)], 1),  # a side over 64
+    ([(9, 9)], 1),  # 81 taps
+    ([(200, 3), (64, 3)], 1),
+    ([(200, 3, 1, 8)], 0),  # a dense layer: its input gradient is not the depthwise one
+])
+def test_whether_a_depthwise_layer_needs_the_input_gradients_scatter_form(layers, scatter):
+    text = "\n".join(["{", *("    " + ln for i, layer in enumerate(layers) for ln in _dw(i, *layer)), "}"])
+    assert kernel_select.dwg_scatter(text) == scatter
+
+
 class _Net(nn.Module):
     def __init__(self, k):
         super().__init__()
@@ -98,6 +129,25 @@ def test_an_emitted_program_names_its_depthwise_kernels(k, bits):
     assert f"#define ET_DW_KERNELS {bits}\n" in model_c
     # the depthwise layer's plane at stride 1; the stem (3x3 over 3 channels at stride 2, 8 columns) in quads
     assert f"#define ET_DW_PLANES {P[k, 1]}\n" in model_c and "#define ET_GEMM_WINDOWS_WIDE 0\n" in model_c
+    assert "#define ET_DWG_SCATTER 0\n" in model_c  # an 8x8 depthwise plane: the gather form
     # before the runtime, and guarded so that a build can pass its own
     assert model_c.index("#ifndef ET_DW_KERNELS") < model_c.index("#define ET_DW_KERNELS") < model_c.index(
         '#include "et_int8_dw.h"')
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler")
+def test_a_large_depthwise_plane_compiles_the_scatter_form_and_trains_as_the_reference():
+    """A 70x70 depthwise plane: model.c compiles the input gradient's scatter form, and the C program's
+    steps equal the reference's (with the form left out, the gather form's stack copies would overflow)."""
+    from .test_int8 import train_both
+
+    torch.manual_seed(0)
+    prog = et.compile(_Net(3).eval(), (torch.randn(1, 3, 140, 140),), quantize="int8", update=et.Full(),
+                      optimizer=et.SGD(lr=0.01))
+    assert "qconv2d_dw_grad_input" in {n.op for n in prog.train_graph.nodes}
+    model_c = emit_sources(prog, graphs=("train",))["model.c"]
+    assert "#define ET_DWG_SCATTER 1\n" in model_c
+    assert model_c.index("#ifndef ET_DWG_SCATTER") < model_c.index('#include "et_int8_grad.h"')
+    rng = np.random.default_rng(0)
+    train_both(prog, [(rng.standard_normal((1, 3, 140, 140)).astype(np.float32) * 60, rng.integers(0, 4, 1))
+                      for _ in range(2)])

@@ -14,7 +14,11 @@ says whether a dense convolution (not a pointwise plane) may take et_gemm_window
 (runtime/et_int8_gemm.h): not when every one is a 3x3 over 3 channels (ET_K_RGB3's inputs) with a
 multiple of 4 output columns, which et_gemm_windows_quads computes whole; 0 sends the others to the
 general path. Each is guarded by `#ifndef`: a build may pass its own (-DET_DW_KERNELS=...). Targets
-without the DSP extension ignore them.
+without the DSP extension ignore them. ET_DWG_SCATTER, on every target, says whether a depthwise layer
+is too large for the float backward's gather form of its input gradient (runtime/et_int8_grad.h's
+et_qconv_dw_grad_input_fs): only then is the scatter form compiled. Unlike the others it has no slower
+path to fall back on, so it is set from every depthwise descriptor of model.c (the input gradient's
+descriptor has the forward layer's geometry), never from a guess about which layers train.
 """
 from __future__ import annotations
 
@@ -26,6 +30,11 @@ DW_K3, DW_K5, DW_K7, DW_KOTHER = 1, 2, 4, 8
 PLANE_BIT = {(3, 1): 0, (3, 2): 1, (5, 1): 2, (5, 2): 3, (7, 1): 4, (7, 2): 5}
 #: runtime/et_int8_dsp.h's ET_K_RGB3 (3 x 3 x 3 inputs padded to words) and the inputs it is padded from
 K_RGB3, RGB3_INPUTS = 28, (27, 28)
+
+
+#: runtime/et_int8_grad.h's ET_DWG_MAX (the gather form's largest plane side) and ET_DWG_TAPS (its largest
+#: kernel), and the largest output side it takes (its positions are int8_t)
+DWG_MAX, DWG_TAPS, DWG_OUT_MAX = 64, 49, 127
 
 
 def dw_kernel(kh: int, kw: int) -> int:
@@ -72,6 +81,17 @@ def gemm_windows_wide(c_text: str) -> int:
     return 0
 
 
+def dwg_scatter(c_text: str) -> int:
+    """1 if a depthwise layer (cg == 1) among the descriptors of `c_text` is too large for the input gradient's
+    gather form (et_qconv_dw_grad_input_fs): a plane side over DWG_MAX, over DWG_TAPS taps, or an output side
+    over DWG_OUT_MAX."""
+    for p in _convs(c_text):
+        if p["cg"] == 1 and (p["h"] > DWG_MAX or p["w"] > DWG_MAX or p["kh"] * p["kw"] > DWG_TAPS
+                             or p["ho"] > DWG_OUT_MAX or p["wo"] > DWG_OUT_MAX):
+            return 1
+    return 0
+
+
 def _names(bits: int) -> str:
     names = [n for b, n in ((DW_K3, "3x3"), (DW_K5, "5x5"), (DW_K7, "7x7"), (DW_KOTHER, "other")) if bits & b]
     return ", ".join(names) or "none"
@@ -83,7 +103,7 @@ def _plane_names(bits: int) -> str:
 
 def definitions(c_text: str) -> list[str]:
     """model.c's lines naming the kernel paths the program's code `c_text` needs."""
-    bits, planes, wide = dw_kernels(c_text), dw_planes(c_text), gemm_windows_wide(c_text)
+    bits, planes, wide, scatter = dw_kernels(c_text), dw_planes(c_text), gemm_windows_wide(c_text), dwg_scatter(c_text)
     return ["#ifndef ET_DW_KERNELS /* the depthwise kernels the layers have (backends/c/kernel_select.py): "
             f"{_names(bits)} */",
             f"#define ET_DW_KERNELS {bits}",
@@ -94,4 +114,8 @@ def definitions(c_text: str) -> list[str]:
             "#ifndef ET_GEMM_WINDOWS_WIDE /* a dense convolution other than a 3x3 over 3 channels in quads: "
             f"{'yes' if wide else 'no'} */",
             f"#define ET_GEMM_WINDOWS_WIDE {wide}",
+            "#endif",
+            "#ifndef ET_DWG_SCATTER /* a depthwise layer too large for the input gradient's gather form: "
+            f"{'yes' if scatter else 'no'} */",
+            f"#define ET_DWG_SCATTER {scatter}",
             "#endif"]

@@ -294,6 +294,13 @@ static inline void et_qconv_dw_grad_input_scatter(const et_qconv_p *P, const flo
  * the gradient position of the first is *pos0 and drops by *dpos per step. */
 #define ET_DWG_MAX 64  /* the largest plane side of the gather form */
 #define ET_DWG_TAPS 49 /* and its largest kernel (7x7) */
+/* whether a layer of the program is too large for the gather form, so that the scatter form is compiled:
+ * model.c defines it from every depthwise layer's descriptor (backends/c/kernel_select.py's dwg_scatter,
+ * which holds these bounds too); the paper's three models at 128x128 have none (0.8 KB of Cortex-M code
+ * less). Undefined: compiled. */
+#ifndef ET_DWG_SCATTER
+#define ET_DWG_SCATTER 1
+#endif
 static inline int32_t et_gcd(int32_t a, int32_t b) {
     while (b) { const int32_t t = a % b; a = b; b = t; }
     return a;
@@ -398,7 +405,7 @@ __attribute__((noinline, unused)) static void et_qconv_dw_grad_input_fs(const et
                                                                         const et_w8 *w, const et_fscale *S,
                                                                         float *gx, float *ET_RESTRICT plane) {
     const int32_t khkw = P->kh * P->kw, hw = P->h * P->w, howo = P->ho * P->wo;
-    if (P->h > ET_DWG_MAX || P->w > ET_DWG_MAX || khkw > ET_DWG_TAPS || P->ho > 127 || P->wo > 127) {
+    if (ET_DWG_SCATTER && (P->h > ET_DWG_MAX || P->w > ET_DWG_MAX || khkw > ET_DWG_TAPS || P->ho > 127 || P->wo > 127)) {
         et_qconv_dw_grad_input_scatter(P, g, w, S, gx, plane);
         return;
     }
