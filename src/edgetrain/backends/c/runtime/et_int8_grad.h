@@ -296,8 +296,8 @@ static inline void et_qconv_dw_grad_input_scatter(const et_qconv_p *P, const flo
 #define ET_DWG_TAPS 49 /* and its largest kernel (7x7) */
 /* whether a layer of the program is too large for the gather form, so that the scatter form is compiled:
  * model.c defines it from every depthwise layer's descriptor (backends/c/kernel_select.py's dwg_scatter,
- * which holds these bounds too); the paper's three models at 128x128 have none (0.8 KB of Cortex-M code
- * less). Undefined: compiled. */
+ * which holds these bounds too); the paper's three models at 128x128 have none (0.85-0.86 KB less
+ * Cortex-M code and tables, 60877e5). Undefined: compiled. */
 #ifndef ET_DWG_SCATTER
 #define ET_DWG_SCATTER 1
 #endif
