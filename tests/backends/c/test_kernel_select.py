@@ -138,7 +138,7 @@ def test_an_emitted_program_names_its_depthwise_kernels(k, bits):
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler")
 def test_a_large_depthwise_plane_compiles_the_scatter_form_and_trains_as_the_reference():
     """A 70x70 depthwise plane: model.c compiles the input gradient's scatter form, and the C program's
-    steps equal the reference's (with the form left out, the gather form's stack copies would overflow)."""
+    steps equal the reference's (with the form left out, the gather form's per-row tables would overflow)."""
     from .test_int8 import train_both
 
     torch.manual_seed(0)
