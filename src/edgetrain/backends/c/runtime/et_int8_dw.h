@@ -584,8 +584,7 @@ static ET_DSP_NOINLINE void et_qconv_dw_rows(const et_qconv_p *P, et_rows8 x, in
 #endif
                 if (!c.r.fast) et_dw_row_slow(rows, taps, &c.r, P, bias, o, yp, yf, at);
                 else if (three) et_dw3_row(rows, &c, wo, sw, yp, at);
-                else if (five || seven) et_dwk_row(rows, &c, kh, kw, 2, wo, sw, yp, at);
-                else if (ET_DW_HAS(ET_DW_KOTHER)) et_dwk_row(rows, &c, kh, kw, words, wo, sw, yp, at);
+                else if (five || seven || ET_DW_HAS(ET_DW_KOTHER)) et_dwk_row(rows, &c, kh, kw, words, wo, sw, yp, at);
             }
         }
 }
