@@ -135,8 +135,9 @@ def measure(make, graphs: bool = False) -> dict:
             to_c_program(prog)
             t3 = time.perf_counter()
             c1 = _children_cpu()
-            for d in (Path(cache) / "c").iterdir():  # the host libraries, not the kernel object (once per machine)
-                if d.is_dir() and not d.name.startswith("kernels-"):
+            for d in (Path(cache) / "c").iterdir():  # the host libraries, not what is built once per machine: the
+                # kernel object and its parts (kernel_lib.py), the libraries it links (link_deps.py)
+                if d.is_dir() and not d.name.startswith(("kernels-", "kernel-part-", "deps-")):
                     shutil.rmtree(d)
             t4 = time.perf_counter()
             cprog = to_c_program(prog)

@@ -12,6 +12,7 @@ import torch
 import edgetrain as et
 from edgetrain.backends.c import kernel_lib
 from edgetrain.backends.c.host import to_c_program
+from edgetrain.backends.c.layout import CBackendError
 from tests.backends.c.test_blas import PORTABLE
 
 HEADER = """#define ET_INLINE static inline
@@ -120,6 +121,42 @@ def test_the_kernels_are_split_into_parts_once_each_the_same_on_every_machine():
     assert len(specialised) == len(kernel_lib.SPECIALISED)  # the three costliest in three parts
     assert parts == kernel_lib.kernel_parts(files)
     whole = kernel_lib.kernels_source(files)
+    defined = {n: h for h in kernel_lib.kernel_headers(files) for n in kernel_lib.kernel_signatures({h: files[h]})}
     for p in parts:
         src = kernel_lib.kernels_source(files, p)
         assert all(f"void etk_{k}(" in src and f"void etk_{k}(" in whole for k in p)
+        (header,) = {defined[k] for k in p}  # one header's kernels, and that header alone included
+        assert [ln for ln in src.splitlines() if ln.startswith("#include")] == [f'#include "{header}"']
+
+
+A_HEADER = HEADER.replace("et_big", "et_a_big").replace("y[0] = 0;", "y[0] = ET_A_ZERO;").replace(
+    "#define ET_INLINE static inline", "#define ET_INLINE static inline\n#ifndef ET_A_ZERO\n#define ET_A_ZERO 0\n#endif")
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no host C compiler")
+def test_flags_that_a_parts_text_does_not_see_share_its_object(tmp_path, monkeypatch):
+    """Each part is cached by its preprocessed text and the flags less -D/-U/-I: a macro no header
+    reads rebuilds no part (a new linked object all the same), a macro one header reads rebuilds
+    that header's part alone, another optimisation level every part."""
+    from edgetrain.backends.c.host import find_cc
+
+    monkeypatch.setenv("EDGETRAIN_CACHE", str(tmp_path))
+    files = {"model.h": "", "et_a.h": A_HEADER, "et_b.h": HEADER, "model.c": ""}
+    assert kernel_lib.kernel_parts(files) == [["et_a_big"], ["et_big"]]
+    cc, flags = find_cc(), ("-O1", "-DET_RESTRICT=")
+
+    def parts():
+        return sorted((tmp_path / "c").glob("kernel-part-*/part.o"))
+
+    objs = [kernel_lib.kernels_object(cc, flags, files)]
+    first = parts()
+    assert len(first) == 2
+    objs.append(kernel_lib.kernels_object(cc, flags + ("-DET_UNREAD=1",), files))
+    assert parts() == first and objs[1] != objs[0]
+    objs.append(kernel_lib.kernels_object(cc, flags + ("-DET_A_ZERO=2",), files))
+    assert len(parts()) == 3 and set(first) < set(parts())  # et_b.h's part shared
+    objs.append(kernel_lib.kernels_object(cc, ("-O2", "-DET_RESTRICT="), files))
+    assert len(parts()) == 5 and len(set(objs)) == 4
+    with pytest.raises(CBackendError, match="failed to compile"):
+        kernel_lib.kernels_object(cc, flags, {**files, "et_b.h": HEADER.replace("y[1] = 1;", "y[1] = undefined_name;")})
+    assert len(parts()) == 5 and len(list((tmp_path / "c").glob("kernels-*"))) == 4  # a failed build leaves nothing

@@ -24,13 +24,22 @@ specialised kernels (et_float_gemm.h's ET_DW_SPECIALISE), so the wrappers are le
 (-march=native in the host flags: AVX2 / AVX-512 where the CPU has them), so its cache key holds
 the CPU's identity and feature flags (cpu_identity): a cache directory shared with another CPU
 gets its own object. A first build takes minutes: past a second it says what it builds and why,
-with its elapsed time (toolchain.announced_build)."""
+with its elapsed time (toolchain.announced_build).
+
+The object is compiled in parts, each of one header's kernels and including that header alone (it
+includes what it uses), and each part is cached on its own, keyed by its preprocessed text and the
+flags that are not the preprocessor's (-D, -U, -I: their whole effect is in that text), as ccache
+does: builds whose flags differ in a macro that a part's text does not see (the checked step's
+ET_STEP_GUARD outside et_float_fused.h, the profiler's ET_PROFILE, the BLAS's names outside the GEMM
+headers) share that part's object and compile only the others; only the linked object is per flags."""
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import platform
 import re
+import shutil
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -63,10 +72,13 @@ CONV_SHAPES = (("_k1s1", {"KH": 1, "KW": 1, "SH": 1, "SW": 1, "PH": 0, "PW": 0, 
 KERNEL_OBJECT = "ET_KERNEL_OBJECT"
 #: the macro under which the specialised wrappers are left out (the host BLAS build, blas.py)
 PORTABLE_ONLY = "ET_BLAS"
-#: the kernel object is compiled as this many sources, up to one compiler a CPU at once, then linked into one
-#: relocatable object (`cc -r`): a first build's wall time shared by the cores (a fixed count: the same object on
-#: any machine)
+#: the kernel object is compiled in about this many sources (a header costlier than this share of the whole is
+#: split), up to one compiler a CPU at once, then linked into one relocatable object (`cc -r`): a first build's
+#: wall time shared by the cores (a fixed count: the same object on any machine)
 KERNEL_PARTS = 8
+#: the flags whose whole effect is on the preprocessed text (macros, include folders): left out of a part's key,
+#: which holds that text instead
+PREPROCESSOR_FLAGS = ("-D", "-U", "-I")
 #: {kernel: the argument sets it is also compiled for (portable kernels only)}
 SPECIALISED = {"et_conv2d": CONV_SHAPES, "et_conv2d_grad_input": CONV_SHAPES, "et_conv2d_grad_weight": CONV_SHAPES}
 
@@ -78,11 +90,11 @@ def kernel_headers(files: Mapping[str, str]) -> list[str]:
 
 def kernel_signatures(files: Mapping[str, str]) -> dict[str, str]:
     """{kernel name: its parameter list} of the kernels the headers define."""
-    return {name: params for name, (params, _) in _kernels(files).items()}
+    return {name: k[0] for name, k in _kernels(files).items()}
 
 
-def _kernels(files: Mapping[str, str]) -> dict[str, tuple[str, int]]:
-    """{kernel name: (its parameter list, its body's lines)}"""
+def _kernels(files: Mapping[str, str]) -> dict[str, tuple[str, int, str]]:
+    """{kernel name: (its parameter list, its body's lines, the header that defines it)}"""
     found = {}
     for h in kernel_headers(files):
         text = files[h]
@@ -90,22 +102,32 @@ def _kernels(files: Mapping[str, str]) -> dict[str, tuple[str, int]]:
             end = text.find("\n}", m.end())
             lines = text.count("\n", m.end(), end) if end >= 0 else 0
             if lines >= MIN_BODY_LINES:
-                found[m.group(1)] = (" ".join(m.group(2).split()), lines)
+                found[m.group(1)] = (" ".join(m.group(2).split()), lines, h)
     return found
 
 
 def kernel_parts(files: Mapping[str, str], parts: int = KERNEL_PARTS) -> list[list[str]]:
-    """The kernels of each of `parts` sources (the empty ones left out): the costliest first (body
-    lines x wrappers) to the least loaded part, ties to the first; the same split on every machine."""
+    """The kernels of each source: one header's kernels in a part (its source includes that header
+    alone), a header costing more than 1/`parts` of the whole (body lines x wrappers) split into
+    that many parts or one a kernel, its costliest kernel first to its least loaded part, ties to
+    the first; headers in include order. The same split on every machine."""
     kernels = _kernels(files)
-    cost = {n: lines * (1 + len(_variants(n, params))) for n, (params, lines) in kernels.items()}
-    split: list[list[str]] = [[] for _ in range(max(1, parts))]
-    load = [0] * len(split)
-    for name in sorted(cost, key=lambda n: (-cost[n], n)):
-        k = load.index(min(load))
-        split[k].append(name)
-        load[k] += cost[name]
-    return [sorted(names, key=list(kernels).index) for names in split if names]
+    cost = {n: lines * (1 + len(_variants(n, params))) for n, (params, lines, _) in kernels.items()}
+    share = sum(cost.values()) / max(1, parts)
+    out: list[list[str]] = []
+    for h in kernel_headers(files):
+        names = [n for n, k in kernels.items() if k[2] == h]
+        if not names:
+            continue
+        split: list[list[str]] = [[] for _ in range(min(len(names), max(1, math.ceil(sum(cost[n] for n in names)
+                                                                                   / share - 1e-9))))]
+        load = [0] * len(split)
+        for name in sorted(names, key=lambda n: (-cost[n], n)):
+            k = load.index(min(load))
+            split[k].append(name)
+            load[k] += cost[name]
+        out += [sorted(p, key=list(kernels).index) for p in split]
+    return out
 
 
 def _arg_names(params: str) -> list[str]:
@@ -114,8 +136,12 @@ def _arg_names(params: str) -> list[str]:
     return [re.findall(r"\w+", p.split("[")[0])[-1] for p in params.split(",")]
 
 
-def _includes(files: Mapping[str, str]) -> list[str]:
-    return [f'#include "{h}"' for h in kernel_headers(files)]
+def _includes(files: Mapping[str, str], kernels: Sequence[str] | None = None) -> list[str]:
+    """The include lines of every kernel header, or of those that define `kernels` when given."""
+    if kernels is None:
+        return [f'#include "{h}"' for h in kernel_headers(files)]
+    defining = {k[2] for name, k in _kernels(files).items() if name in kernels}
+    return [f'#include "{h}"' for h in kernel_headers(files) if h in defining]
 
 
 def _variants(name: str, params: str) -> list[tuple[str, dict]]:
@@ -132,9 +158,10 @@ def _params_without(params: str, fixed: dict) -> str:
 
 def kernels_source(files: Mapping[str, str], kernels: Sequence[str] | None = None) -> str:
     """et_kernels.c: the headers, one out-of-line wrapper per kernel, and the specialised
-    wrappers (their fixed arguments as constants); of the `kernels` only when given."""
+    wrappers (their fixed arguments as constants); of the `kernels` only when given, and then
+    only the headers that define them."""
     lines = ["/* generated by edgetrain: the runtime's kernels out of line (backends/c/kernel_lib.py) */",
-             f"#define {KERNEL_OBJECT} 1", *_includes(files)]
+             f"#define {KERNEL_OBJECT} 1", *_includes(files, kernels)]
     for name, params in kernel_signatures(files).items():
         if kernels is not None and name not in kernels:
             continue
@@ -203,10 +230,24 @@ def compiler_version(cc: str) -> str:
     return r.stdout.splitlines()[0] if r.stdout else cc
 
 
+def part_key(preprocessed: str, flags: Sequence[str], cc: str) -> str:
+    """The cache key of a part's object: its preprocessed text, the flags less the preprocessor's
+    (PREPROCESSOR_FLAGS: their effect is in that text), the compiler's version, and this CPU's
+    identity when built for it (-march=native)."""
+    h = hashlib.sha256(preprocessed.encode() + b"\0")
+    h.update(" ".join(f for f in flags if not f.startswith(PREPROCESSOR_FLAGS)).encode() + b"\0")
+    h.update(compiler_version(cc).encode())
+    if "-march=native" in flags:
+        h.update(b"\0" + cpu_identity().encode())
+    return h.hexdigest()[:24]
+
+
 def kernels_object(cc: str, flags: Sequence[str], files: Mapping[str, str]) -> Path:
     """The compiled kernels (et_kernels.o, position independent) for these headers, flags and
-    compiler: built on first use (KERNEL_PARTS sources compiled side by side, then linked into
-    one relocatable object), then reused from cache_path("c")/kernels-<key>."""
+    compiler: built on first use, then reused from cache_path("c")/kernels-<key>. A build
+    preprocesses each part (kernel_parts), takes the parts whose objects the cache holds
+    (cache_path("c")/kernel-part-<part_key>), compiles the others side by side and caches them,
+    then links them all into one relocatable object."""
     sources = [kernels_source(files, names) for names in kernel_parts(files)] or [kernels_source(files)]
     h = hashlib.sha256("\0".join(sources).encode())
     for name in kernel_headers(files):
@@ -220,19 +261,34 @@ def kernels_object(cc: str, flags: Sequence[str], files: Mapping[str, str]) -> P
     if obj.exists():
         return obj
 
+    def failed(work: Path, k: int, r) -> CBackendError:
+        return CBackendError(f"the kernel library failed to compile in {work} (et_kernels_{k}.c):\n{r.stderr[-4000:]}")
+
     def build(work: Path) -> None:
         for name in kernel_headers(files):
             (work / name).write_text(files[name])
         for k, src in enumerate(sources):
             (work / f"et_kernels_{k}.c").write_text(src)
         t0 = time.monotonic()
-        results = run_tools([[cc, *flags, "-fPIC", "-c", "-o", f"et_kernels_{k}.o", f"et_kernels_{k}.c"]
-                             for k in range(len(sources))], work, KERNELS_TIMEOUT, os.cpu_count() or 1)
-        for k, r in enumerate(results):
+        jobs = os.cpu_count() or 1
+        pre = run_tools([[cc, *flags, "-fPIC", "-E", "-o", f"et_kernels_{k}.i", f"et_kernels_{k}.c"]
+                         for k in range(len(sources))], work, KERNELS_TIMEOUT, jobs)
+        for k, r in enumerate(pre):
             if r.returncode != 0:
-                raise CBackendError(f"the kernel library failed to compile in {work} (et_kernels_{k}.c):\n"
-                                    f"{r.stderr[-4000:]}")
-        r = run_tool([cc, "-r", "-nostdlib", "-o", "et_kernels.o", *(f"et_kernels_{k}.o" for k in range(len(sources)))],
+                raise failed(work, k, r)
+        parts = [root / f"kernel-part-{part_key((work / f'et_kernels_{k}.i').read_text(), flags, cc)}" / "part.o"
+                 for k in range(len(sources))]
+        todo = [k for k, p in enumerate(parts) if not p.exists()]
+        results = run_tools([[cc, *flags, "-fPIC", "-c", "-o", f"et_kernels_{k}.o", f"et_kernels_{k}.c"] for k in todo],
+                            work, max(1.0, KERNELS_TIMEOUT - (time.monotonic() - t0)), jobs)
+        for k, r in zip(todo, results):
+            if r.returncode != 0:
+                raise failed(work, k, r)
+        for k in todo:  # cached for the next flags that give this part the same text
+            publish_build(parts[k].parent, lambda w, k=k: shutil.copyfile(work / f"et_kernels_{k}.o", w / "part.o"),
+                          prefix="kernel-part-build-")
+        r = run_tool([cc, "-r", "-nostdlib", "-o", "et_kernels.o",
+                      *(f"et_kernels_{k}.o" if k in todo else str(p) for k, p in enumerate(parts))],
                      work, max(1.0, KERNELS_TIMEOUT - (time.monotonic() - t0)))
         if r.returncode != 0:
             raise CBackendError(f"the kernel library's parts failed to link in {work}:\n{r.stderr[-4000:]}")
