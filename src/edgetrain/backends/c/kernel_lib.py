@@ -110,7 +110,8 @@ def kernel_parts(files: Mapping[str, str], parts: int = KERNEL_PARTS) -> list[li
     """The kernels of each source: one header's kernels in a part (its source includes that header
     alone), a header costing more than 1/`parts` of the whole (body lines x wrappers) split into
     that many parts or one a kernel, its costliest kernel first to its least loaded part, ties to
-    the first; headers in include order. The same split on every machine."""
+    the first. The costliest part first (kernels_object compiles them in this order: the longest
+    start first), ties in include order. The same split on every machine."""
     kernels = _kernels(files)
     cost = {n: lines * (1 + len(_variants(n, params))) for n, (params, lines, _) in kernels.items()}
     share = sum(cost.values()) / max(1, parts)
@@ -127,7 +128,7 @@ def kernel_parts(files: Mapping[str, str], parts: int = KERNEL_PARTS) -> list[li
             split[k].append(name)
             load[k] += cost[name]
         out += [sorted(p, key=list(kernels).index) for p in split]
-    return out
+    return sorted(out, key=lambda p: -sum(cost[n] for n in p))
 
 
 def _arg_names(params: str) -> list[str]:
