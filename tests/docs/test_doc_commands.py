@@ -112,6 +112,7 @@ PYTHONPATH=src EDGETRAIN_BLAS=openblas python bench/step_speed.py --model resnet
 PYTHONPATH=src EDGETRAIN_BLAS=openblas python bench/step_speed.py --model mbv2-w0.35 --size 128 --batch 8 --schemes full,last8 --no-int8 --no-ort --repeats 15 --warmup 3 --profile
 PYTHONPATH=src python bench/compile_time.py --repeats 1 --real tv.mobilenet_v2,timm.resnet10t
 PYTHONPATH=src python bench/compile_time.py --repeats 1
+PYTHONPATH=src python bench/compile_time.py --repeats 3 --cases ds-cnn,resnet18,mbv2-last8
 PYTHONPATH=src python bench/grad_update_memory.py
 PYTHONPATH=src python bench/grad_update_memory.py --cases resnet18-cifar:8 --fractions 0.5 --step-time 10 --momentum 0.9 --solver chen
 PYTHONPATH=src python bench/standalone_rss.py --fractions 1 0.5 0.3 --time-limit 60

@@ -1,8 +1,8 @@
 """The host libraries' shared-library dependencies (the BLAS, oneDNN) linked once, not once per program.
 
 Linking a program's libmodel.so straight against Intel MKL made the GNU linker read MKL's symbol
-tables (its three libraries are 127 MB) at every build: 0.2-0.3 s of each program's build, about
-a fifth of a small program's. So the libraries of blas.link_flags are linked once, for each set of
+tables (its three libraries are 127 MB) at every build: 0.2-0.4 s of each program's build, whose
+compile and link took 1.2-1.5 s for a small program here. So the libraries of blas.link_flags are linked once, for each set of
 those flags and compiler, into an empty shared library (libetdeps.so, cached in
 cache_path("c")/deps-<key>), whose dependencies they are; each libmodel.so then names that one small
 library by its absolute path (it has no soname: the path is what the program records, so two sets of
