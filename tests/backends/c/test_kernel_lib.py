@@ -157,6 +157,11 @@ def test_flags_that_a_parts_text_does_not_see_share_its_object(tmp_path, monkeyp
     assert len(parts()) == 3 and set(first) < set(parts())  # et_b.h's part shared
     objs.append(kernel_lib.kernels_object(cc, ("-O2", "-DET_RESTRICT="), files))
     assert len(parts()) == 5 and len(set(objs)) == 4
+    # a kernel object's folder keeps its sources and the linked object, not the preprocessed text
+    # (about 2 MB a part with a BLAS's headers) nor a second copy of the parts' objects
+    for obj in objs:
+        assert sorted(p.name for p in obj.parent.iterdir() if not p.name.endswith(".h")) == \
+            ["et_kernels.o", "et_kernels_0.c", "et_kernels_1.c"]
     with pytest.raises(CBackendError, match="failed to compile"):
         kernel_lib.kernels_object(cc, flags, {**files, "et_b.h": HEADER.replace("y[1] = 1;", "y[1] = undefined_name;")})
     assert len(parts()) == 5 and len(list((tmp_path / "c").glob("kernels-*"))) == 4  # a failed build leaves nothing

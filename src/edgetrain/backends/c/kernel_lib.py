@@ -289,6 +289,9 @@ def kernels_object(cc: str, flags: Sequence[str], files: Mapping[str, str]) -> P
                      work, max(1.0, KERNELS_TIMEOUT - (time.monotonic() - t0)))
         if r.returncode != 0:
             raise CBackendError(f"the kernel library's parts failed to link in {work}:\n{r.stderr[-4000:]}")
+        for k in range(len(sources)):  # the preprocessed text (about 2 MB a part) and the parts' objects
+            (work / f"et_kernels_{k}.i").unlink()  # (cached apart) served their turn
+            (work / f"et_kernels_{k}.o").unlink(missing_ok=True)
 
     n = len(kernel_signatures(files))
     what = f"the runtime's kernel library ({n} kernel{'' if n == 1 else 's'}, et_kernels.o)"
