@@ -32,7 +32,8 @@ and by kind (backends/c/firmware_flash.py, from the ELF's symbols): frozen weigh
 weights' initial values, the embedded samples (test data: a device reads its sensor), the int8
 layers' per-channel requantization multipliers and shifts, the kernels' other constant tables,
 model.o's code, and the rest (startup, main, newlib's printf, libgcc), and the sum of the last four
-(code and tables: all but the weights and the samples; issue 35's figure);
+(code and tables: all but the weights and the samples; issue 35's figure), and beside the
+requantization arrays the model file's own per-channel weight scales (float32) that they encode;
 its ratio to the frozen weights (prog.memory's flash_bytes, the issue's figure) and to all
 weights (frozen + trained), with and without the samples (the final table), and its distance
 from issue 20's bound (FLASH_BOUND times the frozen weights);
@@ -60,6 +61,7 @@ from edgetrain.backends.c.firmware_flash import flash_contents, model_functions
 from edgetrain.backends.c.stack_bound import StackBoundError, stack_bound
 from edgetrain.data.assets import require_assets
 from edgetrain.models import from_tiny_training
+from edgetrain.quantize import SPEC_ATTR
 
 RES, KB = 128, 1024
 MODELS = ("mbv2-w0.35", "proxyless-w0.3", "mcunet-5fps")
@@ -94,12 +96,16 @@ def host_lines(prog, data, out: Path) -> list[str]:
 def measure(model: str, args, table: dict) -> dict:
     path = require_assets(f"tiny-training/{model}.pkl")
     t0 = time.time()
-    prog = et.compile(from_tiny_training(path, num_classes=10), (torch.zeros(1, 3, RES, RES),),
+    net = from_tiny_training(path, num_classes=10)
+    prog = et.compile(net, (torch.zeros(1, 3, RES, RES),),
                       update=scheme_of(table, model, args.scheme), quantize="int8", optimizer=et.SGD(lr=0.01),
                       backward=args.backward)
     row = {"model": model, "scheme": args.scheme, "target": args.target, "backward": args.backward,
            "planned_peak_kb": prog.memory.peak_bytes / KB, "planned_flash_kb": prog.memory.flash_bytes / KB,
            "compile_s": time.time() - t0,
+           # the model file's own per-output-channel weight scales (float32): the data that the
+           # requantization multipliers encode, with the layers' input and output scales folded in
+           "model_w_scales_kb": sum(s.w_scales.nbytes for s in getattr(net, SPEC_ATTR).values()) / KB,
            "paper_peak_kb": table["paper_peak_kb_sparse_reorder"][model],
            "paper_ms_per_image": table["paper_latency_ms_per_image_stm32f746"][model]}
     data = samples(args.steps)
@@ -172,7 +178,8 @@ def show(r: dict) -> None:
           f"{r['flash_model_code_kb']:.1f}, other (startup, main, newlib, libgcc) {r['flash_other_kb']:.1f}; without the "
           f"samples {r['flash_no_samples_kb']:.1f} KB")
     print(f"  code and tables (all but the weights and the samples) {r['flash_program_kb']:.1f} KB, "
-          f"{r['flash_program_kb'] - r['flash_requant_kb']:.1f} KB without the requantization arrays")
+          f"{r['flash_program_kb'] - r['flash_requant_kb']:.1f} KB without the requantization arrays (the model file's "
+          f"per-channel weight scales, which they encode: {r['model_w_scales_kb']:.1f} KB of float32)")
     print(f"  flash / frozen weights {r['flash_per_frozen']:.2f}x ({r['flash_no_samples_per_frozen']:.2f}x without the "
           f"samples); / all weights ({r['weights_kb']:.1f} KB) {r['flash_per_weights']:.2f}x "
           f"({r['flash_no_samples_per_weights']:.2f}x)")
