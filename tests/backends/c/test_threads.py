@@ -115,6 +115,34 @@ def test_tiled_gemms_and_depthwise_sizes_do_not_depend_on_threads():
     np.testing.assert_allclose(runs[1][0], ref, rtol=1e-4)
 
 
+def _blocks_net():
+    """Convolutions on the BLAS path (below oneDNN's ET_DNNL_MIN_MACS) whose GEMM blocks (et_float_blas.h's
+    et_blocks, about 1 MiB of im2col each) are small enough to run side by side (et_blocks_side_by_side): 1x1
+    convolutions 8 -> 48 -> 8 (a 64x64 image per block), a 3x3 of 2 -> 8 channels (blocks of 3 images and of 1),
+    and between them a 3x3 of 8 -> 2 channels whose blocks are 56 and 8 output rows of one image (its forward side
+    by side; its input gradient one block after another: their windows overlap)."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 1), nn.ReLU(), nn.Conv2d(8, 48, 1), nn.ReLU(), nn.Conv2d(48, 8, 1),
+                         nn.ReLU(), nn.Conv2d(8, 2, 3, padding=1), nn.ReLU(), nn.Conv2d(2, 8, 3, padding=1),
+                         nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, 10))
+
+
+def test_convolution_blocks_side_by_side_do_not_depend_on_threads():
+    """The pieces' outputs and input gradients written side by side, the weight gradients' partial sums added in
+    piece order: the same bits on 1, 2 and 3 threads, and the reference's gradients. (Not the serial library's
+    bits: its weight gradients add the blocks' products into one sum.)"""
+    rng = np.random.default_rng(4)
+    batches = [(rng.normal(size=(4, 3, 64, 64)).astype(np.float32), rng.integers(0, 10, size=4)) for _ in range(2)]
+    prog = et.compile(_blocks_net(), (batches[0][0],), optimizer=et.SGD(lr=0.05, momentum=0.9))
+    runs = _runs(prog, batches)
+    _same(runs)
+    ref = [prog.step(x, y) for x, y in batches]
+    np.testing.assert_allclose(runs[1][0], ref, rtol=1e-4)
+    want = prog.gradients(*batches[0])  # after the same steps, as _runs took them
+    for k, g in runs[1][2].items():
+        np.testing.assert_allclose(g, want[k], rtol=1e-3, atol=1e-4 * np.abs(want[k]).max(), err_msg=k)
+
+
 def test_int8_steps_do_not_depend_on_threads():
     rng = np.random.default_rng(1)
     batches = [(rng.normal(size=(1, 1, 32, 32)).astype(np.float32), np.array([i % 5])) for i in range(3)]

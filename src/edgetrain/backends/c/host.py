@@ -42,10 +42,11 @@ PROJECT_CFLAGS = tuple(f for f in DEFAULT_CFLAGS if f not in ("-DET_OMP_SIMD", "
 #: convolutions and dense layers as GEMMs (emitted projects keep the portable kernels)
 DEFAULT_CFLAGS = DEFAULT_CFLAGS + blas_default_flags()
 #: the threaded host library (opt-in: CRunner(flags=OPENMP_CFLAGS, threads=N)): -fopenmp runs the kernels'
-#: ET_PARALLEL_FOR loops and the GEMMs' fixed tiles (runtime/et_common.h, et_float_blas.h) on `threads`
-#: threads, results independent of the count. At one thread about as fast as the serial build (the depthwise
-#: kernels' parallel loops sit where their sizes are constants; GEMM tiles only from 8M multiply-adds); not the
-#: default: no machine with more than 2 (shared) cores measured it yet. libgomp's workers spin between loops
+#: ET_PARALLEL_FOR loops, the GEMMs' fixed tiles and the BLAS convolutions' pieces (runtime/et_common.h,
+#: et_float_blas.h) on `threads` threads, results independent of the count. At one thread about as fast as the
+#: serial build (the depthwise kernels' parallel loops sit where their sizes are constants; GEMM tiles only from 8M
+#: multiply-adds; its pieces' weight gradients sum in piece order, the serial build's block after block); not the
+#: default: a lent 16-core machine measured it once (docs/benchmarks.md). libgomp's workers spin between loops
 #: unless OMP_WAIT_POLICY=passive is in the environment when libgomp loads (PyTorch's import loads it): on a
 #: busy shared machine spinning made 2 threads several times slower than 1, on a quiet one passive waking cost
 #: more than the second thread gained (bench/step_speed.py's docstring)

@@ -159,15 +159,20 @@ static float *et_scratch(int slot, size_t n) {
 /* and at least this many columns (a GEMM narrower than that runs far below the peak) */
 #define ET_BLOCK_MIN_COLS 64
 
-/* whole images per block (> 0), or minus the output rows of one image per block (< 0): a block's
- * im2col (CK rows) and its output or output gradient (O rows) each about ET_COL_BLOCK_FLOATS (a
- * 1x1 convolution of 8 channels into 48 at 64x64 had gathered its whole batch's 6 MiB output in
- * scratch, then scattered it back) */
-ET_HOST_INLINE int et_block_step(int N, int HO, int WO, int CK, int O) {
+/* the columns of a block whose im2col has CK rows and whose output (or output gradient) has O: its
+ * im2col and its output each about ET_COL_BLOCK_FLOATS (a 1x1 convolution of 8 channels into 48 at
+ * 64x64 had gathered its whole batch's 6 MiB output in scratch, then scattered it back) */
+ET_HOST_INLINE long et_block_budget(int CK, int O) {
     const int rows = CK > O ? CK : O;
     long w = ET_COL_BLOCK_FLOATS / (rows > 0 ? rows : 1);
     if (w < (long)ET_BLOCK_COLS_PER_O * O) w = (long)ET_BLOCK_COLS_PER_O * O;
     if (w < ET_BLOCK_MIN_COLS) w = ET_BLOCK_MIN_COLS;
+    return w;
+}
+
+/* blocks of about w columns: whole images per block (> 0), or minus the output rows of one image
+ * per block (< 0) */
+ET_HOST_INLINE int et_block_step_for(int N, int HO, int WO, long w) {
     const long P = (long)HO * WO;
     if (w >= P || WO <= 0) {
         const long k = P > 0 ? w / P : N;
@@ -175,6 +180,10 @@ ET_HOST_INLINE int et_block_step(int N, int HO, int WO, int CK, int O) {
     }
     const long r = w / WO;
     return -(int)(r > 0 ? r : 1);
+}
+
+ET_HOST_INLINE int et_block_step(int N, int HO, int WO, int CK, int O) {
+    return et_block_step_for(N, HO, WO, et_block_budget(CK, O));
 }
 
 /* one block of a convolution's GEMM columns: images [n0, n1), their output rows [oh0, oh1) */
@@ -203,6 +212,67 @@ ET_HOST_INLINE int et_block_next(et_block *b, int N, int HO, int WO) {
     b->oh1 = b->oh0 + rows < HO ? b->oh0 + rows : HO;
     b->cols = (b->n1 - b->n0) * (b->oh1 - b->oh0) * WO;
     return 1;
+}
+
+/* the blocks by index: how many et_block_next gives from b (fresh from et_blocks), and the i-th of them */
+ET_HOST_INLINE int et_block_count(et_block b, int N, int HO) {
+    if (N <= 0) return 0;
+    if (b.step > 0) return (N + b.step - 1) / b.step;
+    return N * (HO > 0 ? (HO - b.step - 1) / -b.step : 1);
+}
+
+ET_HOST_INLINE et_block et_block_at(et_block b, int i, int N, int HO, int WO) {
+    if (b.step > 0) {
+        b.n0 = i * b.step;
+        b.n1 = b.n0 + b.step < N ? b.n0 + b.step : N;
+        b.oh0 = 0;
+        b.oh1 = HO;
+    } else {
+        const int r = -b.step, per = HO > 0 ? (HO + r - 1) / r : 1;
+        b.n0 = i / per;
+        b.n1 = b.n0 + 1;
+        b.oh0 = i % per * r;
+        b.oh1 = b.oh0 + r < HO ? b.oh0 + r : HO;
+    }
+    b.cols = (b.n1 - b.n0) * (b.oh1 - b.oh0) * WO;
+    return b;
+}
+
+/* a convolution's blocks (nb of them, the first of `macs` multiply-adds) run side by side on the host's threads
+ * when there are two or more and each block's GEMM is one BLAS call anyway (et_sgemm tiles only a GEMM of
+ * 2 x ET_SGEMM_TILE_MACS or more): shape only, so every block computes what it computes on one thread; larger
+ * blocks run one after another, each GEMM on the threads in tiles. mbv2's 1x1 convolutions at batch 8 (a few
+ * M multiply-adds a block) had run on one thread */
+ET_HOST_INLINE int et_blocks_side_by_side(int nb, double macs) {
+    return nb >= 2 && macs < 2 * ET_SGEMM_TILE_MACS;
+}
+
+/* the threaded library's pieces of a convolution's columns: its blocks (et_blocks), cut further into about
+ * macs / ET_PIECE_MACS pieces (at most ET_MAX_PIECES; whole images, or output rows of one image, and at least
+ * ET_BLOCK_MIN_COLS columns), which run side by side. Shape only: the same pieces on any thread count. Most of
+ * mbv2's 1x1 convolutions at batch 8 are one block of the whole batch (1-5 M multiply-adds: a single BLAS call on
+ * one thread). The serial library's pieces are its blocks. */
+#ifndef ET_PIECE_MACS
+#define ET_PIECE_MACS (512.0 * 1024)
+#endif
+#ifndef ET_MAX_PIECES
+#define ET_MAX_PIECES 16
+#endif
+ET_HOST_INLINE et_block et_pieces(int N, int HO, int WO, int CK, int O) {
+    et_block b = {0, 0, 0, 0, 0, 0};
+    long w = et_block_budget(CK, O);
+#ifdef _OPENMP
+    const double macs = (double)N * HO * WO * CK * O;
+    const int q = macs >= ET_MAX_PIECES * ET_PIECE_MACS ? ET_MAX_PIECES : (int)(macs / ET_PIECE_MACS);
+    if (q >= 2) {
+        const long NP = (long)N * HO * WO;
+        long wq = (NP + q - 1) / q;
+        if (wq < ET_BLOCK_MIN_COLS) wq = ET_BLOCK_MIN_COLS;
+        if (wq < w) w = wq;
+    }
+#endif
+    b.step = et_block_step_for(N, HO, WO, w);
+    return b;
 }
 
 /* dst[r][n*P + p] = src[n][r][p] for R rows of P per image: the images side by side */
@@ -388,29 +458,84 @@ static const float *et_weights_by_row(const float *W, int O, int C, int KH, int 
     return m;
 }
 
+/* one block of et_conv_fwd_blas; 0 when out of memory */
+static int et_conv_fwd_block(et_block b, const float *X, const float *W, const float *B, float *Y, int C, int H, int Wd,
+                             int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+    const int P = HO * WO, CK = C * KH * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
+    const int n0 = b.n0, n1 = b.n1, oh0 = b.oh0, oh1 = b.oh1, cols = b.cols;
+    int ldb;
+    const float *col = et_block_cols(X, pw, n0, n1, oh0, oh1, cols, C, H, Wd, WO, KH, KW, SH, SW, PH, PW, DH, DW, &ldb);
+    if (!col) return 0;
+    if (n1 - n0 == 1) { /* straight into the image's output rows */
+        float *y = Y + (size_t)n0 * O * P + (size_t)oh0 * WO;
+        if (B)
+            for (int o = 0; o < O; ++o)
+                for (int p = 0; p < cols; ++p) y[(size_t)o * P + p] = B[o];
+        et_sgemm(0, 0, O, cols, CK, W, CK, col, ldb, B ? 1.f : 0.f, y, P);
+        return 1;
+    }
+    float *out = et_scratch(1, (size_t)O * cols);
+    if (!out) return 0;
+    et_sgemm(0, 0, O, cols, CK, W, CK, col, ldb, 0.f, out, cols);
+    et_batch_uncols(out, B, Y + (size_t)n0 * O * P, n1 - n0, O, P);
+    return 1;
+}
+
 ET_BLAS_FN void et_conv_fwd_blas(const float *X, const float *W, const float *B, float *Y, int N, int C, int H, int Wd,
                                  int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
-    const int P = HO * WO, CK = C * KH * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
-    for (et_block b = et_blocks(N, HO, WO, CK, O); et_block_next(&b, N, HO, WO);) {
-        const int n0 = b.n0, n1 = b.n1, oh0 = b.oh0, oh1 = b.oh1, cols = b.cols;
-        int ldb;
-        const float *col = et_block_cols(X, pw, n0, n1, oh0, oh1, cols, C, H, Wd, WO, KH, KW, SH, SW, PH, PW, DH, DW,
-                                         &ldb);
-        if (!col) return;
-        if (n1 - n0 == 1) { /* straight into the image's output rows */
-            float *y = Y + (size_t)n0 * O * P + (size_t)oh0 * WO;
-            if (B)
-                for (int o = 0; o < O; ++o)
-                    for (int p = 0; p < cols; ++p) y[(size_t)o * P + p] = B[o];
-            et_sgemm(0, 0, O, cols, CK, W, CK, col, ldb, B ? 1.f : 0.f, y, P);
-        } else {
-            float *out = et_scratch(1, (size_t)O * cols);
-            if (!out) return;
-            et_sgemm(0, 0, O, cols, CK, W, CK, col, ldb, 0.f, out, cols);
-            et_batch_uncols(out, B, Y + (size_t)n0 * O * P, n1 - n0, O, P);
-        }
+    const et_block b = et_pieces(N, HO, WO, C * KH * KW, O);
+    const int nb = et_block_count(b, N, HO);
+    const double macs = nb ? (double)O * C * KH * KW * et_block_at(b, 0, N, HO, WO).cols : 0;
+    if (et_blocks_side_by_side(nb, macs)) { /* the blocks' outputs are disjoint */
+        ET_PARALLEL_FOR(macs * nb)
+        for (int i = 0; i < nb; ++i)
+            et_conv_fwd_block(et_block_at(b, i, N, HO, WO), X, W, B, Y, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW,
+                              DH, DW);
+        return;
     }
+    for (int i = 0; i < nb; ++i)
+        if (!et_conv_fwd_block(et_block_at(b, i, N, HO, WO), X, W, B, Y, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW,
+                               DH, DW))
+            return;
 }
+
+#ifdef _OPENMP
+/* the threaded library's weight gradient in pieces (et_pieces) side by side, when there are two or more, each one
+ * BLAS call (et_blocks_side_by_side) and their partial gradients (in scratch 2) at most ET_PIECE_PARTIALS floats:
+ * each piece's GY col^T into its own partial, then the partials summed in piece order, element by element. The
+ * sums' order is the pieces', not the thread count's. Returns 0, having done nothing, otherwise (the blocks then
+ * add into GW one after another) */
+#ifndef ET_PIECE_PARTIALS
+#define ET_PIECE_PARTIALS ((size_t)1 << 20)
+#endif
+static int et_conv_grad_weight_pieces(const float *X, const float *GY, float *GW, int N, int C, int H, int Wd, int O,
+                                      int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+    const int P = HO * WO, CK = C * KH * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
+    const et_block b = et_pieces(N, HO, WO, CK, O);
+    const int nb = et_block_count(b, N, HO);
+    const size_t OCK = (size_t)O * CK;
+    const double macs = nb ? (double)OCK * et_block_at(b, 0, N, HO, WO).cols : 0;
+    if (!et_blocks_side_by_side(nb, macs) || (size_t)nb * OCK > ET_PIECE_PARTIALS) return 0;
+    float *part = et_scratch(2, (size_t)nb * OCK);
+    if (!part) return 0;
+    ET_PARALLEL_FOR(macs * nb)
+    for (int i = 0; i < nb; ++i) {
+        const et_block k = et_block_at(b, i, N, HO, WO);
+        int ldb, lda;
+        const float *col = et_block_cols(X, pw, k.n0, k.n1, k.oh0, k.oh1, k.cols, C, H, Wd, WO, KH, KW, SH, SW, PH, PW,
+                                         DH, DW, &ldb);
+        const float *gy = et_block_rows(GY, O, P, k.n0, k.n1, k.oh0, WO, k.cols, 1, &lda);
+        if (col && gy) et_sgemm(0, 1, O, CK, k.cols, gy, lda, col, ldb, 0.f, part + (size_t)i * OCK, CK);
+    }
+    ET_PARALLEL_FOR((double)nb * OCK)
+    for (size_t e = 0; e < OCK; ++e) {
+        float s = part[e];
+        for (int i = 1; i < nb; ++i) s += part[(size_t)i * OCK + e];
+        GW[e] = s;
+    }
+    return 1;
+}
+#endif
 
 ET_BLAS_FN void et_conv_grad_weight_blas(const float *X, const float *GY, float *GW, int N, int C, int H, int Wd, int O,
                                          int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH,
@@ -440,6 +565,9 @@ ET_BLAS_FN void et_conv_grad_weight_blas(const float *X, const float *GY, float 
         if (beta == 0.f) memset(GW, 0, (size_t)O * CK * sizeof(float));
         return;
     }
+#ifdef _OPENMP
+    if (et_conv_grad_weight_pieces(X, GY, GW, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW)) return;
+#endif
     while (et_block_next(&b, N, HO, WO)) {
         const int n0 = b.n0, n1 = b.n1, oh0 = b.oh0, oh1 = b.oh1, cols = b.cols;
         int ldb, lda;
@@ -453,42 +581,65 @@ ET_BLAS_FN void et_conv_grad_weight_blas(const float *X, const float *GY, float 
     if (beta == 0.f) memset(GW, 0, (size_t)O * CK * sizeof(float)); /* no columns: a zero gradient */
 }
 
+/* one block of et_conv_grad_input_blas (WK: the weights by kernel row when its blocks take row windows); 0 when
+ * out of memory */
+static int et_conv_grad_input_block(et_block b, const float *GY, const float *W, const float *WK, float *GX, int C,
+                                    int H, int Wd, int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH,
+                                    int PW, int DH, int DW) {
+    const int P = HO * WO, CK = C * KH * KW, CKW = C * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
+    const int n0 = b.n0, n1 = b.n1, oh0 = b.oh0, oh1 = b.oh1, cols = b.cols;
+    int lda;
+    const float *gy = et_block_rows(GY, O, P, n0, n1, oh0, WO, cols, 1, &lda);
+    if (!gy) return 0;
+    if (WK) { /* one image: each kernel row's W^T GY summed into its window, then its rows back */
+        const int R = et_window_rows(oh1 - oh0, KH, DH);
+        const size_t RW = (size_t)R * WO; /* kernel row 0's window: the first `cols` of each RW */
+        float *rc = et_scratch(0, (size_t)CKW * RW);
+        if (!rc) return 0;
+        for (int r = 0; r < CKW; ++r) memset(rc + r * RW + cols, 0, (RW - cols) * sizeof(float));
+        for (int ki = 0; ki < KH; ++ki)
+            et_sgemm(1, 0, CKW, cols, O, WK + (size_t)ki * O * CKW, CKW, gy, lda, ki ? 1.f : 0.f,
+                     rc + (size_t)ki * DH * WO, (int)RW);
+        et_col2im(rc, GX, n0, n0 + 1, oh0 - PH, oh0 - PH + R, C, H, Wd, H, WO, 1, KW, 1, SW, 0, PW, 1, DW);
+        return 1;
+    }
+    if (pw && n1 - n0 == 1) { /* straight into the image's input-gradient rows */
+        et_sgemm(1, 0, C, cols, O, W, C, gy, lda, 0.f, GX + (size_t)n0 * C * P + (size_t)oh0 * WO, P);
+        return 1;
+    }
+    float *col = et_scratch(0, (size_t)CK * cols);
+    if (!col) return 0;
+    et_sgemm(1, 0, CK, cols, O, W, CK, gy, lda, 0.f, col, cols); /* col = W^T GY */
+    if (pw)
+        et_batch_uncols(col, (const float *)0, GX + (size_t)n0 * C * P, n1 - n0, C, P);
+    else
+        et_col2im(col, GX, n0, n1, oh0, oh1, C, H, Wd, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
+    return 1;
+}
+
 ET_BLAS_FN void et_conv_grad_input_blas(const float *GY, const float *W, float *GX, int N, int C, int H, int Wd, int O,
                                         int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
-    const int P = HO * WO, CK = C * KH * KW, CKW = C * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
+    const int CK = C * KH * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
     if (!pw) memset(GX, 0, (size_t)N * C * H * Wd * sizeof(float));
     int windows;
     et_block b = et_conv_blocks(N, HO, WO, CK, O, pw, KH, SH, &windows);
     const float *WK = windows ? et_weights_by_row(W, O, C, KH, KW) : 0;
-    while (et_block_next(&b, N, HO, WO)) {
-        const int n0 = b.n0, n1 = b.n1, oh0 = b.oh0, oh1 = b.oh1, cols = b.cols;
-        int lda;
-        const float *gy = et_block_rows(GY, O, P, n0, n1, oh0, WO, cols, 1, &lda);
-        if (!gy) return;
-        if (WK) { /* one image: each kernel row's W^T GY summed into its window, then its rows back */
-            const int R = et_window_rows(oh1 - oh0, KH, DH);
-            const size_t RW = (size_t)R * WO; /* kernel row 0's window: the first `cols` of each RW */
-            float *rc = et_scratch(0, (size_t)CKW * RW);
-            if (!rc) return;
-            for (int r = 0; r < CKW; ++r) memset(rc + r * RW + cols, 0, (RW - cols) * sizeof(float));
-            for (int ki = 0; ki < KH; ++ki)
-                et_sgemm(1, 0, CKW, cols, O, WK + (size_t)ki * O * CKW, CKW, gy, lda, ki ? 1.f : 0.f,
-                         rc + (size_t)ki * DH * WO, (int)RW);
-            et_col2im(rc, GX, n0, n0 + 1, oh0 - PH, oh0 - PH + R, C, H, Wd, H, WO, 1, KW, 1, SW, 0, PW, 1, DW);
-            continue;
-        }
-        if (pw && n1 - n0 == 1) { /* straight into the image's input-gradient rows */
-            et_sgemm(1, 0, C, cols, O, W, C, gy, lda, 0.f, GX + (size_t)n0 * C * P + (size_t)oh0 * WO, P);
-            continue;
-        }
-        float *col = et_scratch(0, (size_t)CK * cols);
-        if (!col) return;
-        et_sgemm(1, 0, CK, cols, O, W, CK, gy, lda, 0.f, col, cols); /* col = W^T GY */
-        if (pw)
-            et_batch_uncols(col, (const float *)0, GX + (size_t)n0 * C * P, n1 - n0, C, P);
-        else
-            et_col2im(col, GX, n0, n1, oh0, oh1, C, H, Wd, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW);
+    if (!windows) b = et_pieces(N, HO, WO, CK, O);
+    const int nb = et_block_count(b, N, HO);
+    const double macs = nb ? (double)O * CK * et_block_at(b, 0, N, HO, WO).cols : 0;
+    /* side by side where the blocks write disjoint parts of GX: a 1x1 convolution's, or whole images (a block of
+     * some output rows adds into the input rows its neighbours' windows reach too) */
+    if ((pw || b.step > 0) && et_blocks_side_by_side(nb, macs)) {
+        ET_PARALLEL_FOR(macs * nb)
+        for (int i = 0; i < nb; ++i)
+            et_conv_grad_input_block(et_block_at(b, i, N, HO, WO), GY, W, WK, GX, C, H, Wd, O, HO, WO, KH, KW, SH, SW,
+                                     PH, PW, DH, DW);
+        return;
     }
+    for (int i = 0; i < nb; ++i)
+        if (!et_conv_grad_input_block(et_block_at(b, i, N, HO, WO), GY, W, WK, GX, C, H, Wd, O, HO, WO, KH, KW, SH, SW,
+                                      PH, PW, DH, DW))
+            return;
 }
 
 /* Y[n][o] = B[o] + sum_k X[n][k] W[o][k] */
