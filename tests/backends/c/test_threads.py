@@ -129,13 +129,16 @@ def _blocks_net():
 
 def test_convolution_blocks_side_by_side_do_not_depend_on_threads():
     """The pieces' outputs and input gradients written side by side, the weight gradients' partial sums added in
-    piece order: the same bits on 1, 2 and 3 threads, and the reference's gradients. (Not the serial library's
-    bits: its weight gradients add the blocks' products into one sum.)"""
+    piece order: the same bits on 1, 2 and 3 threads and in the serial library (its pieces in turn), and the
+    reference's gradients."""
     rng = np.random.default_rng(4)
     batches = [(rng.normal(size=(4, 3, 64, 64)).astype(np.float32), rng.integers(0, 10, size=4)) for _ in range(2)]
     prog = et.compile(_blocks_net(), (batches[0][0],), optimizer=et.SGD(lr=0.05, momentum=0.9))
     runs = _runs(prog, batches)
     _same(runs)
+    serial = to_c_program(prog)
+    assert [serial.step(x, y) for x, y in batches] == runs[1][0]
+    assert all(np.array_equal(np.array(v), runs[1][1][k]) for k, v in serial.state.items())
     ref = [prog.step(x, y) for x, y in batches]
     np.testing.assert_allclose(runs[1][0], ref, rtol=1e-4)
     want = prog.gradients(*batches[0])  # after the same steps, as _runs took them

@@ -247,11 +247,12 @@ ET_HOST_INLINE int et_blocks_side_by_side(int nb, double macs) {
     return nb >= 2 && macs < 2 * ET_SGEMM_TILE_MACS;
 }
 
-/* the threaded library's pieces of a convolution's columns: its blocks (et_blocks), cut further into about
- * macs / ET_PIECE_MACS pieces (at most ET_MAX_PIECES; whole images, or output rows of one image, and at least
- * ET_BLOCK_MIN_COLS columns), which run side by side. Shape only: the same pieces on any thread count. Most of
- * mbv2's 1x1 convolutions at batch 8 are one block of the whole batch (1-5 M multiply-adds: a single BLAS call on
- * one thread). The serial library's pieces are its blocks. */
+/* the pieces of a convolution's columns: its blocks (et_blocks), cut further into about macs / ET_PIECE_MACS
+ * pieces (at most ET_MAX_PIECES; whole images, or output rows of one image, and at least ET_BLOCK_MIN_COLS
+ * columns), which the threaded library runs side by side and the serial one in turn. Shape only: the same pieces
+ * in both libraries and on any thread count. Most of mbv2's 1x1 convolutions at batch 8 had been one block of the
+ * whole batch (1-5 M multiply-adds: a single BLAS call on one thread, its images gathered side by side and back);
+ * a piece of one image reads and writes it in place */
 #ifndef ET_PIECE_MACS
 #define ET_PIECE_MACS (512.0 * 1024)
 #endif
@@ -261,7 +262,6 @@ ET_HOST_INLINE int et_blocks_side_by_side(int nb, double macs) {
 ET_HOST_INLINE et_block et_pieces(int N, int HO, int WO, int CK, int O) {
     et_block b = {0, 0, 0, 0, 0, 0};
     long w = et_block_budget(CK, O);
-#ifdef _OPENMP
     const double macs = (double)N * HO * WO * CK * O;
     const int q = macs >= ET_MAX_PIECES * ET_PIECE_MACS ? ET_MAX_PIECES : (int)(macs / ET_PIECE_MACS);
     if (q >= 2) {
@@ -270,7 +270,6 @@ ET_HOST_INLINE et_block et_pieces(int N, int HO, int WO, int CK, int O) {
         if (wq < ET_BLOCK_MIN_COLS) wq = ET_BLOCK_MIN_COLS;
         if (wq < w) w = wq;
     }
-#endif
     b.step = et_block_step_for(N, HO, WO, w);
     return b;
 }
@@ -499,8 +498,7 @@ ET_BLAS_FN void et_conv_fwd_blas(const float *X, const float *W, const float *B,
             return;
 }
 
-#ifdef _OPENMP
-/* the threaded library's weight gradient in pieces (et_pieces) side by side, when there are two or more, each one
+/* the weight gradient in pieces (et_pieces; side by side on the threads), when there are two or more, each one
  * BLAS call (et_blocks_side_by_side) and their partial gradients (in scratch 2) at most ET_PIECE_PARTIALS floats:
  * each piece's GY col^T into its own partial, then the partials summed in piece order, element by element. The
  * sums' order is the pieces', not the thread count's. Returns 0, having done nothing, otherwise (the blocks then
@@ -535,7 +533,6 @@ static int et_conv_grad_weight_pieces(const float *X, const float *GY, float *GW
     }
     return 1;
 }
-#endif
 
 ET_BLAS_FN void et_conv_grad_weight_blas(const float *X, const float *GY, float *GW, int N, int C, int H, int Wd, int O,
                                          int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH,
@@ -565,9 +562,7 @@ ET_BLAS_FN void et_conv_grad_weight_blas(const float *X, const float *GY, float 
         if (beta == 0.f) memset(GW, 0, (size_t)O * CK * sizeof(float));
         return;
     }
-#ifdef _OPENMP
     if (et_conv_grad_weight_pieces(X, GY, GW, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW)) return;
-#endif
     while (et_block_next(&b, N, HO, WO)) {
         const int n0 = b.n0, n1 = b.n1, oh0 = b.oh0, oh1 = b.oh1, cols = b.cols;
         int ldb, lda;
