@@ -523,7 +523,10 @@ static int et_conv_grad_weight_pieces(const float *X, const float *GY, float *GW
         const float *col = et_block_cols(X, pw, k.n0, k.n1, k.oh0, k.oh1, k.cols, C, H, Wd, WO, KH, KW, SH, SW, PH, PW,
                                          DH, DW, &ldb);
         const float *gy = et_block_rows(GY, O, P, k.n0, k.n1, k.oh0, WO, k.cols, 1, &lda);
-        if (col && gy) et_sgemm(0, 1, O, CK, k.cols, gy, lda, col, ldb, 0.f, part + (size_t)i * OCK, CK);
+        if (col && gy)
+            et_sgemm(0, 1, O, CK, k.cols, gy, lda, col, ldb, 0.f, part + (size_t)i * OCK, CK);
+        else /* out of memory (et_scratch said so): this piece adds nothing rather than what the buffer held */
+            memset(part + (size_t)i * OCK, 0, OCK * sizeof(float));
     }
     ET_PARALLEL_FOR((double)nb * OCK)
     for (size_t e = 0; e < OCK; ++e) {
