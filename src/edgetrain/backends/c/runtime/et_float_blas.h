@@ -191,30 +191,17 @@ typedef struct {
     int n0, n1, oh0, oh1, cols, step;
 } et_block;
 
-ET_HOST_INLINE et_block et_blocks(int N, int HO, int WO, int CK, int O) {
-    et_block b = {0, 0, 0, 0, 0, et_block_step(N, HO, WO, CK, O)};
+/* the blocks of `step` (et_block_step_for); their bounds come from et_block_at */
+ET_HOST_INLINE et_block et_blocks_of(int step) {
+    et_block b = {0, 0, 0, 0, 0, step};
     return b;
 }
 
-/* b moved to its first block (b fresh from et_blocks) or the next; 0 past the last */
-ET_HOST_INLINE int et_block_next(et_block *b, int N, int HO, int WO) {
-    const int imgs = b->step > 0 ? b->step : 1, rows = b->step > 0 ? HO : -b->step;
-    if (b->n1 == 0) {
-        b->n0 = b->oh0 = 0;
-    } else if (b->oh1 < HO) {
-        b->oh0 = b->oh1;
-    } else {
-        b->n0 = b->n1;
-        b->oh0 = 0;
-    }
-    if (b->n0 >= N) return 0;
-    b->n1 = b->n0 + imgs < N ? b->n0 + imgs : N;
-    b->oh1 = b->oh0 + rows < HO ? b->oh0 + rows : HO;
-    b->cols = (b->n1 - b->n0) * (b->oh1 - b->oh0) * WO;
-    return 1;
+ET_HOST_INLINE et_block et_blocks(int N, int HO, int WO, int CK, int O) {
+    return et_blocks_of(et_block_step(N, HO, WO, CK, O));
 }
 
-/* the blocks by index: how many et_block_next gives from b (fresh from et_blocks), and the i-th of them */
+/* the blocks by index, in order (images, then output rows within one): how many, and the i-th of them */
 ET_HOST_INLINE int et_block_count(et_block b, int N, int HO) {
     if (N <= 0) return 0;
     if (b.step > 0) return (N + b.step - 1) / b.step;
@@ -238,13 +225,12 @@ ET_HOST_INLINE et_block et_block_at(et_block b, int i, int N, int HO, int WO) {
     return b;
 }
 
-/* a convolution's blocks (nb of them, the first of `macs` multiply-adds) run side by side on the host's threads
- * when there are two or more and each block's GEMM is one BLAS call anyway (et_sgemm tiles only a GEMM of
- * 2 x ET_SGEMM_TILE_MACS or more): shape only, so every block computes what it computes on one thread; larger
- * blocks run one after another, each GEMM on the threads in tiles. mbv2's 1x1 convolutions at batch 8 (a few
- * M multiply-adds a block) had run on one thread */
-ET_HOST_INLINE int et_blocks_side_by_side(int nb, double macs) {
-    return nb >= 2 && macs < 2 * ET_SGEMM_TILE_MACS;
+/* a convolution's nb blocks (of macs_per_col multiply-adds a column) run side by side on the host's threads when
+ * there are two or more and each block's GEMM is one BLAS call anyway (et_sgemm tiles only a GEMM of
+ * 2 x ET_SGEMM_TILE_MACS or more; the first block is the largest): shape only, so every block computes what it
+ * computes on one thread; larger blocks run one after another, each GEMM on the threads in tiles */
+ET_HOST_INLINE int et_blocks_side_by_side(et_block b, int nb, int N, int HO, int WO, double macs_per_col) {
+    return nb >= 2 && macs_per_col * et_block_at(b, 0, N, HO, WO).cols < 2 * ET_SGEMM_TILE_MACS;
 }
 
 /* the pieces of a convolution's columns: its blocks (et_blocks), cut further into about macs / ET_PIECE_MACS
@@ -260,7 +246,6 @@ ET_HOST_INLINE int et_blocks_side_by_side(int nb, double macs) {
 #define ET_MAX_PIECES 16
 #endif
 ET_HOST_INLINE et_block et_pieces(int N, int HO, int WO, int CK, int O) {
-    et_block b = {0, 0, 0, 0, 0, 0};
     long w = et_block_budget(CK, O);
     const double macs = (double)N * HO * WO * CK * O;
     const int q = macs >= ET_MAX_PIECES * ET_PIECE_MACS ? ET_MAX_PIECES : (int)(macs / ET_PIECE_MACS);
@@ -270,8 +255,7 @@ ET_HOST_INLINE et_block et_pieces(int N, int HO, int WO, int CK, int O) {
         if (wq < ET_BLOCK_MIN_COLS) wq = ET_BLOCK_MIN_COLS;
         if (wq < w) w = wq;
     }
-    b.step = et_block_step_for(N, HO, WO, w);
-    return b;
+    return et_blocks_of(et_block_step_for(N, HO, WO, w));
 }
 
 /* dst[r][n*P + p] = src[n][r][p] for R rows of P per image: the images side by side */
@@ -484,9 +468,9 @@ ET_BLAS_FN void et_conv_fwd_blas(const float *X, const float *W, const float *B,
                                  int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
     const et_block b = et_pieces(N, HO, WO, C * KH * KW, O);
     const int nb = et_block_count(b, N, HO);
-    const double macs = nb ? (double)O * C * KH * KW * et_block_at(b, 0, N, HO, WO).cols : 0;
-    if (et_blocks_side_by_side(nb, macs)) { /* the blocks' outputs are disjoint */
-        ET_PARALLEL_FOR(macs * nb)
+    const double per_col = (double)O * C * KH * KW;
+    if (et_blocks_side_by_side(b, nb, N, HO, WO, per_col)) { /* the blocks' outputs are disjoint */
+        ET_PARALLEL_FOR(per_col * N * HO * WO)
         for (int i = 0; i < nb; ++i)
             et_conv_fwd_block(et_block_at(b, i, N, HO, WO), X, W, B, Y, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW,
                               DH, DW);
@@ -512,11 +496,10 @@ static int et_conv_grad_weight_pieces(const float *X, const float *GY, float *GW
     const et_block b = et_pieces(N, HO, WO, CK, O);
     const int nb = et_block_count(b, N, HO);
     const size_t OCK = (size_t)O * CK;
-    const double macs = nb ? (double)OCK * et_block_at(b, 0, N, HO, WO).cols : 0;
-    if (!et_blocks_side_by_side(nb, macs) || (size_t)nb * OCK > ET_PIECE_PARTIALS) return 0;
+    if (!et_blocks_side_by_side(b, nb, N, HO, WO, (double)OCK) || (size_t)nb * OCK > ET_PIECE_PARTIALS) return 0;
     float *part = et_scratch(2, (size_t)nb * OCK);
     if (!part) return 0;
-    ET_PARALLEL_FOR(macs * nb)
+    ET_PARALLEL_FOR((double)OCK * N * P)
     for (int i = 0; i < nb; ++i) {
         const et_block k = et_block_at(b, i, N, HO, WO);
         int ldb, lda;
@@ -543,12 +526,14 @@ ET_BLAS_FN void et_conv_grad_weight_blas(const float *X, const float *GY, float 
     const int P = HO * WO, CK = C * KH * KW, CKW = C * KW, pw = et_conv_pointwise(KH, KW, SH, SW, PH, PW, 1);
     float beta = 0.f; /* GW = the first block's GY col^T, then the others' added */
     int windows;
-    et_block b = et_conv_blocks(N, HO, WO, CK, O, pw, KH, SH, &windows);
+    const et_block b = et_conv_blocks(N, HO, WO, CK, O, pw, KH, SH, &windows);
+    const int nb = et_block_count(b, N, HO);
     /* kernel row windows: GK[ki][o][c*KW + kj] summed over the blocks, then put in GW's order */
     float *GK = windows ? et_scratch(2, (size_t)KH * O * CKW) : 0;
     if (GK) {
-        while (et_block_next(&b, N, HO, WO)) {
-            const int n0 = b.n0, oh0 = b.oh0, cols = b.cols, R = et_window_rows(b.oh1 - oh0, KH, DH);
+        for (int i = 0; i < nb; ++i) {
+            const et_block k = et_block_at(b, i, N, HO, WO);
+            const int n0 = k.n0, oh0 = k.oh0, cols = k.cols, R = et_window_rows(k.oh1 - oh0, KH, DH);
             const float *rc = et_row_cols(X, n0, oh0, R, C, H, Wd, WO, KW, SW, PH, PW, DW);
             if (!rc) return;
             const float *gy = GY + (size_t)n0 * O * P + (size_t)oh0 * WO;
@@ -566,8 +551,9 @@ ET_BLAS_FN void et_conv_grad_weight_blas(const float *X, const float *GY, float 
         return;
     }
     if (et_conv_grad_weight_pieces(X, GY, GW, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW)) return;
-    while (et_block_next(&b, N, HO, WO)) {
-        const int n0 = b.n0, n1 = b.n1, oh0 = b.oh0, oh1 = b.oh1, cols = b.cols;
+    for (int i = 0; i < nb; ++i) {
+        const et_block k = et_block_at(b, i, N, HO, WO);
+        const int n0 = k.n0, n1 = k.n1, oh0 = k.oh0, oh1 = k.oh1, cols = k.cols;
         int ldb, lda;
         const float *col = et_block_cols(X, pw, n0, n1, oh0, oh1, cols, C, H, Wd, WO, KH, KW, SH, SW, PH, PW, DH, DW,
                                          &ldb);
@@ -624,11 +610,10 @@ ET_BLAS_FN void et_conv_grad_input_blas(const float *GY, const float *W, float *
     const float *WK = windows ? et_weights_by_row(W, O, C, KH, KW) : 0;
     if (!windows) b = et_pieces(N, HO, WO, CK, O);
     const int nb = et_block_count(b, N, HO);
-    const double macs = nb ? (double)O * CK * et_block_at(b, 0, N, HO, WO).cols : 0;
     /* side by side where the blocks write disjoint parts of GX: a 1x1 convolution's, or whole images (a block of
      * some output rows adds into the input rows its neighbours' windows reach too) */
-    if ((pw || b.step > 0) && et_blocks_side_by_side(nb, macs)) {
-        ET_PARALLEL_FOR(macs * nb)
+    if ((pw || b.step > 0) && et_blocks_side_by_side(b, nb, N, HO, WO, (double)O * CK)) {
+        ET_PARALLEL_FOR((double)O * CK * N * HO * WO)
         for (int i = 0; i < nb; ++i)
             et_conv_grad_input_block(et_block_at(b, i, N, HO, WO), GY, W, WK, GX, C, H, Wd, O, HO, WO, KH, KW, SH, SW,
                                      PH, PW, DH, DW);
