@@ -23,11 +23,13 @@ def rel_err(ours: np.ndarray, ref: torch.Tensor) -> float:
     return float(np.abs(ours - ref).max() / max(np.abs(ref).max(), 1e-12))
 
 
-def check_gradients(prog, model, x, y, dtype, loss="cross_entropy"):
+def check_gradients(prog, model, x, y, dtype, loss="cross_entropy", ref=None):
     """Our gradients equal torch's for every trained parameter (selected channels only for a
-    partially trained weight, whose other channels must be zero)."""
+    partially trained weight, whose other channels must be zero). `ref`: torch's gradients of
+    every parameter of `model` at (x, y), where the caller has them already (torch_grads)."""
     ours = prog.gradients(x, y)
-    ref, _ = torch_grads(model, x, y, loss)
+    if ref is None:
+        ref, _ = torch_grads(model, x, y, loss)
     assert set(ours) == set(prog.trainable)
     for name, sel in prog.trainable.items():
         g, r = ours[name], ref[name]
