@@ -13,7 +13,7 @@ MCU = ["mbv2-w0.35", "mcunet-5fps", "proxyless-w0.3"]
 #: a Sparse scheme that exists in every zoo model (layer indices counted without the classifier)
 SPARSE = et.Sparse(bias_last=4, weights={0: 0.5, 2: 0.25, 5: 1.0})
 SCHEMES = [et.Full(), et.BiasOnly(), et.LastK(3), SPARSE]
-#: {model name: (its parameters, torch's float64 gradients of all of them)}: torch.autograd's
+#: {model name: (its parameters, input and labels, torch's float64 gradients of all of them)}: torch.autograd's
 #: gradients of a parameter do not depend on the update scheme, so each model's are computed once
 #: for its four schemes (most of these tests' time was torch's float64 convolutions)
 _TORCH_FLOAT64 = {}
@@ -22,10 +22,12 @@ _TORCH_FLOAT64 = {}
 def _torch_float64_grads(name, model, x, y):
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
     if name not in _TORCH_FLOAT64:
-        _TORCH_FLOAT64[name] = params, torch_grads(model, x, y)[0]
-    seen, grads = _TORCH_FLOAT64[name]
-    # et.models.get is deterministic; a model that differed would need its own gradients
+        _TORCH_FLOAT64[name] = params, (x.clone(), y.clone()), torch_grads(model, x, y)[0]
+    seen, (seen_x, seen_y), grads = _TORCH_FLOAT64[name]
+    # et.models.get and example_input are deterministic; a model or an input that differed would
+    # need its own gradients
     assert seen.keys() == params.keys() and all(torch.equal(seen[n], params[n]) for n in seen)
+    assert torch.equal(seen_x, x) and torch.equal(seen_y, y)
     return grads
 
 
