@@ -3,10 +3,12 @@
     PYTHONPATH=src python bench/step_speed.py [--model mbv2-w0.35] [--size 128] [--batch 1,8]
         [--schemes full,last8] [--repeats 30] [--no-int8] [--torch-compile] [--no-fma]
         [--kernels blas|portable|both] [--threads 1] [--build auto|serial|threaded|both]
-        [--ort-python PATH] [--no-ort] [--cflags="-DNAME=VALUE ..."] [--profile] [--json-only]
+        [--ort-python PATH] [--no-ort] [--cflags="-DNAME=VALUE ..."] [--profile] [--json-only] [--lr 0.001]
 
 For each scheme (Full, LastK(8)) on `et.models.get(model, num_classes=10)` (float32, SGD
-lr 0.01 momentum 0.9): the median wall time of one training step of
+lr 0.001 momentum 0.9; before 2026-12-02 lr 0.01, which `--lr 0.01` gives: a step's work does not depend
+on it, but at 0.01 ResNet-18 in eval mode blew up on the bench's one batch after about 23 C steps, so from
+about 10 repeats on, the default 30 too, it stopped with a NonFiniteLossError): the median wall time of one training step of
 - `c`: `et.compile(..., backend="c")`'s `prog.step(x, y)` (the public API: state sync and the
   non-finite check included) and `c_raw`: the library's et_train_step alone;
 - `torch`: PyTorch eager, torch.set_num_threads(1), the same model in eval mode (batch norm on
@@ -224,7 +226,7 @@ def profile_table(row) -> str:
 
 
 def bench_float(args, name, scheme_key, batch, out):
-    lr, mom = 0.01, 0.9
+    lr, mom = args.lr, 0.9
     model = et.models.get(args.model, num_classes=10).eval()
     x = torch.randn(batch, 3, args.size, args.size, generator=torch.Generator().manual_seed(0))
     y = np.arange(batch) % 10
@@ -257,20 +259,25 @@ def bench_float(args, name, scheme_key, batch, out):
             print(f"# torch.compile failed: {type(err).__name__}: {err}", file=sys.stderr)
     times = {k: [] for k in runs}
     cpu = {k: [] for k in runs}
-    for _ in range(args.warmup):
-        for f in runs.values():
-            f()
     # a new order each repeat, so that every system follows every other alike (a step right after
     # PyTorch's finds the caches cold, one right after its own warm); a rotation kept each system's
     # predecessor fixed
     order, rng = list(runs.items()), np.random.default_rng(0)
-    for _ in range(args.repeats):
-        for j in rng.permutation(len(order)):
-            k, f = order[j]
-            t, tc = time.perf_counter(), time.thread_time()
-            f()
-            times[k].append(time.perf_counter() - t)
-            cpu[k].append(time.thread_time() - tc)
+    try:
+        for _ in range(args.warmup):
+            for f in runs.values():
+                f()
+        for _ in range(args.repeats):
+            for j in rng.permutation(len(order)):
+                k, f = order[j]
+                t, tc = time.perf_counter(), time.thread_time()
+                f()
+                times[k].append(time.perf_counter() - t)
+                cpu[k].append(time.thread_time() - tc)
+    except et.NonFiniteLossError as err:  # a run that blew up times no step of the model: stop, say so
+        raise SystemExit(f"step_speed: {args.model} b{batch} {scheme_key} blew up at lr {lr} after {args.warmup} "
+                         f"warm-up and {len(times['c'])} timed repeats ({err}); give a smaller --lr or fewer "
+                         "--repeats") from None
     flops = gemm_flops(prog)
     row = {"model": args.model, "size": args.size, "batch": batch, "scheme": scheme_key, "dtype": "float32",
            "kernels": prog.runner.kernels, "c_build": "threaded" if threaded(args) else "serial",
@@ -427,8 +434,12 @@ def main(argv=None):
                     "experiment's macros, e.g. --cflags=-DET_DNNL_PIECE=16; every build of the run gets them)")
     ap.add_argument("--profile", action="store_true", help="per float row, the milliseconds per step of each kind "
                     "of node, from one more build that clocks every node (host.PROFILE_FLAG)")
+    ap.add_argument("--lr", type=float, default=0.001, help="the float steps' SGD learning rate (momentum 0.9); "
+                    "the step's work does not depend on it, a run that blows up is stopped (default 0.001)")
     ap.add_argument("--json-only", action="store_true")
     args = ap.parse_args(argv)
+    if not (args.lr > 0 and np.isfinite(args.lr)):
+        ap.error(f"--lr must be a positive number, got {args.lr}")
     args.ort_exe = None if args.no_ort else ort_python(args)
     os.environ["EDGETRAIN_BLAS_THREADS"] = str(args.threads)
     torch.set_num_threads(args.threads)

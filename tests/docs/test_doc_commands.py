@@ -110,6 +110,9 @@ PYTHONPATH=src python bench/step_speed.py --model mbv2-w0.35 --size 128 --batch 
 PYTHONPATH=src python bench/step_speed.py --model resnet18-cifar --size 32 --batch 8 --schemes full --kernels both --no-int8 --repeats 7 --warmup 2
 PYTHONPATH=src EDGETRAIN_BLAS=openblas python bench/step_speed.py --model resnet18-cifar --size 32 --batch 8 --schemes full --no-int8 --no-ort --repeats 7 --warmup 2 --profile
 PYTHONPATH=src EDGETRAIN_BLAS=openblas python bench/step_speed.py --model mbv2-w0.35 --size 128 --batch 8 --schemes full,last8 --no-int8 --no-ort --repeats 15 --warmup 3 --profile
+PYTHONPATH=src EDGETRAIN_BLAS=openblas python bench/step_speed.py --model resnet18-cifar --size 32 --batch 8 --schemes full --no-int8 --no-ort --repeats 21 --warmup 3
+PYTHONPATH=src EDGETRAIN_BLAS=openblas python bench/step_speed.py --model resnet18-cifar --size 32 --batch 8 --schemes full --no-int8 --no-ort --repeats 7 --warmup 2 --lr 0.01
+PYTHONPATH=src EDGETRAIN_BLAS=openblas python bench/step_speed.py --model mbv2-w0.35 --size 128 --batch 1,8 --schemes full,last8 --no-int8 --no-ort --repeats 21 --warmup 3
 PYTHONPATH=src python bench/compile_time.py --repeats 1 --real tv.mobilenet_v2,timm.resnet10t
 PYTHONPATH=src python bench/compile_time.py --repeats 1
 PYTHONPATH=src python bench/compile_time.py --repeats 3 --cases ds-cnn,resnet18,mbv2-last8
