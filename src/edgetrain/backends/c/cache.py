@@ -5,14 +5,21 @@ unset, empty or relative, as the XDG base-directory spec asks). Under it, one fo
 kernels-<key>, the runtime's kernels compiled once per machine (kernel_lib.py; their parts in
 kernel-part-<key>), in deps-<key> the host libraries' shared-library dependencies linked once
 (link_deps.py), "qemu" the QEMU instruction-count plugin
-(cortexm.run_qemu)."""
+(cortexm.run_qemu); "locks" the lock files that make builds of one product take turns
+(publish_build)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: concurrent builds of one product both run, and the rename keeps one
+    fcntl = None  # type: ignore[assignment]
 
 #: the environment variable that moves the cache
 CACHE_ENV = "EDGETRAIN_CACHE"
@@ -33,19 +40,50 @@ def cache_path(kind: str) -> Path:
     return cache_root() / kind
 
 
+def lock_path(dest: Path) -> Path:
+    """The lock file of build product `dest` (<kind folder>/<name>): <cache root>/locks/<kind>-<name>.lock,
+    apart from the products, so that a kind's folder holds builds only."""
+    return dest.parent.parent / "locks" / f"{dest.parent.name}-{dest.name}.lock"
+
+
+@contextlib.contextmanager
+def _build_lock(dest: Path) -> Iterator[None]:
+    """An exclusive advisory lock (flock) on lock_path(dest), held while `dest` is built: another
+    process (or thread) that wants the same product waits, then finds it built. The kernel drops the
+    lock when its holder exits, however it ends, so a lock file left behind locks nothing (and is not
+    removed: removing it could hand one product's lock to two holders)."""
+    if fcntl is None:
+        yield
+        return
+    path = lock_path(dest)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def publish_build(dest: Path, build: Callable[[Path], None], prefix: str = "build-") -> None:
     """Build into a fresh folder beside `dest` (`build(work)` writes and compiles there), then
     rename it to `dest` in one step: a reader sees a whole build or none, and a build that
-    fails or is interrupted leaves nothing behind. When another process published `dest`
-    meanwhile, its build is kept and this one dropped."""
+    fails or is interrupted leaves nothing behind. Builds of one `dest` take turns (_build_lock):
+    one that finds `dest` published when its turn comes builds nothing (two test workers, or two
+    users' programs, starting on an empty cache compiled the same kernel library side by side
+    before). Without flock, when another process published `dest` meanwhile, its build is kept
+    and this one dropped."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=prefix, dir=dest.parent))
-    try:
-        build(work)
+    with _build_lock(dest):
+        if dest.exists():  # built by another process while this one waited
+            return
+        work = Path(tempfile.mkdtemp(prefix=prefix, dir=dest.parent))
         try:
-            work.rename(dest)
-        except OSError:  # another process built it meanwhile
+            build(work)
+            try:
+                work.rename(dest)
+            except OSError:  # another process built it meanwhile (no flock here)
+                shutil.rmtree(work, ignore_errors=True)
+        except BaseException:
             shutil.rmtree(work, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+            raise
