@@ -69,9 +69,9 @@ def publish_build(dest: Path, build: Callable[[Path], None], prefix: str = "buil
     """Build into a fresh folder beside `dest` (`build(work)` writes and compiles there), then
     rename it to `dest` in one step: a reader sees a whole build or none, and a build that
     fails or is interrupted leaves nothing behind. Builds of one `dest` take turns (_build_lock):
-    one that finds `dest` published when its turn comes builds nothing (two test workers, or two
-    users' programs, starting on an empty cache compiled the same kernel library side by side
-    before). Without flock, when another process published `dest` meanwhile, its build is kept
+    one that finds `dest` published when its turn comes builds nothing (before, two processes
+    starting on an empty cache could each compile the same kernel library, and one build was
+    dropped). Without flock, when another process published `dest` meanwhile, its build is kept
     and this one dropped."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     with _build_lock(dest):
