@@ -1,7 +1,7 @@
 """Compile time of the C backend: `et.compile` itself and the host library build, cold cache.
 
     PYTHONPATH=src python bench/compile_time.py [--cases mbv2-full,mbv2-last8,mcunet,resnet18,bert]
-        [--real tv.squeezenet1_1,timm.resnet10t] [--repeats 3] [--json-only]
+        [--real tv.squeezenet1_1,timm.resnet10t] [--repeats 3] [--json-only] [--graphs] [--pch N]
 
 For each case, `repeats` times with a fresh cache directory ($EDGETRAIN_CACHE set to a new
 temporary folder, so no library is reused), the median (wall time unless said) of
@@ -13,8 +13,8 @@ temporary folder, so no library is reused), the median (wall time unless said) o
 - `build_cpu_s`: the compilers' CPU time (user + system) in that build: the figure to compare on
   a loaded machine;
 - `build_warm_s` (`build_warm_cpu_s`): the same build again with only the host library removed
-  from the cache: what a model costs once the kernel object (backends/c/kernel_lib.py, built
-  once per machine) is there;
+  from the cache: what a model costs once the kernel object (backends/c/kernel_lib.py) and the
+  precompiled headers (backends/c/front_pch.py), built once per machine, are there;
 - `c_total_s`: `et.compile` + `to_c_program`, what `et.compile(..., backend="c")` costs cold;
 and the size of model.c in KB. `--graphs`: also model.c's size with only the train graph
 (`model_c_train_kb`: what `prog.step` runs; a Cortex-M firmware's) and with train and forward
@@ -30,6 +30,10 @@ of the zoo. `--real`: models of tests/realmodels/conftest.py BUILDERS (torchvisi
 transformers, float64 turned float32 here), Full. Prints one JSON line per case, then a
 markdown table. Wall times on a shared machine include other processes' load: compare the CPU
 times there. The kernel object's compile is in each cold build (a fresh cache each time).
+
+`--pch N` measures instead what the precompiled runtime headers (backends/c/front_pch.py) save a
+program's build: for each case, N builds of its host library with them and N with gcc parsing the
+headers' text, alternating in one process and one cache (pch_ab); one JSON line per case and a table.
 """
 from __future__ import annotations
 
@@ -48,9 +52,11 @@ import torch
 
 import edgetrain as et
 from edgetrain.backends.c.emit import emit_sources
-from edgetrain.backends.c.host import build_library, find_cc, to_c_program
+from edgetrain.backends.c import front_pch
+from edgetrain.backends.c.host import DEFAULT_CFLAGS, build_library, find_cc, to_c_program
 from edgetrain.backends.c.kernel_lib import kernels_object
 from edgetrain.backends.c.layout import build_layout
+from edgetrain.backends.c.step_guard import with_guard
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -136,8 +142,9 @@ def measure(make, graphs: bool = False) -> dict:
             t3 = time.perf_counter()
             c1 = _children_cpu()
             for d in (Path(cache) / "c").iterdir():  # the host libraries, not what is built once per machine: the
-                # kernel object and its parts (kernel_lib.py), the libraries it links (link_deps.py)
-                if d.is_dir() and not d.name.startswith(("kernels-", "kernel-part-", "deps-")):
+                # kernel object and its parts (kernel_lib.py), the headers precompiled (front_pch.py), the libraries
+                # it links (link_deps.py)
+                if d.is_dir() and not d.name.startswith(("kernels-", "kernel-part-", "pch-", "deps-")):
                     shutil.rmtree(d)
             t4 = time.perf_counter()
             cprog = to_c_program(prog)
@@ -156,6 +163,45 @@ def measure(make, graphs: bool = False) -> dict:
             "model_c_kb": len(files["model.c"].encode()) / 1024, **subsets}
 
 
+def pch_ab(make, repeats: int) -> dict:
+    """--pch: a program's host library built `repeats` times with the precompiled headers (front_pch.py) and as
+    often without them (front_pch.is_gcc answering False: gcc parses the headers' text), in one fresh cache, the
+    kernel object and the precompiled headers built before (untimed), the two alternating (which goes first
+    alternates too); the medians of each's gcc CPU (`pch_cpu_s` / `text_cpu_s`) and wall time (`pch_s` /
+    `text_s`) and their ratio."""
+    model, x, scheme = make()
+    prog = et.compile(model, (x,), update=scheme, optimizer=et.SGD(lr=0.01, momentum=0.9))
+    files = emit_sources(prog.runner, layout=build_layout(prog.runner))
+    flags = with_guard(DEFAULT_CFLAGS)  # as CRunner builds it
+    runs: dict = {True: [], False: []}
+    gcc = front_pch.is_gcc
+    with tempfile.TemporaryDirectory(prefix="et-ctime-") as cache:
+        old = os.environ.get("EDGETRAIN_CACHE")
+        os.environ["EDGETRAIN_CACHE"] = cache
+        try:
+            for r in range(repeats + 1):  # round 0 builds what is built once and is not timed
+                for pch in ((True, False) if r % 2 else (False, True)):
+                    front_pch.is_gcc = gcc if pch else (lambda cc: False)
+                    c0, t0 = _children_cpu(), time.perf_counter()
+                    lib = build_library(files, flags)
+                    if r:
+                        runs[pch].append((_children_cpu() - c0, time.perf_counter() - t0))
+                    shutil.rmtree(lib.parent)
+        finally:
+            front_pch.is_gcc = gcc
+            if old is None:
+                os.environ.pop("EDGETRAIN_CACHE", None)
+            else:
+                os.environ["EDGETRAIN_CACHE"] = old
+    out = {}
+    for pch, name in ((True, "pch"), (False, "text")):
+        out[f"{name}_cpu_s"] = statistics.median(c for c, _ in runs[pch])
+        out[f"{name}_s"] = statistics.median(w for _, w in runs[pch])
+    out["cpu_ratio"] = out["pch_cpu_s"] / out["text_cpu_s"]
+    out["model_c_kb"] = len(files["model.c"].encode()) / 1024
+    return {k: round(v, 3) for k, v in out.items()}
+
+
 def run_case(name: str, make, repeats: int, graphs: bool = False) -> dict:
     runs = [measure(make, graphs) for _ in range(repeats)]
     row = {"case": name, "repeats": repeats}
@@ -171,10 +217,25 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json-only", action="store_true")
     ap.add_argument("--graphs", action="store_true", help="also the train-only and train+forward libraries")
+    ap.add_argument("--pch", type=int, default=0, metavar="N",
+                    help="instead: N warm builds of each case's library with and N without the precompiled headers")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     todo = [(c, CASES[c]) for c in args.cases.split(",") if c]
     todo += [(r, real_case(r)) for r in args.real.split(",") if r]
+    if args.pch:
+        prows = []
+        for name, make in todo:
+            prows.append({"case": name, "pch_repeats": args.pch, **pch_ab(make, args.pch)})
+            print(json.dumps(prows[-1]), flush=True)
+        if not args.json_only:
+            print("\n| case | C build, headers precompiled (s) | its gcc CPU (s) | C build, headers parsed (s) "
+                  "| its gcc CPU (s) | gcc CPU ratio | model.c (KB) |")
+            print("|---|---:|---:|---:|---:|---:|---:|")
+            for r in prows:
+                print(f"| {r['case']} | {r['pch_s']:.2f} | {r['pch_cpu_s']:.2f} | {r['text_s']:.2f} | "
+                      f"{r['text_cpu_s']:.2f} | {r['cpu_ratio']:.2f} | {r['model_c_kb']:.0f} |")
+        return
     rows = []
     for name, make in todo:
         row = run_case(name, make, args.repeats, args.graphs)

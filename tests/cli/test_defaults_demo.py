@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from edgetrain.app.cli import build_parser
-from edgetrain.backends.c import kernel_lib, toolchain
+from edgetrain.backends.c import front_pch, kernel_lib, toolchain
 from edgetrain.backends.c.toolchain import ToolResult
 
 from .conftest import INPUT
@@ -110,6 +110,8 @@ def _slow_compiler(seconds, calls):
         calls.append(list(argv))
         if "--version" in argv:
             return ToolResult(0, "cc (fake) 1.0\n", "")
+        if "-dM" in argv:  # front_pch.is_gcc: its predefined macros
+            return ToolResult(0, "#define __GNUC__ 1\n", "")
         time.sleep(seconds)
         Path(cwd, argv[argv.index("-o") + 1]).write_bytes(b"\0")
         return ToolResult(0, "", "")
@@ -126,23 +128,29 @@ def test_the_kernel_library_and_a_program_build_say_what_and_why(tmp_path, monke
     monkeypatch.setattr(kernel_lib, "run_tool", fake)
     monkeypatch.setattr(kernel_lib, "run_tools", lambda argvs, cwd, timeout, jobs: [fake(a, cwd, timeout) for a in argvs])
     monkeypatch.setattr(host, "run_tool", fake)
+    monkeypatch.setattr(front_pch, "run_tool", fake)
     kernel_lib.compiler_version.cache_clear()
+    front_pch.is_gcc.cache_clear()
     caplog.set_level(logging.INFO, logger="edgetrain")
     files = {"et_fake.h": KERNEL_HEADER, "model.c": "void f(float *x) { et_twice(x, 1); }\n"}
     try:
         lib = host.build_library(files, ("-O2",))
     finally:
         kernel_lib.compiler_version.cache_clear()
+        front_pch.is_gcc.cache_clear()
     assert lib.is_file()
     lines = [r.getMessage() for r in caplog.records]
     kernels = [ln for ln in lines if ln.startswith("building the runtime's kernel library (1 kernel,")]
     assert len(kernels) == 1 and "first use" in kernels[0] and str(tmp_path / "cache" / "c") in kernels[0]
+    headers = [ln for ln in lines if ln.startswith("building the runtime headers, precompiled (et_front.h.gch)")]
+    assert len(headers) == 1 and "first use" in headers[0] and str(tmp_path / "cache" / "c") in headers[0]
     program = [ln for ln in lines if ln.startswith("building this program's C library")]
     assert len(program) == 1 and "not in the cache" in program[0] and str(tmp_path / "cache" / "c") in program[0]
     assert [ln.split(" in ")[0] for ln in lines if ln.startswith("built ")] == [
-        "built the runtime's kernel library (1 kernel, et_kernels.o)", "built this program's C library (libmodel.so)"]
+        "built the runtime's kernel library (1 kernel, et_kernels.o)",
+        "built the runtime headers, precompiled (et_front.h.gch)", "built this program's C library (libmodel.so)"]
     err = capsys.readouterr().err
-    assert "building: 00:00 elapsed" in err and err.count("\n") == 2  # one progress line per build
+    assert "building: 00:00 elapsed" in err and err.count("\n") == 3  # one progress line per build
     # built: the second time nothing is compiled and nothing said
     caplog.clear()
     n = len(calls)

@@ -35,7 +35,10 @@ def test_kernels_are_the_long_void_functions_with_their_argument_names():
         kernel_lib.kernels_source(files)
     front = kernel_lib.front_source(files)
     assert "#define et_big etk_et_big" in front and "et_small" not in front
-    assert front.index('#include "et_k.h"') < front.index("#define et_big") < front.index('#include "model.c"')
+    assert front.index('#include "et_front.h"') < front.index('#include "model.h"') < front.index("#define et_big") \
+        < front.index('#include "model.c"')
+    assert front.split("\n")[1] == '#include "et_front.h"'  # the first line after the comment: GCC may take it precompiled
+    assert '#include "et_k.h"' in kernel_lib.front_header(files) and "model.h" not in kernel_lib.front_header(files)
 
 
 def test_program_headers_stay_out_of_the_shared_object():

@@ -3,8 +3,8 @@ $EDGETRAIN_CACHE, else $XDG_CACHE_HOME/edgetrain (~/.cache/edgetrain when XDG_CA
 unset, empty or relative, as the XDG base-directory spec asks). Under it, one folder per kind:
 "c" the host libraries (host.build_library, keyed by a content hash) and, beside them in
 kernels-<key>, the runtime's kernels compiled once per machine (kernel_lib.py; their parts in
-kernel-part-<key>), in deps-<key> the host libraries' shared-library dependencies linked once
-(link_deps.py), "qemu" the QEMU instruction-count plugin
+kernel-part-<key>), in pch-<key> the runtime headers precompiled (front_pch.py), in deps-<key> the
+host libraries' shared-library dependencies linked once (link_deps.py), "qemu" the QEMU instruction-count plugin
 (cortexm.run_qemu); "locks" the lock files that make builds of one product take turns
 (publish_build)."""
 from __future__ import annotations

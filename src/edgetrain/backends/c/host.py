@@ -21,7 +21,8 @@ from ...runtime.compiled import CompiledProgram
 from ...runtime.runner import RunnerBase, as_array
 from .blas import default_flags as blas_default_flags, describe as blas_describe, link_flags as blas_link_flags
 from .cache import cache_path, publish_build
-from .kernel_lib import compiler_version, front_source, kernels_object
+from .front_pch import front_pch
+from .kernel_lib import FRONT_HEADER, compiler_version, front_header, front_source, kernels_object
 from .link_deps import link_flags as deps_link_flags
 from .layout import GRAPHS, CBackendError, Layout, build_layout
 from .step_guard import double_buffered, with_guard
@@ -127,13 +128,17 @@ def build_library(files: Mapping[str, str], flags: Sequence[str] = DEFAULT_CFLAG
         return lib
 
     kernels = str(kernels_object(cc, flags, files))  # first: its own build says so
+    pch = front_pch(cc, flags, files)  # the headers precompiled (GCC), else None: parsed here
     deps = deps_link_flags(cc, blas_link_flags(flags), compiler_version(cc))  # the BLAS's libraries, linked once
 
     def build(work: Path) -> None:
         for name, text in files.items():
             (work / name).write_text(text)
+        if pch is None:  # else found in the pch folder, beside its .gch (here it would be found first)
+            (work / FRONT_HEADER).write_text(front_header(files))
         (work / "model_host.c").write_text(front_source(files))  # model.c calling the cached kernels
-        compile_c(cc, [*flags, "-fPIC", "-shared", "-o", "libmodel.so", "model_host.c", kernels, *deps], work)
+        compile_c(cc, [*flags, *(("-I", str(pch)) if pch else ()), "-fPIC", "-shared", "-o", "libmodel.so",
+                       "model_host.c", kernels, *deps], work)
 
     with announced_build("this program's C library (libmodel.so)",
                          f"a program not built before with these flags: not in the cache {d}"):
