@@ -116,6 +116,9 @@ PYTHONPATH=src EDGETRAIN_BLAS=openblas python bench/step_speed.py --model mbv2-w
 PYTHONPATH=src python bench/compile_time.py --repeats 1 --real tv.mobilenet_v2,timm.resnet10t
 PYTHONPATH=src python bench/compile_time.py --repeats 1
 PYTHONPATH=src python bench/compile_time.py --repeats 3 --cases ds-cnn,resnet18,mbv2-last8
+PYTHONPATH=src python bench/compile_time.py --pch 4 --cases ds-cnn,resnet18,mbv2-last8,mbv2-full
+PYTHONPATH=src python bench/compile_time.py --pch 6 --cases resnet18,ds-cnn
+PYTHONPATH=src python bench/compile_time.py --repeats 2 --cases ds-cnn,resnet18,mbv2-last8,mbv2-full
 PYTHONPATH=src python bench/grad_update_memory.py
 PYTHONPATH=src python bench/grad_update_memory.py --cases resnet18-cifar:8 --fractions 0.5 --step-time 10 --momentum 0.9 --solver chen
 PYTHONPATH=src python bench/standalone_rss.py --fractions 1 0.5 0.3 --time-limit 60
