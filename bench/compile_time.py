@@ -38,6 +38,7 @@ headers' text, alternating in one process and one cache (pch_ab); one JSON line 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -124,38 +125,45 @@ def graph_subsets(prog, flags) -> dict:
     return out
 
 
-def measure(make, graphs: bool = False) -> dict:
-    """One cold run: times of compile, emit, build; model.c's size (with `graphs`, also of the
-    graph subsets: graph_subsets)."""
-    model, x, scheme = make()
+@contextlib.contextmanager
+def fresh_cache():
+    """$EDGETRAIN_CACHE set to a new temporary folder (yielded) for the body, then as it was."""
     with tempfile.TemporaryDirectory(prefix="et-ctime-") as cache:
         old = os.environ.get("EDGETRAIN_CACHE")
         os.environ["EDGETRAIN_CACHE"] = cache
         try:
-            t0, p0 = time.perf_counter(), time.process_time()
-            prog = et.compile(model, (x,), update=scheme, optimizer=et.SGD(lr=0.01, momentum=0.9))
-            t1, p1 = time.perf_counter(), time.process_time()
-            files = emit_sources(prog.runner, layout=build_layout(prog.runner))
-            t2 = time.perf_counter()
-            c0 = _children_cpu()
-            to_c_program(prog)
-            t3 = time.perf_counter()
-            c1 = _children_cpu()
-            for d in (Path(cache) / "c").iterdir():  # the host libraries, not what is built once per machine: the
-                # kernel object and its parts (kernel_lib.py), the headers precompiled (front_pch.py), the libraries
-                # it links (link_deps.py)
-                if d.is_dir() and not d.name.startswith(("kernels-", "kernel-part-", "pch-", "deps-")):
-                    shutil.rmtree(d)
-            t4 = time.perf_counter()
-            cprog = to_c_program(prog)
-            t5 = time.perf_counter()
-            c2 = _children_cpu()
-            subsets = graph_subsets(prog, cprog.runner.flags) if graphs else {}
+            yield cache
         finally:
             if old is None:
                 os.environ.pop("EDGETRAIN_CACHE", None)
             else:
                 os.environ["EDGETRAIN_CACHE"] = old
+
+
+def measure(make, graphs: bool = False) -> dict:
+    """One cold run: times of compile, emit, build; model.c's size (with `graphs`, also of the
+    graph subsets: graph_subsets)."""
+    model, x, scheme = make()
+    with fresh_cache() as cache:
+        t0, p0 = time.perf_counter(), time.process_time()
+        prog = et.compile(model, (x,), update=scheme, optimizer=et.SGD(lr=0.01, momentum=0.9))
+        t1, p1 = time.perf_counter(), time.process_time()
+        files = emit_sources(prog.runner, layout=build_layout(prog.runner))
+        t2 = time.perf_counter()
+        c0 = _children_cpu()
+        to_c_program(prog)
+        t3 = time.perf_counter()
+        c1 = _children_cpu()
+        for d in (Path(cache) / "c").iterdir():  # the host libraries, not what is built once per machine: the
+            # kernel object and its parts (kernel_lib.py), the headers precompiled (front_pch.py), the libraries
+            # it links (link_deps.py)
+            if d.is_dir() and not d.name.startswith(("kernels-", "kernel-part-", "pch-", "deps-")):
+                shutil.rmtree(d)
+        t4 = time.perf_counter()
+        cprog = to_c_program(prog)
+        t5 = time.perf_counter()
+        c2 = _children_cpu()
+        subsets = graph_subsets(prog, cprog.runner.flags) if graphs else {}
     emit = t2 - t1
     return {"compile_s": t1 - t0, "emit_s": emit, "build_s": max(t3 - t2 - emit, 0.0),
             "build_cpu_s": c1 - c0, "build_warm_s": max(t5 - t4 - emit, 0.0), "build_warm_cpu_s": c2 - c1,
@@ -175,9 +183,7 @@ def pch_ab(make, repeats: int) -> dict:
     flags = with_guard(DEFAULT_CFLAGS)  # as CRunner builds it
     runs: dict = {True: [], False: []}
     gcc = front_pch.is_gcc
-    with tempfile.TemporaryDirectory(prefix="et-ctime-") as cache:
-        old = os.environ.get("EDGETRAIN_CACHE")
-        os.environ["EDGETRAIN_CACHE"] = cache
+    with fresh_cache():
         try:
             for r in range(repeats + 1):  # round 0 builds what is built once and is not timed
                 for pch in ((True, False) if r % 2 else (False, True)):
@@ -189,10 +195,6 @@ def pch_ab(make, repeats: int) -> dict:
                     shutil.rmtree(lib.parent)
         finally:
             front_pch.is_gcc = gcc
-            if old is None:
-                os.environ.pop("EDGETRAIN_CACHE", None)
-            else:
-                os.environ["EDGETRAIN_CACHE"] = old
     out = {}
     for pch, name in ((True, "pch"), (False, "text")):
         out[f"{name}_cpu_s"] = statistics.median(c for c, _ in runs[pch])

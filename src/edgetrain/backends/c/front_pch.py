@@ -1,10 +1,10 @@
 """The runtime headers precompiled once (GCC's precompiled header), not parsed again for every program.
 
 A host library's model_host.c (kernel_lib.front_source) starts with `#include "et_front.h"`
-(kernel_lib.front_header), a header that includes every runtime header of the kernel object. Parsing them was
-most of a small program's compile: about 2.3 MB of preprocessed text (the runtime headers, the BLAS's and
-oneDNN's, and the CPU's intrinsics headers under -march=native), 2.2 of a small program's 2.9 CPU seconds in
-gcc (-ftime-report's "phase parsing"). For GCC, et_front.h is compiled once per set of headers, flags,
+(kernel_lib.front_header), a header that includes every runtime header of the kernel object, which gcc read
+again for every program: the runtime headers with the BLAS's, oneDNN's and the CPU's intrinsics headers
+(-march=native), the same text for each program of a set of flags (bench/compile_time.py --pch measures what
+reading it costs a build). For GCC, et_front.h is compiled once per set of headers, flags,
 compiler and CPU into et_front.h.gch, cached in cache_path("c")/pch-<key> beside the headers it includes;
 host.build_library puts that folder on the include path (and leaves et_front.h out of the program's own
 folder, which would be searched first), and gcc loads the parsed headers from it. GCC checks that a .gch was
@@ -14,14 +14,13 @@ source. A compiler that is not GCC (clang, whose precompiled headers take other 
 (front_pch returns None) and et_front.h is written beside model_host.c."""
 from __future__ import annotations
 
-import hashlib
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from .cache import cache_path, publish_build
-from .kernel_lib import FRONT_HEADER as FRONT, compiler_version, cpu_identity, front_header, kernel_headers
+from .kernel_lib import FRONT_HEADER as FRONT, front_header, headers_key, kernel_headers
 from .layout import CBackendError
 from .toolchain import announced_build, run_tool
 
@@ -36,25 +35,14 @@ def is_gcc(cc: str) -> bool:
     return r.returncode == 0 and "#define __GNUC__ " in r.stdout and "__clang__" not in r.stdout
 
 
-def pch_key(cc: str, flags: Sequence[str], files: Mapping[str, str]) -> str:
-    """The cache key of et_front.h.gch: the headers' names and text, the flags, the compiler's version, and
-    this CPU's identity when built for it (-march=native)."""
-    h = hashlib.sha256(front_header(files).encode() + b"\0")
-    for name in kernel_headers(files):
-        h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
-    h.update(" ".join(flags).encode() + b"\0" + compiler_version(cc).encode())
-    if "-march=native" in flags:
-        h.update(b"\0" + cpu_identity().encode())
-    return h.hexdigest()[:24]
-
-
 def front_pch(cc: str, flags: Sequence[str], files: Mapping[str, str]) -> Optional[Path]:
     """The folder of et_front.h.gch for these headers, `flags` (a program's compile flags, -fPIC added here as
     host.build_library adds it) and compiler, built on first use, with et_front.h and the headers it includes
     beside it; None where `cc` is not GCC or the program has no runtime header."""
     if not kernel_headers(files) or not is_gcc(cc):
         return None
-    d = cache_path("c") / f"pch-{pch_key(cc, flags, files)}"
+    key = headers_key(front_header(files).encode() + b"\0", cc, flags, files)
+    d = cache_path("c") / f"pch-{key}"
     if (d / f"{FRONT}.gch").exists():
         return d
 

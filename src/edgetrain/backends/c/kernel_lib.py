@@ -250,6 +250,19 @@ def part_key(preprocessed: str, flags: Sequence[str], cc: str) -> str:
     return h.hexdigest()[:24]
 
 
+def headers_key(source: bytes, cc: str, flags: Sequence[str], files: Mapping[str, str]) -> str:
+    """The cache key of what is compiled from `source` and the kernel headers it includes (the kernel object,
+    front_pch.py's precompiled header): that source, the headers' names and text, the flags, the compiler's
+    version, and this CPU's identity when built for it (-march=native: another CPU gets its own)."""
+    h = hashlib.sha256(source)
+    for name in kernel_headers(files):
+        h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    h.update(" ".join(flags).encode() + b"\0" + compiler_version(cc).encode())
+    if "-march=native" in flags:
+        h.update(b"\0" + cpu_identity().encode())
+    return h.hexdigest()[:24]
+
+
 def kernels_object(cc: str, flags: Sequence[str], files: Mapping[str, str]) -> Path:
     """The compiled kernels (et_kernels.o, position independent) for these headers, flags and
     compiler: built on first use, then reused from cache_path("c")/kernels-<key>. A build
@@ -257,14 +270,9 @@ def kernels_object(cc: str, flags: Sequence[str], files: Mapping[str, str]) -> P
     (cache_path("c")/kernel-part-<part_key>), compiles the others side by side and caches them,
     then links them all into one relocatable object."""
     sources = [kernels_source(files, names) for names in kernel_parts(files)] or [kernels_source(files)]
-    h = hashlib.sha256("\0".join(sources).encode())
-    for name in kernel_headers(files):
-        h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
-    h.update(" ".join(flags).encode() + b"\0" + compiler_version(cc).encode())
-    if "-march=native" in flags:  # built for this CPU: another CPU gets its own object
-        h.update(b"\0" + cpu_identity().encode())
     root = cache_path("c")
-    d = root / f"kernels-{h.hexdigest()[:24]}"
+    key = headers_key("\0".join(sources).encode(), cc, flags, files)
+    d = root / f"kernels-{key}"
     obj = d / "et_kernels.o"
     if obj.exists():
         return obj
