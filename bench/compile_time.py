@@ -1,7 +1,7 @@
 """Compile time of the C backend: `et.compile` itself and the host library build, cold cache.
 
     PYTHONPATH=src python bench/compile_time.py [--cases mbv2-full,mbv2-last8,mcunet,resnet18,bert]
-        [--real tv.squeezenet1_1,timm.resnet10t] [--repeats 3] [--json-only] [--graphs] [--pch N]
+        [--real tv.squeezenet1_1,timm.resnet10t] [--repeats 3] [--json-only] [--graphs] [--pch N | --split N]
 
 For each case, `repeats` times with a fresh cache directory ($EDGETRAIN_CACHE set to a new
 temporary folder, so no library is reused), the median (wall time unless said) of
@@ -33,7 +33,9 @@ times there. The kernel object's compile is in each cold build (a fresh cache ea
 
 `--pch N` measures instead what the precompiled runtime headers (backends/c/front_pch.py) save a
 program's build: for each case, N builds of its host library with them and N with gcc parsing the
-headers' text, alternating in one process and one cache (pch_ab); one JSON line per case and a table.
+headers' text, alternating in one process and one cache (build_ab); one JSON line per case and a table.
+`--split N` likewise: N builds with model.c compiled in pieces side by side on the machine's CPUs
+(host.split_flags: GCC's -flto=N, for a model.c of host.SPLIT_MIN_BYTES or more) and N with it compiled whole.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ import torch
 
 import edgetrain as et
 from edgetrain.backends.c.emit import emit_sources
-from edgetrain.backends.c import front_pch
+from edgetrain.backends.c import front_pch, host
 from edgetrain.backends.c.host import DEFAULT_CFLAGS, build_library, find_cc, to_c_program
 from edgetrain.backends.c.kernel_lib import kernels_object
 from edgetrain.backends.c.layout import build_layout
@@ -171,35 +173,60 @@ def measure(make, graphs: bool = False) -> dict:
             "model_c_kb": len(files["model.c"].encode()) / 1024, **subsets}
 
 
-def pch_ab(make, repeats: int) -> dict:
-    """--pch: a program's host library built `repeats` times with the precompiled headers (front_pch.py) and as
-    often without them (front_pch.is_gcc answering False: gcc parses the headers' text), in one fresh cache, the
-    kernel object and the precompiled headers built before (untimed), the two alternating (which goes first
-    alternates too); the medians of each's gcc CPU (`pch_cpu_s` / `text_cpu_s`) and wall time (`pch_s` /
-    `text_s`) and their ratio."""
+@contextlib.contextmanager
+def _pch_switch(on: bool):
+    """--pch's two builds: with the precompiled headers, or front_pch.is_gcc answering False (gcc parses the text)."""
+    gcc = front_pch.is_gcc
+    front_pch.is_gcc = gcc if on else (lambda cc: False)
+    try:
+        yield
+    finally:
+        front_pch.is_gcc = gcc
+
+
+@contextlib.contextmanager
+def _split_switch(on: bool):
+    """--split's two builds: model.c in pieces side by side (host.split_flags, as a program's build has it on this
+    machine), or in one compile (host.SPLIT_MIN_BYTES past any model.c)."""
+    least = host.SPLIT_MIN_BYTES
+    host.SPLIT_MIN_BYTES = least if on else float("inf")
+    try:
+        yield
+    finally:
+        host.SPLIT_MIN_BYTES = least
+
+
+#: the A/B modes: option -> (switch, the JSON names of the builds with and without)
+AB_MODES = {"pch": (_pch_switch, "pch", "text"), "split": (_split_switch, "split", "whole")}
+
+
+def build_ab(make, repeats: int, mode: str) -> dict:
+    """--pch / --split: a program's host library built `repeats` times with the mode's change (AB_MODES: the
+    precompiled headers of front_pch.py; model.c compiled in pieces, host.split_flags) and as often without it, in
+    one fresh cache, the kernel object and the precompiled headers built before (untimed), the two alternating
+    (which goes first alternates too); the medians of each's gcc CPU (`<with>_cpu_s` / `<without>_cpu_s`) and
+    wall time (`<with>_s` / `<without>_s`), the CPU ratio and the wall ratio."""
+    switch, yes, no = AB_MODES[mode]
     model, x, scheme = make()
     prog = et.compile(model, (x,), update=scheme, optimizer=et.SGD(lr=0.01, momentum=0.9))
     files = emit_sources(prog.runner, layout=build_layout(prog.runner))
     flags = with_guard(DEFAULT_CFLAGS)  # as CRunner builds it
     runs: dict = {True: [], False: []}
-    gcc = front_pch.is_gcc
     with fresh_cache():
-        try:
-            for r in range(repeats + 1):  # round 0 builds what is built once and is not timed
-                for pch in ((True, False) if r % 2 else (False, True)):
-                    front_pch.is_gcc = gcc if pch else (lambda cc: False)
+        for r in range(repeats + 1):  # round 0 builds what is built once and is not timed
+            for on in ((True, False) if r % 2 else (False, True)):
+                with switch(on):
                     c0, t0 = _children_cpu(), time.perf_counter()
                     lib = build_library(files, flags)
                     if r:
-                        runs[pch].append((_children_cpu() - c0, time.perf_counter() - t0))
-                    shutil.rmtree(lib.parent)
-        finally:
-            front_pch.is_gcc = gcc
+                        runs[on].append((_children_cpu() - c0, time.perf_counter() - t0))
+                shutil.rmtree(lib.parent)
     out = {}
-    for pch, name in ((True, "pch"), (False, "text")):
-        out[f"{name}_cpu_s"] = statistics.median(c for c, _ in runs[pch])
-        out[f"{name}_s"] = statistics.median(w for _, w in runs[pch])
-    out["cpu_ratio"] = out["pch_cpu_s"] / out["text_cpu_s"]
+    for on, name in ((True, yes), (False, no)):
+        out[f"{name}_cpu_s"] = statistics.median(c for c, _ in runs[on])
+        out[f"{name}_s"] = statistics.median(w for _, w in runs[on])
+    out["cpu_ratio"] = out[f"{yes}_cpu_s"] / out[f"{no}_cpu_s"]
+    out["wall_ratio"] = out[f"{yes}_s"] / out[f"{no}_s"]
     out["model_c_kb"] = len(files["model.c"].encode()) / 1024
     return {k: round(v, 3) for k, v in out.items()}
 
@@ -221,22 +248,29 @@ def main(argv=None) -> None:
     ap.add_argument("--graphs", action="store_true", help="also the train-only and train+forward libraries")
     ap.add_argument("--pch", type=int, default=0, metavar="N",
                     help="instead: N warm builds of each case's library with and N without the precompiled headers")
+    ap.add_argument("--split", type=int, default=0, metavar="N",
+                    help="instead: N warm builds of each case's library with model.c compiled in pieces side by side "
+                         "(host.split_flags) and N with it compiled whole")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     todo = [(c, CASES[c]) for c in args.cases.split(",") if c]
     todo += [(r, real_case(r)) for r in args.real.split(",") if r]
-    if args.pch:
+    mode = "pch" if args.pch else "split" if args.split else None
+    if mode:
+        n = args.pch or args.split
+        _, yes, no = AB_MODES[mode]
+        head = {"pch": ("headers precompiled", "headers parsed"), "split": ("model.c in pieces", "model.c whole")}[mode]
         prows = []
         for name, make in todo:
-            prows.append({"case": name, "pch_repeats": args.pch, **pch_ab(make, args.pch)})
+            prows.append({"case": name, f"{mode}_repeats": n, **build_ab(make, n, mode)})
             print(json.dumps(prows[-1]), flush=True)
         if not args.json_only:
-            print("\n| case | C build, headers precompiled (s) | its gcc CPU (s) | C build, headers parsed (s) "
-                  "| its gcc CPU (s) | gcc CPU ratio | model.c (KB) |")
-            print("|---|---:|---:|---:|---:|---:|---:|")
+            print(f"\n| case | C build, {head[0]} (s) | its gcc CPU (s) | C build, {head[1]} (s) "
+                  "| its gcc CPU (s) | gcc CPU ratio | wall ratio | model.c (KB) |")
+            print("|---|---:|---:|---:|---:|---:|---:|---:|")
             for r in prows:
-                print(f"| {r['case']} | {r['pch_s']:.2f} | {r['pch_cpu_s']:.2f} | {r['text_s']:.2f} | "
-                      f"{r['text_cpu_s']:.2f} | {r['cpu_ratio']:.2f} | {r['model_c_kb']:.0f} |")
+                print(f"| {r['case']} | {r[yes + '_s']:.2f} | {r[yes + '_cpu_s']:.2f} | {r[no + '_s']:.2f} | "
+                      f"{r[no + '_cpu_s']:.2f} | {r['cpu_ratio']:.2f} | {r['wall_ratio']:.2f} | {r['model_c_kb']:.0f} |")
         return
     rows = []
     for name, make in todo:

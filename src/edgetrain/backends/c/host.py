@@ -21,7 +21,7 @@ from ...runtime.compiled import CompiledProgram
 from ...runtime.runner import RunnerBase, as_array
 from .blas import default_flags as blas_default_flags, describe as blas_describe, link_flags as blas_link_flags
 from .cache import cache_path, publish_build
-from .front_pch import front_pch
+from .front_pch import front_pch, is_gcc
 from .kernel_lib import FRONT_HEADER, compiler_version, front_header, front_source, kernels_object
 from .link_deps import link_flags as deps_link_flags
 from .layout import GRAPHS, CBackendError, Layout, build_layout
@@ -61,6 +61,11 @@ SANITIZE_CFLAGS = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-r
                    "-std=gnu11")
 #: seconds a compile may take (a large model's model.c at -O3)
 COMPILE_TIMEOUT = 900
+#: model.c from this many bytes on is compiled in pieces side by side, one a CPU (split_flags); below it one
+#: compile is about as quick as the pieces' set-up
+SPLIT_MIN_BYTES = 256 * 1024
+#: at most this many pieces at once
+SPLIT_MAX_JOBS = 8
 #: environment: a C runner's thread count when none is given (default 1)
 THREADS_ENV = "EDGETRAIN_BLAS_THREADS"
 
@@ -116,6 +121,23 @@ def compile_c(cc: str, args: Sequence[str], cwd: Path) -> None:
         raise CBackendError(f"C compile failed in {cwd} ({cc} {' '.join(args)}):\n{r.stderr[-4000:]}")
 
 
+def split_flags(cc: str, model_c: str) -> tuple:
+    """The flags that compile a large model.c (SPLIT_MIN_BYTES) on this machine's CPUs: with GCC, -flto=N, its
+    link-time optimization, which optimizes and compiles model.c's functions in N partitions side by side (one
+    `make -jN`, serial where make is missing) once its whole-program pass is done. Only model.c's code takes part
+    (the kernel object is a plain object): its calls, loops and arithmetic compile under the same options, a
+    function at a time, as in one compile (a test checks the program's numbers bit for bit). () for a small
+    model.c, one CPU, or another compiler."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    jobs = min(cpus, SPLIT_MAX_JOBS)
+    if jobs < 2 or len(model_c.encode()) < SPLIT_MIN_BYTES or not is_gcc(cc):
+        return ()
+    return (f"-flto={jobs}",)
+
+
 def build_library(files: Mapping[str, str], flags: Sequence[str] = DEFAULT_CFLAGS) -> Path:
     """Compile model.c of `files` into a shared library (cached); returns its path. The kernels
     come compiled from kernel_lib.py's cache (once per machine, headers and flags); model.c is
@@ -137,8 +159,8 @@ def build_library(files: Mapping[str, str], flags: Sequence[str] = DEFAULT_CFLAG
         if pch is None:  # else found in the pch folder, beside its .gch (here it would be found first)
             (work / FRONT_HEADER).write_text(front_header(files))
         (work / "model_host.c").write_text(front_source(files))  # model.c calling the cached kernels
-        compile_c(cc, [*flags, *(("-I", str(pch)) if pch else ()), "-fPIC", "-shared", "-o", "libmodel.so",
-                       "model_host.c", kernels, *deps], work)
+        compile_c(cc, [*flags, *split_flags(cc, files["model.c"]), *(("-I", str(pch)) if pch else ()), "-fPIC",
+                       "-shared", "-o", "libmodel.so", "model_host.c", kernels, *deps], work)
 
     with announced_build("this program's C library (libmodel.so)",
                          f"a program not built before with these flags: not in the cache {d}"):

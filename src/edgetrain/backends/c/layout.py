@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional
 
 from ...autodiff import ChannelSelect
@@ -91,6 +92,12 @@ class GraphLayout:
     offsets: dict  # arena root Value -> byte offset
     size: int
     lifetimes: tuple = ()  # memory.liveness.Lifetime of every arena root
+
+    @cached_property
+    def input_set(self) -> frozenset:
+        """The graph's inputs as a set: the emitters ask of every value whether it is one (a tuple's scan
+        compared Values field by field, 0.3 s of mbv2-w0.35's emit)."""
+        return frozenset(self.graph.inputs)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ class EmitContext:
 
     def state_of(self, v: Value) -> Optional[StateArray]:
         r = self.gl.roots[v]
-        if r in self.gl.graph.inputs and r.name in self.layout.states:
+        if r in self.gl.input_set and r.name in self.layout.states:
             return self.layout.states[r.name]
         return None
 
@@ -58,7 +58,7 @@ class EmitContext:
             if st.kind == "split":
                 raise CBackendError(f"{v.name}: a split weight has no single array; use ctx.weight()")
             return f"(({t} *){st.c_name})"
-        if r in self.gl.graph.inputs and r.name == "step":
+        if r in self.gl.input_set and r.name == "step":
             return "(&et_step)"
         if r not in self.gl.offsets:
             raise CBackendError(f"value {v} has no storage in graph {self.graph}")
