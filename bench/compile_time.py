@@ -196,8 +196,9 @@ def _split_switch(on: bool):
         host.SPLIT_MIN_BYTES = least
 
 
-#: the A/B modes: option -> (switch, the JSON names of the builds with and without)
-AB_MODES = {"pch": (_pch_switch, "pch", "text"), "split": (_split_switch, "split", "whole")}
+#: the A/B modes: option -> (switch, the JSON names of the builds with and without, their table headings)
+AB_MODES = {"pch": (_pch_switch, "pch", "text", "headers precompiled", "headers parsed"),
+            "split": (_split_switch, "split", "whole", "model.c in pieces", "model.c whole")}
 
 
 def build_ab(make, repeats: int, mode: str) -> dict:
@@ -206,7 +207,7 @@ def build_ab(make, repeats: int, mode: str) -> dict:
     one fresh cache, the kernel object and the precompiled headers built before (untimed), the two alternating
     (which goes first alternates too); the medians of each's gcc CPU (`<with>_cpu_s` / `<without>_cpu_s`) and
     wall time (`<with>_s` / `<without>_s`), the CPU ratio and the wall ratio."""
-    switch, yes, no = AB_MODES[mode]
+    switch, yes, no = AB_MODES[mode][:3]
     model, x, scheme = make()
     prog = et.compile(model, (x,), update=scheme, optimizer=et.SGD(lr=0.01, momentum=0.9))
     files = emit_sources(prog.runner, layout=build_layout(prog.runner))
@@ -258,8 +259,7 @@ def main(argv=None) -> None:
     mode = "pch" if args.pch else "split" if args.split else None
     if mode:
         n = args.pch or args.split
-        _, yes, no = AB_MODES[mode]
-        head = {"pch": ("headers precompiled", "headers parsed"), "split": ("model.c in pieces", "model.c whole")}[mode]
+        _, yes, no, *head = AB_MODES[mode]
         prows = []
         for name, make in todo:
             prows.append({"case": name, f"{mode}_repeats": n, **build_ab(make, n, mode)})

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Optional, Union
@@ -9,6 +10,11 @@ from typing import Optional, Union
 #: byte multipliers; microcontroller datasheets count KB and MB in powers of two.
 UNITS = {"": 1, "B": 1, "KB": 1024, "KIB": 1024, "K": 1024, "MB": 1024**2, "MIB": 1024**2, "M": 1024**2,
          "GB": 1024**3, "GIB": 1024**3, "G": 1024**3}
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one, else the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def format_bytes(n: int) -> str:

@@ -21,6 +21,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..config import usable_cpus
 from .job import FederatedJob, setup_of
 from .rounds import (ClientUpdate, FederatedResult, RoundRecord, aggregate, client_update, evaluate,
                      initial_values)
@@ -116,7 +117,7 @@ def check_workers(workers: int) -> int:
     its CPUs (or MIN_WORKER_LIMIT)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = usable_cpus()
     limit = max(cpus, MIN_WORKER_LIMIT)
     if workers > limit:
         raise ValueError(f"{workers} workers: this machine has {cpus} CPUs and Ray starts a process for each "

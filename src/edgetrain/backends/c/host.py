@@ -16,6 +16,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from ...config import usable_cpus
 from ...ops.check import RunTimeCheckError
 from ...runtime.compiled import CompiledProgram
 from ...runtime.runner import RunnerBase, as_array
@@ -128,11 +129,7 @@ def split_flags(cc: str, model_c: str) -> tuple:
     (the kernel object is a plain object): its calls, loops and arithmetic compile under the same options, a
     function at a time, as in one compile (a test checks the program's numbers bit for bit). () for a small
     model.c, one CPU, or another compiler."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    jobs = min(cpus, SPLIT_MAX_JOBS)
+    jobs = min(usable_cpus(), SPLIT_MAX_JOBS)
     if jobs < 2 or len(model_c.encode()) < SPLIT_MIN_BYTES or not is_gcc(cc):
         return ()
     return (f"-flto={jobs}",)
