@@ -85,6 +85,20 @@ def test_guard_only_in_the_host_library(prog, tmp_path):
     assert "et_backup" in guarded and "et_train_step_checked" in guarded
 
 
+def test_per_tensor_copies_and_scans_are_calls(prog):
+    """The state accessors, the guard's backup and the checked step's restore copy each tensor
+    through et_copy, and the guard scans each through et_any_nonfinite: in the host library
+    (-O3) both are functions of their own, called once per tensor, not a copy GCC expands (and
+    vectorizes) in every case of the switches, which made a large program's library slow to
+    compile (bench/compile_time.py)."""
+    syms = subprocess.run(["nm", str(prog.runner.c_library)], check=True, capture_output=True, text=True).stdout
+    names = {line.split()[-1].split(".")[0] for line in syms.splitlines() if line.split()[-2:-1] == ["t"]}
+    assert {"et_copy", "et_any_nonfinite"} <= names
+    text = prog.runner.c_files["model.c"]
+    assert re.search(r"case \d+: et_copy\(et_backup\.a\d+, ", text) and "case 0: et_copy(dst, " in text
+    assert not re.search(r"case \d+: (if \(ET_MAP_WEIGHTS\) return -2; )?memcpy\(", text)
+
+
 def _fused_program(monkeypatch, block: int, **sgd):
     """_net with both weights' gradients fused with their update (blocks of `block` bytes)."""
     monkeypatch.setattr(gradupdate, "BLOCK_BYTES", block)

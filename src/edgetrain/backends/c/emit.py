@@ -305,7 +305,7 @@ def _state_io(u: _Unit) -> list[str]:
         if st.kind == "split":
             c.append(f"  case {st.index}: {gather_call(st, 'dst')}; return 0;")
         else:  # a byte count, not sizeof: a mapped frozen tensor is a pointer
-            c.append(f"  case {st.index}: memcpy(dst, {st.c_name}, {st.numel * np.dtype(st.dtype).itemsize}); "
+            c.append(f"  case {st.index}: et_copy(dst, {st.c_name}, {st.numel * np.dtype(st.dtype).itemsize}); "
                      "return 0;")
     c += ["  }", "  return -1;", "}", "void *et_state_ptr(int i) {", "  switch (i) {"]
     for st in sts:
@@ -321,10 +321,10 @@ def _state_io(u: _Unit) -> list[str]:
         elif st.kind == "split":
             c.append(f"  case {st.index}: {scatter_call(st, 'src')}; return 0;")
         elif st.kind == "flash":  # mapped builds: read-only, bound by et_bind_state
-            c.append(f"  case {st.index}: if (ET_MAP_WEIGHTS) return -2; memcpy((void *){st.c_name}, src, "
+            c.append(f"  case {st.index}: if (ET_MAP_WEIGHTS) return -2; et_copy((void *){st.c_name}, src, "
                      f"{st.numel * np.dtype(st.dtype).itemsize}); return 0;")
         else:
-            c.append(f"  case {st.index}: memcpy({st.c_name}, src, sizeof {st.c_name}); return 0;")
+            c.append(f"  case {st.index}: et_copy({st.c_name}, src, sizeof {st.c_name}); return 0;")
     c += ["  }", "  return -1;", "}", "int et_bind_state(int i, const void *p, int file_backed) {"]
     mapped = [st for st in sts if st.kind == "flash" and not u.embed]
     if mapped:
@@ -380,7 +380,7 @@ def _gradients(u: _Unit) -> list[str]:
         c += u.copy_in("grad", [label], "label")
     c.append("  et_run_grad();")
     for i, v in enumerate(grad.outputs):
-        c.append(f"  memcpy(out[{i}], {value_ptr(u.layout, 'grad', v)}, {v.type.nbytes});")
+        c.append(f"  et_copy(out[{i}], {value_ptr(u.layout, 'grad', v)}, {v.type.nbytes});")
     return c + ["}"]
 
 

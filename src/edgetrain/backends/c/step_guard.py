@@ -143,7 +143,8 @@ def guard_declarations(slots: list[StateArray], double: list[StateArray]) -> lis
     c += [f"static struct {{ {fields} }} et_backup;" if backed else "",
           f"static unsigned char et_guard_saved[{len(slots)}]; /* saved, or flipped (double-buffered) */",
           "static int et_guard_on, et_guard_bad;",
-          "static int et_any_nonfinite(const uint32_t *u, size_t n) {",
+          "/* one loop, called: inlined in each case below, GCC would vectorize a copy of it per array */",
+          "static ET_NOINLINE int et_any_nonfinite(const uint32_t *u, size_t n) {",
           "  uint32_t acc = 0;",
           "  for (size_t i = 0; i < n; ++i) acc |= (u[i] & 0x7f800000u) == 0x7f800000u;",
           "  return acc != 0;",
@@ -153,7 +154,7 @@ def guard_declarations(slots: list[StateArray], double: list[StateArray]) -> lis
           "  if (!et_guard_on || et_guard_saved[k]) return;",
           "  et_guard_saved[k] = 1;",
           "  switch (k) {"]
-    c += [f"  case {k}: memcpy(et_backup.a{k}, {st.sram}, sizeof {st.sram}); break;" for k, st in backed]
+    c += [f"  case {k}: et_copy(et_backup.a{k}, {st.sram}, sizeof {st.sram}); break;" for k, st in backed]
     c += ["  default: break;", "  }", "}",
           "/* after a write: the first float array found non-finite (its state index + 1) */",
           "static void et_guard_check(int k) {",
@@ -214,7 +215,7 @@ def checked_step(slots: list[StateArray], double: list[StateArray]) -> list[str]
         if st.name in dbl:
             c.append(f"    if (et_guard_saved[{k}]) {st.c_name}_p = &{st.c_name}_alt; /* the committed copy again */")
         else:
-            c.append(f"    if (et_guard_saved[{k}]) memcpy(({st.ctype} *){st.sram}, et_backup.a{k}, sizeof {st.sram});")
+            c.append(f"    if (et_guard_saved[{k}]) et_copy(({st.ctype} *){st.sram}, et_backup.a{k}, sizeof {st.sram});")
     return c + ["    et_step = step;", "  }", "  return bad;", "}", "#endif /* ET_STEP_GUARD */"]
 
 

@@ -10,6 +10,7 @@
 #define ET_RESTRICT __restrict__
 #define ET_INLINE static inline __attribute__((always_inline))
 #define ET_NOINLINE __attribute__((noinline))
+#define ET_UNUSED __attribute__((unused))
 #define ET_ALIGNED(n) __attribute__((aligned(n)))
 #define ET_SQRTF(x) __builtin_sqrtf(x)
 #define ET_SQRT(x) __builtin_sqrt(x)
@@ -17,10 +18,16 @@
 #define ET_RESTRICT
 #define ET_INLINE static inline
 #define ET_NOINLINE
+#define ET_UNUSED
 #define ET_ALIGNED(n)
 #define ET_SQRTF(x) sqrtf(x)
 #define ET_SQRT(x) sqrt(x)
 #endif
+
+/* one copy of n bytes, kept a call: the state accessors and the step guard (emit.py, step_guard.py) copy
+ * each state tensor in a case of their own, hundreds of constant-size memcpys that GCC at -O3 would
+ * expand one by one, slow to compile; memcpy does the copy either way */
+static ET_NOINLINE ET_UNUSED void *et_copy(void *dst, const void *src, size_t n) { return memcpy(dst, src, n); }
 
 /* attributes of a graph's chunk functions (emit_graphs.py): none by default; the Cortex-M
  * firmware optimises them for size (runtime/cortexm/Makefile): they run once per step and only
