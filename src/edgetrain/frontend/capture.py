@@ -19,8 +19,6 @@ from .errors import CaptureError, UnsupportedOpError
 
 #: aten ops kept whole instead of decomposed, because our op table has them directly.
 KEEP_UNDECOMPOSED = ("linear", "scaled_dot_product_attention")
-#: capture in one trace where it gives the public path's program (`_one_trace`); False: always two
-ONE_TRACE = True
 
 
 @dataclass(frozen=True)
@@ -135,56 +133,13 @@ def _call_kwargs(model: torch.nn.Module) -> dict:
     return {"use_cache": False} if takes else {}
 
 
-def _decompositions() -> dict:
-    """torch.export's default table (every op to the core ATen set) but KEEP_UNDECOMPOSED."""
-    table = dict(torch.export.default_decompositions())
-    for name in KEEP_UNDECOMPOSED:
-        table.pop(getattr(torch.ops.aten, name).default, None)
-    return table
-
-
-def _one_trace(model: torch.nn.Module, args: tuple, kwargs: dict):
-    """The decomposed program in one trace, or None where that does not give what `_two_traces` gives.
-
-    torch.export's public path traces the model twice: `export` to the training IR, then
-    `run_decompositions` again from that graph. The second trace can be the only one: torch's own
-    `_export` with pre_dispatch=False traces to the ATen IR with the table's composite-implicit
-    decompositions in force (the same override run_decompositions puts around its trace), in about
-    half the time on a convolutional net (docs/benchmarks.md, "The first compile, seventh round").
-    Its other decompositions (Python ones, of ops with kernels of their own: silu, transpose.int,
-    split.Tensor, ...) are not applied there; a graph that still holds one of those ops is given up
-    (None), and so is any failure: the caller then takes the public path. These are torch's private
-    names, at the torch this package pins (2.13.0); where they are gone, None every time.
-    tests/frontend/test_one_trace.py checks both paths give the same IR on models of every kind."""
-    try:
-        from torch.export._trace import _export
-        from torch.export.exported_program import (_override_composite_implicit_decomp,
-                                                   _split_decomp_table_to_cia_and_python_decomp)
-    except ImportError:
-        return None
-    try:
-        composite, python = _split_decomp_table_to_cia_and_python_decomp(_decompositions())
-        with _override_composite_implicit_decomp(composite):
-            ep = _export(model, args, kwargs=kwargs, strict=False, pre_dispatch=False)
-    except Exception:  # any failure here is the public path's to report (or not to meet)
-        return None
-    if any(n.op == "call_function" and n.target in python for n in ep.graph.nodes):
-        return None
-    return ep
-
-
-def _two_traces(model: torch.nn.Module, args: tuple, kwargs: dict):
-    """torch.export's public path: the training IR, then its decomposition."""
-    return torch.export.export(model, args, kwargs=kwargs).run_decompositions(_decompositions())
-
-
 def _export_decomposed(model: torch.nn.Module, args: tuple):
-    kwargs = _call_kwargs(model)
-    ep = _one_trace(model, args, kwargs) if ONE_TRACE else None
-    if ep is not None:
-        return ep
     try:
-        return _two_traces(model, args, kwargs)
+        ep = torch.export.export(model, args, kwargs=_call_kwargs(model))
+        table = torch.export.default_decompositions()
+        for name in KEEP_UNDECOMPOSED:
+            table.pop(getattr(torch.ops.aten, name).default, None)
+        return ep.run_decompositions(table)
     except Exception as err:  # torch raises many types; the user needs to know it was capture
         raise CaptureError(f"torch.export could not capture {type(model).__name__}: "
                            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from err
