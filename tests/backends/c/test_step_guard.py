@@ -96,7 +96,8 @@ def test_per_tensor_copies_and_scans_are_calls(prog):
     assert {"et_copy", "et_any_nonfinite"} <= names
     text = prog.runner.c_files["model.c"]
     assert re.search(r"case \d+: et_copy\(et_backup\.a\d+, ", text) and "case 0: et_copy(dst, " in text
-    assert not re.search(r"case \d+: (if \(ET_MAP_WEIGHTS\) return -2; )?memcpy\(", text)
+    assert re.search(r"if \(et_guard_saved\[\d+\]\) et_copy\(\(float \*\)", text)  # the restore
+    assert not re.search(r"(case \d+: (if \(ET_MAP_WEIGHTS\) return -2; )?|if \(et_guard_saved\[\d+\]\) )memcpy\(", text)
 
 
 def _fused_program(monkeypatch, block: int, **sgd):
