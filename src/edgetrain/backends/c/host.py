@@ -33,13 +33,14 @@ from .toolchain import announced_build, host_compiler, run_tool
 #: float sums must be exactly the reference's), sqrt as an instruction; ET_FLOAT_FMA: the float32 GEMM / convolution kernels use explicit fused multiply-adds where
 #: the CPU has them, and ET_OMP_SIMD lets `omp simd` reductions reassociate float sums: the
 #: fast host library, within 1e-5 of the reference (int8 kernels use neither); ET_GUARD_WORDS=16: the arena
-#: starts on a cache line (runtime/et_common.h)
+#: starts on a cache line (runtime/et_common.h); ET_GRAPH_O1: the graphs' call sequences at -O1 (et_common.h
+#: ET_GRAPH_ATTR), the kernels at -O3
 DEFAULT_CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fopenmp-simd", "-DET_OMP_SIMD",
-                  "-DET_FLOAT_FMA", "-DET_GUARD_WORDS=16", "-std=gnu11",
+                  "-DET_FLOAT_FMA", "-DET_GUARD_WORDS=16", "-DET_GRAPH_O1", "-std=gnu11",
                   "-Wall", "-Wno-unused-function", "-Wno-unused-variable")
 #: an emitted project's Makefile: every float sum in the source's order, no FMA, so its host
 #: build prints the very losses its Cortex-M build prints; serial (no -fopenmp: the cross builds take these too)
-PROJECT_CFLAGS = tuple(f for f in DEFAULT_CFLAGS if f not in ("-DET_OMP_SIMD", "-DET_FLOAT_FMA"))
+PROJECT_CFLAGS = tuple(f for f in DEFAULT_CFLAGS if f not in ("-DET_OMP_SIMD", "-DET_FLOAT_FMA", "-DET_GRAPH_O1"))
 #: the ctypes library on a machine with a BLAS, unless EDGETRAIN_BLAS=0 (blas.py): et_float_gemm.h's
 #: convolutions and dense layers as GEMMs (emitted projects keep the portable kernels)
 DEFAULT_CFLAGS = DEFAULT_CFLAGS + blas_default_flags()

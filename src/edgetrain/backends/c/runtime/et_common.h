@@ -30,10 +30,17 @@
 static ET_NOINLINE ET_UNUSED void *et_copy(void *dst, const void *src, size_t n) { return memcpy(dst, src, n); }
 
 /* attributes of a graph's chunk functions (emit_graphs.py): none by default; the Cortex-M
- * firmware optimises them for size (runtime/cortexm/Makefile): they run once per step and only
- * call the kernels */
+ * firmware optimises them for size (runtime/cortexm/Makefile): they run once per step and mostly
+ * call the kernels. The host library (host.py DEFAULT_CFLAGS: ET_GRAPH_O1, GCC) compiles them at -O1 with
+ * -O3's loop vectorizer: -O3 took about half of a large model.c's compile for what is mostly call sequences,
+ * and their loops (elementwise ops, sums, the SGD updates) vectorize as at -O3
+ * (tests/backends/c/test_graph_opt.py) */
 #ifndef ET_GRAPH_ATTR
+#if defined(ET_GRAPH_O1) && defined(__GNUC__) && !defined(__clang__)
+#define ET_GRAPH_ATTR __attribute__((optimize("O1", "tree-loop-vectorize")))
+#else
 #define ET_GRAPH_ATTR
+#endif
 #endif
 
 /* arena guard: ET_GUARD_WORDS words of ET_GUARD_VALUE before and after the arena. The host builds take 16
