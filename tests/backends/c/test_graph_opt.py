@@ -15,6 +15,7 @@ import torch
 import edgetrain as et
 from edgetrain.backends.c import emit_graphs, front_pch, host
 from edgetrain.backends.c.emit import emit_sources
+from edgetrain.backends.c.staging import write_files
 
 CC = host.host_compiler()
 needs_gcc = pytest.mark.skipif(CC is None or not front_pch.is_gcc(CC), reason="ET_GRAPH_O1 applies to GCC only")
@@ -55,11 +56,8 @@ class _Net(torch.nn.Module):
 def _vectorized(files, flags, work: Path) -> set:
     """(line, message) of each loop of model.c that GCC reports vectorized (-fopt-info-vec-optimized): the
     vector width is in the message, and with it the order an `omp simd` reduction sums in."""
-    work.mkdir()
-    for name, text in files.items():
-        (work / name).write_text(text)
-    subprocess.run([CC, *flags, "-fopt-info-vec-optimized=vec.txt", "-c", "-o", "model.o", "model.c"], cwd=work,
-                   check=True, capture_output=True)
+    write_files(work, files)
+    host.compile_c(CC, [*flags, "-fopt-info-vec-optimized=vec.txt", "-c", "-o", "model.o", "model.c"], work)
     return set(re.findall(r"^model\.c:(\d+):\d+: optimized: (loop vectorized.*)$", (work / "vec.txt").read_text(),
                           re.M))
 
