@@ -300,18 +300,18 @@ def _state_io(u: _Unit) -> list[str]:
     c += ["int et_num_state(void) { return ET_NUM_STATE; }",
           "const char *et_state_name(int i) { return i >= 0 && i < ET_NUM_STATE ? et_state_names[i] : 0; }",
           "long et_state_bytes(int i) { return i >= 0 && i < ET_NUM_STATE ? et_state_nbytes[i] : -1; }",
-          "int et_get_state(int i, void *dst) {", "  switch (i) {"]
+          "ET_GRAPH_ATTR int et_get_state(int i, void *dst) {", "  switch (i) {"]
     for st in sts:
         if st.kind == "split":
             c.append(f"  case {st.index}: {gather_call(st, 'dst')}; return 0;")
         else:  # a byte count, not sizeof: a mapped frozen tensor is a pointer
             c.append(f"  case {st.index}: et_copy(dst, {st.c_name}, {st.numel * np.dtype(st.dtype).itemsize}); "
                      "return 0;")
-    c += ["  }", "  return -1;", "}", "void *et_state_ptr(int i) {", "  switch (i) {"]
+    c += ["  }", "  return -1;", "}", "ET_GRAPH_ATTR void *et_state_ptr(int i) {", "  switch (i) {"]
     for st in sts:
         if st.kind != "split":
             c.append(f"  case {st.index}: return (void *){st.c_name};")
-    c += ["  }", "  return 0;", "}", "int et_set_state(int i, const void *src) {", "  switch (i) {"]
+    c += ["  }", "  return 0;", "}", "ET_GRAPH_ATTR int et_set_state(int i, const void *src) {", "  switch (i) {"]
     for st in sts:
         if u.embed and st.kind in ("flash", "split"):
             if st.kind == "flash":
@@ -325,7 +325,7 @@ def _state_io(u: _Unit) -> list[str]:
                      f"{st.numel * np.dtype(st.dtype).itemsize}); return 0;")
         else:
             c.append(f"  case {st.index}: et_copy({st.c_name}, src, sizeof {st.c_name}); return 0;")
-    c += ["  }", "  return -1;", "}", "int et_bind_state(int i, const void *p, int file_backed) {"]
+    c += ["  }", "  return -1;", "}", "ET_GRAPH_ATTR int et_bind_state(int i, const void *p, int file_backed) {"]
     mapped = [st for st in sts if st.kind == "flash" and not u.embed]
     if mapped:
         c += ["#if ET_MAP_WEIGHTS", "  switch (i) {"]
@@ -342,7 +342,7 @@ def _checked_step(u: _Unit) -> list[str]:
     sts = u.states
     guarded = [(st.sram, st.ctype) for st in sts if st.kind in ("sram", "split")]
     c = ["/* 0: done; -1: non-finite loss; k > 0: state tensor k-1 became non-finite (weights restored) */",
-         "int et_train_step_checked(const void *input, const void *label, float *loss) {",
+         "ET_GRAPH_ATTR int et_train_step_checked(const void *input, const void *label, float *loss) {",
          "  const int prev = et_bank_active;"]
     c += ["  const int32_t step = et_step;", "  *loss = et_train_step(input, label);", "  int bad = 0;",
           "  { union { float f; uint32_t u; } l = {*loss}; if ((l.u & 0x7f800000u) == 0x7f800000u) bad = -1; }"]
@@ -373,7 +373,7 @@ def _gradients(u: _Unit) -> list[str]:
          "int et_num_grads(void) { return ET_NUM_GRADS; }",
          "const char *et_grad_name(int i) { return i >= 0 && i < ET_NUM_GRADS ? et_grad_names[i] : 0; }",
          "long et_grad_bytes(int i) { return i >= 0 && i < ET_NUM_GRADS ? et_grad_nbytes[i] : -1; }",
-         "void et_gradients(const void *input, const void *label, void *const *out) {"]
+         "ET_GRAPH_ATTR void et_gradients(const void *input, const void *label, void *const *out) {"]
     c += u.copy_in("grad", [grad.input(v.name) for v in u.data], "input")
     label = grad.the_input(Role.LABEL)
     if label is not None:

@@ -150,14 +150,14 @@ def guard_declarations(slots: list[StateArray], double: list[StateArray]) -> lis
           "  return acc != 0;",
           "}",
           "/* copy slot k's array into the backup before its first write of this step */",
-          "static void et_guard_save(int k) {",
+          "static ET_GRAPH_ATTR void et_guard_save(int k) {",
           "  if (!et_guard_on || et_guard_saved[k]) return;",
           "  et_guard_saved[k] = 1;",
           "  switch (k) {"]
     c += [f"  case {k}: et_copy(et_backup.a{k}, {st.sram}, sizeof {st.sram}); break;" for k, st in backed]
     c += ["  default: break;", "  }", "}",
           "/* after a write: the first float array found non-finite (its state index + 1) */",
-          "static void et_guard_check(int k) {",
+          "static ET_GRAPH_ATTR void et_guard_check(int k) {",
           "  if (!et_guard_on || et_guard_bad) return;",
           "  switch (k) {"]
     for k, st in backed:
@@ -202,7 +202,7 @@ def checked_step(slots: list[StateArray], double: list[StateArray]) -> list[str]
     dbl = {st.name for st in double}
     c = ["#ifdef ET_STEP_GUARD",
          "/* 0: done; -1: non-finite loss; k > 0: state tensor k-1 became non-finite (weights restored) */",
-         "int et_train_step_checked(const void *input, const void *label, float *loss) {",
+         "ET_GRAPH_ATTR int et_train_step_checked(const void *input, const void *label, float *loss) {",
          "  const int32_t step = et_step;"]
     if slots:
         c += ["  memset(et_guard_saved, 0, sizeof et_guard_saved);", "  et_guard_bad = 0;", "  et_guard_on = 1;"]
