@@ -1,8 +1,8 @@
 """The host library compiles the graphs' chunk functions (the call sequences), the state accessors, et_gradients
 and the checked step's guard at -O1 and the kernels at -O3 (host.DEFAULT_CFLAGS: ET_GRAPH_O1,
-runtime/et_common.h ET_GRAPH_ATTR): the loops those hold inline (elementwise ops, sums, the SGD updates, the
-checked step's scans for non-finite weights) must vectorize as they did at -O3 (-O1 alone left the outer loop of
-a sum over rows scalar: "tree-loop-vectorize" beside it) and compute the program."""
+runtime/et_common.h ET_GRAPH_ATTR): the loops those hold inline (elementwise ops, sums, the SGD updates) must
+vectorize as they did at -O3 (-O1 alone left the outer loop of a sum over rows scalar: "tree-loop-vectorize"
+beside it) and compute the program."""
 from __future__ import annotations
 
 import re
@@ -76,13 +76,17 @@ def test_the_graph_loops_vectorize_as_at_O3_and_the_library_computes_the_program
     for fn in ("int et_get_state(", "void *et_state_ptr(", "int et_set_state(", "int et_bind_state(",
                "void et_gradients(", "int et_train_step_checked(", "void et_guard_save(", "void et_guard_check("):
         assert f"ET_GRAPH_ATTR {fn}" in files["model.c"], fn  # the per-tensor switches and copies, and the guard
-    # the library's flags (CRunner builds with the step guard): the checked step's loops are compiled too
+    # the library's flags (CRunner builds with the step guard): the checked step and its guard are compiled too
     o1 = _vectorized(files, with_guard(host.DEFAULT_CFLAGS), tmp_path / "o1")
     o3 = _vectorized(files, with_guard(O3_FLAGS), tmp_path / "o3")
     # the SGD updates (2 weights and 2 biases of the convolutions, the dense layer's 2), the add, the ReLU, the
     # sums, at least; each at -O1 too, at the same width (-O1 may vectorize a small loop -O3 unrolled instead)
     assert len(o3) >= 8 and o3 <= o1, sorted(o3 - o1)
     c = host.to_c_program(prog)  # the library (-O1 graphs, its public step the checked one) against the reference
+    g_c, g_ref = c.gradients(x, y), prog.gradients(x, y)  # et_gradients
+    assert set(g_c) == set(g_ref)
+    for k in g_ref:
+        np.testing.assert_allclose(g_c[k], g_ref[k], rtol=1e-5, atol=1e-6)
     for _ in range(3):
         np.testing.assert_allclose(c.step(x, y), prog.step(x, y), rtol=1e-5)
     np.testing.assert_allclose(c.predict(x), prog.predict(x), rtol=1e-5, atol=1e-6)

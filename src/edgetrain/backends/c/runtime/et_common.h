@@ -34,8 +34,8 @@ static ET_NOINLINE ET_UNUSED void *et_copy(void *dst, const void *src, size_t n)
  * step_guard.py). None by default; the Cortex-M firmware optimises the chunks for size (runtime/cortexm/Makefile):
  * they run once per step and mostly call the kernels. The host library (host.py DEFAULT_CFLAGS: ET_GRAPH_O1, GCC)
  * compiles them at -O1 with -O3's loop vectorizer: -O3 took about half of a large model.c's compile for what is
- * mostly call sequences, and their loops (elementwise ops, sums, the SGD updates, the checked step's scans)
- * vectorize as at -O3 (tests/backends/c/test_graph_opt.py) */
+ * mostly call sequences, and their loops (elementwise ops, sums, the SGD updates) vectorize as at -O3
+ * (tests/backends/c/test_graph_opt.py) */
 #ifndef ET_GRAPH_ATTR
 #if defined(ET_GRAPH_O1) && defined(__GNUC__) && !defined(__clang__)
 #define ET_GRAPH_ATTR __attribute__((optimize("O1", "tree-loop-vectorize")))
