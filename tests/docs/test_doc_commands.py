@@ -122,6 +122,7 @@ PYTHONPATH=src python bench/compile_time.py --repeats 2 --cases ds-cnn,resnet18,
 PYTHONPATH=src python bench/compile_time.py --split 3 --cases mbv2-full,resnet18,ds-cnn
 PYTHONPATH=src python bench/compile_time.py --split 3 --cases mbv2-full,proxyless,mcunet
 PYTHONPATH=src python bench/compile_time.py --repeats 1 --cases mbv2-full,proxyless,bert
+PYTHONPATH=src python bench/compile_time.py --repeats 1 --cases mbv2-full,proxyless,mcunet
 PYTHONPATH=src python bench/grad_update_memory.py
 PYTHONPATH=src python bench/grad_update_memory.py --cases resnet18-cifar:8 --fractions 0.5 --step-time 10 --momentum 0.9 --solver chen
 PYTHONPATH=src python bench/standalone_rss.py --fractions 1 0.5 0.3 --time-limit 60
