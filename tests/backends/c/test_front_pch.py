@@ -34,20 +34,19 @@ def _pch_dirs(cache):
 
 
 @needs_gcc
-def test_a_program_takes_the_precompiled_headers_and_trains_as_the_reference(tmp_path, monkeypatch):
-    """In an empty cache: the first program builds et_front.h.gch, the second reuses it; each library's own
+def test_a_program_takes_the_precompiled_headers_and_trains_as_the_reference(own_cache):
+    """In a cache of its own (own_cache): the first program builds et_front.h.gch, the second reuses it; each library's own
     folder has no et_front.h, and gcc, asked (-H), loads the .gch (its line starts with "!")."""
-    monkeypatch.setenv("EDGETRAIN_CACHE", str(tmp_path))
     prog, x, y = _prog()
     c = host.to_c_program(prog, PORTABLE)
     for _ in range(2):
         assert c.step(x, y) == pytest.approx(prog.step(x, y), rel=1e-5, abs=1e-6)
-    (pch,) = _pch_dirs(tmp_path)
+    (pch,) = _pch_dirs(own_cache)
     assert (pch / "et_front.h.gch").is_file() and (pch / "et_front.h").is_file()
     folder = c.runner.c_library.parent
     assert not (folder / kernel_lib.FRONT_HEADER).exists()
     other = host.to_c_program(_prog(et.BiasOnly())[0], PORTABLE)  # another program, the same headers and flags
-    assert other.runner.c_library != c.runner.c_library and _pch_dirs(tmp_path) == [pch]
+    assert other.runner.c_library != c.runner.c_library and _pch_dirs(own_cache) == [pch]
     r = subprocess.run([CC, *host.with_guard(PORTABLE), "-I", str(pch), "-fPIC", "-fsyntax-only", "-H",
                         "model_host.c"], cwd=folder, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -94,14 +93,13 @@ def test_the_kernel_headers_do_not_read_model_h():
 
 
 @pytest.mark.skipif(CC is None, reason="no host C compiler")
-def test_a_compiler_that_is_not_gcc_parses_the_headers(tmp_path, monkeypatch):
+def test_a_compiler_that_is_not_gcc_parses_the_headers(own_cache, monkeypatch):
     """Where the compiler is not GCC: no precompiled header, et_front.h beside model_host.c, the same
     training."""
-    monkeypatch.setenv("EDGETRAIN_CACHE", str(tmp_path))
     monkeypatch.setattr(front_pch, "is_gcc", lambda cc: False)
     prog, x, y = _prog()
     c = host.to_c_program(prog, PORTABLE)
     assert c.step(x, y) == pytest.approx(prog.step(x, y), rel=1e-5, abs=1e-6)
-    assert _pch_dirs(tmp_path) == []
+    assert _pch_dirs(own_cache) == []
     assert (c.runner.c_library.parent / kernel_lib.FRONT_HEADER).read_text() == \
         kernel_lib.front_header(c.runner.c_files)

@@ -54,10 +54,10 @@ def _tiny():
 
 
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no host C compiler")
-def test_two_programs_share_one_kernel_object_and_match_the_reference(tmp_path, monkeypatch):
-    """In an empty cache: the second program reuses the first one's kernel library (built at
-    -O1 without BLAS: the sharing does not depend on the flags, and the whole library is built)."""
-    monkeypatch.setenv("EDGETRAIN_CACHE", str(tmp_path))
+def test_two_programs_share_one_kernel_object_and_match_the_reference(own_cache):
+    """In a cache of its own (own_cache: the suite's compiled kernel parts linked in): the second program
+    reuses the first one's kernel library (built at -O1 without BLAS: the sharing does not depend on the
+    flags)."""
     x, y = torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1)), np.array([2])
     for scheme in (et.Full(), et.BiasOnly()):
         prog = et.compile(_tiny(), (x,), update=scheme, optimizer=et.SGD(lr=0.1, momentum=0.9))
@@ -66,7 +66,7 @@ def test_two_programs_share_one_kernel_object_and_match_the_reference(tmp_path, 
             assert c.step(x, y) == pytest.approx(prog.step(x, y), rel=1e-5, abs=1e-6)
         front = (c.runner.c_library.parent / "model_host.c").read_text()
         assert "#define et_conv2d etd_et_conv2d" in front and "etk_et_conv2d_k3s1(" in front
-    assert len(list((tmp_path / "c").glob("kernels-*"))) == 1
+    assert len(list((own_cache / "c").glob("kernels-*"))) == 1
 
 
 CONV_HEADER = """#define ET_INLINE static inline

@@ -39,8 +39,7 @@ def _program(width: int):
 
 @needs_readelf
 @pytest.mark.skipif(not blas.link_flags(FAST), reason="no BLAS installed: nothing to link")
-def test_programs_name_one_library_that_names_the_blas(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGETRAIN_CACHE", str(tmp_path))
+def test_programs_name_one_library_that_names_the_blas(own_cache):
     libs = []
     for width in (4, 5):
         prog, x, y = _program(width)
@@ -48,7 +47,7 @@ def test_programs_name_one_library_that_names_the_blas(tmp_path, monkeypatch):
         for _ in range(2):
             assert c.step(x, y) == pytest.approx(prog.step(x, y), rel=1e-5, abs=1e-6)
         libs.append(c.runner.c_library)
-    deps = sorted((tmp_path / "c").glob("deps-*/" + link_deps.NAME))
+    deps = sorted((own_cache / "c").glob("deps-*/" + link_deps.NAME))
     assert len(deps) == 1 and libs[0] != libs[1]  # two programs, one dependencies library
     for lib in libs:
         needed = _needed(lib)

@@ -41,11 +41,10 @@ def _prog():
 
 
 @needs_gcc
-def test_the_pieces_compute_the_program_of_one_compile_bit_for_bit(tmp_path, monkeypatch):
+def test_the_pieces_compute_the_program_of_one_compile_bit_for_bit(own_cache, monkeypatch):
     """The same program built whole and in pieces (SPLIT_MIN_BYTES lowered to 0, two CPUs): its build carries
     -flto=2, and the two libraries give the same losses, gradients, predictions and trained state, bit for bit
     (the inline SGD updates, clamps and adds of model.c are compiled in the pieces)."""
-    monkeypatch.setenv("EDGETRAIN_CACHE", str(tmp_path))
     monkeypatch.setattr(host.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     prog, x, y = _prog()
     seen = []
