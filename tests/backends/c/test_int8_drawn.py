@@ -95,3 +95,31 @@ def test_drawn_conv_geometries_bit_exact():
     want_out, want_state = run_ref(graph, feeds, state)
     _same(got_out, {k: v for k, v in want_out.items() if k in got_out})
     _same(got_state, want_state)
+
+
+#: dense 1x1 layers at stride 1 without padding: on an x86 or aarch64 host, runtime/et_int8.h's
+#: et_qconv_host_pw takes their rows (ET_HOST_OB = 4 output channels at a time, up to ET_HOST_PLANE = 256
+#: outputs a channel in whole rows): blocks of 4 with a remainder (5, 9, 6 channels) and without (4),
+#: one chunk of rows (16x16: exactly 256) and several with a shorter last one (23x23: 11 + 11 + 1 rows;
+#: 40x40: 6 rows a chunk), batches of 1-3, int8 and float outputs
+HOST_POINTWISE = [dict(c=3, o=5, hw=23, n=2, float_out=False), dict(c=7, o=9, hw=17, n=1, float_out=True),
+                  dict(c=2, o=4, hw=16, n=3, float_out=False), dict(c=5, o=6, hw=40, n=1, float_out=False),
+                  dict(c=4, o=8, hw=3, n=2, float_out=True)]
+
+
+def test_pointwise_rows_of_the_host_path_bit_exact():
+    geos = [dict(g, k=1, s=1, p=0, d=1, groups=1, seed=100 + i) for i, g in enumerate(HOST_POINTWISE)]
+    feeds, state = {}, {}
+    for i, g in enumerate(geos):
+        f, s = _arrays(i, g)
+        feeds.update(f)
+        state.update(s)
+
+    def build(e, v):
+        return [o for i, g in enumerate(geos) for o in _case_nodes(e, v, i, g)]
+
+    graph = graph_of(build, {**feeds, **state})
+    got_out, got_state = run_c(graph, feeds, state, {})
+    want_out, want_state = run_ref(graph, feeds, state)
+    _same(got_out, {k: v for k, v in want_out.items() if k in got_out})
+    _same(got_state, want_state)

@@ -34,6 +34,62 @@
  * out_scale are indexed by the absolute output channel o. The output column range of each
  * tap column is computed once per call (ET_COL_TAPS columns at most, else per tap). */
 #define ET_COL_TAPS 16
+/* On a host-class CPU (x86, aarch64: wide vectors, no flash to spare), a dense pointwise layer's rows
+ * (1x1, stride 1, no padding, whose rows r0..r1 lie one after another in x and y) run
+ * ET_HOST_OB output channels at a time over whole rows: each input byte loaded once for the block,
+ * the accumulators one vector loop over up to ET_HOST_PLANE outputs a channel. The sums are the
+ * generic path's (exact int32: any order gives the same integers); the microcontrollers keep
+ * their own paths and their flash. */
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+#define ET_INT8_HOST_PW 1
+#define ET_HOST_OB 4
+#define ET_HOST_PLANE 256
+static inline int et_qconv_host_pw_ok(const et_qconv_p *P, et_rows8 x, et_rows8 y, int32_t r0, int32_t r1) {
+    return P->kh == 1 && P->kw == 1 && P->sh == 1 && P->sw == 1 && P->ph == 0 && P->pw == 0 && P->groups == 1 &&
+           P->w == P->wo && P->h == P->ho && P->wo <= ET_HOST_PLANE && r0 < r1 && et_ring_run(r0, r1 - 1, x.cap) &&
+           et_ring_run(r0, r1 - 1, y.cap);
+}
+
+static void et_qconv_host_pw(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w, const int32_t *bias,
+                             et_rows8 y, float *yf, int32_t yo_off, int32_t r0, int32_t r1, int32_t o0, int32_t o1) {
+    const int32_t wo = P->wo, rows = ET_HOST_PLANE / wo, cg = P->cg, xz = P->x_zero;
+    const int32_t nb = (o1 - o0 + ET_HOST_OB - 1) / ET_HOST_OB;
+    /* the host's threads: one (image, block of output channels) per iteration, its sums in one thread */
+    ET_PARALLEL_FOR2((double)P->n * (o1 - o0) * (r1 - r0) * wo * cg)
+    for (int32_t n = 0; n < P->n; n++)
+        for (int32_t b = 0; b < nb; b++) {
+            const int32_t ob = o0 + b * ET_HOST_OB, k = o1 - ob < ET_HOST_OB ? o1 - ob : ET_HOST_OB;
+            int32_t acc[ET_HOST_OB][ET_HOST_PLANE];
+            for (int32_t h0 = r0; h0 < r1; h0 += rows) {
+                const int32_t h1 = h0 + rows < r1 ? h0 + rows : r1, m = (h1 - h0) * wo;
+                const int8_t *xb = x.p + n * x.nstride - xc_off * x.cstride + et_ring(h0, x.cap) * wo;
+                for (int32_t t = 0; t < ET_HOST_OB; t++)
+                    for (int32_t q = 0; q < m; q++) acc[t][q] = 0;
+                for (int32_t c = 0; c < cg; c++) {
+                    const int8_t *xr = xb + c * x.cstride;
+                    /* a block of fewer channels multiplies by 0 in the rows it does not write */
+                    const int32_t w0 = *et_w8_taps(w, ob, c, cg, 1), w1 = k > 1 ? *et_w8_taps(w, ob + 1, c, cg, 1) : 0,
+                                  w2 = k > 2 ? *et_w8_taps(w, ob + 2, c, cg, 1) : 0,
+                                  w3 = k > 3 ? *et_w8_taps(w, ob + 3, c, cg, 1) : 0;
+                    for (int32_t q = 0; q < m; q++) {
+                        const int32_t v = (int32_t)xr[q] - xz;
+                        acc[0][q] += w0 * v;
+                        acc[1][q] += w1 * v;
+                        acc[2][q] += w2 * v;
+                        acc[3][q] += w3 * v;
+                    }
+                }
+                for (int32_t t = 0; t < k; t++)
+                    for (int32_t ho = h0; ho < h1; ho++) {
+                        const et_qrow out = et_qconv_row(P, y, yf, yo_off, n, ob + t, ho, bias);
+                        const int32_t *a = acc[t] + (ho - h0) * wo;
+                        for (int32_t q = 0; q < wo; q++) et_qrow_put(&out, q, a[q]);
+                    }
+            }
+        }
+}
+#endif
+
 /* et_qconv_rows handed to a target's kernel (the same arguments) */
 #define ET_QCONV_ROWS_BY(fn)                                                  \
     do {                                                                      \
@@ -55,6 +111,9 @@ static inline ET_SMALL_ATTR void et_qconv_rows(const et_qconv_p *P, et_rows8 x, 
     if (et_qconv_dwp_ok(P)) ET_QCONV_ROWS_BY(et_qconv_dwp_rows);
     if (et_qconv_pw_ok(P, w)) ET_QCONV_ROWS_BY(et_qconv_pw_rows);
     if (et_qconv_kxk_ok(P, w)) ET_QCONV_ROWS_BY(et_qconv_kxk_rows);
+#endif
+#if defined(ET_INT8_HOST_PW)
+    if (et_qconv_host_pw_ok(P, x, y, r0, r1)) ET_QCONV_ROWS_BY(et_qconv_host_pw);
 #endif
     const int32_t opg = P->o / P->groups, khkw = P->kh * P->kw;
     int32_t col_lo[ET_COL_TAPS], col_hi[ET_COL_TAPS];
