@@ -34,20 +34,27 @@
  * out_scale are indexed by the absolute output channel o. The output column range of each
  * tap column is computed once per call (ET_COL_TAPS columns at most, else per tap). */
 #define ET_COL_TAPS 16
-/* On a host-class CPU (x86, aarch64: wide vectors, no flash to spare), a dense pointwise layer's rows
- * (1x1, stride 1, no padding, whose rows r0..r1 lie one after another in x and y) run
- * ET_HOST_OB output channels at a time over whole rows: each input byte loaded once for the block,
- * the accumulators one vector loop over up to ET_HOST_PLANE outputs a channel. The sums are the
+/* On a host-class CPU (x86, aarch64: wide vectors, flash no concern), a dense pointwise layer's rows
+ * (1x1, stride 1, no padding) run ET_HOST_OB output channels at a time over whole rows: each input
+ * byte loaded once for the block, the accumulators one vector loop over up to ET_HOST_PLANE outputs
+ * a channel, in runs of rows that lie one after another in x's and y's rings. The sums are the
  * generic path's (exact int32: any order gives the same integers); the microcontrollers keep
  * their own paths and their flash. */
 #if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
 #define ET_INT8_HOST_PW 1
 #define ET_HOST_OB 4
 #define ET_HOST_PLANE 256
-static inline int et_qconv_host_pw_ok(const et_qconv_p *P, et_rows8 x, et_rows8 y, int32_t r0, int32_t r1) {
+static inline int et_qconv_host_pw_ok(const et_qconv_p *P) {
     return P->kh == 1 && P->kw == 1 && P->sh == 1 && P->sw == 1 && P->ph == 0 && P->pw == 0 && P->groups == 1 &&
-           P->w == P->wo && P->h == P->ho && P->wo <= ET_HOST_PLANE && r0 < r1 && et_ring_run(r0, r1 - 1, x.cap) &&
-           et_ring_run(r0, r1 - 1, y.cap);
+           P->w == P->wo && P->h == P->ho && P->wo <= ET_HOST_PLANE;
+}
+
+/* the end of a run of rows from h0 (before r1, at most `rows`) that wraps in neither ring */
+static inline int32_t et_host_run_end(int32_t h0, int32_t r1, int32_t rows, int32_t xcap, int32_t ycap) {
+    int32_t h1 = h0 + rows < r1 ? h0 + rows : r1;
+    const int32_t xe = h0 + xcap - et_ring(h0, xcap), ye = h0 + ycap - et_ring(h0, ycap);
+    if (h1 > xe) h1 = xe;
+    return h1 > ye ? ye : h1;
 }
 
 static void et_qconv_host_pw(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w, const int32_t *bias,
@@ -60,8 +67,9 @@ static void et_qconv_host_pw(const et_qconv_p *P, et_rows8 x, int32_t xc_off, co
         for (int32_t b = 0; b < nb; b++) {
             const int32_t ob = o0 + b * ET_HOST_OB, k = o1 - ob < ET_HOST_OB ? o1 - ob : ET_HOST_OB;
             int32_t acc[ET_HOST_OB][ET_HOST_PLANE];
-            for (int32_t h0 = r0; h0 < r1; h0 += rows) {
-                const int32_t h1 = h0 + rows < r1 ? h0 + rows : r1, m = (h1 - h0) * wo;
+            for (int32_t h0 = r0, h1; h0 < r1; h0 = h1) {
+                h1 = et_host_run_end(h0, r1, rows, x.cap, y.cap);
+                const int32_t m = (h1 - h0) * wo;
                 const int8_t *xb = x.p + n * x.nstride - xc_off * x.cstride + et_ring(h0, x.cap) * wo;
                 for (int32_t t = 0; t < ET_HOST_OB; t++)
                     for (int32_t q = 0; q < m; q++) acc[t][q] = 0;
@@ -113,7 +121,7 @@ static inline ET_SMALL_ATTR void et_qconv_rows(const et_qconv_p *P, et_rows8 x, 
     if (et_qconv_kxk_ok(P, w)) ET_QCONV_ROWS_BY(et_qconv_kxk_rows);
 #endif
 #if defined(ET_INT8_HOST_PW)
-    if (et_qconv_host_pw_ok(P, x, y, r0, r1)) ET_QCONV_ROWS_BY(et_qconv_host_pw);
+    if (et_qconv_host_pw_ok(P)) ET_QCONV_ROWS_BY(et_qconv_host_pw);
 #endif
     const int32_t opg = P->o / P->groups, khkw = P->kh * P->kw;
     int32_t col_lo[ET_COL_TAPS], col_hi[ET_COL_TAPS];
