@@ -98,6 +98,8 @@ PYTHONPATH=src python bench/poet.py --cases resnet18-cifar:8 resnet18:1:224 --de
 PYTHONPATH=src python bench/poet.py --cases resnet18-cifar:8 resnet18:1:224 mbv2-w0.35:1 bert-tiny:8 --devices a72 m4f m7 --fractions 1 0.7 0.5 0.4 --time-limit 15 --out docs/results/poet.jsonl --charts docs/results
 PYTHONPATH=src python bench/poet.py --summarize docs/results/poet.jsonl
 PYTHONPATH=src python bench/step_speed.py --no-int8 --torch-compile
+EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/step_speed.py --batch "" --schemes full,last8 --int8-batch 1 --repeats 15 --warmup 2 --no-ort
+EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/step_speed.py --batch "" --schemes full,last8 --int8-batch 8 --repeats 15 --warmup 2 --no-ort --no-reference
 PYTHONPATH=src python bench/step_speed.py --no-fma
 PYTHONPATH=src python bench/mcu_size.py --check-host
 EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --steps 1 --breakdown 15 --check-host
