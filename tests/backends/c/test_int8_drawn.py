@@ -76,16 +76,13 @@ def drawn_geometries() -> list[dict]:
     return out
 
 
-def test_drawn_conv_geometries_bit_exact():
-    geos = drawn_geometries()
+def _bit_exact(geos: list[dict]) -> None:
+    """Every case of `geos` side by side in one C build: its outputs and state equal the reference's."""
     feeds, state = {}, {}
     for i, g in enumerate(geos):
         f, s = _arrays(i, g)
         feeds.update(f)
         state.update(s)
-    kinds = {("depthwise" if g["groups"] == g["c"] == g["o"] else "grouped" if g["groups"] > 1 else "dense")
-             for g in geos}
-    assert len(kinds) >= 2 and len({g["k"] for g in geos}) >= 3  # the draw spans geometries
 
     def build(e, v):
         return [o for i, g in enumerate(geos) for o in _case_nodes(e, v, i, g)]
@@ -95,6 +92,14 @@ def test_drawn_conv_geometries_bit_exact():
     want_out, want_state = run_ref(graph, feeds, state)
     _same(got_out, {k: v for k, v in want_out.items() if k in got_out})
     _same(got_state, want_state)
+
+
+def test_drawn_conv_geometries_bit_exact():
+    geos = drawn_geometries()
+    kinds = {("depthwise" if g["groups"] == g["c"] == g["o"] else "grouped" if g["groups"] > 1 else "dense")
+             for g in geos}
+    assert len(kinds) >= 2 and len({g["k"] for g in geos}) >= 3  # the draw spans geometries
+    _bit_exact(geos)
 
 
 #: dense 1x1 layers at stride 1 without padding: on an x86 or aarch64 host, runtime/et_int8.h's
@@ -108,18 +113,4 @@ HOST_POINTWISE = [dict(c=3, o=5, hw=23, n=2, float_out=False), dict(c=7, o=9, hw
 
 
 def test_pointwise_rows_of_the_host_path_bit_exact():
-    geos = [dict(g, k=1, s=1, p=0, d=1, groups=1, seed=100 + i) for i, g in enumerate(HOST_POINTWISE)]
-    feeds, state = {}, {}
-    for i, g in enumerate(geos):
-        f, s = _arrays(i, g)
-        feeds.update(f)
-        state.update(s)
-
-    def build(e, v):
-        return [o for i, g in enumerate(geos) for o in _case_nodes(e, v, i, g)]
-
-    graph = graph_of(build, {**feeds, **state})
-    got_out, got_state = run_c(graph, feeds, state, {})
-    want_out, want_state = run_ref(graph, feeds, state)
-    _same(got_out, {k: v for k, v in want_out.items() if k in got_out})
-    _same(got_state, want_state)
+    _bit_exact([dict(g, k=1, s=1, p=0, d=1, groups=1, seed=100 + i) for i, g in enumerate(HOST_POINTWISE)])
