@@ -2,11 +2,11 @@
 
 A test about what a build leaves in the cache (one kernel library for two programs, one precompiled
 header, one dependencies library) points EDGETRAIN_CACHE at a folder of its own. Each such folder
-used to compile the runtime's whole kernel library again (17 parts, 10-36 s of gcc a test on 2 cores).
-The parts are keyed by their preprocessed text, flags and compiler (kernel_lib.part_key), as the real
-cache shares them between flag sets: the fixture links the suite's parts in, and hands the parts the
-test compiled back to the suite's cache. The kernel library itself (kernels-<key>), the precompiled
-headers, the dependencies library and the programs are still built in the test's own folder."""
+used to compile every part of the runtime's kernel library again. The parts are keyed by their
+preprocessed text, flags and compiler (kernel_lib.part_key), as the real cache shares them between
+flag sets: the fixture links the suite's parts in, and hands the parts the test compiled back to the
+suite's cache. The kernel library itself (kernels-<key>), the precompiled headers, the dependencies
+library and the programs are still built in the test's own folder."""
 from __future__ import annotations
 
 import shutil

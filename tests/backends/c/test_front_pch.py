@@ -35,8 +35,9 @@ def _pch_dirs(cache):
 
 @needs_gcc
 def test_a_program_takes_the_precompiled_headers_and_trains_as_the_reference(own_cache):
-    """In a cache of its own (own_cache): the first program builds et_front.h.gch, the second reuses it; each library's own
-    folder has no et_front.h, and gcc, asked (-H), loads the .gch (its line starts with "!")."""
+    """In a cache of its own (own_cache): the first program builds et_front.h.gch, the second reuses it;
+    each library's own folder has no et_front.h, and gcc, asked (-H), loads the .gch (its line starts
+    with "!")."""
     prog, x, y = _prog()
     c = host.to_c_program(prog, PORTABLE)
     for _ in range(2):

@@ -57,8 +57,9 @@ static inline int32_t et_host_run_end(int32_t h0, int32_t r1, int32_t rows, int3
     return h1 > ye ? ye : h1;
 }
 
-static void et_qconv_host_pw(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w, const int32_t *bias,
-                             et_rows8 y, float *yf, int32_t yo_off, int32_t r0, int32_t r1, int32_t o0, int32_t o1) {
+__attribute__((unused)) static void et_qconv_host_pw(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
+                                                     const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off,
+                                                     int32_t r0, int32_t r1, int32_t o0, int32_t o1) {
     const int32_t wo = P->wo, rows = ET_HOST_PLANE / wo, cg = P->cg, xz = P->x_zero;
     const int32_t nb = (o1 - o0 + ET_HOST_OB - 1) / ET_HOST_OB;
     /* the host's threads: one (image, block of output channels) per iteration, its sums in one thread */
