@@ -5,14 +5,16 @@ gradient, weight gradient, bias gradient) of each drawn case are side by side in
 built once as C (int8_harness.py) and compared bit for bit with the reference interpreter."""
 from __future__ import annotations
 
+import platform
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from .int8_harness import graph_of, run_c, run_ref
+from .int8_harness import CC, CFLAGS, RUNTIME, graph_of, run_c, run_ref
 from .test_int8 import _conv_attrs, _f32, _i8, _same
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
@@ -113,4 +115,8 @@ HOST_POINTWISE = [dict(c=3, o=5, hw=23, n=2, float_out=False), dict(c=7, o=9, hw
 
 
 def test_pointwise_rows_of_the_host_path_bit_exact():
+    if platform.machine().lower() in ("x86_64", "amd64", "aarch64", "arm64"):  # the build below takes the path
+        r = subprocess.run([CC, *CFLAGS, f"-I{RUNTIME}", "-dM", "-E", "-x", "c", "-"], input='#include "et_int8.h"\n',
+                           capture_output=True, text=True, check=True)
+        assert "#define ET_INT8_HOST_PW 1" in r.stdout.splitlines()
     _bit_exact([dict(g, k=1, s=1, p=0, d=1, groups=1, seed=100 + i) for i, g in enumerate(HOST_POINTWISE)])
