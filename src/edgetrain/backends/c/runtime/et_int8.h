@@ -91,8 +91,7 @@ __attribute__((unused)) static void et_qconv_host_pw(const et_qconv_p *P, et_row
                 for (int32_t t = 0; t < k; t++)
                     for (int32_t ho = h0; ho < h1; ho++) {
                         const et_qrow out = et_qconv_row(P, y, yf, yo_off, n, ob + t, ho, bias);
-                        const int32_t *a = acc[t] + (ho - h0) * wo;
-                        for (int32_t q = 0; q < wo; q++) et_qrow_put(&out, q, a[q]);
+                        et_qrow_put_n(&out, 0, acc[t] + (ho - h0) * wo, wo);
                     }
             }
         }
@@ -165,7 +164,7 @@ static inline ET_SMALL_ATTR void et_qconv_rows(const et_qconv_p *P, et_rows8 x, 
                         }
                     }
                     const et_qrow out = et_qconv_row(P, y, yf, yo_off, n, o, ho, bias);
-                    for (int32_t t = 0; t < b1 - b0; t++) et_qrow_put(&out, b0 + t, acc[t]);
+                    et_qrow_put_n(&out, b0, acc, b1 - b0);
                 }
         }
 }

@@ -221,4 +221,29 @@ static inline void et_qrow_put(const et_qrow *r, int32_t q, int32_t acc) {
         r->y[q] = (int8_t)et_clampi(et_qrow_mbqm(r, acc) + r->y_zero, r->qmin, r->qmax);
 }
 
+/* et_qrow_put of the n accumulators acc[0..n) at columns q0.. of the row. On a host-class CPU (x86,
+ * aarch64) an int8 row whose shift is a right shift (every layer of the paper's models) takes a loop
+ * without branches, which the compiler vectorizes (et_qrow_put's loop is not: its saturating add,
+ * rounding and clamp branch): the same integers, the bias added in 64 bits and clamped to int32 as
+ * et_addsat32 saturates. Other targets, and float or left-shifted rows, keep et_qrow_put's loop. */
+static inline void et_qrow_put_n(const et_qrow *r, int32_t q0, const int32_t *acc, int32_t n) {
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+    if (r->y && r->shift <= 0) {
+        int8_t *y = r->y + q0;
+        const int64_t bias = r->bias, mult = r->mult;
+        const int32_t right = r->right, mask = r->mask, half = r->half, yz = r->y_zero, lo = r->qmin,
+                      hi = r->qmax;
+        for (int32_t t = 0; t < n; t++) {
+            int64_t s = (int64_t)acc[t] + bias;
+            s = s > INT32_MAX ? INT32_MAX : (s < INT32_MIN ? INT32_MIN : s);
+            const int32_t h = (int32_t)((s * mult + ((int64_t)1 << 30)) >> 31);
+            const int32_t v = (h >> right) + ((h & mask) > half + (h < 0)) + yz;
+            y[t] = (int8_t)(v < lo ? lo : (v > hi ? hi : v));
+        }
+        return;
+    }
+#endif
+    for (int32_t t = 0; t < n; t++) et_qrow_put(r, q0 + t, acc[t]);
+}
+
 #endif /* ET_INT8_CORE_H */
