@@ -157,6 +157,11 @@ static inline ET_SMALL_ATTR void et_qconv_rows(const et_qconv_p *P, et_rows8 x, 
                                 const int8_t *xp = xr + j * P->dw - P->pw;
                                 if (P->sw == 1)
                                     for (int32_t q = lo; q < hi2; q++) acc[q - b0] += wv * ((int32_t)xp[q] - P->x_zero);
+#if defined(ET_INT8_HOST_PW) /* stride 2 as a constant: GCC vectorizes it on the host, not a variable stride */
+                                else if (P->sw == 2)
+                                    for (int32_t q = lo; q < hi2; q++)
+                                        acc[q - b0] += wv * ((int32_t)xp[2 * q] - P->x_zero);
+#endif
                                 else
                                     for (int32_t q = lo; q < hi2; q++)
                                         acc[q - b0] += wv * ((int32_t)xp[q * P->sw] - P->x_zero);
