@@ -226,7 +226,8 @@ static inline void et_qrow_put(const et_qrow *r, int32_t q, int32_t acc) {
  * without branches, which the compiler vectorizes (et_qrow_put's loop is not: its saturating add,
  * rounding and clamp branch): the same integers, the bias added in 64 bits and clamped to int32 as
  * et_addsat32 saturates. Other targets, and float or left-shifted rows, keep et_qrow_put's loop. */
-static inline void et_qrow_put_n(const et_qrow *r, int32_t q0, const int32_t *acc, int32_t n) {
+static inline __attribute__((always_inline)) void et_qrow_put_n(const et_qrow *r, int32_t q0, const int32_t *acc,
+                                                          int32_t n) {
 #if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
     if (r->y && r->shift <= 0) {
         int8_t *y = r->y + q0;
