@@ -207,3 +207,42 @@ def test_threads_default_and_setter(monkeypatch):
     monkeypatch.setenv("EDGETRAIN_BLAS_THREADS", "zero")
     with pytest.raises(ValueError, match="EDGETRAIN_BLAS_THREADS"):
         CRunner(prog.compiled, prog.state)
+
+
+class _Int8Residual(nn.Module):
+    """int8 layers of 12 and 16 channels at 64x64 (2 images): their saturation masks (packed in the forward,
+    applied in the backward), bias gradients (12 channels: a block of 8 and 4 more) and the residual qadd
+    each span more than ET_PARALLEL_MIN_WORK elements, so those loops run split; the 1x1 input gradients
+    run in tiles of their planes."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 12, 3, padding=1), nn.ReLU())
+        self.body = nn.Sequential(nn.Conv2d(12, 16, 1), nn.ReLU(), nn.Conv2d(16, 12, 1))
+        self.head = nn.Sequential(nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(12, 5))
+
+    def forward(self, x):
+        x = self.stem(x)
+        return self.head(x + self.body(x))
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9], ids=["plain", "momentum"])
+def test_int8_masks_bias_gradients_and_adds_on_threads(momentum):
+    torch.manual_seed(0)
+    rng = np.random.default_rng(5)
+    batches = [(rng.normal(size=(2, 3, 64, 64)).astype(np.float32), rng.integers(0, 5, size=2)) for _ in range(2)]
+    prog = et.compile(_Int8Residual(), (batches[0][0],), update=et.Full(), quantize="int8",
+                      optimizer=et.SGD(lr=0.05, momentum=momentum))
+    sizes = {}
+    for n in prog.train_graph.nodes:
+        if n.op in ("qmask_pack", "qmask_grad", "qconv2d_grad_bias", "qadd"):
+            sizes.setdefault(n.op, []).append(n.inputs[0].type.numel)
+    assert set(sizes) == {"qmask_pack", "qmask_grad", "qconv2d_grad_bias", "qadd"}, sizes
+    assert all(max(v) >= 32768 for v in sizes.values()), sizes  # et_common.h's ET_PARALLEL_MIN_WORK
+    runs = _runs(prog, batches)
+    _same(runs)
+    assert runs[1][0] == [prog.step(x, y) for x, y in batches]  # and the reference's losses, bit for bit
+    for k in prog.trainable:  # and its weights
+        assert np.array_equal(runs[3][1][k], prog.state[k]), k
+    for k, g in prog.gradients(*batches[0]).items():  # and its gradients at those weights
+        assert np.array_equal(runs[3][2][k], g), k

@@ -253,6 +253,7 @@ static inline ET_SMALL_ATTR void et_qadd(const et_qadd_p *P, const int8_t *a, co
         return;
     }
 #endif
+    ET_PARALLEL_FOR(count)
     for (int32_t k = 0; k < count; k++) {
         int32_t xa = et_mbqm(((int32_t)a[k] - P->a_zero) * (1 << 20), P->a_mult, P->a_shift);
         int32_t xb = et_mbqm(((int32_t)b[k] - P->b_zero) * (1 << 20), P->b_mult, P->b_shift);
@@ -300,12 +301,29 @@ static inline void et_dequantize(const int8_t *q, float *y, int32_t count, float
 }
 
 /* ---- saturation masks ------------------------------------------------------------------ */
+#if defined(ET_INT8_HOST_PW)
+/* the host's whole bytes, on the threads: without the bounds test of the loop below, GCC vectorizes
+ * this one (the mask bytes of 64 elements a 64-byte vector). Returns the mask bytes written. */
+static inline int32_t et_qmask_pack_host(const int8_t *y, uint8_t *m, int32_t count, int32_t lo, int32_t hi) {
+    const int32_t bytes = count / 8;
+    ET_PARALLEL_FOR(count)
+    for (int32_t b = 0; b < bytes; b++) {
+        uint32_t byte = 0;
+        for (int32_t k = 0; k < 8; k++) byte |= (uint32_t)(y[8 * b + k] > lo && y[8 * b + k] < hi) << k;
+        m[b] = (uint8_t)byte;
+    }
+    return bytes;
+}
+#endif
+
 /* out of line: one copy for every layer */
 __attribute__((noinline, unused)) static void et_qmask_pack(const int8_t *y, uint8_t *m, int32_t count, int32_t lo,
                                                             int32_t hi) {
     int32_t b = 0;
 #if defined(__ARM_FEATURE_DSP)
     b = et_qmask_pack_dsp(y, m, count, lo, hi); /* the whole bytes of 8 elements */
+#elif defined(ET_INT8_HOST_PW)
+    b = et_qmask_pack_host(y, m, count, lo, hi);
 #endif
     for (; b < (count + 7) / 8; b++) {
         uint32_t byte = 0;
@@ -323,6 +341,20 @@ __attribute__((noinline, unused)) static void et_qmask_pack(const int8_t *y, uin
 __attribute__((noinline, unused)) static void et_qmask_grad(const float *g, const uint8_t *m, float *out,
                                                             int32_t count) {
     int32_t k = 0;
+#if defined(ET_INT8_HOST_PW) /* the host's whole bytes on the threads */
+    const int32_t bytes = count / 8;
+    ET_PARALLEL_FOR(count)
+    for (int32_t q = 0; q < bytes; q++) {
+        const uint32_t byte = m[q];
+        for (int32_t j = 0; j < 8; j++) {
+            const uint32_t bits = (uint32_t)((int32_t)(byte << (31 - j)) >> 31) & 0x3F800000u;
+            float f;
+            memcpy(&f, &bits, 4);
+            out[8 * q + j] = g[8 * q + j] * f;
+        }
+    }
+    k = 8 * bytes;
+#endif
     for (; k + 8 <= count; k += 8) {
         const uint32_t byte = m[k >> 3];
 #pragma GCC unroll 8

@@ -23,8 +23,8 @@
  * ET_GI_PB pixels keep their sums in FPU registers across o: per o, ET_GI_CB weights and
  * ET_GI_PB gradients feed ET_GI_CB * ET_GI_PB multiplies and adds (separate, as the reference:
  * no fused multiply-add). The weight scales of ET_GI_OCHUNK output channels (et_fscale_at) are
- * computed once per chunk and image; the weights, widened to float and scaled once per (o, c),
- * image and tile of ET_GI_TILE pixels, are held for the chunk (3.75 KB of stack with the
+ * computed once per chunk, image and tile of ET_GI_TILE pixels; the weights, widened to float and
+ * scaled once per (o, c), image and tile, are held for the chunk (3.75 KB of stack with the
  * scales, the tile's masks 0.45 KB more); between chunks the partial sums wait in gx (stored
  * and reloaded exactly), so every sum still runs in ascending o. */
 #define ET_GI_CB 4
@@ -169,22 +169,22 @@ static inline void et_qconv_grad_input_1x1(const et_qconv_p *P, const float *g, 
      * tiles of ET_GI_TILE pixels whose groups skip the zero gradients (et_gi_masks) */
     const int flat = P->sh == 1 && P->sw == 1 && P->ho == P->h && P->wo == P->w;
     const int32_t rows = flat ? 1 : P->ho, cols = flat ? howo : P->wo, tile = flat ? ET_GI_TILE : cols;
-    float ws[ET_GI_OCHUNK];
-    uint32_t m[ET_GI_TILE / ET_GI_PB][ET_GI_MW];
-    int32_t live[ET_GI_TILE / ET_GI_PB];
     if (!flat) memset(gx, 0, sizeof(float) * (size_t)(P->n * P->c * hw)); /* the pixels no tap reaches */
+    /* the host's threads: the images' tiles, each element's sum in one thread and in ascending o */
+    ET_PARALLEL_FOR2((double)P->n * P->o * P->cg * howo)
     for (int32_t n = 0; n < P->n; n++)
-        for (int32_t grp = 0; grp < P->groups; grp++)
-            for (int32_t o0 = grp * opg; o0 < (grp + 1) * opg; o0 += ET_GI_OCHUNK) {
-                const int32_t no = (grp + 1) * opg - o0 < ET_GI_OCHUNK ? (grp + 1) * opg - o0 : ET_GI_OCHUNK;
-                const int first = o0 == grp * opg;
-                for (int32_t t = 0; t < no; t++) ws[t] = et_fscale_at(S, o0 + t);
-                for (int32_t p0 = 0; p0 < cols; p0 += tile) {
-                    const int32_t np = cols - p0 < tile ? cols - p0 : tile, nb = flat ? np / ET_GI_PB : 0;
+        for (int32_t p0 = 0; p0 < cols; p0 += tile) {
+            const int32_t np = cols - p0 < tile ? cols - p0 : tile, nb = flat ? np / ET_GI_PB : 0;
+            float ws[ET_GI_OCHUNK];
+            uint32_t m[ET_GI_TILE / ET_GI_PB][ET_GI_MW];
+            int32_t live[ET_GI_TILE / ET_GI_PB];
+            for (int32_t grp = 0; grp < P->groups; grp++)
+                for (int32_t o0 = grp * opg; o0 < (grp + 1) * opg; o0 += ET_GI_OCHUNK) {
+                    const int32_t no = (grp + 1) * opg - o0 < ET_GI_OCHUNK ? (grp + 1) * opg - o0 : ET_GI_OCHUNK;
+                    const int first = o0 == grp * opg;
                     const float *go = g + (n * P->o + o0) * howo + p0;
+                    for (int32_t t = 0; t < no; t++) ws[t] = et_fscale_at(S, o0 + t);
                     et_gi_masks(go, howo, no, nb, m, live);
-                    /* the host's threads: blocks of input channels, each element's sum in one thread */
-                    ET_PARALLEL_FOR((double)no * P->cg * np * rows)
                     for (int32_t c = 0; c < P->cg; c += ET_GI_CB) {
                         const int32_t nc = P->cg - c < ET_GI_CB ? P->cg - c : ET_GI_CB;
                         float *gxc = gx + (n * P->c + grp * P->cg + c) * hw + p0 * P->sw;
@@ -205,7 +205,7 @@ static inline void et_qconv_grad_input_1x1(const et_qconv_p *P, const float *g, 
                         }
                     }
                 }
-            }
+        }
 }
 
 /* qconv2d_grad_input: gx = conv-transpose(g, w * w_scale[o]); each gx element adds its
@@ -736,9 +736,27 @@ static inline void et_qconv_grad_weight_row(const et_qconv_p *P, const int8_t *x
 
 /* qconv2d_grad_bias: sequential float32 sum over (n, h, w), times scale[o] (out of line: one
  * copy for every layer) */
+#define ET_GB_CH 8
 __attribute__((noinline, unused)) static void et_qconv_grad_bias(const float *g, float *gb, int32_t n, int32_t o,
                                                                  int32_t hw, const et_fscale *scale) {
-    for (int32_t k = 0; k < o; k++) {
+    int32_t k0 = 0;
+#if defined(ET_INT8_HOST_PW)
+    /* the host: ET_GB_CH channels an iteration, their sums side by side (each its own chain, in the
+     * order below), the iterations on the threads */
+    const int32_t blocks = o / ET_GB_CH;
+    ET_PARALLEL_FOR((double)n * o * hw)
+    for (int32_t q = 0; q < blocks; q++) {
+        float acc[ET_GB_CH] = {0.0f};
+        for (int32_t b = 0; b < n; b++) {
+            const float *r = g + (b * o + q * ET_GB_CH) * hw;
+            for (int32_t t = 0; t < hw; t++)
+                for (int32_t j = 0; j < ET_GB_CH; j++) acc[j] = acc[j] + r[j * hw + t];
+        }
+        for (int32_t j = 0; j < ET_GB_CH; j++) gb[q * ET_GB_CH + j] = acc[j] * et_fscale_at(scale, q * ET_GB_CH + j);
+    }
+    k0 = blocks * ET_GB_CH;
+#endif
+    for (int32_t k = k0; k < o; k++) {
         float acc = 0.0f;
         for (int32_t b = 0; b < n; b++) {
             const float *r = g + (b * o + k) * hw;
