@@ -392,6 +392,68 @@ static inline void et_dwg_plane4(const et_qconv_p *P, const et_dwg_taps *T, cons
     }
 }
 
+#if defined(ET_INT8_HOST_PW)
+/* The host's form (stride 1 or 2, no dilation), per (image, channel): the gradient plane copied into
+ * a plane with a margin of kh rows and kw columns of zeros around it (WG = wo + 2 kw columns); then
+ * for each phase (a, b) of gx (rows s u + a, columns s v + b), the taps (i, j) that reach it, in
+ * ascending (i, j), each one long loop over the phase's rows as one flat row of WG columns: phase
+ * element (u, v) adds wf[i, j] * g[u + di, v + dj], di = (a + ph - i) / s. A tap whose gradient
+ * element lies in the margin adds w * 0 = +-0, which leaves every sum as it is (a sum started from
+ * +0 is never -0), so each element is the gather form's sum: the same products in the same order. */
+#define ET_DWG_HOST_BUF 8192 /* floats of the padded plane, and of a phase's sums */
+static inline int et_dwg_host_ok(const et_qconv_p *P) {
+    const int32_t wg = P->wo + 2 * P->kw;
+    return P->sh == P->sw && (P->sh == 1 || P->sh == 2) && P->dh == 1 && P->dw == 1 && P->kh <= 7 && P->kw <= 7 &&
+           (P->ho + 2 * P->kh + 1) * wg <= ET_DWG_HOST_BUF && ((P->h + 1) / P->sh + 1) * wg <= ET_DWG_HOST_BUF;
+}
+
+static void et_qconv_dw_grad_input_host(const et_qconv_p *P, const float *g, const et_w8 *w, const et_fscale *S,
+                                        float *gx) {
+    const int32_t s = P->sh, khkw = P->kh * P->kw, hw = P->h * P->w, howo = P->ho * P->wo, wg = P->wo + 2 * P->kw;
+    const int32_t rows = P->ho + 2 * P->kh + 1;
+    /* the host's threads: one (image, channel) per iteration (gx may be g: each reads its own plane first) */
+    ET_PARALLEL_FOR2((double)P->n * P->c * hw * khkw)
+    for (int32_t n = 0; n < P->n; n++)
+        for (int32_t c = 0; c < P->c; c++) {
+            float gp[ET_DWG_HOST_BUF], acc[ET_DWG_HOST_BUF], wf[ET_DWG_TAPS];
+            const int8_t *taps = et_w8_taps(w, c, 0, 1, khkw);
+            const float sc = et_fscale_at(S, c);
+            for (int32_t t = 0; t < khkw; t++) wf[t] = (float)taps[t] * sc;
+            const float *gc = g + (n * P->c + c) * howo;
+            for (int32_t q = 0; q < rows * wg; q++) gp[q] = 0.0f;
+            for (int32_t r = 0; r < P->ho; r++) memcpy(gp + (r + P->kh) * wg + P->kw, gc + r * P->wo, sizeof(float) * (size_t)P->wo);
+            float *gxc = gx + (n * P->c + c) * hw;
+            for (int32_t a = 0; a < s; a++)
+                for (int32_t b = 0; b < s; b++) {
+                    const int32_t hu = (P->h - a + s - 1) / s, wu = (P->w - b + s - 1) / s, m = hu * wg;
+                    if (hu <= 0 || wu <= 0) continue;
+                    for (int32_t q = 0; q < m; q++) acc[q] = 0.0f;
+                    for (int32_t i = 0; i < P->kh; i++) {
+                        if ((a + P->ph - i) % s) continue;
+                        const int32_t di = (a + P->ph - i) / s;
+                        for (int32_t j = 0; j < P->kw; j++) {
+                            if ((b + P->pw - j) % s) continue;
+                            const float wv = wf[i * P->kw + j];
+                            const float *src = gp + (di + P->kh) * wg + (b + P->pw - j) / s + P->kw;
+                            for (int32_t q = 0; q < m; q++) {
+                                const float pr = wv * src[q];
+                                acc[q] = acc[q] + pr;
+                            }
+                        }
+                    }
+                    for (int32_t u = 0; u < hu; u++) {
+                        float *dst = gxc + (s * u + a) * P->w + b;
+                        const float *au = acc + u * wg;
+                        if (s == 1)
+                            memcpy(dst, au, sizeof(float) * (size_t)wu);
+                        else
+                            for (int32_t v = 0; v < wu; v++) dst[2 * v] = au[v];
+                    }
+                }
+        }
+}
+#endif
+
 /* qconv2d_dw_grad_input: gx may be g's own storage (same shape); per element the
  * contributions add in (i, j) order, from 0; `plane` (H*W floats) ends holding the last
  * channel's gradient. Gather form: each element sums exactly its in-range taps in FPU
@@ -405,6 +467,13 @@ __attribute__((noinline, unused)) static void et_qconv_dw_grad_input_fs(const et
                                                                         const et_w8 *w, const et_fscale *S,
                                                                         float *gx, float *ET_RESTRICT plane) {
     const int32_t khkw = P->kh * P->kw, hw = P->h * P->w, howo = P->ho * P->wo;
+#if defined(ET_INT8_HOST_PW)
+    if (et_dwg_host_ok(P)) {
+        et_qconv_dw_grad_input_host(P, g, w, S, gx);
+        memcpy(plane, gx + (P->n * P->c - 1) * hw, sizeof(float) * (size_t)hw);
+        return;
+    }
+#endif
     if (ET_DWG_SCATTER && (P->h > ET_DWG_MAX || P->w > ET_DWG_MAX || khkw > ET_DWG_TAPS || P->ho > 127 || P->wo > 127)) {
         et_qconv_dw_grad_input_scatter(P, g, w, S, gx, plane);
         return;
