@@ -97,79 +97,94 @@ __attribute__((unused)) static void et_qconv_host_pw(const et_qconv_p *P, et_row
         }
 }
 
-/* A depthwise layer on the host (stride 1 or 2, no dilation): per (image, channel), a chunk of output
- * rows at a time, its input rows copied once into s*s phase planes of (x - x_zero) as int16, zero
- * in the padding: plane (a, b) holds padded row r*s + a, column q*s + b, so that tap (i, j) of
- * output (ho, wo) is plane (i % s, j % s) at row ho + i / s, column wo + j / s. A plane is WP =
- * wo + (kw - 1) / s columns wide, and each tap is then one long loop over the chunk's rows as one
- * flat row of WP columns (the last (kw - 1) / s of each row are not outputs and are not stored).
- * The int32 sums are the generic path's: exact, in any order. */
-#define ET_HOST_DW_OUT 2048 /* sums of a chunk (its rows x WP) */
-#define ET_HOST_DW_BUF 12288 /* int16 of a chunk's phase planes */
-static inline int32_t et_host_dw_wp(const et_qconv_p *P) { return P->wo + (P->kw - 1) / P->sw; }
-static inline int32_t et_host_dw_rows(const et_qconv_p *P) { return ET_HOST_DW_OUT / et_host_dw_wp(P); }
-static inline int et_qconv_host_dw_ok(const et_qconv_p *P) {
-    if (!(P->groups == P->o && P->c == P->o && P->cg == 1 && P->sh == P->sw && (P->sh == 1 || P->sh == 2) &&
-          P->dh == 1 && P->dw == 1 && P->kh <= 7 && P->kw <= 7 && et_host_dw_wp(P) <= ET_HOST_DW_OUT))
-        return 0;
-    const int32_t s = P->sh, rows = et_host_dw_rows(P);
-    return s * s * (rows + (P->kh - 1) / s + 1) * et_host_dw_wp(P) <= ET_HOST_DW_BUF;
+/* A kxk convolution on the host (stride 1 or 2, no dilation; depthwise, dense or grouped): per image
+ * and block of output channels, a chunk of output rows at a time, the input rows of the block's cg
+ * input channels copied once into s*s phase planes each of (x - x_zero) as int16, zero in the
+ * padding: plane (c, a, b) holds channel c's padded row r*s + a, column q*s + b, so that tap (i, j)
+ * of output (ho, wo) reads plane (c, i % s, j % s) at row ho + i / s, column wo + j / s. A plane is
+ * WP = wo + (kw - 1) / s columns wide, and each (channel, tap, output channel) is one long loop over
+ * the chunk's rows as one flat row of WP columns (the last (kw - 1) / s of each row are not outputs
+ * and are not stored). A dense layer's blocks hold ET_HOST_KB output channels, which share the
+ * planes; a depthwise or grouped layer's one. The int32 sums are the generic path's: exact, in any
+ * order. */
+#define ET_HOST_KX_OUT 2048  /* sums of a chunk (its rows x WP) for each output channel */
+#define ET_HOST_KX_BUF 12288 /* int16 of a chunk's phase planes */
+#define ET_HOST_KB 4
+static inline int32_t et_host_kx_wp(const et_qconv_p *P) { return P->wo + (P->kw - 1) / P->sw; }
+/* the chunk's output rows: its sums and its planes (one more row than the taps read) within bounds */
+static inline int32_t et_host_kx_rows(const et_qconv_p *P) {
+    const int32_t s = P->sh, wp = et_host_kx_wp(P), by_out = ET_HOST_KX_OUT / wp;
+    const int32_t by_buf = ET_HOST_KX_BUF / (P->cg * s * s * wp) - (P->kh - 1) / s - 1;
+    return by_out < by_buf ? by_out : by_buf;
+}
+static inline int et_qconv_host_kx_ok(const et_qconv_p *P) {
+    return P->sh == P->sw && (P->sh == 1 || P->sh == 2) && P->dh == 1 && P->dw == 1 && P->kh <= 7 && P->kw <= 7 &&
+           et_host_kx_wp(P) <= ET_HOST_KX_OUT && et_host_kx_rows(P) >= 1;
 }
 
-__attribute__((unused)) static void et_qconv_host_dw(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
+__attribute__((unused)) static void et_qconv_host_kx(const et_qconv_p *P, et_rows8 x, int32_t xc_off, const et_w8 *w,
                                                      const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off,
                                                      int32_t r0, int32_t r1, int32_t o0, int32_t o1) {
-    const int32_t s = P->sh, wp = et_host_dw_wp(P), rows = et_host_dw_rows(P), khkw = P->kh * P->kw;
-    const int32_t xz = P->x_zero, wo = P->wo;
-    /* the host's threads: one (image, channel) per iteration, its sums in one thread */
-    ET_PARALLEL_FOR2((double)P->n * (o1 - o0) * (r1 - r0) * wo * khkw)
+    const int32_t s = P->sh, wp = et_host_kx_wp(P), rows = et_host_kx_rows(P), khkw = P->kh * P->kw;
+    const int32_t xz = P->x_zero, wo = P->wo, cg = P->cg, opg = P->o / P->groups;
+    const int32_t kb = P->groups == 1 ? ET_HOST_KB : 1, nb = (o1 - o0 + kb - 1) / kb;
+    /* the host's threads: one (image, block of output channels) per iteration, its sums in one thread */
+    ET_PARALLEL_FOR2((double)P->n * (o1 - o0) * (r1 - r0) * wo * cg * khkw)
     for (int32_t n = 0; n < P->n; n++)
-        for (int32_t o = o0; o < o1; o++) {
-            int16_t pl[ET_HOST_DW_BUF];
-            int32_t acc[ET_HOST_DW_OUT];
-            const int8_t *taps = et_w8_taps(w, o, 0, 1, khkw);
-            const int8_t *xc = x.p + n * x.nstride + (o - xc_off) * x.cstride;
+        for (int32_t bk = 0; bk < nb; bk++) {
+            const int32_t oa = o0 + bk * kb, k = o1 - oa < kb ? o1 - oa : kb;
+            int16_t pl[ET_HOST_KX_BUF];
+            int32_t acc[ET_HOST_KB][ET_HOST_KX_OUT];
+            const int8_t *xg = x.p + n * x.nstride + ((oa / opg) * cg - xc_off) * x.cstride;
             for (int32_t ha = r0, hb; ha < r1; ha = hb) {
                 hb = ha + rows < r1 ? ha + rows : r1;
                 const int32_t nr = hb - ha + (P->kh - 1) / s + 1, psize = nr * wp, m = (hb - ha) * wp;
                 /* the phase planes: nr rows each (one more than the taps read, for the last row's
                  * columns past WP) */
-                for (int32_t a = 0; a < s; a++)
-                    for (int32_t r = 0; r < nr; r++) {
-                        const int32_t hi = (ha + r) * s + a - P->ph;
-                        const int valid = hi >= 0 && hi < P->h;
-                        const int8_t *xr = xc + et_ring(valid ? hi : 0, x.cap) * P->w;
-                        for (int32_t b = 0; b < s; b++) {
-                            int16_t *pr = pl + (a * s + b) * psize + r * wp;
-                            /* columns [lo, hi2) read x (q * s + b - pw in [0, w)); the rest are padding */
-                            const int32_t lo = P->pw > b ? (P->pw - b + s - 1) / s : 0;
-                            int32_t hi2 = valid ? (P->w + P->pw - b + s - 1) / s : lo;
-                            if (hi2 > wp) hi2 = wp;
-                            const int8_t *xq = xr + b - P->pw;
-                            for (int32_t q = 0; q < lo; q++) pr[q] = 0;
-                            if (s == 1)
-                                for (int32_t q = lo; q < hi2; q++) pr[q] = (int16_t)((int32_t)xq[q] - xz);
-                            else
-                                for (int32_t q = lo; q < hi2; q++) pr[q] = (int16_t)((int32_t)xq[2 * q] - xz);
-                            for (int32_t q = hi2 > lo ? hi2 : lo; q < wp; q++) pr[q] = 0;
+                for (int32_t c = 0; c < cg; c++)
+                    for (int32_t a = 0; a < s; a++)
+                        for (int32_t r = 0; r < nr; r++) {
+                            const int32_t hi = (ha + r) * s + a - P->ph;
+                            const int valid = hi >= 0 && hi < P->h;
+                            const int8_t *xr = xg + c * x.cstride + et_ring(valid ? hi : 0, x.cap) * P->w;
+                            for (int32_t b = 0; b < s; b++) {
+                                int16_t *pr = pl + ((c * s + a) * s + b) * psize + r * wp;
+                                /* columns [lo, hi2) read x (q * s + b - pw in [0, w)); the rest are padding */
+                                const int32_t lo = P->pw > b ? (P->pw - b + s - 1) / s : 0;
+                                int32_t hi2 = valid ? (P->w + P->pw - b + s - 1) / s : lo;
+                                if (hi2 > wp) hi2 = wp;
+                                const int8_t *xq = xr + b - P->pw;
+                                for (int32_t q = 0; q < lo; q++) pr[q] = 0;
+                                if (s == 1)
+                                    for (int32_t q = lo; q < hi2; q++) pr[q] = (int16_t)((int32_t)xq[q] - xz);
+                                else
+                                    for (int32_t q = lo; q < hi2; q++) pr[q] = (int16_t)((int32_t)xq[2 * q] - xz);
+                                for (int32_t q = hi2 > lo ? hi2 : lo; q < wp; q++) pr[q] = 0;
+                            }
                         }
-                    }
-                for (int32_t q = 0; q < m; q++) acc[q] = 0;
-                for (int32_t i = 0; i < P->kh; i++)
-                    for (int32_t j = 0; j < P->kw; j++) {
-                        const int32_t wv = taps[i * P->kw + j];
-                        if (wv == 0) continue;
-                        const int16_t *src = pl + ((i % s) * s + j % s) * psize + (i / s) * wp + j / s;
-                        for (int32_t q = 0; q < m; q++) acc[q] += wv * (int32_t)src[q];
-                    }
-                /* the outputs' rows side by side (WP -> wo columns), then one requantized run where
+                for (int32_t t = 0; t < k; t++)
+                    for (int32_t q = 0; q < m; q++) acc[t][q] = 0;
+                for (int32_t c = 0; c < cg; c++)
+                    for (int32_t i = 0; i < P->kh; i++)
+                        for (int32_t j = 0; j < P->kw; j++) {
+                            const int16_t *src = pl + ((c * s + i % s) * s + j % s) * psize + (i / s) * wp + j / s;
+                            for (int32_t t = 0; t < k; t++) {
+                                const int32_t wv = et_w8_taps(w, oa + t, c, cg, khkw)[i * P->kw + j];
+                                if (wv == 0) continue;
+                                int32_t *at = acc[t];
+                                for (int32_t q = 0; q < m; q++) at[q] += wv * (int32_t)src[q];
+                            }
+                        }
+                /* each channel's rows side by side (WP -> wo columns), then one requantized run where
                  * the chunk's rows lie one after another in y's ring, else a row at a time */
-                for (int32_t t = 1; t < hb - ha && wp > wo; t++)
-                    memmove(acc + t * wo, acc + t * wp, sizeof(int32_t) * (size_t)wo);
                 const int32_t run = et_ring_run(ha, hb - 1, y.cap) ? hb - ha : 1;
-                for (int32_t ho = ha; ho < hb; ho += run) {
-                    const et_qrow out = et_qconv_row(P, y, yf, yo_off, n, o, ho, bias);
-                    et_qrow_put_n(&out, 0, acc + (ho - ha) * wo, run * wo);
+                for (int32_t t = 0; t < k; t++) {
+                    for (int32_t u = 1; u < hb - ha && wp > wo; u++)
+                        memmove(acc[t] + u * wo, acc[t] + u * wp, sizeof(int32_t) * (size_t)wo);
+                    for (int32_t ho = ha; ho < hb; ho += run) {
+                        const et_qrow out = et_qconv_row(P, y, yf, yo_off, n, oa + t, ho, bias);
+                        et_qrow_put_n(&out, 0, acc[t] + (ho - ha) * wo, run * wo);
+                    }
                 }
             }
         }
@@ -200,7 +215,7 @@ static inline ET_SMALL_ATTR void et_qconv_rows(const et_qconv_p *P, et_rows8 x, 
 #endif
 #if defined(ET_INT8_HOST_PW)
     if (et_qconv_host_pw_ok(P)) ET_QCONV_ROWS_BY(et_qconv_host_pw);
-    if (et_qconv_host_dw_ok(P)) ET_QCONV_ROWS_BY(et_qconv_host_dw);
+    if (et_qconv_host_kx_ok(P)) ET_QCONV_ROWS_BY(et_qconv_host_kx);
 #endif
     const int32_t opg = P->o / P->groups, khkw = P->kh * P->kw;
     int32_t col_lo[ET_COL_TAPS], col_hi[ET_COL_TAPS];
