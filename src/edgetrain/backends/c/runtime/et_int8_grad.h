@@ -119,6 +119,37 @@ static inline void et_gi_block4x4(const float *ET_RESTRICT wf, const float *g, i
 }
 #undef ET_GI_STEP
 
+#if defined(ET_INT8_HOST_PW)
+/* The host's block (flat planes): ET_GI_CB channels x ET_GI_HPB consecutive pixels, each channel's
+ * sums one vector of pixels (GCC's vector extension: the products and adds lane by lane, each
+ * pixel's sum in ascending o as above; every product added: a dense loop). */
+#define ET_GI_HPB 16
+typedef float et_gi_v16 __attribute__((vector_size(64), aligned(4)));
+static inline void et_gi_block_host(const float *ET_RESTRICT wf, const float *g, int32_t gs, int32_t no, float *gx,
+                                    int32_t cs, int32_t nc, int first) {
+    const et_gi_v16 zero = {0.0f};
+    et_gi_v16 a0 = zero, a1 = zero, a2 = zero, a3 = zero;
+    if (!first) {
+        a0 = *(const et_gi_v16 *)gx;
+        if (nc > 1) a1 = *(const et_gi_v16 *)(gx + cs);
+        if (nc > 2) a2 = *(const et_gi_v16 *)(gx + 2 * cs);
+        if (nc > 3) a3 = *(const et_gi_v16 *)(gx + 3 * cs);
+    }
+    for (int32_t t = 0; t < no; t++, wf += ET_GI_CB, g += gs) {
+        const et_gi_v16 gv = *(const et_gi_v16 *)g;
+        const et_gi_v16 p0 = wf[0] * gv, p1 = wf[1] * gv, p2 = wf[2] * gv, p3 = wf[3] * gv;
+        a0 = a0 + p0;
+        a1 = a1 + p1;
+        a2 = a2 + p2;
+        a3 = a3 + p3;
+    }
+    *(et_gi_v16 *)gx = a0;
+    if (nc > 1) *(et_gi_v16 *)(gx + cs) = a1;
+    if (nc > 2) *(et_gi_v16 *)(gx + 2 * cs) = a2;
+    if (nc > 3) *(et_gi_v16 *)(gx + 3 * cs) = a3;
+}
+#endif
+
 /* The gradient of a conv followed by a clamp (ReLU6's mask) is mostly zero (half to 7/8 of
  * each 1x1 expansion layer's in the paper's models). For the `nb` groups of ET_GI_PB pixels
  * g[k * ET_GI_PB ...] of a tile: bit t of m[k] is set when output channel t's gradient
@@ -194,6 +225,11 @@ static inline void et_qconv_grad_input_1x1(const et_qconv_p *P, const float *g, 
                             const float *gr = go + r * cols;
                             float *xr = gxc + r * P->sh * P->w;
                             int32_t q = 0;
+#if defined(ET_INT8_HOST_PW)
+                            if (flat)
+                                for (; q + ET_GI_HPB <= np; q += ET_GI_HPB)
+                                    et_gi_block_host(wf, gr + q, howo, no, xr + q, hw, nc, first);
+#endif
                             for (; q + ET_GI_PB <= np; q += ET_GI_PB) {
                                 /* a group with few zero channels takes the dense loop: a set bit
                                  * costs about a fifth of a channel's step more */
