@@ -42,12 +42,16 @@
  * their own paths and their flash. */
 #if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
 #define ET_INT8_HOST_PW 1
-#define ET_HOST_OB 4
+#define ET_HOST_OB 8
 #define ET_HOST_PLANE 256
+#define ET_HOST_PW_CG 1024 /* input channels at most: the block's weights as int32 on the stack */
 static inline int et_qconv_host_pw_ok(const et_qconv_p *P) {
     return P->kh == 1 && P->kw == 1 && P->sh == 1 && P->sw == 1 && P->ph == 0 && P->pw == 0 && P->groups == 1 &&
-           P->w == P->wo && P->h == P->ho && P->wo <= ET_HOST_PLANE;
+           P->w == P->wo && P->h == P->ho && P->wo <= ET_HOST_PLANE && P->cg <= ET_HOST_PW_CG;
 }
+/* 16 int8 and 16 int32 lanes (GCC's vector extension; the loads need no alignment) */
+typedef int8_t et_v16b __attribute__((vector_size(16), aligned(1)));
+typedef int32_t et_v16i __attribute__((vector_size(64), aligned(4)));
 
 /* the end of a run of rows from h0 (before r1, at most `rows`) that wraps in neither ring */
 static inline int32_t et_host_run_end(int32_t h0, int32_t r1, int32_t rows, int32_t xcap, int32_t ycap) {
@@ -67,25 +71,37 @@ __attribute__((unused)) static void et_qconv_host_pw(const et_qconv_p *P, et_row
     for (int32_t n = 0; n < P->n; n++)
         for (int32_t b = 0; b < nb; b++) {
             const int32_t ob = o0 + b * ET_HOST_OB, k = o1 - ob < ET_HOST_OB ? o1 - ob : ET_HOST_OB;
-            int32_t acc[ET_HOST_OB][ET_HOST_PLANE];
+            int32_t acc[ET_HOST_OB][ET_HOST_PLANE], wt[ET_HOST_PW_CG][ET_HOST_OB];
+            /* the block's weights, channel by channel (0 in the rows a block of fewer channels does not write) */
+            for (int32_t c = 0; c < cg; c++)
+                for (int32_t t = 0; t < ET_HOST_OB; t++) wt[c][t] = t < k ? *et_w8_taps(w, ob + t, c, cg, 1) : 0;
             for (int32_t h0 = r0, h1; h0 < r1; h0 = h1) {
                 h1 = et_host_run_end(h0, r1, rows, x.cap, y.cap);
                 const int32_t m = (h1 - h0) * wo;
                 const int8_t *xb = x.p + n * x.nstride - xc_off * x.cstride + et_ring(h0, x.cap) * wo;
+                int32_t q0 = 0;
+                /* 16 outputs of every channel of the block at a time, their sums in registers over
+                 * the input channels */
+                for (; q0 + 16 <= m; q0 += 16) {
+                    et_v16i a[ET_HOST_OB];
+#pragma GCC unroll 8
+                    for (int32_t t = 0; t < ET_HOST_OB; t++) a[t] = (et_v16i){0};
+                    for (int32_t c = 0; c < cg; c++) {
+                        const et_v16i v = __builtin_convertvector(*(const et_v16b *)(xb + c * x.cstride + q0), et_v16i) - xz;
+#pragma GCC unroll 8
+                        for (int32_t t = 0; t < ET_HOST_OB; t++) a[t] += wt[c][t] * v;
+                    }
+#pragma GCC unroll 8
+                    for (int32_t t = 0; t < ET_HOST_OB; t++) *(et_v16i *)(acc[t] + q0) = a[t];
+                }
+                /* the rest of the outputs, channel by channel */
                 for (int32_t t = 0; t < ET_HOST_OB; t++)
-                    for (int32_t q = 0; q < m; q++) acc[t][q] = 0;
-                for (int32_t c = 0; c < cg; c++) {
+                    for (int32_t q = q0; q < m; q++) acc[t][q] = 0;
+                for (int32_t c = 0; c < cg && q0 < m; c++) {
                     const int8_t *xr = xb + c * x.cstride;
-                    /* a block of fewer channels multiplies by 0 in the rows it does not write */
-                    const int32_t w0 = *et_w8_taps(w, ob, c, cg, 1), w1 = k > 1 ? *et_w8_taps(w, ob + 1, c, cg, 1) : 0,
-                                  w2 = k > 2 ? *et_w8_taps(w, ob + 2, c, cg, 1) : 0,
-                                  w3 = k > 3 ? *et_w8_taps(w, ob + 3, c, cg, 1) : 0;
-                    for (int32_t q = 0; q < m; q++) {
+                    for (int32_t q = q0; q < m; q++) {
                         const int32_t v = (int32_t)xr[q] - xz;
-                        acc[0][q] += w0 * v;
-                        acc[1][q] += w1 * v;
-                        acc[2][q] += w2 * v;
-                        acc[3][q] += w3 * v;
+                        for (int32_t t = 0; t < ET_HOST_OB; t++) acc[t][q] += wt[c][t] * v;
                     }
                 }
                 /* rows h0..h1 lie one after another in y's ring: one requantized run a channel */
