@@ -45,11 +45,11 @@ dense-layer FLOPs of the step (2 x MACs of conv2d*, linear*, matmul nodes), thei
 raw C step and in PyTorch, and this core's single-thread sgemm peak (bench/sgemm_peak.py, same
 BLAS; the first JSON line names its kernels, `sgemm_kernels`). Prints JSON lines and a markdown table.
 
---profile: for each float row, one more build of the same program with host.PROFILE_FLAG, run for the same
+--profile: for each row (float and int8), one more build of the same program with host.PROFILE_FLAG, run for the same
 warm-up and repeats after the timed ones (raw steps, not interleaved), whose library clocks every node of the
 training graph (CRunner.node_seconds): the row's `profile_ms` gives the milliseconds per step of each kind of
-node, the convolutions by kind (dense kxk, pointwise 1x1, depthwise, grouped) and pass (forward, input
-gradient, weight gradient, the weight gradient fused with its update), and `profile_step_ms` the wall time of
+node, the convolutions by kind (dense kxk, pointwise 1x1, depthwise, grouped; "int8 ..." in an int8 program) and
+pass (forward, input gradient, weight gradient, the weight gradient fused with its update), and `profile_step_ms` the wall time of
 those steps; a table per row follows the main one. The clocks add two clock_gettime calls per node.
 
 ONNX Runtime training side by side (`ort`, float rows): bench/ort_step.py, run in a subprocess by
@@ -86,6 +86,7 @@ from edgetrain.backends.c.blas import compile_flags as blas_flags, describe as b
 from edgetrain.backends.c.cache import cache_root
 from edgetrain.backends.c.host import DEFAULT_CFLAGS, PROFILE_FLAG, to_c_program
 from edgetrain.ops import get_op
+from edgetrain.ops.qgradupdate import GRAD_UPDATE_OP, split_attrs as split_grad_update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sgemm_peak import kernels as sgemm_kernels, sgemm_peak_gflops  # noqa: E402
@@ -176,23 +177,34 @@ def gemm_flops(prog) -> int:
     return 2 * macs
 
 
-#: the convolution passes of the training graph, as --profile names them
+#: the convolution passes of the training graph, as --profile names them (float and int8 programs)
 CONV_PASSES = {"conv2d": "forward", "conv2d_grad_input": "input gradient", "conv2d_grad_weight": "weight gradient",
                "conv2d_grad_weight_update": "weight gradient + update"}
+INT8_CONV_PASSES = {"qconv2d": "forward", "qconv2d_grad_input": "input gradient",
+                    "qconv2d_dw_grad_input": "input gradient", "qconv2d_grad_weight": "weight gradient",
+                    "qconv2d_grad_weight_update": "weight gradient + update"}
+
+
+def _conv_kind(ws, groups: int) -> str:
+    o, cg, kh, kw = ws
+    return ("depthwise" if cg == 1 and groups == o else "grouped") if groups > 1 else \
+        ("pointwise" if kh == kw == 1 else "dense")
 
 
 def node_kind(node) -> str:
-    """--profile's name for `node`: a convolution by its kind and pass ("depthwise conv, forward"), else its op."""
+    """--profile's name for `node`: a convolution by its kind and pass ("depthwise conv, forward"; an int8
+    program's "int8 depthwise conv, forward"), else its op."""
+    a = node.attrs
+    if node.op in INT8_CONV_PASSES:
+        if node.op == GRAD_UPDATE_OP:
+            a = split_grad_update(a)[0]
+        ws = a.get("weight_shape") or node.inputs[1].type.shape
+        return f"int8 {_conv_kind(ws, int(a.get('groups', 1)))} conv, {INT8_CONV_PASSES[node.op]}"
     if node.op not in CONV_PASSES:
         return node.op
-    a = node.attrs
     fused = node.op.endswith("_update")
     ws = a.get("gw_weight_shape" if fused else "weight_shape") or node.inputs[2 if fused else 1].type.shape
-    groups = int(a.get("gw_groups" if fused else "groups", 1))
-    o, cg, kh, kw = ws
-    kind = ("depthwise" if cg == 1 and groups == o else "grouped") if groups > 1 else \
-        ("pointwise" if kh == kw == 1 else "dense")
-    return f"{kind} conv, {CONV_PASSES[node.op]}"
+    return f"{_conv_kind(ws, int(a.get('gw_groups' if fused else 'groups', 1)))} conv, {CONV_PASSES[node.op]}"
 
 
 def profile_row(args, compiled, xin, yin) -> dict:
@@ -380,6 +392,8 @@ def bench_int8(args, scheme_key, out):
     row.update(_wall_ms(times))
     if "reference_ms" in row:
         row["speedup_vs_reference"] = round(row["reference_ms"] / row["c_ms"], 2)
+    if args.profile:  # after the timed runs, as for the float rows
+        row.update(profile_row(args, compiled(), xin, yin))
     out.append(row)
     print(json.dumps(row), flush=True)
 
@@ -432,7 +446,7 @@ def main(argv=None):
     ap.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime training out")
     ap.add_argument("--cflags", default="", help="more compiler flags for the C libraries, space-separated (an "
                     "experiment's macros, e.g. --cflags=-DET_DNNL_PIECE=16; every build of the run gets them)")
-    ap.add_argument("--profile", action="store_true", help="per float row, the milliseconds per step of each kind "
+    ap.add_argument("--profile", action="store_true", help="per row, the milliseconds per step of each kind "
                     "of node, from one more build that clocks every node (host.PROFILE_FLAG)")
     ap.add_argument("--lr", type=float, default=0.001, help="the float steps' SGD learning rate (momentum 0.9); "
                     "the step's work does not depend on it, a run that blows up is stopped (default 0.001)")
