@@ -24,7 +24,11 @@ the GFLOP/s are computed from them), which a loaded machine disturbs less than w
 row gives each system's fastest repeat (`*_min_ms`, wall time), which a neighbour's load on a shared
 machine can only push up.
 With the paper's model file (../shared/assets/tiny-training/mbv2-w0.35.pkl), also the int8 step (quantize="int8", SGD
-without momentum) in C against the reference runtime. The C library is built with the
+at --lr without momentum) in C against the reference runtime; its row gives the public step's first and last
+losses (`loss_first`, `loss_last`). Before 2026-12-04 the int8 step ran at lr 0.05, at which it blew up on the
+bench's one random batch within about ten steps (loss 2.4 -> 40-70) and, from then on, took about 30 instead of
+52 ms at batch 8 (this session's AMD EPYC): most gradient rows were zero, and the kernels skip a zero row's sums.
+Every int8 figure measured before then was mostly of that state; --lr 0.05 gives it again. The C library is built with the
 backend's default flags (explicit FMA in the float GEMM / convolution kernels), or without
 FMA (--no-fma). Convolutions and dense layers run on the host's BLAS (backends/c/blas.py,
 MKL or scipy-openblas32) where installed: --kernels portable builds the dependency-free kernels instead,
@@ -360,7 +364,7 @@ def bench_int8(args, scheme_key, out):
     b = args.int8_batch
     x = torch.randn(b, 3, args.size, args.size, generator=torch.Generator().manual_seed(0))
     y = np.arange(3, 3 + b) % 10
-    opt = et.SGD(lr=0.05)
+    opt = et.SGD(lr=args.lr)
     def compiled():
         return et.compile(model, (x,), update=SCHEMES[scheme_key], quantize="int8", optimizer=opt)
 
@@ -370,7 +374,8 @@ def bench_int8(args, scheme_key, out):
     runner = prog.runner
     g = runner.compiled.train_graph
     xin, yin = runner.input_bytes(g, x, training=True), np.ascontiguousarray(runner.label_feed(g, y))
-    runs = {"c": lambda: prog.step(x, y), "c_raw": lambda: runner.raw_step(xin, yin)}
+    losses: list = []
+    runs = {"c": lambda: losses.append(prog.step(x, y)), "c_raw": lambda: runner.raw_step(xin, yin)}
     if not args.no_reference:
         ref = compiled()
         runs["reference"] = lambda: ref.step(x, y)
@@ -388,7 +393,8 @@ def bench_int8(args, scheme_key, out):
             times[k].append(time.perf_counter() - t)
     row = {"model": args.model + " (tiny-training int8)", "size": args.size, "batch": b, "scheme": scheme_key,
            "dtype": "int8", "c_build": "threaded" if threaded(args) else "serial", "threads": args.threads,
-           "build_s": round(build_s, 1)}
+           "build_s": round(build_s, 1), "lr": args.lr, "loss_first": round(losses[0], 4),
+           "loss_last": round(losses[-1], 4)}
     row.update(_wall_ms(times))
     if "reference_ms" in row:
         row["speedup_vs_reference"] = round(row["reference_ms"] / row["c_ms"], 2)
@@ -448,8 +454,9 @@ def main(argv=None):
                     "experiment's macros, e.g. --cflags=-DET_DNNL_PIECE=16; every build of the run gets them)")
     ap.add_argument("--profile", action="store_true", help="per row, the milliseconds per step of each kind "
                     "of node, from one more build that clocks every node (host.PROFILE_FLAG)")
-    ap.add_argument("--lr", type=float, default=0.001, help="the float steps' SGD learning rate (momentum 0.9); "
-                    "the step's work does not depend on it, a run that blows up is stopped (default 0.001)")
+    ap.add_argument("--lr", type=float, default=0.001, help="the SGD learning rate (the float steps' with momentum 0.9, the int8 step's without); "
+                    "a float step's work does not depend on it, an int8 step's does (a run that blows up skips "
+                    "most gradient sums); a float run that blows up is stopped (default 0.001)")
     ap.add_argument("--json-only", action="store_true")
     args = ap.parse_args(argv)
     if not (args.lr > 0 and np.isfinite(args.lr)):
