@@ -100,6 +100,12 @@ PYTHONPATH=src python bench/poet.py --summarize docs/results/poet.jsonl
 PYTHONPATH=src python bench/step_speed.py --no-int8 --torch-compile
 EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/step_speed.py --batch "" --schemes full,last8 --int8-batch 1 --repeats 15 --warmup 2 --no-ort
 EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/step_speed.py --batch "" --schemes full,last8 --int8-batch 8 --repeats 15 --warmup 2 --no-ort --no-reference
+EDGETRAIN_BLAS=openblas PYTHONPATH=src python bench/step_speed.py --batch "" --schemes full,last8 --int8-batch 8 --repeats 15 --warmup 2 --no-ort --no-reference --json-only
+EDGETRAIN_BLAS=openblas PYTHONPATH=src python bench/step_speed.py --batch "" --schemes full,last8 --int8-batch 1 --repeats 15 --warmup 2 --no-ort --no-reference --json-only
+EDGETRAIN_BLAS=openblas PYTHONPATH=src python bench/step_speed.py --batch "" --schemes full --int8-batch 8 --repeats 15 --warmup 2 --no-ort --no-reference --threads 1 --build both --json-only
+EDGETRAIN_BLAS=openblas PYTHONPATH=src python bench/step_speed.py --batch "" --schemes full --int8-batch 8 --repeats 15 --warmup 2 --no-ort --no-reference --threads 2 --build both --json-only
+EDGETRAIN_BLAS=openblas PYTHONPATH=src python bench/step_speed.py --batch "" --schemes full --int8-batch 8 --repeats 15 --warmup 2 --no-ort --no-reference --threads 1 --build threaded --profile
+EDGETRAIN_BLAS=openblas PYTHONPATH=src python bench/step_speed.py --batch "" --schemes full --int8-batch 8 --repeats 15 --warmup 2 --no-ort --no-reference --threads 2 --build threaded --profile
 PYTHONPATH=src python bench/step_speed.py --no-fma
 PYTHONPATH=src python bench/mcu_size.py --check-host
 EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --steps 1 --breakdown 15 --check-host
