@@ -35,11 +35,11 @@
  * tap column is computed once per call (ET_COL_TAPS columns at most, else per tap). */
 #define ET_COL_TAPS 16
 /* On a host-class CPU (x86, aarch64: wide vectors, flash no concern), a dense pointwise layer's rows
- * (1x1, stride 1, no padding) run ET_HOST_OB output channels at a time over whole rows: each input
- * byte loaded once for the block, the accumulators one vector loop over up to ET_HOST_PLANE outputs
- * a channel, in runs of rows that lie one after another in x's and y's rings. The sums are the
- * generic path's (exact int32: any order gives the same integers); the microcontrollers keep
- * their own paths and their flash. */
+ * (1x1, stride 1, no padding) run ET_HOST_OB output channels at a time over runs of up to
+ * ET_HOST_PLANE outputs that lie one after another in x's and y's rings: 16 outputs of the block's
+ * channels at a time, their sums in vector registers over all input channels, each input byte loaded
+ * once for the block. The sums are the generic path's (exact int32: any order gives the same
+ * integers); the microcontrollers keep their own paths and their flash. */
 #if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
 #define ET_INT8_HOST_PW 1
 #define ET_HOST_OB 8
