@@ -44,8 +44,10 @@ SPLIT = (0.0, 4, -1, -1)
 
 
 def tune(c, min_macs: float = 0.0, piece: int = -1, gw_piece: int = -1, gw_blocks: int = -1):
-    """c with its library's oneDNN settings set (et_dnnl_tune) before its first convolution."""
+    """c with its library's oneDNN settings set (et_dnnl_tune) before its first convolution, and the Winograd
+    path (et_float_wino.h, tests/backends/c/test_wino.py) off: every 3x3 stride-1 convolution on oneDNN too."""
     assert c.runner._lib.et_dnnl_tune(ctypes.c_double(min_macs), piece, gw_piece, gw_blocks) == 1
+    assert c.runner._lib.et_wino_tune(0, 0) == 1
     return c
 
 

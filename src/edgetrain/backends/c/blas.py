@@ -30,7 +30,12 @@ on oneDNN where the PyPI packages onednn-cpu-gomp and onednn-devel-cpu-gomp are 
 dependency on x86-64 Linux): `dnnl()`, -DET_DNNL, runtime/et_float_dnnl.h. Its JIT kernels are
 picked for the CPU by oneDNN itself (AVX-512 where the CPU has it, whatever OPENBLAS_CORETYPE
 says). EDGETRAIN_DNNL=0 leaves it out (every convolution then takes the GEMM path); without a
-BLAS it is left out too."""
+BLAS it is left out too.
+
+Before both, the library computes the 3x3 stride-1 convolutions of 16 channels and more (forward,
+input gradient, weight gradient) as Winograd F(2x2, 3x3), its 16 GEMMs on oneDNN's matmul where
+oneDNN has AVX-512 kernels, else on the BLAS (runtime/et_float_wino.h); a build with -DET_WINO=0
+leaves it out."""
 from __future__ import annotations
 
 import importlib.metadata
@@ -194,6 +199,8 @@ def describe(flags: Sequence[str]) -> str:
     b = _blas_of(flags)
     if b:
         d = _onednn() if DNNL_FLAG in flags else None  # as link_flags: the flags say, not the environment
+        wino = "-DET_WINO=0" not in flags  # runtime/et_float_wino.h, on unless the build leaves it out
         return (f"BLAS ({b.name}, {os.environ.get('EDGETRAIN_BLAS_THREADS', '1')} thread(s))"
-                + (f", the dense convolutions on {d.name} (in pieces of channels, one thread each)" if d else ""))
+                + (f", the dense convolutions on {d.name} (in pieces of channels, one thread each)" if d else "")
+                + (", 3x3 stride-1 ones as Winograd F(2x2, 3x3)" if wino else ""))
     return "portable kernels (no BLAS)"

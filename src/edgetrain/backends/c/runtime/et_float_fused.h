@@ -257,6 +257,26 @@ ET_BLAS_FN int et_conv2d_grad_weight_update_dnnl(const float *ET_RESTRICT X, con
 #endif
 
 #ifdef ET_BLAS
+/* the one-group conv2d_grad_weight_update on et_float_wino.h's Winograd path (the shapes it takes): the whole
+ * gradient into a scratch buffer (slot 4), then each row applied; R and T end as the op's (ops/gradupdate.py):
+ * the last block's gradient rows, and its rows of GY. Returns 0, having done nothing, for another shape */
+ET_BLAS_FN int et_conv2d_grad_weight_update_wino(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *W,
+                                                 float *M, float *ET_RESTRICT R, float *ET_RESTRICT T, int B,
+                                                 float lr, float mu, float wd, int N, int C, int H, int Wd, int O,
+                                                 int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW,
+                                                 int DH, int DW) {
+    const size_t P = (size_t)HO * WO, len = (size_t)C * KH * KW;
+    float *GW = et_scratch(4, (size_t)O * len);
+    if (!GW || !et_wino_grad_weight(X, GY, GW, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW)) return 0;
+    ET_PARALLEL_FOR((double)O * len * 4)
+    for (int o = 0; o < O; ++o) et_sgd_row(W + o * len, M ? M + o * len : 0, GW + o * len, (int)len, lr, mu, wd);
+    memcpy(R, GW + (size_t)(O - B) * len, (size_t)B * len * sizeof(float));
+    if (T && N > 1)
+        for (int n = 0; n < N; ++n)
+            memcpy(T + (size_t)n * B * P, GY + ((size_t)n * O + O - B) * P, (size_t)B * P * sizeof(float));
+    return 1;
+}
+
 /* the host BLAS build's one-group conv2d_grad_weight_update: the batch's im2col (at most this many
  * floats, a host scratch buffer like et_float_blas.h's blocks) is built once per call, and the
  * gradient computed a chunk of CH = B*len/O weight columns at a time for all O output rows (into
@@ -272,6 +292,9 @@ ET_BLAS_FN int et_conv2d_grad_weight_update_blas(const float *ET_RESTRICT X, con
                                                  float lr, float mu, float wd, int N, int C, int H, int Wd, int O,
                                                  int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW,
                                                  int DH, int DW) {
+    if (et_conv2d_grad_weight_update_wino(X, GY, W, M, R, T, B, lr, mu, wd, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH,
+                                          PW, DH, DW))
+        return 1;
 #ifdef ET_DNNL_ON
     if (et_conv2d_grad_weight_update_dnnl(X, GY, W, M, R, T, B, lr, mu, wd, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH,
                                           PW, DH, DW))

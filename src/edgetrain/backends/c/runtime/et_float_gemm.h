@@ -14,6 +14,7 @@
 #include "et_float.h"
 #include "et_float_blas.h"
 #include "et_float_dnnl.h"
+#include "et_float_wino.h"
 
 #ifdef ET_BLAS
 /* ---- depthwise convolutions (one input and one output channel per group) on the host:
@@ -300,6 +301,7 @@ ET_INLINE void et_conv2d(const float *ET_RESTRICT X, const float *ET_RESTRICT W,
                          int SH, int SW, int PH, int PW, int DH, int DW, int G) {
 #ifdef ET_BLAS
     if (G == 1) {
+        if (et_wino_forward(X, W, B, Y, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW)) return;
 #ifdef ET_DNNL_ON
         if (et_dnnl_conv(B ? ET_DNNL_FWD_BIAS : ET_DNNL_FWD, X, W, Y, B, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW,
                          DH, DW))
@@ -327,6 +329,7 @@ ET_INLINE void et_conv2d_grad_input(const float *ET_RESTRICT GY, const float *ET
                                     int PH, int PW, int DH, int DW, int G) {
 #ifdef ET_BLAS
     if (G == 1) {
+        if (et_wino_grad_input(GY, W, GX, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW)) return;
 #ifdef ET_DNNL_ON
         if (et_dnnl_conv(ET_DNNL_DATA, GY, W, GX, 0, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW)) return;
 #endif
@@ -365,6 +368,7 @@ ET_INLINE void et_conv2d_grad_weight(const float *ET_RESTRICT X, const float *ET
                                      int PH, int PW, int DH, int DW, int G) {
 #ifdef ET_BLAS
     if (G == 1) {
+        if (et_wino_grad_weight(X, GY, GW, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW)) return;
 #ifdef ET_DNNL_ON
         if (et_dnnl_conv(ET_DNNL_WEIGHTS, X, GY, GW, 0, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW)) return;
 #endif

@@ -1,0 +1,538 @@
+/* edgetrain C runtime: the host library's 3x3 stride-1 convolutions (one group, no dilation) as
+ * Winograd F(2x2, 3x3) (included by et_float_gemm.h, which calls it before oneDNN and the GEMM path for
+ * the forward, the input gradient and the weight gradient, and by et_float_fused.h's fused weight
+ * gradient and update; each returns 0 for a shape it leaves to them).
+ *
+ * With ET_BLAS defined (the host library when a BLAS is installed: backends/c/blas.py), each 2x2
+ * block of output pixels (a tile) is computed from the 4x4 input pixels under it as
+ * Y = A^T [(G g G^T) .* (B^T d B)] A (Lavin and Gray, "Fast Algorithms for Convolutional Neural
+ * Networks", 2016): 16 multiplies per input channel for 4 outputs instead of 36. Summed over the
+ * input channels, the 16 elementwise products are 16 GEMMs, U[k] (O x C) times V[k] (C x tiles).
+ * The input gradient of such a convolution is one too: the output gradient padded by 2 - P convolved
+ * with the weights transposed and turned by 180 degrees (`flip`). The weight gradient is the adjoint:
+ * dU[k] = dM[k] V[k]^T summed over the tiles (dM = A dY A^T per tile), then G^T dU G.
+ *
+ * The GEMMs run on oneDNN's matmul where oneDNN has AVX-512 kernels, else on the BLAS
+ * (et_wino_gemm_lib). The transforms are additions and halvings: the results are float32 sums in
+ * another order than the direct convolution's, within a few float32 roundings of them
+ * (tests/backends/c/test_wino.py), and the same on any thread count: the forward's and the input
+ * gradient's tiles go in blocks fixed by the shape (whole tile rows, at least ET_WINO_BLOCK_TILES tiles,
+ * about ET_WINO_BLOCK_BYTES of transforms), a block on one thread; the weight gradient's blocks go one
+ * after another in a fixed order, their 16 products a thread each. Scratch: et_float_blas.h's slots 0-3
+ * (and 4 for the fused update).
+ *
+ * It takes convolutions of at least ET_WINO_MIN_CH input and output channels, ET_WINO_MIN_MACS
+ * multiply-adds and ET_WINO_MIN_TILES tiles (ResNet-18's 512-channel layers at 4x4 pixels and batch 8,
+ * 32 tiles, were as fast on oneDNN: their weights' transform is most of their work), whose output rows
+ * are at most ET_WINO_MAX_WIDTH pixels (a row's transforms are on the stack). ET_WINO=0 leaves it out
+ * (oneDNN or the GEMM path compute every convolution, as before), ET_WINO_GRAD_WEIGHT=0 leaves the weight
+ * gradients to them; et_wino_tune turns it off in a loaded library. Measured: docs/benchmarks.md,
+ * "Winograd". Layout: NCHW activations, weights [O][C][3][3]. Header-only. */
+#ifndef ET_FLOAT_WINO_H
+#define ET_FLOAT_WINO_H
+#include "et_float_blas.h"
+#include "et_float_dnnl.h"
+
+#ifdef ET_BLAS
+#ifndef ET_WINO
+#define ET_WINO 1
+#endif
+#ifndef ET_WINO_GRAD_WEIGHT
+#define ET_WINO_GRAD_WEIGHT 1
+#endif
+#ifndef ET_WINO_GW_BLOCK_BYTES
+#define ET_WINO_GW_BLOCK_BYTES (4.0 * 1024 * 1024)
+#endif
+#ifndef ET_WINO_CALLS
+#define ET_WINO_CALLS 4
+#endif
+#ifndef ET_WINO_MIN_CH
+#define ET_WINO_MIN_CH 16
+#endif
+#ifndef ET_WINO_MIN_MACS
+#define ET_WINO_MIN_MACS (2.0 * 1024 * 1024)
+#endif
+#ifndef ET_WINO_MIN_TILES
+#define ET_WINO_MIN_TILES 64
+#endif
+#ifndef ET_WINO_MAX_WIDTH
+#define ET_WINO_MAX_WIDTH 512
+#endif
+#ifndef ET_WINO_BLOCK_BYTES
+#define ET_WINO_BLOCK_BYTES (1024.0 * 1024)
+#endif
+#ifndef ET_WINO_BLOCK_TILES
+#define ET_WINO_BLOCK_TILES 256
+#endif
+
+#ifndef ET_WINO_ENTRIES
+#define ET_WINO_ENTRIES 64
+#endif
+
+#ifdef ET_DNNL_ON
+/* a oneDNN matmul of one shape (et_wino_products), plain row-major operands, its scratchpad the calling
+ * thread's (blocks run on several threads at once) */
+typedef struct {
+    int b, M, K, N, tb; /* b products of M x K times K x N (tb: the second stored N x K) */
+    dnnl_primitive_t mm;
+    dnnl_memory_desc_t md[3], pad; /* U, V, M; the scratchpad */
+    size_t pad_size;
+} et_wino_mm;
+#endif
+
+/* this loaded library's setting (et_wino_tune), the GEMMs' library and the convolutions it has computed
+ * (tests read them through ctypes) */
+typedef struct {
+    int off;
+    int gemm; /* 0 not chosen yet, 1 the BLAS, 2 oneDNN's matmul */
+    long calls;
+#ifdef ET_DNNL_ON
+    int n;
+    et_wino_mm mm[ET_WINO_ENTRIES];
+#endif
+} et_wino_table;
+__attribute__((weak, visibility("hidden"))) et_wino_table et_wino;
+/* turns this library's Winograd path on (1) or off (0; on where ET_WINO built it in), and sets its GEMMs'
+ * library: 1 the BLAS, 2 oneDNN's matmul, 0 this CPU's choice (et_wino_gemm_lib); returns 0, changing
+ * nothing, for oneDNN in a library without it */
+__attribute__((weak)) int et_wino_tune(int on, int gemm) {
+#ifndef ET_DNNL_ON
+    if (gemm == 2) return 0;
+#endif
+    et_wino.off = !on;
+    et_wino.gemm = gemm == 1 || gemm == 2 ? gemm : 0;
+    return 1;
+}
+__attribute__((weak)) long et_wino_convolutions(void) { return et_wino.calls; }
+/* the GEMMs' library: 1 the BLAS, 2 oneDNN's matmul, 0 not chosen yet (no convolution on the path so far) */
+__attribute__((weak)) int et_wino_gemms(void) { return et_wino.gemm; }
+
+/* where the 16 GEMMs run. oneDNN's matmul on AVX-512 (brgemm kernels) ran ResNet-18's Winograd GEMMs at
+ * 200-250 GFLOP/s on a Zen 5 core whose OpenBLAS took its AVX2 kernels (about 100); with AVX2 only, oneDNN's
+ * matmul was slower than OpenBLAS (docs/benchmarks.md, "Winograd"). So: oneDNN's matmul where oneDNN has
+ * AVX-512 kernels (unless ONEDNN_MAX_CPU_ISA says less), else the BLAS */
+ET_HOST_INLINE int et_wino_gemm_lib(void) {
+    if (!et_wino.gemm) {
+#ifdef ET_DNNL_ON
+        const int isa = (int)dnnl_get_effective_cpu_isa();
+        et_wino.gemm = (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core ? 2 : 1;
+#else
+        et_wino.gemm = 1;
+#endif
+    }
+    return et_wino.gemm;
+}
+
+/* a convolution this path takes: 3x3, stride 1, no dilation, padding 0-2, enough channels and work */
+ET_HOST_INLINE int et_wino_fits(int N, int C, int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH,
+                                int DW, double macs) {
+    return ET_WINO && KH == 3 && KW == 3 && SH == 1 && SW == 1 && DH == 1 && DW == 1 && PH >= 0 && PH <= 2 &&
+           PW >= 0 && PW <= 2 && C >= ET_WINO_MIN_CH && O >= ET_WINO_MIN_CH && WO <= ET_WINO_MAX_WIDTH &&
+           (double)N * ((HO + 1) / 2) * ((WO + 1) / 2) >= ET_WINO_MIN_TILES && macs >= ET_WINO_MIN_MACS && !et_wino.off;
+}
+
+/* U[k][o][c] = (G g G^T)[k] for the convolution's output channel o and input channel c (O x C): g is
+ * W[o][c] or, with `flip`, W[c][o] turned by 180 degrees (W then [C][O][3][3]) */
+ET_HOST_INLINE void et_wino_weights(const float *ET_RESTRICT W, float *ET_RESTRICT U, int O, int C, int flip) {
+    const size_t OC = (size_t)O * C;
+    /* one output channel's row of each U[k] at a time, in runs of RUN input channels: 16 rows
+     * written in order (a float each at 16 addresses OC apart, per pair, took 30 ns on a 512 x 512 layer) */
+    enum { RUN = 64 };
+    ET_PARALLEL_FOR(OC * 40.0)
+    for (int o = 0; o < O; ++o)
+        for (int c0 = 0; c0 < C; c0 += RUN) {
+            const int nc = C - c0 < RUN ? C - c0 : RUN;
+            float g[9][RUN], t[12][RUN];
+            for (int c = 0; c < nc; ++c) {
+                const float *w = flip ? W + ((size_t)(c0 + c) * O + o) * 9 : W + ((size_t)o * C + c0 + c) * 9;
+                for (int i = 0; i < 9; ++i) g[i][c] = flip ? w[8 - i] : w[i];
+            }
+            for (int j = 0; j < 3; ++j) /* G g: 4 rows of 3 */
+                for (int c = 0; c < nc; ++c) {
+                    t[j][c] = g[j][c];
+                    t[3 + j][c] = 0.5f * (g[j][c] + g[3 + j][c] + g[6 + j][c]);
+                    t[6 + j][c] = 0.5f * (g[j][c] - g[3 + j][c] + g[6 + j][c]);
+                    t[9 + j][c] = g[6 + j][c];
+                }
+            float *u = U + (size_t)o * C + c0;
+            for (int i = 0; i < 4; ++i) { /* (G g) G^T */
+                float *u0 = u + (size_t)(4 * i) * OC, *u1 = u0 + OC, *u2 = u1 + OC, *u3 = u2 + OC;
+                const float *a = t[3 * i], *b = t[3 * i + 1], *d = t[3 * i + 2];
+                for (int c = 0; c < nc; ++c) {
+                    u0[c] = a[c];
+                    u1[c] = 0.5f * (a[c] + b[c] + d[c]);
+                    u2[c] = 0.5f * (a[c] - b[c] + d[c]);
+                    u3[c] = d[c];
+                }
+            }
+        }
+}
+
+/* V[k][c][t] = (B^T d B)[k] for the tiles of tile row `row` (image n, tile row ty) of input channel c;
+ * t counts from the block's first tile; Vc = V + c * tiles, kstep = C * tiles */
+ET_HOST_INLINE void et_wino_input_row(const float *ET_RESTRICT Xc, float *ET_RESTRICT Vt, size_t kstep, int H,
+                                      int Wd, int TW, int ty, int PH, int PW) {
+    const int L = 2 * TW + 2, n = Wd < L - PW ? Wd : L - PW; /* padded row length, input pixels in it */
+    float d[4][ET_WINO_MAX_WIDTH + 4], w[4][ET_WINO_MAX_WIDTH + 4];
+    for (int i = 0; i < 4; ++i) { /* the four input rows under the tile row, zero-padded */
+        const int r = 2 * ty - PH + i;
+        float *di = d[i];
+        if (r < 0 || r >= H) {
+            memset(di, 0, (size_t)L * sizeof(float));
+            continue;
+        }
+        for (int j = 0; j < PW; ++j) di[j] = 0.f;
+        memcpy(di + PW, Xc + (size_t)r * Wd, (size_t)n * sizeof(float));
+        for (int j = PW + n; j < L; ++j) di[j] = 0.f;
+    }
+    ET_SIMD
+    for (int j = 0; j < L; ++j) { /* B^T d, down each column */
+        w[0][j] = d[0][j] - d[2][j];
+        w[1][j] = d[1][j] + d[2][j];
+        w[2][j] = d[2][j] - d[1][j];
+        w[3][j] = d[1][j] - d[3][j];
+    }
+    for (int i = 0; i < 4; ++i) { /* (B^T d) B, along each row: V[4i + j] */
+        const float *wi = w[i];
+        float *v0 = Vt + (size_t)(4 * i) * kstep, *v1 = v0 + kstep, *v2 = v1 + kstep, *v3 = v2 + kstep;
+        for (int tx = 0; tx < TW; ++tx) {
+            const float a = wi[2 * tx], b = wi[2 * tx + 1], c = wi[2 * tx + 2], e = wi[2 * tx + 3];
+            v0[tx] = a - c;
+            v1[tx] = b + c;
+            v2[tx] = c - b;
+            v3[tx] = b - e;
+        }
+    }
+}
+
+/* the output rows 2 ty and 2 ty + 1 (those below HO) of output channel o from M[k][o][t]: A^T m A, plus
+ * the bias b */
+ET_HOST_INLINE void et_wino_output_row(const float *ET_RESTRICT Mt, size_t kstep, float *ET_RESTRICT Yo, float b,
+                                       int HO, int WO, int TW, int ty) {
+    float s[2][4][ET_WINO_MAX_WIDTH / 2 + 1], y[ET_WINO_MAX_WIDTH + 2];
+    for (int j = 0; j < 4; ++j) { /* A^T m, down each column */
+        const float *m0 = Mt + (size_t)j * kstep, *m1 = m0 + 4 * kstep, *m2 = m1 + 4 * kstep, *m3 = m2 + 4 * kstep;
+        float *s0 = s[0][j], *s1 = s[1][j];
+        ET_SIMD
+        for (int tx = 0; tx < TW; ++tx) {
+            s0[tx] = m0[tx] + m1[tx] + m2[tx];
+            s1[tx] = m1[tx] - m2[tx] - m3[tx];
+        }
+    }
+    for (int r = 0; r < 2 && 2 * ty + r < HO; ++r) { /* (A^T m) A, along each row */
+        const float *a = s[r][0], *c = s[r][1], *d = s[r][2], *e = s[r][3];
+        for (int tx = 0; tx < TW; ++tx) {
+            y[2 * tx] = a[tx] + c[tx] + d[tx] + b;
+            y[2 * tx + 1] = c[tx] - d[tx] - e[tx] + b;
+        }
+        float *out = Yo + (size_t)(2 * ty + r) * WO;
+        for (int j = 0; j < WO; ++j) out[j] = y[j];
+    }
+}
+
+#ifdef ET_DNNL_ON
+/* the matmul of this shape, made at its first call (on one thread: oneDNN fixes a primitive's thread count
+ * when it is made), or 0 (oneDNN refused it, or the table is full) */
+static et_wino_mm *et_wino_find_mm(int b, int M, int K, int N, int tb) {
+    for (int i = 0; i < et_wino.n; ++i) {
+        const et_wino_mm *e = &et_wino.mm[i];
+        if (e->b == b && e->M == M && e->K == K && e->N == N && e->tb == tb) return e->mm ? &et_wino.mm[i] : 0;
+    }
+    if (et_wino.n == ET_WINO_ENTRIES) return 0;
+    if (!et_dnnl.engine && dnnl_engine_create(&et_dnnl.engine, dnnl_cpu, 0) != dnnl_success) return 0;
+    et_wino_mm *e = &et_wino.mm[et_wino.n++];
+    memset(e, 0, sizeof *e);
+    e->b = b, e->M = M, e->K = K, e->N = N, e->tb = tb;
+    const dnnl_dims_t da = {b, M, K}, dv = {b, K, N}, dc = {b, M, N};
+    dnnl_primitive_attr_t attr = 0;
+    dnnl_primitive_desc_t pd = 0;
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const int ok = dnnl_memory_desc_create_with_tag(&e->md[0], 3, da, dnnl_f32, dnnl_abc) == dnnl_success &&
+                   dnnl_memory_desc_create_with_tag(&e->md[1], 3, dv, dnnl_f32, tb ? dnnl_acb : dnnl_abc) ==
+                       dnnl_success &&
+                   dnnl_memory_desc_create_with_tag(&e->md[2], 3, dc, dnnl_f32, dnnl_abc) == dnnl_success &&
+                   dnnl_primitive_attr_create(&attr) == dnnl_success &&
+                   dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
+                   dnnl_matmul_primitive_desc_create(&pd, et_dnnl.engine, e->md[0], e->md[1], 0, e->md[2], attr) ==
+                       dnnl_success &&
+                   dnnl_memory_desc_clone(&e->pad, dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)) ==
+                       dnnl_success &&
+                   dnnl_primitive_create(&e->mm, pd) == dnnl_success;
+    omp_set_num_threads(threads);
+    if (ok) e->pad_size = dnnl_memory_desc_get_size(e->pad);
+    else e->mm = 0;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return e->mm ? e : 0;
+}
+
+/* C = A B on matmul e, on the calling thread's stream and scratchpad, on one thread: 1 done */
+static int et_wino_run_mm(const et_wino_mm *e, const float *A, const float *B, float *Cm) {
+    dnnl_stream_t s = et_dnnl_thread_stream();
+    void *pad = e->pad_size ? et_dnnl_scratch(6, e->pad_size) : 0;
+    dnnl_memory_t m[4] = {0, 0, 0, 0};
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    int ok = s && (!e->pad_size || pad) &&
+             dnnl_memory_create(&m[0], e->md[0], et_dnnl.engine, (void *)A) == dnnl_success &&
+             dnnl_memory_create(&m[1], e->md[1], et_dnnl.engine, (void *)B) == dnnl_success &&
+             dnnl_memory_create(&m[2], e->md[2], et_dnnl.engine, Cm) == dnnl_success &&
+             dnnl_memory_create(&m[3], e->pad, et_dnnl.engine, pad) == dnnl_success;
+    if (ok) {
+        const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]},
+                                         {DNNL_ARG_SCRATCHPAD, m[3]}};
+        ok = dnnl_primitive_execute(e->mm, s, 4, args) == dnnl_success && dnnl_stream_wait(s) == dnnl_success;
+    }
+    omp_set_num_threads(threads);
+    for (int i = 0; i < 4; ++i)
+        if (m[i]) dnnl_memory_destroy(m[i]);
+    return ok;
+}
+#endif
+
+/* b products C[k] (M x N) = A[k] (M x K) B[k] (K x N; with `tb`, B[k] is stored N x K and read transposed),
+ * one after another, each operand's matrices contiguous, on et_wino_gemm_lib's library: one call of a
+ * oneDNN matmul for all b, or b BLAS calls (et_sgemm, one call each inside a parallel loop, its tiles
+ * outside one). An element's sum is the same call's on any thread count. Returns 0 where oneDNN failed */
+ET_HOST_INLINE int et_wino_products(const float *A, const float *B, float *Cm, int b, int M, int K, int N, int tb) {
+#ifdef ET_DNNL_ON
+    if (et_wino_gemm_lib() == 2) {
+        const et_wino_mm *e = et_wino_find_mm(b, M, K, N, tb);
+        if (e) return et_wino_run_mm(e, A, B, Cm);
+        /* oneDNN refused the shape: the BLAS computes it */
+    }
+#endif
+    for (int k = 0; k < b; ++k)
+        et_sgemm(0, tb, M, N, K, A + (size_t)k * M * K, K, B + (size_t)k * K * N, tb ? K : N, 0.f,
+                 Cm + (size_t)k * M * N, N);
+    return 1;
+}
+
+/* makes the matmul of this shape where the products run on oneDNN, before the products run on the threads:
+ * the table of matmuls is changed by the calling thread only (the emitted code calls convolutions outside
+ * parallel loops) */
+ET_HOST_INLINE void et_wino_prepare(int b, int M, int K, int N, int tb) {
+#ifdef ET_DNNL_ON
+    if (et_wino_gemm_lib() == 2) (void)et_wino_find_mm(b, M, K, N, tb);
+#else
+    (void)b, (void)M, (void)K, (void)N, (void)tb;
+#endif
+}
+
+/* one block of tile rows [r0, r0 + nr) of et_wino_conv, its transforms in V and M: the input's transform,
+ * the 16 products (one call each), the output's transform. Its loops run on the threads where it is not
+ * itself inside a parallel loop (et_common.h ET_PARALLEL_WORTH): either way every element is computed
+ * alike. Returns 0 where oneDNN failed */
+ET_HOST_INLINE int et_wino_block(const float *ET_RESTRICT X, const float *ET_RESTRICT U, const float *ET_RESTRICT B,
+                                 float *ET_RESTRICT Y, float *ET_RESTRICT V, float *ET_RESTRICT M, int C, int H,
+                                 int Wd, int O, int HO, int WO, int PH, int PW, int TH, int TW, int r0, int nr) {
+    const int T = nr * TW;
+    const size_t vk = (size_t)C * T, mk = (size_t)O * T;
+    int bad = 0;
+    ET_PARALLEL_FOR2((double)C * T * 16 * 4)
+    for (int c = 0; c < C; ++c)
+        for (int i = 0; i < nr; ++i) {
+            const int n = (r0 + i) / TH, ty = (r0 + i) % TH;
+            et_wino_input_row(X + ((size_t)n * C + c) * H * Wd, V + (size_t)c * T + (size_t)i * TW, vk, H, Wd, TW, ty,
+                              PH, PW);
+        }
+    enum { Q = 16 / ET_WINO_CALLS }; /* products a call */
+    ET_PARALLEL_FOR_OR(16.0 * O * C * T, bad)
+    for (int q = 0; q < ET_WINO_CALLS; ++q)
+        bad |= !et_wino_products(U + (size_t)q * Q * O * C, V + (size_t)q * Q * vk, M + (size_t)q * Q * mk, Q, O, C, T,
+                                 0);
+    ET_PARALLEL_FOR2((double)O * T * 16 * 4)
+    for (int o = 0; o < O; ++o)
+        for (int i = 0; i < nr; ++i) {
+            const int n = (r0 + i) / TH, ty = (r0 + i) % TH;
+            et_wino_output_row(M + (size_t)o * T + (size_t)i * TW, mk, Y + ((size_t)n * O + o) * HO * WO,
+                               B ? B[o] : 0.f, HO, WO, TW, ty);
+        }
+    return !bad;
+}
+
+/* Y (N x O x HO x WO) = the 3x3 stride-1 convolution of X (N x C x H x Wd) padded by PH, PW, plus B
+ * (per output channel, or none); W is [O][C][3][3], or with `flip` [C][O][3][3] turned by 180 degrees
+ * (the input gradient's). HO = H + 2 PH - 2, WO = Wd + 2 PW - 2. The weights' transform is shared; then the
+ * tiles go in blocks of whole tile rows (at least ET_WINO_BLOCK_TILES tiles, about ET_WINO_BLOCK_BYTES of V and
+ * M: a block's transforms and products in this core's caches), fixed by the shape. With at least as many
+ * blocks as threads each block runs on one thread (its V and M in that thread's scratch slots 1 and 2), else
+ * the blocks one after another, each on all the threads: the same operations on each element either way */
+ET_BLAS_FN void et_wino_conv(const float *ET_RESTRICT X, const float *ET_RESTRICT W, const float *ET_RESTRICT B,
+                             float *ET_RESTRICT Y, int N, int C, int H, int Wd, int O, int HO, int WO, int PH, int PW,
+                             int flip) {
+    const int TH = (HO + 1) / 2, TW = (WO + 1) / 2, rows = N * TH;
+    const double row_bytes = 16.0 * (C + O) * TW * sizeof(float);
+    int per = (int)(ET_WINO_BLOCK_BYTES / row_bytes);
+    if (per * TW < ET_WINO_BLOCK_TILES) per = (ET_WINO_BLOCK_TILES + TW - 1) / TW;
+    per = per < 1 ? 1 : per > rows ? rows : per;
+    const int blocks = (rows + per - 1) / per;
+    float *U = et_scratch(0, (size_t)16 * O * C);
+    if (!U) return;
+    ++et_wino.calls;
+    et_wino_weights(W, U, O, C, flip);
+    et_wino_prepare(16 / ET_WINO_CALLS, O, C, per * TW, 0);
+    et_wino_prepare(16 / ET_WINO_CALLS, O, C, (rows - (blocks - 1) * per) * TW, 0); /* the last block's */
+    int bad = 0;
+#ifdef _OPENMP
+    const int each = blocks >= et_threads; /* a block a thread */
+#else
+    const int each = 0;
+#endif
+    if (each) {
+        ET_PARALLEL_FOR_OR((double)N * O * HO * WO * C * 4, bad)
+        for (int blk = 0; blk < blocks; ++blk) {
+            const int r0 = blk * per, nr = rows - r0 < per ? rows - r0 : per;
+            float *V = et_scratch(1, (size_t)16 * C * nr * TW), *M = et_scratch(2, (size_t)16 * O * nr * TW);
+            bad |= !V || !M || !et_wino_block(X, U, B, Y, V, M, C, H, Wd, O, HO, WO, PH, PW, TH, TW, r0, nr);
+        }
+    } else {
+        float *V = et_scratch(1, (size_t)16 * C * per * TW), *M = et_scratch(2, (size_t)16 * O * per * TW);
+        for (int r0 = 0; r0 < rows && V && M; r0 += per)
+            bad |= !et_wino_block(X, U, B, Y, V, M, C, H, Wd, O, HO, WO, PH, PW, TH, TW, r0,
+                                  rows - r0 < per ? rows - r0 : per);
+        bad |= !V || !M;
+    }
+    if (bad) ET_ERROR_HOOK("et_wino_conv: out of memory, or oneDNN failed to run a matmul");
+}
+
+/* the convolution on this path: 1 done, 0 left to oneDNN or the GEMM path */
+ET_HOST_INLINE int et_wino_forward(const float *X, const float *W, const float *B, float *Y, int N, int C, int H,
+                                   int Wd, int O, int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH,
+                                   int DW) {
+    if (!et_wino_fits(N, C, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW, (double)N * O * HO * WO * C * 9)) return 0;
+    et_wino_conv(X, W, B, Y, N, C, H, Wd, O, HO, WO, PH, PW, 0);
+    return 1;
+}
+
+/* the input gradient GX (N x C x H x Wd) of such a convolution from GY (N x O x HO x WO): GY padded by
+ * 2 - P convolved with the weights transposed and turned */
+ET_HOST_INLINE int et_wino_grad_input(const float *GY, const float *W, float *GX, int N, int C, int H, int Wd, int O,
+                                      int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+    if (!et_wino_fits(N, C, O, H, Wd, KH, KW, SH, SW, PH, PW, DH, DW, (double)N * O * HO * WO * C * 9)) return 0;
+    et_wino_conv(GY, W, (const float *)0, GX, N, O, HO, WO, C, H, Wd, 2 - PH, 2 - PW, 1);
+    return 1;
+}
+/* dM[k][o][t] = (A dy A^T)[k] for the tiles of tile row ty of output-gradient channel o (the adjoint of
+ * et_wino_output_row: each tile's 2x2 output gradient, zero past HO x WO, spread over its 4x4 products) */
+ET_HOST_INLINE void et_wino_grad_output_row(const float *ET_RESTRICT GYo, float *ET_RESTRICT Mt, size_t kstep, int HO,
+                                            int WO, int TW, int ty) {
+    float e[2][ET_WINO_MAX_WIDTH + 2], h[2][4][ET_WINO_MAX_WIDTH / 2 + 1];
+    for (int r = 0; r < 2; ++r) {
+        const int row = 2 * ty + r;
+        for (int j = 0; j < 2 * TW; ++j) e[r][j] = row < HO && j < WO ? GYo[(size_t)row * WO + j] : 0.f;
+        for (int tx = 0; tx < TW; ++tx) { /* dy A^T, along each row */
+            const float p = e[r][2 * tx], q = e[r][2 * tx + 1];
+            h[r][0][tx] = p;
+            h[r][1][tx] = p + q;
+            h[r][2][tx] = p - q;
+            h[r][3][tx] = -q;
+        }
+    }
+    for (int j = 0; j < 4; ++j) { /* A (dy A^T), down each column: dM[4i + j] */
+        float *m0 = Mt + (size_t)j * kstep, *m1 = m0 + 4 * kstep, *m2 = m1 + 4 * kstep, *m3 = m2 + 4 * kstep;
+        const float *h0 = h[0][j], *h1 = h[1][j];
+        ET_SIMD
+        for (int tx = 0; tx < TW; ++tx) {
+            m0[tx] = h0[tx];
+            m1[tx] = h0[tx] + h1[tx];
+            m2[tx] = h0[tx] - h1[tx];
+            m3[tx] = -h1[tx];
+        }
+    }
+}
+
+/* GW[o][c] = G^T dU[o][c] G (3x3) from dU[k][o][c] (O x C each) */
+ET_HOST_INLINE void et_wino_grad_weights(const float *ET_RESTRICT dU, float *ET_RESTRICT GW, int O, int C) {
+    const size_t OC = (size_t)O * C;
+    enum { RUN = 64 };
+    ET_PARALLEL_FOR(OC * 40.0)
+    for (int o = 0; o < O; ++o)
+        for (int c0 = 0; c0 < C; c0 += RUN) {
+            const int nc = C - c0 < RUN ? C - c0 : RUN;
+            float t[12][RUN];
+            const float *u = dU + (size_t)o * C + c0;
+            for (int j = 0; j < 4; ++j) { /* G^T dU: 3 rows of 4 */
+                const float *u0 = u + (size_t)j * OC, *u1 = u0 + 4 * OC, *u2 = u1 + 4 * OC, *u3 = u2 + 4 * OC;
+                for (int c = 0; c < nc; ++c) {
+                    t[j][c] = u0[c] + 0.5f * (u1[c] + u2[c]);
+                    t[4 + j][c] = 0.5f * (u1[c] - u2[c]);
+                    t[8 + j][c] = 0.5f * (u1[c] + u2[c]) + u3[c];
+                }
+            }
+            for (int c = 0; c < nc; ++c) { /* (G^T dU) G */
+                float *w = GW + ((size_t)o * C + c0 + c) * 9;
+                for (int i = 0; i < 3; ++i) {
+                    const float a = t[4 * i][c], b = t[4 * i + 1][c], d = t[4 * i + 2][c], f = t[4 * i + 3][c];
+                    w[3 * i] = a + 0.5f * (b + d);
+                    w[3 * i + 1] = 0.5f * (b - d);
+                    w[3 * i + 2] = 0.5f * (b + d) + f;
+                }
+            }
+        }
+}
+
+/* GW (O x C x 3 x 3) = the weight gradient of such a convolution of X (N x C x H x Wd, padded by PH, PW)
+ * from GY (N x O x HO x WO): dU[k] = sum over the tiles of dM[k] V[k]^T, then G^T dU G. The tiles go in
+ * blocks fixed by the shape, one after another (each block's transforms on the threads); a block's 16
+ * products run one a thread, the first block's into dU, each later one's into P and then added to dU: the
+ * sums' order is the same on any thread count */
+ET_BLAS_FN void et_wino_gw(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *ET_RESTRICT GW, int N,
+                           int C, int H, int Wd, int O, int HO, int WO, int PH, int PW) {
+    const int TH = (HO + 1) / 2, TW = (WO + 1) / 2, rows = N * TH;
+    const size_t OC = (size_t)O * C;
+    const double row_bytes = 16.0 * (C + O) * TW * sizeof(float);
+    int per = (int)(ET_WINO_GW_BLOCK_BYTES / row_bytes);
+    if (per * TW < ET_WINO_BLOCK_TILES) per = (ET_WINO_BLOCK_TILES + TW - 1) / TW;
+    per = per < 1 ? 1 : per > rows ? rows : per;
+    float *dU = et_scratch(0, 16 * OC), *V = et_scratch(1, (size_t)16 * C * per * TW),
+          *dM = et_scratch(2, (size_t)16 * O * per * TW), *P = rows > per ? et_scratch(3, 16 * OC) : dU;
+    if (!dU || !V || !dM || !P) return;
+    ++et_wino.calls;
+    int bad = 0;
+    for (int r0 = 0; r0 < rows; r0 += per) {
+        const int nr = rows - r0 < per ? rows - r0 : per, T = nr * TW;
+        const size_t vk = (size_t)C * T, mk = (size_t)O * T;
+        float *out = r0 ? P : dU;
+        ET_PARALLEL_FOR2((double)C * T * 16 * 4)
+        for (int c = 0; c < C; ++c)
+            for (int i = 0; i < nr; ++i) {
+                const int n = (r0 + i) / TH, ty = (r0 + i) % TH;
+                et_wino_input_row(X + ((size_t)n * C + c) * H * Wd, V + (size_t)c * T + (size_t)i * TW, vk, H, Wd, TW,
+                                  ty, PH, PW);
+            }
+        ET_PARALLEL_FOR2((double)O * T * 16 * 4)
+        for (int o = 0; o < O; ++o)
+            for (int i = 0; i < nr; ++i) {
+                const int n = (r0 + i) / TH, ty = (r0 + i) % TH;
+                et_wino_grad_output_row(GY + ((size_t)n * O + o) * HO * WO, dM + (size_t)o * T + (size_t)i * TW, mk, HO,
+                                        WO, TW, ty);
+            }
+        enum { Q = 16 / ET_WINO_CALLS }; /* products a call */
+        et_wino_prepare(Q, O, T, C, 1);
+        ET_PARALLEL_FOR_OR(16.0 * OC * T, bad)
+        for (int q = 0; q < ET_WINO_CALLS; ++q)
+            bad |= !et_wino_products(dM + (size_t)q * Q * mk, V + (size_t)q * Q * vk, out + (size_t)q * Q * OC, Q, O, T,
+                                     C, 1);
+        if (r0) {
+            ET_PARALLEL_FOR_SIMD(16.0 * OC)
+            for (size_t i = 0; i < 16 * OC; ++i) dU[i] += P[i];
+        }
+    }
+    if (bad) ET_ERROR_HOOK("et_wino_gw: oneDNN failed to run a matmul");
+    et_wino_grad_weights(dU, GW, O, C);
+}
+
+/* the weight gradient on this path: 1 done, 0 left to oneDNN or the GEMM path */
+ET_HOST_INLINE int et_wino_grad_weight(const float *X, const float *GY, float *GW, int N, int C, int H, int Wd, int O,
+                                       int HO, int WO, int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW) {
+    if (!ET_WINO_GRAD_WEIGHT ||
+        !et_wino_fits(N, C, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW, (double)N * O * HO * WO * C * 9))
+        return 0;
+    et_wino_gw(X, GY, GW, N, C, H, Wd, O, HO, WO, PH, PW);
+    return 1;
+}
+
+#endif /* ET_BLAS */
+#endif /* ET_FLOAT_WINO_H */

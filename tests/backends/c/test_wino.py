@@ -1,0 +1,168 @@
+"""The host library's Winograd F(2x2, 3x3) path (runtime/et_float_wino.h): the forward and the input
+gradient of 3x3 stride-1 convolutions with enough channels and tiles, on the BLAS. Its results agree with
+the reference on gradients and steps (every padding from 0 to 2, rectangular padding, odd sizes whose last
+tiles are cut, with and without a bias), it takes exactly the convolutions it should (counted by the
+library), it is the same on one and on two threads, and its library-level switch (et_wino_tune) and build
+switch (ET_WINO=0) turn it off."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from torch import nn
+
+from edgetrain.backends.c import blas
+from edgetrain.backends.c.host import OPENMP_CFLAGS
+from edgetrain.ops import gradupdate
+from edgetrain.program import NonFiniteLossError
+from tests.backends.c.test_blas import FAST, _agrees, _programs
+
+pytestmark = pytest.mark.skipif(blas.library_blas() is None, reason="no BLAS installed (pip install scipy-openblas32)")
+
+#: the threaded library's flags (at -O1, as FAST)
+THREADED = tuple(f for f in OPENMP_CFLAGS if f != "-O3") + ("-O1",)
+#: et_wino_tune's GEMM libraries: this CPU's choice, the BLAS, oneDNN's matmul
+CHOSEN, BLAS, ONEDNN = 0, 1, 2
+
+
+class Threes(nn.Module):
+    """3x3 stride-1 convolutions of 16 to 40 channels on 35x35 planes: "same" (padding 1), "valid" (0),
+    padding 2 (wider), rectangular padding (2, 0), no bias; then ones the path must leave (3 input
+    channels, stride 2, dilation 2, 5x5, 1x1 with padding, 8 output channels)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 16, 3, 1, 1), nn.ReLU(),  # 3 input channels: not its forward (no input gradient)
+            nn.Conv2d(16, 24, 3, 1, 1), nn.ReLU(),  # taken: forward and input gradient
+            nn.Conv2d(24, 32, 3, 1, 0, bias=False), nn.ReLU(),  # taken: 33x33, the last tiles cut
+            nn.Conv2d(32, 20, 3, 1, 2), nn.ReLU(),  # taken: 35x35
+            nn.Conv2d(20, 16, 3, 1, (2, 0)),  # taken: 37x33
+            nn.Conv2d(16, 16, 3, 2, 1), nn.ReLU(),  # stride 2: left
+            nn.Conv2d(16, 16, 3, 1, 2, dilation=2), nn.ReLU(),  # dilated: left
+            nn.Conv2d(16, 16, 5, 1, 2), nn.ReLU(),  # 5x5: left
+            nn.Conv2d(16, 16, 1, 1, 1),  # 1x1 padded: left
+            nn.Conv2d(16, 8, 3, 1, 1),  # 8 output channels: left (its input gradient has 16 outputs, 8 inputs)
+            nn.Flatten(), nn.Linear(8 * 21 * 19, 7))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+#: the calls one gradients() or step() makes on the path: the forwards of the four taken convolutions, their
+#: input gradients and their weight gradients
+TAKEN = 4 + 4 + 4
+
+
+def _tuned(batch: int, flags, on: bool = True, gemm: int = CHOSEN):
+    ref, c, x, y = _programs(batch, flags, Threes, 35)
+    assert c.runner._lib.et_wino_tune(int(on), gemm) == 1
+    c.runner._lib.et_wino_convolutions.restype = ctypes.c_long
+    return ref, c, x, y
+
+
+def needs_onednn(gemm: int):
+    if gemm == ONEDNN and blas.dnnl() is None:
+        pytest.skip("oneDNN not installed (pip install onednn-cpu-gomp onednn-devel-cpu-gomp)")
+
+
+@pytest.mark.parametrize("batch, gemm", [(1, BLAS), (3, BLAS), (1, ONEDNN), (3, ONEDNN)])
+def test_the_winograd_path_matches_the_reference(batch, gemm):
+    needs_onednn(gemm)
+    ref, c, x, y = _tuned(batch, FAST, gemm=gemm)
+    _agrees(ref, c, x, y, steps=2)  # gradients(), then two steps: 3 forwards and input gradients each
+    assert c.runner._lib.et_wino_convolutions() == 3 * TAKEN
+    assert c.runner._lib.et_wino_gemms() == gemm
+
+
+def test_the_cpu_chooses_the_gemms_library():
+    """oneDNN's matmul where oneDNN has AVX-512 kernels, else the BLAS."""
+    _, c, x, y = _tuned(1, FAST)
+    assert c.runner._lib.et_wino_gemms() == 0
+    c.gradients(x, y)
+    assert c.runner._lib.et_wino_gemms() in ((BLAS, ONEDNN) if blas.dnnl() is not None else (BLAS,))
+
+
+def test_it_takes_no_convolution_when_turned_off():
+    ref, c, x, y = _tuned(3, FAST, on=False)
+    _agrees(ref, c, x, y, steps=1)
+    assert c.runner._lib.et_wino_convolutions() == 0
+
+
+def test_the_build_switch_leaves_it_out():
+    ref, c, x, y = _tuned(3, FAST + ("-DET_WINO=0",))
+    c.gradients(x, y)
+    assert c.runner._lib.et_wino_convolutions() == 0
+
+
+def test_its_results_are_not_the_direct_convolutions():
+    """The same program with the path always and never: close (the test above), but not the same bits,
+    so the path did compute them (a count alone would not show that its result was used)."""
+    runs = []
+    for on in (True, False):
+        _, c, x, y = _tuned(3, FAST, on=on)
+        runs.append(c.gradients(x, y))
+    assert any(not np.array_equal(np.asarray(runs[0][k]), np.asarray(runs[1][k])) for k in runs[0])
+
+
+@pytest.mark.parametrize("batch, gemm", [(1, BLAS), (3, BLAS), (1, ONEDNN), (3, ONEDNN)])
+def test_it_is_the_same_on_any_thread_count(batch, gemm):
+    """On the threaded library the forward's and the input gradient's blocks of tiles run a block a thread
+    where there are as many blocks as threads (batch 3: 3 or 4 blocks), else one after another with their
+    loops and 4 calls of products on the threads (batch 1: one block); the weight gradient's blocks one after
+    another, the same way. Two steps on one and on two threads give the same losses and state, bit for bit."""
+    needs_onednn(gemm)
+    runs = []
+    for threads in (1, 2):
+        _, c, x, y = _tuned(batch, THREADED, gemm=gemm)
+        c.runner.threads = threads
+        losses = [c.step(x, y) for _ in range(2)]
+        runs.append((losses, {k: np.array(v) for k, v in c.state.items()}))
+        assert c.runner._lib.et_wino_convolutions() == 2 * TAKEN
+    assert runs[0][0] == runs[1][0]
+    for k, v in runs[0][1].items():
+        assert np.array_equal(v, runs[1][1][k]), k
+
+
+def _fuse_every_update(monkeypatch) -> None:
+    """Blocks of 36 bytes: every weight gradient is fused with its update in blocks of rows
+    (conv2d_grad_weight_update), which et_float_fused.h hands to the path whole (its rows then applied)."""
+    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
+
+
+@pytest.mark.parametrize("gemm", [BLAS, ONEDNN])
+def test_the_fused_weight_gradient_and_update(monkeypatch, gemm):
+    needs_onednn(gemm)
+    _fuse_every_update(monkeypatch)
+    ref, c, x, y = _tuned(3, FAST, gemm=gemm)
+    nodes = c.compiled.train_graph.nodes
+    assert not [n for n in nodes if n.op == "conv2d_grad_weight" and n.attrs["groups"] == 1]
+    _agrees(ref, c, x, y, steps=2)
+    assert c.runner._lib.et_wino_convolutions() == 3 * TAKEN
+
+
+def test_the_checked_step_is_the_raw_step(monkeypatch):
+    """The fused update applies its rows through et_sgd_row, so the checked step (the step guard) applies
+    them out of place: three checked steps leave the state bit for bit where three raw steps leave a copy,
+    and a step whose update overflows under a finite loss says so and leaves the state as it was. (The
+    overflowing row's weight, -3.3e38, also reaches the layers after it: the Winograd sums of such a weight
+    cancel inexactly, so the first tensor named may be a later layer's.)"""
+    _fuse_every_update(monkeypatch)
+    _, checked, x, y = _tuned(3, FAST)
+    raw = checked.replace()  # its own library: on the path by default
+    g = raw.compiled.train_graph
+    xin, yin = raw.runner.input_bytes(g, x, training=True), np.ascontiguousarray(raw.runner.label_feed(g, y))
+    for _ in range(3):
+        assert raw.runner.raw_step(xin, yin) == checked.step(x, y)
+    for k, v in raw.state.items():
+        np.testing.assert_array_equal(checked.state[k], v, err_msg=k)
+    assert checked.runner._lib.et_wino_convolutions() == 3 * TAKEN
+    name = "body.2.weight"  # a taken convolution's (16 -> 24)
+    checked.state[name][21, 0, 0, 0] = -3.3e38
+    checked.state[f"momentum:{name}"][21, 0, 0, 0] = 3.4e38  # w - 0.05 * 0.9 * 3.4e38 < -float32 max
+    saved = {k: v.copy() for k, v in checked.state.items()}
+    with pytest.raises(NonFiniteLossError, match="became non-finite; weights kept from step 3"):
+        checked.step(x, y)
+    for k, v in saved.items():
+        np.testing.assert_array_equal(checked.state[k], v, err_msg=k)
