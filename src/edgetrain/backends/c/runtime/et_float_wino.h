@@ -34,18 +34,16 @@
 #include "et_float_dnnl.h"
 
 #ifdef ET_BLAS
+/* 0: the path left out of the build */
 #ifndef ET_WINO
 #define ET_WINO 1
 #endif
+/* 0: the weight gradients left to oneDNN or the GEMM path */
 #ifndef ET_WINO_GRAD_WEIGHT
 #define ET_WINO_GRAD_WEIGHT 1
 #endif
-#ifndef ET_WINO_GW_BLOCK_BYTES
-#define ET_WINO_GW_BLOCK_BYTES (4.0 * 1024 * 1024)
-#endif
-#ifndef ET_WINO_CALLS
-#define ET_WINO_CALLS 4
-#endif
+/* the convolutions taken: at least this many input and output channels, multiply-adds and tiles, output rows
+ * of at most this many pixels */
 #ifndef ET_WINO_MIN_CH
 #define ET_WINO_MIN_CH 16
 #endif
@@ -58,13 +56,24 @@
 #ifndef ET_WINO_MAX_WIDTH
 #define ET_WINO_MAX_WIDTH 512
 #endif
+/* a block of tile rows: about this many bytes of transforms (the forward's and the input gradient's; the
+ * weight gradient's), and at least this many tiles (narrower GEMMs ran slower on a Zen 5) */
 #ifndef ET_WINO_BLOCK_BYTES
 #define ET_WINO_BLOCK_BYTES (1024.0 * 1024)
+#endif
+#ifndef ET_WINO_GW_BLOCK_BYTES
+#define ET_WINO_GW_BLOCK_BYTES (4.0 * 1024 * 1024)
 #endif
 #ifndef ET_WINO_BLOCK_TILES
 #define ET_WINO_BLOCK_TILES 256
 #endif
-
+/* a block's 16 products in this many calls of 16 / ET_WINO_CALLS each (oneDNN's matmul: 16 calls of one
+ * product took about a third longer than 1 of 16 or 4 of 4 on a Zen 5); up to this many threads share a block */
+#ifndef ET_WINO_CALLS
+#define ET_WINO_CALLS 4
+#endif
+_Static_assert(ET_WINO_CALLS >= 1 && 16 % ET_WINO_CALLS == 0, "ET_WINO_CALLS must divide 16");
+/* oneDNN matmuls kept: a shape each */
 #ifndef ET_WINO_ENTRIES
 #define ET_WINO_ENTRIES 64
 #endif
