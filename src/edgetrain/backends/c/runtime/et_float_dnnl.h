@@ -309,16 +309,20 @@ static int et_dnnl_create(et_dnnl_entry *e) {
 }
 
 /* entry of this kind and shape, created at its first call; 0 where oneDNN does not take it */
+/* the library's CPU engine, made at the first call; 0 if it could not be made (then never tried again: every
+ * convolution takes the GEMM path) */
+static dnnl_engine_t et_dnnl_engine(void) {
+    if (!et_dnnl.engine && !et_dnnl.failed && dnnl_engine_create(&et_dnnl.engine, dnnl_cpu, 0) != dnnl_success) {
+        et_dnnl.engine = 0;
+        et_dnnl.failed = 1;
+    }
+    return et_dnnl.engine;
+}
+
 static et_dnnl_entry *et_dnnl_find(const int key[ET_DNNL_KEY]) {
     for (int i = 0; i < et_dnnl.n; ++i)
         if (!memcmp(et_dnnl.e[i].key, key, sizeof et_dnnl.e[i].key)) return et_dnnl.e[i].ok > 0 ? &et_dnnl.e[i] : 0;
-    if (et_dnnl.failed || et_dnnl.n == ET_DNNL_ENTRIES) return 0;
-    if (!et_dnnl.engine) {
-        if (dnnl_engine_create(&et_dnnl.engine, dnnl_cpu, 0) != dnnl_success) {
-            et_dnnl.failed = 1;
-            return 0;
-        }
-    }
+    if (et_dnnl.n == ET_DNNL_ENTRIES || !et_dnnl_engine()) return 0;
     et_dnnl_entry *e = &et_dnnl.e[et_dnnl.n++];
     memset(e, 0, sizeof *e);
     memcpy(e->key, key, sizeof e->key);

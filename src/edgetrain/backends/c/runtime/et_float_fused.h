@@ -168,6 +168,17 @@ ET_INLINE void et_sgd_row(float *ET_RESTRICT W, float *ET_RESTRICT M, const floa
     }
 }
 
+#ifdef ET_BLAS
+/* T ends as the fused op's (ops/gradupdate.py): the last block's B channels of GY (N x O x P), image after
+ * image, where the batch has more than one image (the host paths that compute the whole gradient at once) */
+ET_HOST_INLINE void et_fused_last_gy(float *ET_RESTRICT T, const float *ET_RESTRICT GY, int N, int O, int B,
+                                     size_t P) {
+    if (T && N > 1)
+        for (int n = 0; n < N; ++n)
+            memcpy(T + (size_t)n * B * P, GY + ((size_t)n * O + O - B) * P, (size_t)B * P * sizeof(float));
+}
+#endif
+
 #ifdef ET_DNNL_ON
 /* a oneDNN weight gradient's update (et_conv2d_grad_weight_update_dnnl) */
 typedef struct {
@@ -249,9 +260,7 @@ ET_BLAS_FN int et_conv2d_grad_weight_update_dnnl(const float *ET_RESTRICT X, con
     if (!et_dnnl_conv_post(ET_DNNL_WEIGHTS, X, GY, 0, 0, N, C, H, Wd, O, HO, WO, KH, KW, SH, SW, PH, PW, DH, DW,
                            et_dnnl_sgd_piece, &u))
         return 0;
-    if (T && N > 1)
-        for (int n = 0; n < N; ++n)
-            memcpy(T + (size_t)n * B * P, GY + ((size_t)n * O + O - B) * P, (size_t)B * P * sizeof(float));
+    et_fused_last_gy(T, GY, N, O, B, P);
     return 1;
 }
 #endif
@@ -271,9 +280,7 @@ ET_BLAS_FN int et_conv2d_grad_weight_update_wino(const float *ET_RESTRICT X, con
     ET_PARALLEL_FOR((double)O * len * 4)
     for (int o = 0; o < O; ++o) et_sgd_row(W + o * len, M ? M + o * len : 0, GW + o * len, (int)len, lr, mu, wd);
     memcpy(R, GW + (size_t)(O - B) * len, (size_t)B * len * sizeof(float));
-    if (T && N > 1)
-        for (int n = 0; n < N; ++n)
-            memcpy(T + (size_t)n * B * P, GY + ((size_t)n * O + O - B) * P, (size_t)B * P * sizeof(float));
+    et_fused_last_gy(T, GY, N, O, B, P);
     return 1;
 }
 
@@ -321,9 +328,7 @@ ET_BLAS_FN int et_conv2d_grad_weight_update_blas(const float *ET_RESTRICT X, con
         for (int r = 0; r < B; ++r)
             memcpy(R + r * len + j0, G + (size_t)(O - B + r) * cw, (size_t)cw * sizeof(float));
     }
-    if (T && N > 1)
-        for (int n = 0; n < N; ++n)
-            memcpy(T + (size_t)n * B * P, GY + ((size_t)n * O + O - B) * P, (size_t)B * P * sizeof(float));
+    et_fused_last_gy(T, GY, N, O, B, P);
     return 1;
 }
 #endif

@@ -17,8 +17,8 @@
  * another order than the direct convolution's, within a few float32 roundings of them
  * (tests/backends/c/test_wino.py), and the same on any thread count: the forward's and the input
  * gradient's tiles go in blocks fixed by the shape (whole tile rows, at least ET_WINO_BLOCK_TILES tiles,
- * about ET_WINO_BLOCK_BYTES of transforms), a block on one thread; the weight gradient's blocks go one
- * after another in a fixed order, their 16 products a thread each. Scratch: et_float_blas.h's slots 0-3
+ * about ET_WINO_BLOCK_BYTES of transforms), a block on one thread or the blocks in turn on all threads; the
+ * weight gradient's blocks go one after another in a fixed order. Scratch: et_float_blas.h's slots 0-3
  * (and 4 for the fused update).
  *
  * It takes convolutions of at least ET_WINO_MIN_CH input and output channels, ET_WINO_MIN_MACS
@@ -84,7 +84,7 @@ _Static_assert(ET_WINO_CALLS >= 1 && 16 % ET_WINO_CALLS == 0, "ET_WINO_CALLS mus
 typedef struct {
     int b, M, K, N, tb; /* b products of M x K times K x N (tb: the second stored N x K) */
     dnnl_primitive_t mm;
-    dnnl_memory_desc_t md[3], pad; /* U, V, M; the scratchpad */
+    dnnl_memory_desc_t md[3], pad; /* the two operands and the result; the scratchpad */
     size_t pad_size;
 } et_wino_mm;
 #endif
@@ -177,8 +177,8 @@ ET_HOST_INLINE void et_wino_weights(const float *ET_RESTRICT W, float *ET_RESTRI
         }
 }
 
-/* V[k][c][t] = (B^T d B)[k] for the tiles of tile row `row` (image n, tile row ty) of input channel c;
- * t counts from the block's first tile; Vc = V + c * tiles, kstep = C * tiles */
+/* V[k][c][t] = (B^T d B)[k] for the tiles of tile row ty of one input channel's plane Xc (H x Wd): Vt is
+ * V[0][c] at the row's first tile, kstep the distance from V[k] to V[k + 1] (C x the block's tiles) */
 ET_HOST_INLINE void et_wino_input_row(const float *ET_RESTRICT Xc, float *ET_RESTRICT Vt, size_t kstep, int H,
                                       int Wd, int TW, int ty, int PH, int PW) {
     const int L = 2 * TW + 2, n = Wd < L - PW ? Wd : L - PW; /* padded row length, input pixels in it */
@@ -212,6 +212,29 @@ ET_HOST_INLINE void et_wino_input_row(const float *ET_RESTRICT Xc, float *ET_RES
             v3[tx] = b - e;
         }
     }
+}
+
+/* tile rows a block holds: about `bytes` of transforms (16 values a tile for each of C + O channels), at
+ * least ET_WINO_BLOCK_TILES tiles and one row, at most all `rows` */
+ET_HOST_INLINE int et_wino_rows_per_block(int C, int O, int TW, int rows, double bytes) {
+    int per = (int)(bytes / (16.0 * (C + O) * TW * sizeof(float)));
+    if (per * TW < ET_WINO_BLOCK_TILES) per = (ET_WINO_BLOCK_TILES + TW - 1) / TW;
+    return per < 1 ? 1 : per > rows ? rows : per;
+}
+
+/* V (16 x C x the block's tiles) for the block of tile rows [r0, r0 + nr) of X (N x C x H x Wd), TH tile
+ * rows an image: et_wino_input_row for each channel and row, on the threads (et_common.h ET_PARALLEL_FOR2) */
+ET_HOST_INLINE void et_wino_input_block(const float *ET_RESTRICT X, float *ET_RESTRICT V, int C, int H, int Wd,
+                                        int TH, int TW, int r0, int nr, int PH, int PW) {
+    const int T = nr * TW;
+    const size_t vk = (size_t)C * T;
+    ET_PARALLEL_FOR2((double)C * T * 16 * 4)
+    for (int c = 0; c < C; ++c)
+        for (int i = 0; i < nr; ++i) {
+            const int n = (r0 + i) / TH, ty = (r0 + i) % TH;
+            et_wino_input_row(X + ((size_t)n * C + c) * H * Wd, V + (size_t)c * T + (size_t)i * TW, vk, H, Wd, TW, ty,
+                              PH, PW);
+        }
 }
 
 /* the output rows 2 ty and 2 ty + 1 (those below HO) of output channel o from M[k][o][t]: A^T m A, plus
@@ -248,7 +271,7 @@ static et_wino_mm *et_wino_find_mm(int b, int M, int K, int N, int tb) {
         if (e->b == b && e->M == M && e->K == K && e->N == N && e->tb == tb) return e->mm ? &et_wino.mm[i] : 0;
     }
     if (et_wino.n == ET_WINO_ENTRIES) return 0;
-    if (!et_dnnl.engine && dnnl_engine_create(&et_dnnl.engine, dnnl_cpu, 0) != dnnl_success) return 0;
+    if (!et_dnnl_engine()) return 0;
     et_wino_mm *e = &et_wino.mm[et_wino.n++];
     memset(e, 0, sizeof *e);
     e->b = b, e->M = M, e->K = K, e->N = N, e->tb = tb;
@@ -330,7 +353,7 @@ ET_HOST_INLINE void et_wino_prepare(int b, int M, int K, int N, int tb) {
 }
 
 /* one block of tile rows [r0, r0 + nr) of et_wino_conv, its transforms in V and M: the input's transform,
- * the 16 products (one call each), the output's transform. Its loops run on the threads where it is not
+ * the 16 products (ET_WINO_CALLS calls), the output's transform. Its loops run on the threads where it is not
  * itself inside a parallel loop (et_common.h ET_PARALLEL_WORTH): either way every element is computed
  * alike. Returns 0 where oneDNN failed */
 ET_HOST_INLINE int et_wino_block(const float *ET_RESTRICT X, const float *ET_RESTRICT U, const float *ET_RESTRICT B,
@@ -339,13 +362,7 @@ ET_HOST_INLINE int et_wino_block(const float *ET_RESTRICT X, const float *ET_RES
     const int T = nr * TW;
     const size_t vk = (size_t)C * T, mk = (size_t)O * T;
     int bad = 0;
-    ET_PARALLEL_FOR2((double)C * T * 16 * 4)
-    for (int c = 0; c < C; ++c)
-        for (int i = 0; i < nr; ++i) {
-            const int n = (r0 + i) / TH, ty = (r0 + i) % TH;
-            et_wino_input_row(X + ((size_t)n * C + c) * H * Wd, V + (size_t)c * T + (size_t)i * TW, vk, H, Wd, TW, ty,
-                              PH, PW);
-        }
+    et_wino_input_block(X, V, C, H, Wd, TH, TW, r0, nr, PH, PW);
     enum { Q = 16 / ET_WINO_CALLS }; /* products a call */
     ET_PARALLEL_FOR_OR(16.0 * O * C * T, bad)
     for (int q = 0; q < ET_WINO_CALLS; ++q)
@@ -372,10 +389,7 @@ ET_BLAS_FN void et_wino_conv(const float *ET_RESTRICT X, const float *ET_RESTRIC
                              float *ET_RESTRICT Y, int N, int C, int H, int Wd, int O, int HO, int WO, int PH, int PW,
                              int flip) {
     const int TH = (HO + 1) / 2, TW = (WO + 1) / 2, rows = N * TH;
-    const double row_bytes = 16.0 * (C + O) * TW * sizeof(float);
-    int per = (int)(ET_WINO_BLOCK_BYTES / row_bytes);
-    if (per * TW < ET_WINO_BLOCK_TILES) per = (ET_WINO_BLOCK_TILES + TW - 1) / TW;
-    per = per < 1 ? 1 : per > rows ? rows : per;
+    const int per = et_wino_rows_per_block(C, O, TW, rows, ET_WINO_BLOCK_BYTES);
     const int blocks = (rows + per - 1) / per;
     float *U = et_scratch(0, (size_t)16 * O * C);
     if (!U) return;
@@ -423,6 +437,7 @@ ET_HOST_INLINE int et_wino_grad_input(const float *GY, const float *W, float *GX
     et_wino_conv(GY, W, (const float *)0, GX, N, O, HO, WO, C, H, Wd, 2 - PH, 2 - PW, 1);
     return 1;
 }
+
 /* dM[k][o][t] = (A dy A^T)[k] for the tiles of tile row ty of output-gradient channel o (the adjoint of
  * et_wino_output_row: each tile's 2x2 output gradient, zero past HO x WO, spread over its 4x4 products) */
 ET_HOST_INLINE void et_wino_grad_output_row(const float *ET_RESTRICT GYo, float *ET_RESTRICT Mt, size_t kstep, int HO,
@@ -484,17 +499,14 @@ ET_HOST_INLINE void et_wino_grad_weights(const float *ET_RESTRICT dU, float *ET_
 
 /* GW (O x C x 3 x 3) = the weight gradient of such a convolution of X (N x C x H x Wd, padded by PH, PW)
  * from GY (N x O x HO x WO): dU[k] = sum over the tiles of dM[k] V[k]^T, then G^T dU G. The tiles go in
- * blocks fixed by the shape, one after another (each block's transforms on the threads); a block's 16
- * products run one a thread, the first block's into dU, each later one's into P and then added to dU: the
- * sums' order is the same on any thread count */
+ * blocks fixed by the shape, one after another (each block's transforms and its ET_WINO_CALLS calls of
+ * products on the threads), the first block's products into dU, each later one's into P and then added to
+ * dU: the sums' order is the same on any thread count */
 ET_BLAS_FN void et_wino_gw(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *ET_RESTRICT GW, int N,
                            int C, int H, int Wd, int O, int HO, int WO, int PH, int PW) {
     const int TH = (HO + 1) / 2, TW = (WO + 1) / 2, rows = N * TH;
     const size_t OC = (size_t)O * C;
-    const double row_bytes = 16.0 * (C + O) * TW * sizeof(float);
-    int per = (int)(ET_WINO_GW_BLOCK_BYTES / row_bytes);
-    if (per * TW < ET_WINO_BLOCK_TILES) per = (ET_WINO_BLOCK_TILES + TW - 1) / TW;
-    per = per < 1 ? 1 : per > rows ? rows : per;
+    const int per = et_wino_rows_per_block(C, O, TW, rows, ET_WINO_GW_BLOCK_BYTES);
     float *dU = et_scratch(0, 16 * OC), *V = et_scratch(1, (size_t)16 * C * per * TW),
           *dM = et_scratch(2, (size_t)16 * O * per * TW), *P = rows > per ? et_scratch(3, 16 * OC) : dU;
     if (!dU || !V || !dM || !P) return;
@@ -504,13 +516,7 @@ ET_BLAS_FN void et_wino_gw(const float *ET_RESTRICT X, const float *ET_RESTRICT 
         const int nr = rows - r0 < per ? rows - r0 : per, T = nr * TW;
         const size_t vk = (size_t)C * T, mk = (size_t)O * T;
         float *out = r0 ? P : dU;
-        ET_PARALLEL_FOR2((double)C * T * 16 * 4)
-        for (int c = 0; c < C; ++c)
-            for (int i = 0; i < nr; ++i) {
-                const int n = (r0 + i) / TH, ty = (r0 + i) % TH;
-                et_wino_input_row(X + ((size_t)n * C + c) * H * Wd, V + (size_t)c * T + (size_t)i * TW, vk, H, Wd, TW,
-                                  ty, PH, PW);
-            }
+        et_wino_input_block(X, V, C, H, Wd, TH, TW, r0, nr, PH, PW);
         ET_PARALLEL_FOR2((double)O * T * 16 * 4)
         for (int o = 0; o < O; ++o)
             for (int i = 0; i < nr; ++i) {
