@@ -19,6 +19,8 @@ import edgetrain as et
 from edgetrain.backends.c import blas
 from edgetrain.backends.c.graph_lib import FAST_CFLAGS
 from edgetrain.backends.c.host import DEFAULT_CFLAGS, PROJECT_CFLAGS, SANITIZE_CFLAGS, to_c_program
+from edgetrain.ops import gradupdate
+from edgetrain.program import NonFiniteLossError
 from tests.backends.c.float_agreement import gradient_mismatches
 
 RTOL = 1e-5
@@ -164,6 +166,32 @@ def _agrees(ref, c, x, y, steps: int) -> None:
         close(c.step(x, y), ref.step(x, y))
     for k in ref.state:
         close(c.state[k], ref.state[k])
+
+
+def fuse_every_update(monkeypatch) -> None:
+    """Blocks of 36 bytes: every weight gradient is fused with its update in blocks of rows
+    (conv2d_grad_weight_update)."""
+    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
+
+
+def checked_is_raw_and_refuses_overflow(checked, raw, x, y, name: str, match: str) -> None:
+    """Three checked steps of `checked` leave its state bit for bit where three raw steps leave `raw`'s (a copy
+    with its own library); then row 21 of weight `name` set to overflow in its update (-3.3e38, momentum
+    3.4e38: w - 0.05 * 0.9 * 3.4e38 < -float32 max) under a finite loss: the checked step raises
+    NonFiniteLossError matching `match` and leaves every state tensor as it was."""
+    g = raw.compiled.train_graph
+    xin, yin = raw.runner.input_bytes(g, x, training=True), np.ascontiguousarray(raw.runner.label_feed(g, y))
+    for _ in range(3):
+        assert raw.runner.raw_step(xin, yin) == checked.step(x, y)
+    for k, v in raw.state.items():
+        np.testing.assert_array_equal(checked.state[k], v, err_msg=k)
+    checked.state[name][21, 0, 0, 0] = -3.3e38
+    checked.state[f"momentum:{name}"][21, 0, 0, 0] = 3.4e38
+    saved = {k: v.copy() for k, v in checked.state.items()}
+    with pytest.raises(NonFiniteLossError, match=match):
+        checked.step(x, y)
+    for k, v in saved.items():
+        np.testing.assert_array_equal(checked.state[k], v, err_msg=k)
 
 
 @pytest.mark.parametrize("batch", [1, 3])

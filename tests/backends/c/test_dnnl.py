@@ -24,11 +24,9 @@ from torch import nn
 
 from edgetrain.backends.c import blas
 from edgetrain.backends.c.host import OPENMP_CFLAGS, PROJECT_CFLAGS, SANITIZE_CFLAGS
-from edgetrain.ops import gradupdate
 from edgetrain.ops.qgradupdate import split_attrs
-from edgetrain.program import NonFiniteLossError
 from tests.backends.c.test_blas import (FAST, PORTABLE, Blocks, Convs, SamePlanes, StrideOne, _agrees, _programs,
-                                        close)
+                                        checked_is_raw_and_refuses_overflow, close, fuse_every_update)
 
 pytestmark = pytest.mark.skipif(blas.dnnl() is None or blas.library_blas() is None,
                                 reason="oneDNN (pip install onednn-cpu-gomp onednn-devel-cpu-gomp) or a BLAS missing")
@@ -61,12 +59,6 @@ def threaded(piece: int) -> tuple:
     """The threaded library's settings: every dense convolution but the 1x1 at stride 1 on oneDNN in pieces
     of `piece` channels (its weight gradients in pieces of piece / 2, as ET_DNNL_GW_PIECE's default)."""
     return (0.0, piece, -1, -1)
-
-
-def fuse_every_update(monkeypatch) -> None:
-    """Blocks of 36 bytes: every weight gradient is fused with its update in blocks of rows
-    (conv2d_grad_weight_update)."""
-    monkeypatch.setattr(gradupdate, "BLOCK_BYTES", 3 * 3 * 4)
 
 
 class Deep(nn.Module):
@@ -178,20 +170,8 @@ def test_the_checked_step_applies_each_piece_out_of_place(monkeypatch, tuning):
     fuse_every_update(monkeypatch)
     ref, checked, x, y = programs(3, FAST, tuning, StrideOne, 32)
     raw = tune(checked.replace(), *tuning)  # its own library
-    g = raw.compiled.train_graph
-    xin, yin = raw.runner.input_bytes(g, x, training=True), np.ascontiguousarray(raw.runner.label_feed(g, y))
-    for _ in range(3):
-        assert raw.runner.raw_step(xin, yin) == checked.step(x, y)
-    for k, v in raw.state.items():
-        np.testing.assert_array_equal(checked.state[k], v, err_msg=k)
     name = "body.2.weight"  # 24 output channels: 6 pieces of 4 (SPLIT) or whole; row 21 in the last piece
-    checked.state[name][21, 0, 0, 0] = -3.3e38
-    checked.state[f"momentum:{name}"][21, 0, 0, 0] = 3.4e38  # w - 0.05 * 0.9 * 3.4e38 < -float32 max
-    saved = {k: v.copy() for k, v in checked.state.items()}
-    with pytest.raises(NonFiniteLossError, match=f"{name} became non-finite"):
-        checked.step(x, y)
-    for k, v in saved.items():
-        np.testing.assert_array_equal(checked.state[k], v, err_msg=k)
+    checked_is_raw_and_refuses_overflow(checked, raw, x, y, name, f"{name} became non-finite")
 
 
 class Wide(nn.Module):
