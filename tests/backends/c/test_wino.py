@@ -7,8 +7,6 @@ switch (ET_WINO=0) turn it off."""
 from __future__ import annotations
 
 import ctypes
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -76,25 +74,12 @@ def test_the_winograd_path_matches_the_reference(batch, gemm):
     assert c.runner._lib.et_wino_gemms() == gemm
 
 
-def _onednn_has_avx512() -> bool:
-    """Whether oneDNN takes its AVX-512 kernels here (its avx512_core: the CPU's AVX-512 F, BW, VL and DQ)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= set(flags)
-
-
-def test_the_cpu_chooses_the_gemms_library():
-    """oneDNN's matmul where oneDNN has AVX-512 kernels, else the BLAS (chosen at the first convolution)."""
-    if os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA"):
-        pytest.skip("oneDNN's ISA is limited by the environment")
+def test_the_library_chooses_the_gemms_library():
+    """oneDNN's matmul where the library has oneDNN, else the BLAS (chosen at the first convolution)."""
     _, c, x, y = _tuned(1, FAST)
     assert c.runner._lib.et_wino_gemms() == 0
     c.gradients(x, y)
-    wide = blas.dnnl() is not None and _onednn_has_avx512()
-    assert c.runner._lib.et_wino_gemms() == (ONEDNN if wide else BLAS)
+    assert c.runner._lib.et_wino_gemms() == (ONEDNN if blas.DNNL_FLAG in FAST else BLAS)
 
 
 def test_it_takes_no_convolution_when_turned_off():

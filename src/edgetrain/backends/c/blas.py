@@ -34,7 +34,7 @@ BLAS it is left out too.
 
 Before both, the library computes the 3x3 stride-1 convolutions of 16 channels and more (forward,
 input gradient, weight gradient) as Winograd F(2x2, 3x3), its 16 GEMMs on oneDNN's matmul where
-oneDNN has AVX-512 kernels, else on the BLAS (runtime/et_float_wino.h); a build with -DET_WINO=0
+oneDNN is installed, else on the BLAS (runtime/et_float_wino.h); a build with -DET_WINO=0
 leaves it out."""
 from __future__ import annotations
 

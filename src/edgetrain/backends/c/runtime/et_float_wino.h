@@ -12,7 +12,7 @@
  * with the weights transposed and turned by 180 degrees (`flip`). The weight gradient is the adjoint:
  * dU[k] = dM[k] V[k]^T summed over the tiles (dM = A dY A^T per tile), then G^T dU G.
  *
- * The GEMMs run on oneDNN's matmul where oneDNN has AVX-512 kernels, else on the BLAS
+ * The GEMMs run on oneDNN's matmul where the library has oneDNN, else on the BLAS
  * (et_wino_gemm_lib). The transforms are additions and halvings: the results are float32 sums in
  * another order than the direct convolution's, within a few float32 roundings of them
  * (tests/backends/c/test_wino.py), and the same on any thread count: the forward's and the input
@@ -116,15 +116,14 @@ __attribute__((weak)) long et_wino_convolutions(void) { return et_wino.calls; }
 /* the GEMMs' library: 1 the BLAS, 2 oneDNN's matmul, 0 not chosen yet (no convolution on the path so far) */
 __attribute__((weak)) int et_wino_gemms(void) { return et_wino.gemm; }
 
-/* where the 16 GEMMs run. oneDNN's matmul on AVX-512 (brgemm kernels) ran ResNet-18's Winograd GEMMs at
- * 200-250 GFLOP/s on a Zen 5 core whose OpenBLAS took its AVX2 kernels (about 100); with AVX2 only, oneDNN's
- * matmul was slower than OpenBLAS (docs/benchmarks.md, "Winograd"). So: oneDNN's matmul where oneDNN has
- * AVX-512 kernels (unless ONEDNN_MAX_CPU_ISA says less), else the BLAS */
+/* where the 16 GEMMs run: oneDNN's matmul where oneDNN is in the library, else the BLAS. On a Zen 5 core,
+ * per layer of ResNet-18's 32x32 to 8x8 stages at batch 8 (bench/wino_layers.py), the path on oneDNN's
+ * matmul took 0.60-0.70x its time on OpenBLAS (which takes its AVX2 kernels there) and, with oneDNN held to
+ * AVX2 (ONEDNN_MAX_CPU_ISA=AVX2), 0.92-0.98x: docs/benchmarks.md, "Winograd" */
 ET_HOST_INLINE int et_wino_gemm_lib(void) {
     if (!et_wino.gemm) {
 #ifdef ET_DNNL_ON
-        const int isa = (int)dnnl_get_effective_cpu_isa();
-        et_wino.gemm = (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core ? 2 : 1;
+        et_wino.gemm = 2;
 #else
         et_wino.gemm = 1;
 #endif
