@@ -52,6 +52,44 @@ static inline int et_qconv_host_pw_ok(const et_qconv_p *P) {
 /* 16 int8 and 16 int32 lanes (GCC's vector extension; the loads need no alignment) */
 typedef int8_t et_v16b __attribute__((vector_size(16), aligned(1)));
 typedef int32_t et_v16i __attribute__((vector_size(64), aligned(4)));
+/* *r = the 16 int8 lanes of v sign-extended to int32 (lane k to lane k). GCC 12 lowers
+ * __builtin_convertvector of a vector it loaded from memory to a byte at a time (16 loads and
+ * inserts), so the widening is the instruction made for it where there is one. (Results through a
+ * pointer: a function that returned a 64-byte vector would change its ABI without AVX-512.) */
+#define ET_ALWAYS_INLINE static inline __attribute__((always_inline))
+#if defined(__AVX512F__)
+#include <immintrin.h>
+ET_ALWAYS_INLINE void et_widen16(et_v16i *r, et_v16b v) { *r = (et_v16i)_mm512_cvtepi8_epi32((__m128i)v); }
+#elif defined(__AVX2__)
+#include <immintrin.h>
+ET_ALWAYS_INLINE void et_widen16(et_v16i *r, et_v16b v) {
+    const __m256i lo = _mm256_cvtepi8_epi32((__m128i)v), hi = _mm256_cvtepi8_epi32(_mm_srli_si128((__m128i)v, 8));
+    memcpy(r, &lo, 32);
+    memcpy((char *)r + 32, &hi, 32);
+}
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+ET_ALWAYS_INLINE void et_widen16(et_v16i *r, et_v16b v) {
+    int8x16_t b;
+    memcpy(&b, &v, 16);
+    const int16x8_t l = vmovl_s8(vget_low_s8(b)), h = vmovl_high_s8(b);
+    const int32x4_t q[4] = {vmovl_s16(vget_low_s16(l)), vmovl_high_s16(l), vmovl_s16(vget_low_s16(h)),
+                            vmovl_high_s16(h)};
+    memcpy(r, q, 64);
+}
+#else
+ET_ALWAYS_INLINE void et_widen16(et_v16i *r, et_v16b v) { *r = __builtin_convertvector(v, et_v16i); }
+#endif
+/* the same for the 16 bytes at p (any alignment) */
+ET_ALWAYS_INLINE void et_load16(et_v16i *r, const int8_t *p) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+    et_widen16(r, (et_v16b)_mm_loadu_si128((const __m128i *)p));
+#else
+    et_v16b v;
+    memcpy(&v, p, 16);
+    et_widen16(r, v);
+#endif
+}
 
 /* the end of a run of rows from h0 (before r1, at most `rows`) that wraps in neither ring */
 static inline int32_t et_host_run_end(int32_t h0, int32_t r1, int32_t rows, int32_t xcap, int32_t ycap) {
@@ -87,7 +125,9 @@ __attribute__((unused)) static void et_qconv_host_pw(const et_qconv_p *P, et_row
 #pragma GCC unroll 8
                     for (int32_t t = 0; t < ET_HOST_OB; t++) a[t] = (et_v16i){0};
                     for (int32_t c = 0; c < cg; c++) {
-                        const et_v16i v = __builtin_convertvector(*(const et_v16b *)(xb + c * x.cstride + q0), et_v16i) - xz;
+                        et_v16i v;
+                        et_load16(&v, xb + c * x.cstride + q0);
+                        v -= xz;
 #pragma GCC unroll 8
                         for (int32_t t = 0; t < ET_HOST_OB; t++) a[t] += wt[c][t] * v;
                     }

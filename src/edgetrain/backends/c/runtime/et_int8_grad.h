@@ -771,6 +771,128 @@ __attribute__((noinline)) static void et_gw_tap_sums_rows(const et_gw_tap *T, in
     et_gw_tap_sums_rows_k(T, cg, go4, scale4, out, os, ro4, 4);
 }
 
+#if defined(ET_INT8_HOST_PW)
+/* The host: a flat 1x1 dense layer's rows (et_gw_tap_sums_rows' sums, the same products added in
+ * the same order) with ET_GW_HCB input channels in the lanes of a vector. x lies channel by
+ * channel, so per image the 16 channels' next 16 bytes are loaded and transposed in registers
+ * (four stages of interleaves: afterwards vector v holds the bytes of pixel bitrev4(v)); each
+ * pixel's bytes become floats, (float)x - x_zero (exact: small integers, et_gw_levels' values),
+ * and every row's sums take their product, a multiply and an add lane by lane. A channel's sum
+ * lives in one lane from the first pixel to the last (images, then pixels in order). The last
+ * block of fewer than 16 channels reads zero bytes in its other lanes and stores only its own. */
+#define ET_GW_HCB 16
+/* the interleaves of one stage: vectors i and i + st (i's bit st clear), in units of `sz` bytes */
+typedef int8_t et_v16m __attribute__((vector_size(16)));
+static inline __attribute__((always_inline)) void et_gw_zip1(et_v16b *v) {
+    for (int32_t i = 0; i < 16; i++) {
+        if (i & 1) continue;
+        const et_v16b a = v[i], b = v[i + 1];
+        v[i] = __builtin_shuffle(a, b, (et_v16m){0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23});
+        v[i + 1] = __builtin_shuffle(a, b, (et_v16m){8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31});
+    }
+}
+static inline __attribute__((always_inline)) void et_gw_zip2(et_v16b *v) {
+    for (int32_t i = 0; i < 16; i++) {
+        if (i & 2) continue;
+        const et_v16b a = v[i], b = v[i + 2];
+        v[i] = __builtin_shuffle(a, b, (et_v16m){0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23});
+        v[i + 2] = __builtin_shuffle(a, b, (et_v16m){8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31});
+    }
+}
+static inline __attribute__((always_inline)) void et_gw_zip4(et_v16b *v) {
+    for (int32_t i = 0; i < 16; i++) {
+        if (i & 4) continue;
+        const et_v16b a = v[i], b = v[i + 4];
+        v[i] = __builtin_shuffle(a, b, (et_v16m){0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23});
+        v[i + 4] = __builtin_shuffle(a, b, (et_v16m){8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31});
+    }
+}
+static inline __attribute__((always_inline)) void et_gw_zip8(et_v16b *v) {
+    for (int32_t i = 0; i < 16; i++) {
+        if (i & 8) continue;
+        const et_v16b a = v[i], b = v[i + 8];
+        v[i] = __builtin_shuffle(a, b, (et_v16m){0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23});
+        v[i + 8] = __builtin_shuffle(a, b, (et_v16m){8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31});
+    }
+}
+static inline __attribute__((always_inline)) void et_gw_bytes_t16(et_v16b *v) {
+    et_gw_zip1(v);
+    et_gw_zip2(v);
+    et_gw_zip4(v);
+    et_gw_zip8(v);
+}
+
+static inline __attribute__((always_inline)) void et_gw_flat_host_k(const et_gw_tap *T, int32_t cg, const int32_t *go,
+                                                                   const float *scale, float *out, int32_t os,
+                                                                   const int32_t *ro, const int nr) {
+    static const uint8_t rev[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+    const int32_t cs = T->cs, hw = T->q1 - T->q0;
+    const float xz = (float)T->xz;
+    for (int32_t c = 0; c < cg; c += ET_GW_HCB) {
+        const int32_t nc = cg - c < ET_GW_HCB ? cg - c : ET_GW_HCB;
+        et_gi_v16 a[ET_GW_RB];
+#pragma GCC unroll 4
+        for (int32_t j = 0; j < nr; j++) a[j] = (et_gi_v16){0.0f};
+        for (int32_t n = 0; n < T->nimg; n++) {
+            const int8_t *xb = T->x + c * cs + n * T->xn + T->q0;
+            const float *gb = T->g + n * T->gn + T->q0;
+            int32_t q = 0;
+            for (; q + 16 <= hw; q += 16) {
+                et_v16b v[16];
+#pragma GCC unroll 16
+                for (int32_t k = 0; k < 16; k++) {
+                    v[k] = (et_v16b){0};
+                    if (k < nc) memcpy(&v[k], xb + k * cs + q, 16);
+                }
+                et_gw_bytes_t16(v);
+#pragma GCC unroll 16
+                for (int32_t p = 0; p < 16; p++) {
+                    et_v16i w;
+                    et_widen16(&w, v[rev[p]]);
+                    const et_gi_v16 f = __builtin_convertvector(w, et_gi_v16) - xz;
+#pragma GCC unroll 4
+                    for (int32_t j = 0; j < nr; j++) {
+                        const et_gi_v16 pr = gb[go[j] + q + p] * f;
+                        a[j] = a[j] + pr;
+                    }
+                }
+            }
+            for (; q < hw; q++) { /* the last pixels of a plane of other than 16k: a byte at a time */
+                et_v16b b = {0};
+                for (int32_t k = 0; k < nc; k++) b[k] = xb[k * cs + q];
+                et_v16i w;
+                et_widen16(&w, b);
+                const et_gi_v16 f = __builtin_convertvector(w, et_gi_v16) - xz;
+#pragma GCC unroll 4
+                for (int32_t j = 0; j < nr; j++) {
+                    const et_gi_v16 pr = gb[go[j] + q] * f;
+                    a[j] = a[j] + pr;
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int32_t j = 0; j < nr; j++)
+            for (int32_t k = 0; k < nc; k++) out[ro[j] + (c + k) * os] = a[j][k] * scale[j];
+    }
+}
+
+/* out of line, for 1, 2 and 4 rows; three rows take the 4-row form with the third row twice (as
+ * et_gw_tap_sums_rows) */
+__attribute__((noinline)) static void et_gw_flat_host(const et_gw_tap *T, int32_t cg, const int32_t *go, int32_t nr,
+                                                      const float *scale, float *out, int32_t os, const int32_t *ro) {
+    if (nr == 1) {
+        et_gw_flat_host_k(T, cg, go, scale, out, os, ro, 1);
+    } else if (nr == 2) {
+        et_gw_flat_host_k(T, cg, go, scale, out, os, ro, 2);
+    } else {
+        const int32_t go4[ET_GW_RB] = {go[0], go[1], go[2], go[nr - 1]};
+        const int32_t ro4[ET_GW_RB] = {ro[0], ro[1], ro[2], ro[nr - 1]};
+        const float scale4[ET_GW_RB] = {scale[0], scale[1], scale[2], scale[nr - 1]};
+        et_gw_flat_host_k(T, cg, go4, scale4, out, os, ro4, 4);
+    }
+}
+#endif
+
 /* whether gradient row g (n images image_stride apart, hw pixels each) is zero everywhere (-0
  * counts as zero) */
 static inline int et_gw_row_zero(const float *g, int32_t n, int32_t image_stride, int32_t hw) {
@@ -826,6 +948,10 @@ static inline void et_qconv_grad_weight_rows(const et_qconv_p *P, const int8_t *
             for (int32_t j = 0; j < P->kw; j++) {
                 if (!flat) et_col_range(P, j, &T.q0, &T.q1);
                 T.x = xg + (i * P->dh - P->ph) * P->w + j * P->dw - P->pw; /* row r, column q: + r * xr + q * sw */
+#if defined(ET_INT8_HOST_PW)
+                if (flat && P->groups == 1) et_gw_flat_host(&T, P->cg, go, m, scale, out, khkw, ro);
+                else
+#endif
                 if (m == 1) et_gw_tap_sums(&T, P->cg, scale[0], out + i * P->kw + j, khkw);
                 else et_gw_tap_sums_rows(&T, P->cg, go, m, scale, out + i * P->kw + j, khkw, ro);
             }
