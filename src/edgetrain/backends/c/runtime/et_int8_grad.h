@@ -893,6 +893,104 @@ __attribute__((noinline)) static void et_gw_flat_host(const et_gw_tap *T, int32_
 }
 #endif
 
+#if defined(ET_INT8_HOST_PW)
+/* The host: the weight-gradient rows of a kxk layer (depthwise, grouped or dense; a block of up to
+ * ET_GW_RB rows of a dense layer), every tap at once. Per input channel of the group, each image's
+ * plane becomes floats (x - x_zero) with zeros in the padding (the reference's own padded plane);
+ * then per output pixel, in order (images, rows, columns), each row's gradient times tap row i's kw
+ * inputs (one vector load: lane j is tap (i, j)) is added to that row's vector of tap row i's sums.
+ * So each element's sum takes every term of the reference's sum in its order, the padding's zero
+ * terms included, a multiply and an add, each rounded; the taps' (and a 3x3 block's rows') sums run
+ * side by side instead of one after another. Kernels up to ET_GW_KX_K x ET_GW_KX_K, no dilation,
+ * padded planes up to ET_GW_KX_PLANE floats (128 KB on the stack; others take the tap loops below). */
+#define ET_GW_KX_K 8
+#define ET_GW_KX_PLANE 32768
+typedef float et_gw_v8 __attribute__((vector_size(32), aligned(4)));
+static inline int et_gw_kx_host_ok(const et_qconv_p *P) {
+    return P->kh <= ET_GW_KX_K && P->kw <= ET_GW_KX_K && P->dh == 1 && P->dw == 1 &&
+           (P->h + 2 * P->ph) * (P->w + 2 * P->pw) <= ET_GW_KX_PLANE;
+}
+/* one output row of nr gradient rows (gr + go[r]): pixel q's gradient times tap row i's inputs
+ * (xr + i * rs + q * sw) into a[r][i], the sums in registers for the row (locals: gcc kept an array
+ * element in memory across the pixels) */
+static inline __attribute__((always_inline)) void et_gw_kx_row(et_gw_v8 (*a)[ET_GW_KX_K], const float *gr,
+                                                               const int32_t *go, const int nr, const float *xr,
+                                                               int32_t wo, int32_t sw, int32_t rs, const int kh) {
+    et_gw_v8 s[ET_GW_RB][ET_GW_KX_K] = {{{0.0f}}}; /* (only [nr][kh] are used) */
+#pragma GCC unroll 4
+    for (int32_t r = 0; r < nr; r++)
+#pragma GCC unroll 8
+        for (int32_t i = 0; i < kh; i++) s[r][i] = a[r][i];
+    for (int32_t q = 0; q < wo; q++) {
+        const float *xp = xr + q * sw;
+#pragma GCC unroll 4
+        for (int32_t r = 0; r < nr; r++) {
+            const float gv = gr[go[r] + q];
+#pragma GCC unroll 8
+            for (int32_t i = 0; i < kh; i++) {
+                const et_gw_v8 pr = gv * *(const et_gw_v8 *)(xp + i * rs);
+                s[r][i] = s[r][i] + pr;
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int32_t r = 0; r < nr; r++)
+#pragma GCC unroll 8
+        for (int32_t i = 0; i < kh; i++) a[r][i] = s[r][i];
+}
+
+/* rows sel[0] + go[r] / howo (r < nr) of the weight gradient: out[ro[r] + c * kh * kw + i * kw + j]
+ * = scale[r] * the sum of tap (i, j) of the group's input channel c, xg its channel 0 */
+__attribute__((noinline)) static void et_gw_kx_host(const et_qconv_p *P, const int8_t *xg, const float *g,
+                                                    const int32_t *go, int32_t nr, const float *scale,
+                                                    float *ET_RESTRICT out, const int32_t *ro) {
+    const int32_t hp = P->h + 2 * P->ph, wp = P->w + 2 * P->pw, hw = P->h * P->w, howo = P->ho * P->wo;
+    const int32_t kh = P->kh, kw = P->kw, rs = wp, sw = P->sw;
+    const float xz = (float)P->x_zero;
+    float plane[ET_GW_KX_PLANE + ET_GW_KX_K]; /* the last vector load of a row may read 7 floats past it */
+    for (int32_t i = hp * wp; i < hp * wp + ET_GW_KX_K; i++) plane[i] = 0.0f;
+    for (int32_t r = 0; r < P->ph; r++)
+        for (int32_t q = 0; q < wp; q++) plane[r * wp + q] = plane[(hp - 1 - r) * wp + q] = 0.0f;
+    for (int32_t c = 0; c < P->cg; c++) {
+        et_gw_v8 a[ET_GW_RB][ET_GW_KX_K];
+        for (int32_t r = 0; r < ET_GW_RB; r++)
+            for (int32_t i = 0; i < ET_GW_KX_K; i++) a[r][i] = (et_gw_v8){0.0f};
+        for (int32_t n = 0; n < P->n; n++) {
+            const int8_t *xn = xg + (n * P->c + c) * hw;
+            for (int32_t r = 0; r < P->h; r++) {
+                float *row = plane + (r + P->ph) * wp;
+                const int8_t *xr = xn + r * P->w;
+                for (int32_t q = 0; q < P->pw; q++) row[q] = row[wp - 1 - q] = 0.0f;
+                int32_t q = 0;
+                for (; q + 16 <= P->w; q += 16) {
+                    et_v16i v;
+                    et_load16(&v, xr + q);
+                    const et_gi_v16 f = __builtin_convertvector(v, et_gi_v16) - xz;
+                    memcpy(row + P->pw + q, &f, sizeof f);
+                }
+                for (; q < P->w; q++) row[P->pw + q] = (float)xr[q] - xz;
+            }
+            const float *gn = g + n * P->o * howo;
+            for (int32_t ho = 0; ho < P->ho; ho++) {
+                const float *gr = gn + ho * P->wo, *xr = plane + ho * P->sh * wp;
+                if (kh == 3 && nr == 4) et_gw_kx_row(a, gr, go, 4, xr, P->wo, sw, rs, 3);
+                else if (kh == 3 && nr == 2) et_gw_kx_row(a, gr, go, 2, xr, P->wo, sw, rs, 3);
+                else
+                    for (int32_t r = 0; r < nr; r++) {
+                        if (kh == 3) et_gw_kx_row(a + r, gr, go + r, 1, xr, P->wo, sw, rs, 3);
+                        else if (kh == 5) et_gw_kx_row(a + r, gr, go + r, 1, xr, P->wo, sw, rs, 5);
+                        else if (kh == 7) et_gw_kx_row(a + r, gr, go + r, 1, xr, P->wo, sw, rs, 7);
+                        else et_gw_kx_row(a + r, gr, go + r, 1, xr, P->wo, sw, rs, kh);
+                    }
+            }
+        }
+        for (int32_t r = 0; r < nr; r++)
+            for (int32_t i = 0; i < kh; i++)
+                for (int32_t j = 0; j < kw; j++) out[ro[r] + (c * kh + i) * kw + j] = a[r][i][j] * scale[r];
+    }
+}
+#endif
+
 /* whether gradient row g (n images image_stride apart, hw pixels each) is zero everywhere (-0
  * counts as zero) */
 static inline int et_gw_row_zero(const float *g, int32_t n, int32_t image_stride, int32_t hw) {
@@ -943,6 +1041,18 @@ static inline void et_qconv_grad_weight_rows(const et_qconv_p *P, const int8_t *
         et_gw_tap T = {g + o * howo, 0, P->o * howo, flat ? howo : P->wo, P->c * hw, flat ? hw : P->sh * P->w, P->sw,
                        hw, P->n, 0, 1, 0, howo, P->x_zero};
         const int8_t *xg = x + (o / opg) * P->cg * hw;
+#if defined(ET_INT8_HOST_PW)
+        if (!flat && et_gw_kx_host_ok(P)) { /* every tap at once */
+            if (m == 3) { /* the 4-row form with the third row twice (as et_gw_tap_sums_rows) */
+                const int32_t go4[ET_GW_RB] = {go[0], go[1], go[2], go[2]}, ro4[ET_GW_RB] = {ro[0], ro[1], ro[2], ro[2]};
+                const float scale4[ET_GW_RB] = {scale[0], scale[1], scale[2], scale[2]};
+                et_gw_kx_host(P, xg, g + o * howo, go4, 4, scale4, out, ro4);
+            } else {
+                et_gw_kx_host(P, xg, g + o * howo, go, m, scale, out, ro);
+            }
+            continue;
+        }
+#endif
         for (int32_t i = 0; i < P->kh; i++) {
             if (!flat) et_row_range(P, i, &T.r0, &T.r1);
             for (int32_t j = 0; j < P->kw; j++) {
