@@ -91,6 +91,63 @@ ET_ALWAYS_INLINE void et_load16(et_v16i *r, const int8_t *p) {
 #endif
 }
 
+/* the same for the 16 int16 at p */
+ET_ALWAYS_INLINE void et_load16h(et_v16i *r, const int16_t *p) {
+#if defined(__AVX512F__)
+    *r = (et_v16i)_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)p));
+#elif defined(__AVX2__)
+    const __m256i lo = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)p));
+    const __m256i hi = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(p + 8)));
+    memcpy(r, &lo, 32);
+    memcpy((char *)r + 32, &hi, 32);
+#elif defined(__aarch64__)
+    const int16x8_t l = vld1q_s16(p), h = vld1q_s16(p + 8);
+    const int32x4_t q[4] = {vmovl_s16(vget_low_s16(l)), vmovl_high_s16(l), vmovl_s16(vget_low_s16(h)),
+                            vmovl_high_s16(h)};
+    memcpy(r, q, 64);
+#else
+    typedef int16_t v16h __attribute__((vector_size(32)));
+    v16h v;
+    memcpy(&v, p, 32);
+    *r = __builtin_convertvector(v, et_v16i);
+#endif
+}
+
+/* a phase plane's row of a stride-2 layer: pr[q] = xq[2 q] - xz for q in [lo, hi), 16 at a time
+ * (the even bytes of 32 taken by one shuffle, widened to int16: values in [-255, 255]); the last
+ * group reads its bytes from a copy, so nothing past xq[2 (hi - 1)] is read */
+typedef int8_t et_v16m __attribute__((vector_size(16)));
+typedef int16_t et_v16h __attribute__((vector_size(32), aligned(2)));
+static inline void et_phase2_row(int16_t *pr, const int8_t *xq, int32_t lo, int32_t hi, int32_t xz) {
+    for (int32_t q = lo; q < hi; q += 16) {
+        const int32_t nq = hi - q < 16 ? hi - q : 16;
+        int8_t buf[32];
+        const int8_t *src = xq + 2 * q;
+        if (q + 16 >= hi) {
+            memset(buf, 0, sizeof buf);
+            memcpy(buf, src, (size_t)(2 * nq - 1));
+            src = buf;
+        }
+        et_v16b a, b;
+        memcpy(&a, src, 16);
+        memcpy(&b, src + 16, 16);
+        const et_v16b e = __builtin_shuffle(a, b, (et_v16m){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30});
+#if defined(__AVX2__)
+        et_v16h v = (et_v16h)_mm256_cvtepi8_epi16((__m128i)e);
+#elif defined(__aarch64__)
+        int8x16_t eb;
+        memcpy(&eb, &e, 16);
+        const int16x8_t h2[2] = {vmovl_s8(vget_low_s8(eb)), vmovl_high_s8(eb)};
+        et_v16h v;
+        memcpy(&v, h2, 32);
+#else
+        et_v16h v = __builtin_convertvector(e, et_v16h);
+#endif
+        v -= (int16_t)xz;
+        memcpy(pr + q, &v, (size_t)nq * sizeof(int16_t));
+    }
+}
+
 /* the end of a run of rows from h0 (before r1, at most `rows`) that wraps in neither ring */
 static inline int32_t et_host_run_end(int32_t h0, int32_t r1, int32_t rows, int32_t xcap, int32_t ycap) {
     int32_t h1 = h0 + rows < r1 ? h0 + rows : r1;
@@ -166,6 +223,42 @@ __attribute__((unused)) static void et_qconv_host_pw(const et_qconv_p *P, et_row
 #define ET_HOST_KX_OUT 2048  /* sums of a chunk (its rows x WP) for each output channel */
 #define ET_HOST_KX_BUF 12288 /* int16 of a chunk's phase planes */
 #define ET_HOST_KB 4
+#define ET_HOST_KX_TAPS 512 /* (input channel, tap) pairs at most for the sums in registers below */
+/* A chunk's sums, 16 outputs at a time in vector registers over every (input channel, tap) pair tp
+ * of the block: acc[t][q] = sum over tp of wt[tp][t] * pl[toff[tp] + q], for the block's k output
+ * channels (wt 0 past k). Exact int32 sums, so the order is free; each sum is stored once. */
+static inline __attribute__((always_inline)) void et_host_kx_sums_k(const int16_t *pl, const int32_t *toff,
+                                                                   const int32_t (*wt)[ET_HOST_KB], int32_t ntap,
+                                                                   int32_t k, int32_t m,
+                                                                   int32_t (*acc)[ET_HOST_KX_OUT], const int kk) {
+    int32_t q = 0;
+    for (; q + 16 <= m; q += 16) {
+        et_v16i a[ET_HOST_KB];
+#pragma GCC unroll 4
+        for (int32_t t = 0; t < kk; t++) a[t] = (et_v16i){0};
+        for (int32_t tp = 0; tp < ntap; tp++) {
+            et_v16i v;
+            et_load16h(&v, pl + toff[tp] + q);
+#pragma GCC unroll 4
+            for (int32_t t = 0; t < kk; t++) a[t] += wt[tp][t] * v;
+        }
+#pragma GCC unroll 4
+        for (int32_t t = 0; t < kk; t++)
+            if (t < k) memcpy(acc[t] + q, &a[t], sizeof a[t]);
+    }
+    for (; q < m; q++)
+        for (int32_t t = 0; t < k; t++) {
+            int32_t sum = 0;
+            for (int32_t tp = 0; tp < ntap; tp++) sum += wt[tp][t] * (int32_t)pl[toff[tp] + q];
+            acc[t][q] = sum;
+        }
+}
+__attribute__((noinline)) static void et_host_kx_sums(const int16_t *pl, const int32_t *toff,
+                                                      const int32_t (*wt)[ET_HOST_KB], int32_t ntap, int32_t k,
+                                                      int32_t m, int32_t (*acc)[ET_HOST_KX_OUT]) {
+    if (k == 1) et_host_kx_sums_k(pl, toff, wt, ntap, 1, m, acc, 1);
+    else et_host_kx_sums_k(pl, toff, wt, ntap, k, m, acc, ET_HOST_KB);
+}
 static inline int32_t et_host_kx_wp(const et_qconv_p *P) { return P->wo + (P->kw - 1) / P->sw; }
 /* the chunk's output rows: its sums and its planes (one more row than the taps read) within bounds */
 static inline int32_t et_host_kx_rows(const et_qconv_p *P) {
@@ -192,6 +285,14 @@ __attribute__((unused)) static void et_qconv_host_kx(const et_qconv_p *P, et_row
             int16_t pl[ET_HOST_KX_BUF];
             int32_t acc[ET_HOST_KB][ET_HOST_KX_OUT];
             const int8_t *xg = x.p + n * x.nstride + ((oa / opg) * cg - xc_off) * x.cstride;
+            /* the block's weights by (input channel, tap), for the sums in registers */
+            const int32_t ntap = cg * khkw;
+            int32_t wt[ET_HOST_KX_TAPS][ET_HOST_KB], toff[ET_HOST_KX_TAPS];
+            if (ntap <= ET_HOST_KX_TAPS)
+                for (int32_t c = 0; c < cg; c++)
+                    for (int32_t e = 0; e < khkw; e++)
+                        for (int32_t t = 0; t < ET_HOST_KB; t++)
+                            wt[c * khkw + e][t] = t < k ? et_w8_taps(w, oa + t, c, cg, khkw)[e] : 0;
             for (int32_t ha = r0, hb; ha < r1; ha = hb) {
                 hb = ha + rows < r1 ? ha + rows : r1;
                 const int32_t nr = hb - ha + (P->kh - 1) / s + 1, psize = nr * wp, m = (hb - ha) * wp;
@@ -214,23 +315,32 @@ __attribute__((unused)) static void et_qconv_host_kx(const et_qconv_p *P, et_row
                                 if (s == 1)
                                     for (int32_t q = lo; q < hi2; q++) pr[q] = (int16_t)((int32_t)xq[q] - xz);
                                 else
-                                    for (int32_t q = lo; q < hi2; q++) pr[q] = (int16_t)((int32_t)xq[2 * q] - xz);
+                                    et_phase2_row(pr, xq, lo, hi2, xz);
                                 for (int32_t q = hi2 > lo ? hi2 : lo; q < wp; q++) pr[q] = 0;
                             }
                         }
-                for (int32_t t = 0; t < k; t++)
-                    for (int32_t q = 0; q < m; q++) acc[t][q] = 0;
-                for (int32_t c = 0; c < cg; c++)
-                    for (int32_t i = 0; i < P->kh; i++)
-                        for (int32_t j = 0; j < P->kw; j++) {
-                            const int16_t *src = pl + ((c * s + i % s) * s + j % s) * psize + (i / s) * wp + j / s;
-                            for (int32_t t = 0; t < k; t++) {
-                                const int32_t wv = et_w8_taps(w, oa + t, c, cg, khkw)[i * P->kw + j];
-                                if (wv == 0) continue;
-                                int32_t *at = acc[t];
-                                for (int32_t q = 0; q < m; q++) at[q] += wv * (int32_t)src[q];
+                if (ntap <= ET_HOST_KX_TAPS) {
+                    for (int32_t c = 0; c < cg; c++)
+                        for (int32_t i = 0; i < P->kh; i++)
+                            for (int32_t j = 0; j < P->kw; j++)
+                                toff[(c * P->kh + i) * P->kw + j] =
+                                    ((c * s + i % s) * s + j % s) * psize + (i / s) * wp + j / s;
+                    et_host_kx_sums(pl, toff, (const int32_t(*)[ET_HOST_KB])wt, ntap, k, m, acc);
+                } else {
+                    for (int32_t t = 0; t < k; t++)
+                        for (int32_t q = 0; q < m; q++) acc[t][q] = 0;
+                    for (int32_t c = 0; c < cg; c++)
+                        for (int32_t i = 0; i < P->kh; i++)
+                            for (int32_t j = 0; j < P->kw; j++) {
+                                const int16_t *src = pl + ((c * s + i % s) * s + j % s) * psize + (i / s) * wp + j / s;
+                                for (int32_t t = 0; t < k; t++) {
+                                    const int32_t wv = et_w8_taps(w, oa + t, c, cg, khkw)[i * P->kw + j];
+                                    if (wv == 0) continue;
+                                    int32_t *at = acc[t];
+                                    for (int32_t q = 0; q < m; q++) at[q] += wv * (int32_t)src[q];
+                                }
                             }
-                        }
+                }
                 /* each channel's rows side by side (WP -> wo columns), then one requantized run where
                  * the chunk's rows lie one after another in y's ring, else a row at a time */
                 const int32_t run = et_ring_run(ha, hb - 1, y.cap) ? hb - ha : 1;

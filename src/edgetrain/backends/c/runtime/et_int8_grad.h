@@ -781,8 +781,8 @@ __attribute__((noinline)) static void et_gw_tap_sums_rows(const et_gw_tap *T, in
  * lives in one lane from the first pixel to the last (images, then pixels in order). The last
  * block of fewer than 16 channels reads zero bytes in its other lanes and stores only its own. */
 #define ET_GW_HCB 16
-/* the interleaves of one stage: vectors i and i + st (i's bit st clear), in units of `sz` bytes */
-typedef int8_t et_v16m __attribute__((vector_size(16)));
+/* the interleaves of one stage: vectors i and i + st (i's bit st clear), in units of `sz` bytes
+ * (et_v16m: et_int8.h's shuffle masks) */
 static inline __attribute__((always_inline)) void et_gw_zip1(et_v16b *v) {
     for (int32_t i = 0; i < 16; i++) {
         if (i & 1) continue;
