@@ -601,19 +601,22 @@ __attribute__((noinline, unused)) static void et_qmask_pack(const int8_t *y, uin
 __attribute__((noinline, unused)) static void et_qmask_grad(const float *g, const uint8_t *m, float *out,
                                                             int32_t count) {
     int32_t k = 0;
-#if defined(ET_INT8_HOST_PW) /* the host's whole bytes on the threads */
-    const int32_t bytes = count / 8;
+#if defined(ET_INT8_HOST_PW) /* the host: 16 elements (two mask bytes) a vector, on the threads */
+    typedef uint32_t v16u __attribute__((vector_size(64)));
+    typedef float v16f __attribute__((vector_size(64)));
+    const int32_t pairs = count / 16;
     ET_PARALLEL_FOR(count)
-    for (int32_t q = 0; q < bytes; q++) {
-        const uint32_t byte = m[q];
-        for (int32_t j = 0; j < 8; j++) {
-            const uint32_t bits = (uint32_t)((int32_t)(byte << (31 - j)) >> 31) & 0x3F800000u;
-            float f;
-            memcpy(&f, &bits, 4);
-            out[8 * q + j] = g[8 * q + j] * f;
-        }
+    for (int32_t q = 0; q < pairs; q++) {
+        const uint32_t two = (uint32_t)m[2 * q] | (uint32_t)m[2 * q + 1] << 8;
+        const v16u lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+        const v16u bits = (0u - ((two >> lane) & 1u)) & 0x3F800000u;
+        v16f f, gv;
+        memcpy(&f, &bits, sizeof f);
+        memcpy(&gv, g + 16 * q, sizeof gv);
+        gv = gv * f;
+        memcpy(out + 16 * q, &gv, sizeof gv);
     }
-    k = 8 * bytes;
+    k = 16 * pairs;
 #endif
     for (; k + 8 <= count; k += 8) {
         const uint32_t byte = m[k >> 3];
