@@ -113,39 +113,68 @@ ET_ALWAYS_INLINE void et_load16h(et_v16i *r, const int16_t *p) {
 #endif
 }
 
-/* a phase plane's row of a stride-2 layer: pr[q] = xq[2 q] - xz for q in [lo, hi), 16 at a time
- * (the even bytes of 32 taken by one shuffle, widened to int16: values in [-255, 255]); the last
- * group reads its bytes from a copy, so nothing past xq[2 (hi - 1)] is read */
+/* a phase plane's row of a stride-2 layer: pr[q] = xq[2 q] - xz for q in [lo, hi) (values in
+ * [-255, 255]), 16 at a time: the even bytes of 32 taken by one shuffle and widened to int16. A row of
+ * 17 or more ends with the 16 elements [hi - 16, hi) again, their 32 bytes read from one byte earlier
+ * (the odd ones taken), so that nothing past xq[2 (hi - 1)] is read; a shorter row goes a byte at a
+ * time. */
 typedef int8_t et_v16m __attribute__((vector_size(16)));
 typedef int16_t et_v16h __attribute__((vector_size(32), aligned(2)));
-static inline void et_phase2_row(int16_t *pr, const int8_t *xq, int32_t lo, int32_t hi, int32_t xz) {
-    for (int32_t q = lo; q < hi; q += 16) {
-        const int32_t nq = hi - q < 16 ? hi - q : 16;
-        int8_t buf[32];
-        const int8_t *src = xq + 2 * q;
-        if (q + 16 >= hi) {
-            memset(buf, 0, sizeof buf);
-            memcpy(buf, src, (size_t)(2 * nq - 1));
-            src = buf;
-        }
-        et_v16b a, b;
-        memcpy(&a, src, 16);
-        memcpy(&b, src + 16, 16);
-        const et_v16b e = __builtin_shuffle(a, b, (et_v16m){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30});
+static inline __attribute__((always_inline)) void et_phase2_group(int16_t *pr, const int8_t *src, int32_t xz,
+                                                                  const int odd) {
+    et_v16b a, b;
+    memcpy(&a, src, 16);
+    memcpy(&b, src + 16, 16);
+    const et_v16b e = odd ? __builtin_shuffle(a, b, (et_v16m){1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31})
+                          : __builtin_shuffle(a, b, (et_v16m){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30});
 #if defined(__AVX2__)
-        et_v16h v = (et_v16h)_mm256_cvtepi8_epi16((__m128i)e);
+    et_v16h v = (et_v16h)_mm256_cvtepi8_epi16((__m128i)e);
 #elif defined(__aarch64__)
-        int8x16_t eb;
-        memcpy(&eb, &e, 16);
-        const int16x8_t h2[2] = {vmovl_s8(vget_low_s8(eb)), vmovl_high_s8(eb)};
-        et_v16h v;
-        memcpy(&v, h2, 32);
+    int8x16_t eb;
+    memcpy(&eb, &e, 16);
+    const int16x8_t h2[2] = {vmovl_s8(vget_low_s8(eb)), vmovl_high_s8(eb)};
+    et_v16h v;
+    memcpy(&v, h2, 32);
 #else
-        et_v16h v = __builtin_convertvector(e, et_v16h);
+    et_v16h v = __builtin_convertvector(e, et_v16h);
 #endif
-        v -= (int16_t)xz;
-        memcpy(pr + q, &v, (size_t)nq * sizeof(int16_t));
+    v -= (int16_t)xz;
+    memcpy(pr, &v, sizeof v);
+}
+/* the same at stride 1: pr[q] = xq[q] - xz, a row of 16 or more in groups of 16 bytes, the last
+ * group [hi - 16, hi) overlapping the one before */
+static inline __attribute__((always_inline)) void et_phase1_group(int16_t *pr, const int8_t *src, int32_t xz) {
+    et_v16b e;
+    memcpy(&e, src, 16);
+#if defined(__AVX2__)
+    et_v16h v = (et_v16h)_mm256_cvtepi8_epi16((__m128i)e);
+#elif defined(__aarch64__)
+    int8x16_t eb;
+    memcpy(&eb, &e, 16);
+    const int16x8_t h2[2] = {vmovl_s8(vget_low_s8(eb)), vmovl_high_s8(eb)};
+    et_v16h v;
+    memcpy(&v, h2, 32);
+#else
+    et_v16h v = __builtin_convertvector(e, et_v16h);
+#endif
+    v -= (int16_t)xz;
+    memcpy(pr, &v, sizeof v);
+}
+static inline void et_phase1_row(int16_t *pr, const int8_t *xq, int32_t lo, int32_t hi, int32_t xz) {
+    if (hi - lo < 16) {
+        for (int32_t q = lo; q < hi; q++) pr[q] = (int16_t)((int32_t)xq[q] - xz);
+        return;
     }
+    for (int32_t q = lo; q + 16 < hi; q += 16) et_phase1_group(pr + q, xq + q, xz);
+    et_phase1_group(pr + hi - 16, xq + hi - 16, xz);
+}
+static inline void et_phase2_row(int16_t *pr, const int8_t *xq, int32_t lo, int32_t hi, int32_t xz) {
+    if (hi - lo < 17) {
+        for (int32_t q = lo; q < hi; q++) pr[q] = (int16_t)((int32_t)xq[2 * q] - xz);
+        return;
+    }
+    for (int32_t q = lo; q + 16 < hi; q += 16) et_phase2_group(pr + q, xq + 2 * q, xz, 0); /* reads to xq[2q + 31] */
+    et_phase2_group(pr + hi - 16, xq + 2 * (hi - 16) - 1, xz, 1);
 }
 
 /* the end of a run of rows from h0 (before r1, at most `rows`) that wraps in neither ring */
@@ -275,6 +304,7 @@ __attribute__((unused)) static void et_qconv_host_kx(const et_qconv_p *P, et_row
                                                      const int32_t *bias, et_rows8 y, float *yf, int32_t yo_off,
                                                      int32_t r0, int32_t r1, int32_t o0, int32_t o1) {
     const int32_t s = P->sh, wp = et_host_kx_wp(P), rows = et_host_kx_rows(P), khkw = P->kh * P->kw;
+    const int32_t sl = s - 1; /* s is 1 or 2: / s is >> sl, % s is & sl (no divisions in the loops) */
     const int32_t xz = P->x_zero, wo = P->wo, cg = P->cg, opg = P->o / P->groups;
     const int32_t kb = P->groups == 1 ? ET_HOST_KB : 1, nb = (o1 - o0 + kb - 1) / kb;
     /* the host's threads: one (image, block of output channels) per iteration, its sums in one thread */
@@ -307,13 +337,13 @@ __attribute__((unused)) static void et_qconv_host_kx(const et_qconv_p *P, et_row
                             for (int32_t b = 0; b < s; b++) {
                                 int16_t *pr = pl + ((c * s + a) * s + b) * psize + r * wp;
                                 /* columns [lo, hi2) read x (q * s + b - pw in [0, w)); the rest are padding */
-                                const int32_t lo = P->pw > b ? (P->pw - b + s - 1) / s : 0;
-                                int32_t hi2 = valid ? (P->w + P->pw - b + s - 1) / s : lo;
+                                const int32_t lo = P->pw > b ? (P->pw - b + s - 1) >> sl : 0;
+                                int32_t hi2 = valid ? (P->w + P->pw - b + s - 1) >> sl : lo;
                                 if (hi2 > wp) hi2 = wp;
                                 const int8_t *xq = xr + b - P->pw;
                                 for (int32_t q = 0; q < lo; q++) pr[q] = 0;
                                 if (s == 1)
-                                    for (int32_t q = lo; q < hi2; q++) pr[q] = (int16_t)((int32_t)xq[q] - xz);
+                                    et_phase1_row(pr, xq, lo, hi2, xz);
                                 else
                                     et_phase2_row(pr, xq, lo, hi2, xz);
                                 for (int32_t q = hi2 > lo ? hi2 : lo; q < wp; q++) pr[q] = 0;
@@ -324,7 +354,7 @@ __attribute__((unused)) static void et_qconv_host_kx(const et_qconv_p *P, et_row
                         for (int32_t i = 0; i < P->kh; i++)
                             for (int32_t j = 0; j < P->kw; j++)
                                 toff[(c * P->kh + i) * P->kw + j] =
-                                    ((c * s + i % s) * s + j % s) * psize + (i / s) * wp + j / s;
+                                    ((c * s + (i & sl)) * s + (j & sl)) * psize + (i >> sl) * wp + (j >> sl);
                     et_host_kx_sums(pl, toff, (const int32_t(*)[ET_HOST_KB])wt, ntap, k, m, acc);
                 } else {
                     for (int32_t t = 0; t < k; t++)

@@ -940,10 +940,13 @@ static inline __attribute__((always_inline)) void et_gw_kx_row(et_gw_v8 (*a)[ET_
 }
 
 /* rows sel[0] + go[r] / howo (r < nr) of the weight gradient: out[ro[r] + c * kh * kw + i * kw + j]
- * = scale[r] * the sum of tap (i, j) of the group's input channel c, xg its channel 0 */
-__attribute__((noinline)) static void et_gw_kx_host(const et_qconv_p *P, const int8_t *xg, const float *g,
-                                                    const int32_t *go, int32_t nr, const float *scale,
-                                                    float *ET_RESTRICT out, const int32_t *ro) {
+ * = scale[r] * the sum of tap (i, j) of the group's input channel c, xg its channel 0. Returns 0, having
+ * done nothing, for a layer it does not take (et_gw_kx_host_ok: tested here, beside the plane's
+ * accesses, so that the compiler sees their bounds in every copy it makes). */
+__attribute__((noinline)) static int et_gw_kx_host(const et_qconv_p *P, const int8_t *xg, const float *g,
+                                                   const int32_t *go, int32_t nr, const float *scale,
+                                                   float *ET_RESTRICT out, const int32_t *ro) {
+    if (!et_gw_kx_host_ok(P)) return 0;
     const int32_t hp = P->h + 2 * P->ph, wp = P->w + 2 * P->pw, hw = P->h * P->w, howo = P->ho * P->wo;
     const int32_t kh = P->kh, kw = P->kw, rs = wp, sw = P->sw;
     const float xz = (float)P->x_zero;
@@ -988,6 +991,7 @@ __attribute__((noinline)) static void et_gw_kx_host(const et_qconv_p *P, const i
             for (int32_t i = 0; i < kh; i++)
                 for (int32_t j = 0; j < kw; j++) out[ro[r] + (c * kh + i) * kw + j] = a[r][i][j] * scale[r];
     }
+    return 1;
 }
 #endif
 
@@ -1042,15 +1046,13 @@ static inline void et_qconv_grad_weight_rows(const et_qconv_p *P, const int8_t *
                        hw, P->n, 0, 1, 0, howo, P->x_zero};
         const int8_t *xg = x + (o / opg) * P->cg * hw;
 #if defined(ET_INT8_HOST_PW)
-        if (!flat && et_gw_kx_host_ok(P)) { /* every tap at once */
-            if (m == 3) { /* the 4-row form with the third row twice (as et_gw_tap_sums_rows) */
-                const int32_t go4[ET_GW_RB] = {go[0], go[1], go[2], go[2]}, ro4[ET_GW_RB] = {ro[0], ro[1], ro[2], ro[2]};
-                const float scale4[ET_GW_RB] = {scale[0], scale[1], scale[2], scale[2]};
-                et_gw_kx_host(P, xg, g + o * howo, go4, 4, scale4, out, ro4);
-            } else {
-                et_gw_kx_host(P, xg, g + o * howo, go, m, scale, out, ro);
-            }
-            continue;
+        if (!flat) { /* every tap at once, where et_gw_kx_host takes the layer */
+            /* three rows: the 4-row form with the third row twice (as et_gw_tap_sums_rows) */
+            const int32_t go4[ET_GW_RB] = {go[0], go[1], go[2], go[2]}, ro4[ET_GW_RB] = {ro[0], ro[1], ro[2], ro[2]};
+            const float scale4[ET_GW_RB] = {scale[0], scale[1], scale[2], scale[2]};
+            if (m == 3 ? et_gw_kx_host(P, xg, g + o * howo, go4, 4, scale4, out, ro4)
+                       : et_gw_kx_host(P, xg, g + o * howo, go, m, scale, out, ro))
+                continue;
         }
 #endif
         for (int32_t i = 0; i < P->kh; i++) {
