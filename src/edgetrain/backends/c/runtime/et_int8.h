@@ -120,13 +120,8 @@ ET_ALWAYS_INLINE void et_load16h(et_v16i *r, const int16_t *p) {
  * time. */
 typedef int8_t et_v16m __attribute__((vector_size(16)));
 typedef int16_t et_v16h __attribute__((vector_size(32), aligned(2)));
-static inline __attribute__((always_inline)) void et_phase2_group(int16_t *pr, const int8_t *src, int32_t xz,
-                                                                  const int odd) {
-    et_v16b a, b;
-    memcpy(&a, src, 16);
-    memcpy(&b, src + 16, 16);
-    const et_v16b e = odd ? __builtin_shuffle(a, b, (et_v16m){1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31})
-                          : __builtin_shuffle(a, b, (et_v16m){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30});
+/* pr[0..16) = the 16 int8 lanes of e widened to int16, less xz */
+static inline __attribute__((always_inline)) void et_widen16w(int16_t *pr, et_v16b e, int32_t xz) {
 #if defined(__AVX2__)
     et_v16h v = (et_v16h)_mm256_cvtepi8_epi16((__m128i)e);
 #elif defined(__aarch64__)
@@ -141,24 +136,21 @@ static inline __attribute__((always_inline)) void et_phase2_group(int16_t *pr, c
     v -= (int16_t)xz;
     memcpy(pr, &v, sizeof v);
 }
+static inline __attribute__((always_inline)) void et_phase2_group(int16_t *pr, const int8_t *src, int32_t xz,
+                                                                  const int odd) {
+    et_v16b a, b;
+    memcpy(&a, src, 16);
+    memcpy(&b, src + 16, 16);
+    const et_v16b e = odd ? __builtin_shuffle(a, b, (et_v16m){1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31})
+                          : __builtin_shuffle(a, b, (et_v16m){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30});
+    et_widen16w(pr, e, xz);
+}
 /* the same at stride 1: pr[q] = xq[q] - xz, a row of 16 or more in groups of 16 bytes, the last
  * group [hi - 16, hi) overlapping the one before */
 static inline __attribute__((always_inline)) void et_phase1_group(int16_t *pr, const int8_t *src, int32_t xz) {
     et_v16b e;
     memcpy(&e, src, 16);
-#if defined(__AVX2__)
-    et_v16h v = (et_v16h)_mm256_cvtepi8_epi16((__m128i)e);
-#elif defined(__aarch64__)
-    int8x16_t eb;
-    memcpy(&eb, &e, 16);
-    const int16x8_t h2[2] = {vmovl_s8(vget_low_s8(eb)), vmovl_high_s8(eb)};
-    et_v16h v;
-    memcpy(&v, h2, 32);
-#else
-    et_v16h v = __builtin_convertvector(e, et_v16h);
-#endif
-    v -= (int16_t)xz;
-    memcpy(pr, &v, sizeof v);
+    et_widen16w(pr, e, xz);
 }
 static inline void et_phase1_row(int16_t *pr, const int8_t *xq, int32_t lo, int32_t hi, int32_t xz) {
     if (hi - lo < 16) {

@@ -783,38 +783,25 @@ __attribute__((noinline)) static void et_gw_tap_sums_rows(const et_gw_tap *T, in
 #define ET_GW_HCB 16
 /* the interleaves of one stage: vectors i and i + st (i's bit st clear), in units of `sz` bytes
  * (et_v16m: et_int8.h's shuffle masks) */
-static inline __attribute__((always_inline)) void et_gw_zip1(et_v16b *v) {
-    for (int32_t i = 0; i < 16; i++) {
-        if (i & 1) continue;
-        const et_v16b a = v[i], b = v[i + 1];
-        v[i] = __builtin_shuffle(a, b, (et_v16m){0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23});
-        v[i + 1] = __builtin_shuffle(a, b, (et_v16m){8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31});
+#define ET_GW_UNPAREN(...) __VA_ARGS__
+#define ET_GW_ZIP(ST, LO, HI)                                                           \
+    static inline __attribute__((always_inline)) void et_gw_zip##ST(et_v16b *v) {       \
+        for (int32_t i = 0; i < 16; i++) {                                              \
+            if (i & ST) continue;                                                       \
+            const et_v16b a = v[i], b = v[i + ST];                                      \
+            v[i] = __builtin_shuffle(a, b, (et_v16m){ET_GW_UNPAREN LO});                \
+            v[i + ST] = __builtin_shuffle(a, b, (et_v16m){ET_GW_UNPAREN HI});           \
+        }                                                                               \
     }
-}
-static inline __attribute__((always_inline)) void et_gw_zip2(et_v16b *v) {
-    for (int32_t i = 0; i < 16; i++) {
-        if (i & 2) continue;
-        const et_v16b a = v[i], b = v[i + 2];
-        v[i] = __builtin_shuffle(a, b, (et_v16m){0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23});
-        v[i + 2] = __builtin_shuffle(a, b, (et_v16m){8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31});
-    }
-}
-static inline __attribute__((always_inline)) void et_gw_zip4(et_v16b *v) {
-    for (int32_t i = 0; i < 16; i++) {
-        if (i & 4) continue;
-        const et_v16b a = v[i], b = v[i + 4];
-        v[i] = __builtin_shuffle(a, b, (et_v16m){0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23});
-        v[i + 4] = __builtin_shuffle(a, b, (et_v16m){8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31});
-    }
-}
-static inline __attribute__((always_inline)) void et_gw_zip8(et_v16b *v) {
-    for (int32_t i = 0; i < 16; i++) {
-        if (i & 8) continue;
-        const et_v16b a = v[i], b = v[i + 8];
-        v[i] = __builtin_shuffle(a, b, (et_v16m){0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23});
-        v[i + 8] = __builtin_shuffle(a, b, (et_v16m){8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31});
-    }
-}
+ET_GW_ZIP(1, (0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23),
+          (8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31))
+ET_GW_ZIP(2, (0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23),
+          (8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31))
+ET_GW_ZIP(4, (0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23),
+          (8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31))
+ET_GW_ZIP(8, (0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),
+          (8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
+#undef ET_GW_ZIP
 static inline __attribute__((always_inline)) void et_gw_bytes_t16(et_v16b *v) {
     et_gw_zip1(v);
     et_gw_zip2(v);
