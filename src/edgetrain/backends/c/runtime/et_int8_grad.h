@@ -936,9 +936,12 @@ __attribute__((noinline)) static int et_gw_kx_host(const et_qconv_p *P, const in
     const int32_t kh = P->kh, kw = P->kw, rs = wp, sw = P->sw;
     const float xz = (float)P->x_zero;
     float plane[ET_GW_KX_PLANE + ET_GW_KX_K]; /* the last vector load of a row may read 7 floats past it */
+    /* the padding (rows and columns) and the slack, zeroed once: the planes' inputs overwrite the rest */
     for (int32_t i = hp * wp; i < hp * wp + ET_GW_KX_K; i++) plane[i] = 0.0f;
     for (int32_t r = 0; r < P->ph; r++)
         for (int32_t q = 0; q < wp; q++) plane[r * wp + q] = plane[(hp - 1 - r) * wp + q] = 0.0f;
+    for (int32_t r = P->ph; r < hp - P->ph; r++)
+        for (int32_t q = 0; q < P->pw; q++) plane[r * wp + q] = plane[r * wp + wp - 1 - q] = 0.0f;
     for (int32_t c = 0; c < P->cg; c++) {
         et_gw_v8 a[ET_GW_RB][ET_GW_KX_K];
         for (int32_t r = 0; r < ET_GW_RB; r++)
@@ -948,7 +951,6 @@ __attribute__((noinline)) static int et_gw_kx_host(const et_qconv_p *P, const in
             for (int32_t r = 0; r < P->h; r++) {
                 float *row = plane + (r + P->ph) * wp;
                 const int8_t *xr = xn + r * P->w;
-                for (int32_t q = 0; q < P->pw; q++) row[q] = row[wp - 1 - q] = 0.0f;
                 int32_t q = 0;
                 for (; q + 16 <= P->w; q += 16) {
                     et_v16i v;
