@@ -56,19 +56,20 @@ typedef int32_t et_v16i __attribute__((vector_size(64), aligned(4)));
  * __builtin_convertvector of a vector it loaded from memory to a byte at a time (16 loads and
  * inserts), so the widening is the instruction made for it where there is one. (Results through a
  * pointer: a function that returned a 64-byte vector would change its ABI without AVX-512.) */
+#define ET_ALWAYS_INLINE static inline __attribute__((always_inline))
 #if defined(__AVX512F__)
 #include <immintrin.h>
-ET_INLINE void et_widen16(et_v16i *r, et_v16b v) { *r = (et_v16i)_mm512_cvtepi8_epi32((__m128i)v); }
+ET_ALWAYS_INLINE void et_widen16(et_v16i *r, et_v16b v) { *r = (et_v16i)_mm512_cvtepi8_epi32((__m128i)v); }
 #elif defined(__AVX2__)
 #include <immintrin.h>
-ET_INLINE void et_widen16(et_v16i *r, et_v16b v) {
+ET_ALWAYS_INLINE void et_widen16(et_v16i *r, et_v16b v) {
     const __m256i lo = _mm256_cvtepi8_epi32((__m128i)v), hi = _mm256_cvtepi8_epi32(_mm_srli_si128((__m128i)v, 8));
     memcpy(r, &lo, 32);
     memcpy((char *)r + 32, &hi, 32);
 }
 #elif defined(__aarch64__)
 #include <arm_neon.h>
-ET_INLINE void et_widen16(et_v16i *r, et_v16b v) {
+ET_ALWAYS_INLINE void et_widen16(et_v16i *r, et_v16b v) {
     int8x16_t b;
     memcpy(&b, &v, 16);
     const int16x8_t l = vmovl_s8(vget_low_s8(b)), h = vmovl_high_s8(b);
@@ -77,10 +78,10 @@ ET_INLINE void et_widen16(et_v16i *r, et_v16b v) {
     memcpy(r, q, 64);
 }
 #else
-ET_INLINE void et_widen16(et_v16i *r, et_v16b v) { *r = __builtin_convertvector(v, et_v16i); }
+ET_ALWAYS_INLINE void et_widen16(et_v16i *r, et_v16b v) { *r = __builtin_convertvector(v, et_v16i); }
 #endif
 /* the same for the 16 bytes at p (any alignment) */
-ET_INLINE void et_load16(et_v16i *r, const int8_t *p) {
+ET_ALWAYS_INLINE void et_load16(et_v16i *r, const int8_t *p) {
 #if defined(__AVX512F__) || defined(__AVX2__)
     et_widen16(r, (et_v16b)_mm_loadu_si128((const __m128i *)p));
 #else
@@ -91,7 +92,7 @@ ET_INLINE void et_load16(et_v16i *r, const int8_t *p) {
 }
 
 /* the same for the 16 int16 at p */
-ET_INLINE void et_load16h(et_v16i *r, const int16_t *p) {
+ET_ALWAYS_INLINE void et_load16h(et_v16i *r, const int16_t *p) {
 #if defined(__AVX512F__)
     *r = (et_v16i)_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)p));
 #elif defined(__AVX2__)
@@ -120,7 +121,7 @@ ET_INLINE void et_load16h(et_v16i *r, const int16_t *p) {
 typedef int8_t et_v16m __attribute__((vector_size(16)));
 typedef int16_t et_v16h __attribute__((vector_size(32), aligned(2)));
 /* pr[0..16) = the 16 int8 lanes of e widened to int16, less xz */
-ET_INLINE void et_widen16w(int16_t *pr, et_v16b e, int32_t xz) {
+static inline __attribute__((always_inline)) void et_widen16w(int16_t *pr, et_v16b e, int32_t xz) {
 #if defined(__AVX2__)
     et_v16h v = (et_v16h)_mm256_cvtepi8_epi16((__m128i)e);
 #elif defined(__aarch64__)
@@ -135,7 +136,8 @@ ET_INLINE void et_widen16w(int16_t *pr, et_v16b e, int32_t xz) {
     v -= (int16_t)xz;
     memcpy(pr, &v, sizeof v);
 }
-ET_INLINE void et_phase2_group(int16_t *pr, const int8_t *src, int32_t xz, const int odd) {
+static inline __attribute__((always_inline)) void et_phase2_group(int16_t *pr, const int8_t *src, int32_t xz,
+                                                                  const int odd) {
     et_v16b a, b;
     memcpy(&a, src, 16);
     memcpy(&b, src + 16, 16);
@@ -145,7 +147,7 @@ ET_INLINE void et_phase2_group(int16_t *pr, const int8_t *src, int32_t xz, const
 }
 /* the same at stride 1: pr[q] = xq[q] - xz, a row of 16 or more in groups of 16 bytes, the last
  * group [hi - 16, hi) overlapping the one before */
-ET_INLINE void et_phase1_group(int16_t *pr, const int8_t *src, int32_t xz) {
+static inline __attribute__((always_inline)) void et_phase1_group(int16_t *pr, const int8_t *src, int32_t xz) {
     et_v16b e;
     memcpy(&e, src, 16);
     et_widen16w(pr, e, xz);
@@ -246,8 +248,10 @@ __attribute__((unused)) static void et_qconv_host_pw(const et_qconv_p *P, et_row
 /* A chunk's sums, 16 outputs at a time in vector registers over every (input channel, tap) pair tp
  * of the block: acc[t][q] = sum over tp of wt[tp][t] * pl[toff[tp] + q], for the block's k output
  * channels (wt 0 past k). Exact int32 sums, so the order is free; each sum is stored once. */
-ET_INLINE void et_host_kx_sums_k(const int16_t *pl, const int32_t *toff, const int32_t (*wt)[ET_HOST_KB], int32_t ntap,
-                                 int32_t k, int32_t m, int32_t (*acc)[ET_HOST_KX_OUT], const int kk) {
+static inline __attribute__((always_inline)) void et_host_kx_sums_k(const int16_t *pl, const int32_t *toff,
+                                                                   const int32_t (*wt)[ET_HOST_KB], int32_t ntap,
+                                                                   int32_t k, int32_t m,
+                                                                   int32_t (*acc)[ET_HOST_KX_OUT], const int kk) {
     int32_t q = 0;
     for (; q + 16 <= m; q += 16) {
         et_v16i a[ET_HOST_KB];

@@ -785,7 +785,7 @@ __attribute__((noinline)) static void et_gw_tap_sums_rows(const et_gw_tap *T, in
  * (et_v16m: et_int8.h's shuffle masks) */
 #define ET_GW_UNPAREN(...) __VA_ARGS__
 #define ET_GW_ZIP(ST, LO, HI)                                                           \
-    ET_INLINE void et_gw_zip##ST(et_v16b *v) {                                          \
+    static inline __attribute__((always_inline)) void et_gw_zip##ST(et_v16b *v) {       \
         for (int32_t i = 0; i < 16; i++) {                                              \
             if (i & ST) continue;                                                       \
             const et_v16b a = v[i], b = v[i + ST];                                      \
@@ -802,15 +802,16 @@ ET_GW_ZIP(4, (0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23),
 ET_GW_ZIP(8, (0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),
           (8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
 #undef ET_GW_ZIP
-ET_INLINE void et_gw_bytes_t16(et_v16b *v) {
+static inline __attribute__((always_inline)) void et_gw_bytes_t16(et_v16b *v) {
     et_gw_zip1(v);
     et_gw_zip2(v);
     et_gw_zip4(v);
     et_gw_zip8(v);
 }
 
-ET_INLINE void et_gw_flat_host_k(const et_gw_tap *T, int32_t cg, const int32_t *go, const float *scale, float *out,
-                                 int32_t os, const int32_t *ro, const int nr) {
+static inline __attribute__((always_inline)) void et_gw_flat_host_k(const et_gw_tap *T, int32_t cg, const int32_t *go,
+                                                                   const float *scale, float *out, int32_t os,
+                                                                   const int32_t *ro, const int nr) {
     static const uint8_t rev[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
     const int32_t cs = T->cs, hw = T->q1 - T->q0;
     const float xz = (float)T->xz;
@@ -899,8 +900,9 @@ static inline int et_gw_kx_host_ok(const et_qconv_p *P) {
 /* one output row of nr gradient rows (gr + go[r]): pixel q's gradient times tap row i's inputs
  * (xr + i * rs + q * sw) into a[r][i], the sums in registers for the row (locals: gcc kept an array
  * element in memory across the pixels) */
-ET_INLINE void et_gw_kx_row(et_gw_v8 (*a)[ET_GW_KX_K], const float *gr, const int32_t *go, const int nr,
-                            const float *xr, int32_t wo, int32_t sw, int32_t rs, const int kh) {
+static inline __attribute__((always_inline)) void et_gw_kx_row(et_gw_v8 (*a)[ET_GW_KX_K], const float *gr,
+                                                               const int32_t *go, const int nr, const float *xr,
+                                                               int32_t wo, int32_t sw, int32_t rs, const int kh) {
     et_gw_v8 s[ET_GW_RB][ET_GW_KX_K] = {{{0.0f}}}; /* (only [nr][kh] are used) */
 #pragma GCC unroll 4
     for (int32_t r = 0; r < nr; r++)
