@@ -308,7 +308,6 @@ static int et_dnnl_create(et_dnnl_entry *e) {
     return ok;
 }
 
-/* entry of this kind and shape, created at its first call; 0 where oneDNN does not take it */
 /* the library's CPU engine, made at the first call; 0 if it could not be made (then never tried again: every
  * convolution takes the GEMM path) */
 static dnnl_engine_t et_dnnl_engine(void) {
@@ -319,6 +318,7 @@ static dnnl_engine_t et_dnnl_engine(void) {
     return et_dnnl.engine;
 }
 
+/* entry of this kind and shape, created at its first call; 0 where oneDNN does not take it */
 static et_dnnl_entry *et_dnnl_find(const int key[ET_DNNL_KEY]) {
     for (int i = 0; i < et_dnnl.n; ++i)
         if (!memcmp(et_dnnl.e[i].key, key, sizeof et_dnnl.e[i].key)) return et_dnnl.e[i].ok > 0 ? &et_dnnl.e[i] : 0;

@@ -56,6 +56,8 @@ typedef int32_t et_v16i __attribute__((vector_size(64), aligned(4)));
  * __builtin_convertvector of a vector it loaded from memory to a byte at a time (16 loads and
  * inserts), so the widening is the instruction made for it where there is one. (Results through a
  * pointer: a function that returned a 64-byte vector would change its ABI without AVX-512.) */
+/* the host-only helpers below: always inlined into their callers (not `ET_INLINE`, which marks a kernel that
+ * kernel_lib.py compiles out of line; et_float_blas.h's ET_HOST_INLINE, the same for the float kernels) */
 #define ET_ALWAYS_INLINE static inline __attribute__((always_inline))
 #if defined(__AVX512F__)
 #include <immintrin.h>
