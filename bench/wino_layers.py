@@ -3,7 +3,7 @@ against the library's other path (oneDNN's direct convolution, or the GEMM path 
 GEMMs on the BLAS against oneDNN's matmul.
 
     PYTHONPATH=src python bench/wino_layers.py [--layers 64:32,128:16,256:8,512:4] [--batch 8]
-        [--repeats 15] [--warmup 2] [--cflags="-DNAME=VALUE ..."] [--json-only]
+        [--repeats 15] [--warmup 2] [--threads 1] [--cflags="-DNAME=VALUE ..."] [--json-only]
 
 For each layer C:S, a net of two C -> C 3x3 convolutions (padding 1, no bias) with a ReLU between, on a batch
 of C x S x S inputs, then a linear layer to 10 classes, compiled for the C backend (Full, SGD with momentum
@@ -14,8 +14,9 @@ repeat. Each row gives a pass's median milliseconds per convolution: the forward
 mean), the input gradient (the second's: the first's input needs none) and the weight gradient (both
 convolutions' mean, fused with its update or not, as the compiler chose), and which library the CPU's rule
 (et_wino_gemm_lib) picks. A layer the path does not take (fewer than 64 tiles: 512:4 at batch 8) gives the
-same figures in every setting. Medians of the thread's wall time, one thread. --cflags adds an experiment's
-macros to the library (ET_WINO_BLOCK_BYTES, ...). Prints JSON lines and a markdown table.
+same figures in every setting. Medians of the calling thread's wall time, on one thread, or with --threads T
+on the threaded library (host.OPENMP_CFLAGS) with T threads. --cflags adds an experiment's macros to the
+library (ET_WINO_BLOCK_BYTES, ...). Prints JSON lines and a markdown table.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from torch import nn
 
 import edgetrain as et
 from edgetrain.backends.c import blas
-from edgetrain.backends.c.host import DEFAULT_CFLAGS, PROFILE_FLAG, to_c_program
+from edgetrain.backends.c.host import DEFAULT_CFLAGS, OPENMP_CFLAGS, PROFILE_FLAG, to_c_program
 
 #: et_wino_tune's (on, gemm) for each setting
 SETTINGS = {"direct": (0, 0), "wino_blas": (1, 1), "wino_onednn": (1, 2)}
@@ -50,7 +51,8 @@ def measure(channels: int, size: int, args) -> dict:
     y = np.arange(args.batch) % 10
     compiled = et.compile(layer_net(channels, size).eval(), (x,), update=et.Full(),
                           optimizer=et.SGD(lr=0.001, momentum=0.9))
-    prog = to_c_program(compiled, DEFAULT_CFLAGS + tuple(args.cflags.split()) + (PROFILE_FLAG,))
+    base = OPENMP_CFLAGS if args.threads > 1 else DEFAULT_CFLAGS
+    prog = to_c_program(compiled, base + tuple(args.cflags.split()) + (PROFILE_FLAG,), threads=args.threads)
     lib = prog.runner._lib
     g = prog.runner.c_layout.graphs["train"].graph
     tg = prog.compiled.train_graph
@@ -75,7 +77,7 @@ def measure(channels: int, size: int, args) -> dict:
                     sums[PASSES[node.op]] += float(sec)
             for p, v in sums.items():
                 times[s][p].append(v / counts[p] * 1e3)
-    return {"layer": f"{channels}:{size}", "batch": args.batch, "gemm_library_chosen": chosen,
+    return {"layer": f"{channels}:{size}", "batch": args.batch, "threads": args.threads, "gemm_library_chosen": chosen,
             "kernels": blas.describe(DEFAULT_CFLAGS + tuple(args.cflags.split())),
             "ms": {s: {p: round(statistics.median(v), 3) for p, v in times[s].items()} for s in settings}}
 
@@ -97,11 +99,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cflags", default="")
     ap.add_argument("--json-only", action="store_true")
     args = ap.parse_args()
-    if args.repeats < 1 or args.warmup < 0 or args.batch < 1:
-        ap.error("--repeats and --batch must be positive, --warmup not negative")
+    if args.repeats < 1 or args.warmup < 0 or args.batch < 1 or args.threads < 1:
+        ap.error("--repeats, --batch and --threads must be positive, --warmup not negative")
     torch.set_num_threads(1)
     rows = []
     for spec in args.layers.split(","):

@@ -22,6 +22,10 @@ pytestmark = pytest.mark.skipif(blas.library_blas() is None, reason="no BLAS ins
 THREADED = tuple(f for f in OPENMP_CFLAGS if f != "-O3") + ("-O1",)
 #: et_wino_tune's GEMM libraries: this CPU's choice, the BLAS, oneDNN's matmul
 CHOSEN, BLAS, ONEDNN = 0, 1, 2
+#: products in pieces of 8 rows (et_wino_piece_rows): Threes' 16 to 32 output channels in 2 to 4 pieces, the last
+#: one shorter where 8 does not divide them (20 and 24 channels into pieces of 8 with batch 1's one block);
+#: by default (pieces of at least 64 rows) its products are whole
+PIECES = ("-DET_WINO_MIN_PIECE=8",)
 
 
 class Threes(nn.Module):
@@ -65,10 +69,11 @@ def needs_onednn(gemm: int):
         pytest.skip("oneDNN not installed (pip install onednn-cpu-gomp onednn-devel-cpu-gomp)")
 
 
-@pytest.mark.parametrize("batch, gemm", [(1, BLAS), (3, BLAS), (1, ONEDNN), (3, ONEDNN)])
-def test_the_winograd_path_matches_the_reference(batch, gemm):
+@pytest.mark.parametrize("batch, gemm, more", [(1, BLAS, ()), (3, BLAS, ()), (1, ONEDNN, ()), (3, ONEDNN, ()),
+                                               (1, BLAS, PIECES), (1, ONEDNN, PIECES), (3, ONEDNN, PIECES)])
+def test_the_winograd_path_matches_the_reference(batch, gemm, more):
     needs_onednn(gemm)
-    ref, c, x, y = _tuned(batch, FAST, gemm=gemm)
+    ref, c, x, y = _tuned(batch, FAST + more, gemm=gemm)
     _agrees(ref, c, x, y, steps=2)  # gradients(), then two steps: 3 forwards and input gradients each
     assert c.runner._lib.et_wino_convolutions() == 3 * TAKEN
     assert c.runner._lib.et_wino_gemms() == gemm
@@ -104,23 +109,27 @@ def test_its_results_are_not_the_direct_convolutions():
     assert any(not np.array_equal(np.asarray(runs[0][k]), np.asarray(runs[1][k])) for k in runs[0])
 
 
-@pytest.mark.parametrize("batch, gemm", [(1, BLAS), (3, BLAS), (1, ONEDNN), (3, ONEDNN)])
-def test_it_is_the_same_on_any_thread_count(batch, gemm):
+@pytest.mark.parametrize("batch, gemm, more", [(1, BLAS, ()), (3, BLAS, ()), (1, ONEDNN, ()), (3, ONEDNN, ()),
+                                               (1, BLAS, PIECES), (3, ONEDNN, PIECES)])
+def test_it_is_the_same_on_any_thread_count(batch, gemm, more):
     """On the threaded library the forward's and the input gradient's blocks of tiles run a block a thread
-    where there are as many blocks as threads (batch 3: 3 or 4 blocks), else one after another with their
-    loops and 4 calls of products on the threads (batch 1: one block); the weight gradient's blocks one after
-    another, the same way. Two steps on one and on two threads give the same losses and state, bit for bit."""
+    where there are as many blocks as threads (batch 3: 3 or 4 blocks, on 2 threads), else their input
+    transforms, all their calls of products at once on the threads, then their output transforms (batch 1's one
+    block on 2 and 4 threads, batch 3's blocks on 4); the weight gradient's blocks one after another, each
+    block's calls on the threads. Two steps on 1, 2 and 4 threads (more threads than this machine's cores
+    still run the same calls) give the same losses and state, bit for bit, with whole products and in pieces."""
     needs_onednn(gemm)
     runs = []
-    for threads in (1, 2):
-        _, c, x, y = _tuned(batch, THREADED, gemm=gemm)
+    for threads in (1, 2, 4):
+        _, c, x, y = _tuned(batch, THREADED + more, gemm=gemm)
         c.runner.threads = threads
         losses = [c.step(x, y) for _ in range(2)]
         runs.append((losses, {k: np.array(v) for k, v in c.state.items()}))
         assert c.runner._lib.et_wino_convolutions() == 2 * TAKEN
-    assert runs[0][0] == runs[1][0]
-    for k, v in runs[0][1].items():
-        assert np.array_equal(v, runs[1][1][k]), k
+    for other in runs[1:]:
+        assert runs[0][0] == other[0]
+        for k, v in runs[0][1].items():
+            assert np.array_equal(v, other[1][k]), k
 
 
 @pytest.mark.parametrize("gemm", [BLAS, ONEDNN])

@@ -68,14 +68,25 @@
 #define ET_WINO_BLOCK_TILES 256
 #endif
 /* a block's 16 products in this many calls of 16 / ET_WINO_CALLS each (oneDNN's matmul: 16 calls of one
- * product took about a third longer than 1 of 16 or 4 of 4 on a Zen 5); up to this many threads share a block */
+ * product took about a third longer than 1 of 16 or 4 of 4 on a Zen 5) */
 #ifndef ET_WINO_CALLS
 #define ET_WINO_CALLS 4
 #endif
 _Static_assert(ET_WINO_CALLS >= 1 && 16 % ET_WINO_CALLS == 0, "ET_WINO_CALLS must divide 16");
+/* the products' rows (output channels; the weight gradient's rows of dU) in pieces, so that the calls that can
+ * run at once number at least ET_WINO_SPREAD where the rows allow: pieces of at least ET_WINO_MIN_PIECE rows, a
+ * multiple of 8. Fixed by the shape, like the blocks: the same calls on any thread count. Before, a convolution
+ * of one or two blocks ran its products on at most 4 or 8 threads (docs/benchmarks.md, "Winograd on 16
+ * threads"). ResNet-18's one-thread step on a Zen 5 took 1.13x as long with pieces of 32 rows, 1.02x with 64 */
+#ifndef ET_WINO_SPREAD
+#define ET_WINO_SPREAD 16
+#endif
+#ifndef ET_WINO_MIN_PIECE
+#define ET_WINO_MIN_PIECE 64
+#endif
 /* oneDNN matmuls kept: a shape each */
 #ifndef ET_WINO_ENTRIES
-#define ET_WINO_ENTRIES 64
+#define ET_WINO_ENTRIES 128
 #endif
 
 #ifdef ET_DNNL_ON
@@ -83,6 +94,7 @@ _Static_assert(ET_WINO_CALLS >= 1 && 16 % ET_WINO_CALLS == 0, "ET_WINO_CALLS mus
  * thread's (blocks run on several threads at once) */
 typedef struct {
     int b, M, K, N, tb; /* b products of M x K times K x N (tb: the second stored N x K) */
+    size_t sa, sc;      /* the first operand's and the result's distance from one product to the next */
     dnnl_primitive_t mm;
     dnnl_memory_desc_t md[3], pad; /* the two operands and the result; the scratchpad */
     size_t pad_size;
@@ -264,25 +276,27 @@ ET_HOST_INLINE void et_wino_output_row(const float *ET_RESTRICT Mt, size_t kstep
 #ifdef ET_DNNL_ON
 /* the matmul of this shape, made at its first call (on one thread: oneDNN fixes a primitive's thread count
  * when it is made), or 0 (oneDNN refused it, or the table is full) */
-static et_wino_mm *et_wino_find_mm(int b, int M, int K, int N, int tb) {
+static et_wino_mm *et_wino_find_mm(int b, int M, int K, int N, int tb, size_t sa, size_t sc) {
     for (int i = 0; i < et_wino.n; ++i) {
         const et_wino_mm *e = &et_wino.mm[i];
-        if (e->b == b && e->M == M && e->K == K && e->N == N && e->tb == tb) return e->mm ? &et_wino.mm[i] : 0;
+        if (e->b == b && e->M == M && e->K == K && e->N == N && e->tb == tb && e->sa == sa && e->sc == sc)
+            return e->mm ? &et_wino.mm[i] : 0;
     }
     if (et_wino.n == ET_WINO_ENTRIES) return 0;
     if (!et_dnnl_engine()) return 0;
     et_wino_mm *e = &et_wino.mm[et_wino.n++];
     memset(e, 0, sizeof *e);
-    e->b = b, e->M = M, e->K = K, e->N = N, e->tb = tb;
+    e->b = b, e->M = M, e->K = K, e->N = N, e->tb = tb, e->sa = sa, e->sc = sc;
     const dnnl_dims_t da = {b, M, K}, dv = {b, K, N}, dc = {b, M, N};
+    const dnnl_dims_t ta = {(dnnl_dim_t)sa, K, 1}, tc = {(dnnl_dim_t)sc, N, 1}; /* strides: rows of a piece */
     dnnl_primitive_attr_t attr = 0;
     dnnl_primitive_desc_t pd = 0;
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    const int ok = dnnl_memory_desc_create_with_tag(&e->md[0], 3, da, dnnl_f32, dnnl_abc) == dnnl_success &&
+    const int ok = dnnl_memory_desc_create_with_strides(&e->md[0], 3, da, dnnl_f32, ta) == dnnl_success &&
                    dnnl_memory_desc_create_with_tag(&e->md[1], 3, dv, dnnl_f32, tb ? dnnl_acb : dnnl_abc) ==
                        dnnl_success &&
-                   dnnl_memory_desc_create_with_tag(&e->md[2], 3, dc, dnnl_f32, dnnl_abc) == dnnl_success &&
+                   dnnl_memory_desc_create_with_strides(&e->md[2], 3, dc, dnnl_f32, tc) == dnnl_success &&
                    dnnl_primitive_attr_create(&attr) == dnnl_success &&
                    dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
                    dnnl_matmul_primitive_desc_create(&pd, et_dnnl.engine, e->md[0], e->md[1], 0, e->md[2], attr) ==
@@ -323,50 +337,71 @@ static int et_wino_run_mm(const et_wino_mm *e, const float *A, const float *B, f
 #endif
 
 /* b products C[k] (M x N) = A[k] (M x K) B[k] (K x N; with `tb`, B[k] is stored N x K and read transposed),
- * one after another, each operand's matrices contiguous, on et_wino_gemm_lib's library: one call of a
+ * one after another, A[k + 1] sa floats after A[k], C[k + 1] sc after C[k], B's contiguous (each matrix's rows
+ * contiguous: sa = M K and sc = M N for whole products, more for a piece of their rows), on
+ * et_wino_gemm_lib's library: one call of a
  * oneDNN matmul for all b, or b BLAS calls (et_sgemm, one call each inside a parallel loop, its tiles
  * outside one). An element's sum is the same call's on any thread count. Returns 0 where oneDNN failed */
-ET_HOST_INLINE int et_wino_products(const float *A, const float *B, float *Cm, int b, int M, int K, int N, int tb) {
+ET_HOST_INLINE int et_wino_products(const float *A, const float *B, float *Cm, int b, int M, int K, int N, int tb,
+                                    size_t sa, size_t sc) {
 #ifdef ET_DNNL_ON
     if (et_wino_gemm_lib() == 2) {
-        const et_wino_mm *e = et_wino_find_mm(b, M, K, N, tb);
+        const et_wino_mm *e = et_wino_find_mm(b, M, K, N, tb, sa, sc);
         if (e) return et_wino_run_mm(e, A, B, Cm);
         /* oneDNN refused the shape: the BLAS computes it */
     }
 #endif
     for (int k = 0; k < b; ++k)
-        et_sgemm(0, tb, M, N, K, A + (size_t)k * M * K, K, B + (size_t)k * K * N, tb ? K : N, 0.f,
-                 Cm + (size_t)k * M * N, N);
+        et_sgemm(0, tb, M, N, K, A + (size_t)k * sa, K, B + (size_t)k * K * N, tb ? K : N, 0.f, Cm + (size_t)k * sc,
+                 N);
     return 1;
 }
 
 /* makes the matmul of this shape where the products run on oneDNN, before the products run on the threads:
  * the table of matmuls is changed by the calling thread only (the emitted code calls convolutions outside
  * parallel loops) */
-ET_HOST_INLINE void et_wino_prepare(int b, int M, int K, int N, int tb) {
+ET_HOST_INLINE void et_wino_prepare(int b, int M, int K, int N, int tb, size_t sa, size_t sc) {
 #ifdef ET_DNNL_ON
-    if (et_wino_gemm_lib() == 2) (void)et_wino_find_mm(b, M, K, N, tb);
+    if (et_wino_gemm_lib() == 2) (void)et_wino_find_mm(b, M, K, N, tb, sa, sc);
 #else
-    (void)b, (void)M, (void)K, (void)N, (void)tb;
+    (void)b, (void)M, (void)K, (void)N, (void)tb, (void)sa, (void)sc;
 #endif
 }
 
-/* one block of tile rows [r0, r0 + nr) of et_wino_conv, its transforms in V and M: the input's transform,
- * the 16 products (ET_WINO_CALLS calls), the output's transform. Its loops run on the threads where it is not
- * itself inside a parallel loop (et_common.h ET_PARALLEL_WORTH): either way every element is computed
- * alike. Returns 0 where oneDNN failed */
-ET_HOST_INLINE int et_wino_block(const float *ET_RESTRICT X, const float *ET_RESTRICT U, const float *ET_RESTRICT B,
-                                 float *ET_RESTRICT Y, float *ET_RESTRICT V, float *ET_RESTRICT M, int C, int H,
-                                 int Wd, int O, int HO, int WO, int PH, int PW, int TH, int TW, int r0, int nr) {
-    const int T = nr * TW;
-    const size_t vk = (size_t)C * T, mk = (size_t)O * T;
-    int bad = 0;
-    et_wino_input_block(X, V, C, H, Wd, TH, TW, r0, nr, PH, PW);
+/* the rows of a piece of a product's R rows where `calls` calls of whole products can run at once: pieces
+ * enough for ET_WINO_SPREAD calls, at least ET_WINO_MIN_PIECE rows each and a multiple of 8, the last one
+ * shorter; R (one piece) where the calls are enough. Depends on the shape only */
+ET_HOST_INLINE int et_wino_piece_rows(int R, int calls) {
+    const int want = (ET_WINO_SPREAD + calls - 1) / calls;
+    int rows = (R + want - 1) / want;
+    rows = (rows + 7) / 8 * 8;
+    if (rows < ET_WINO_MIN_PIECE) rows = ET_WINO_MIN_PIECE;
+    return rows < R ? rows : R;
+}
+
+/* the products of a block (16 of A (R x K) times B (K x N)), for its item i of ET_WINO_CALLS x the pieces of
+ * pr rows: Q products of one piece. A is [16][R][K] (sa = R K), B [16][K][N] ([16][N][K] with tb), C [16][R][N] */
+ET_HOST_INLINE int et_wino_item(const float *A, const float *B, float *Cm, int R, int K, int N, int tb, int pr, int i) {
     enum { Q = 16 / ET_WINO_CALLS }; /* products a call */
-    ET_PARALLEL_FOR_OR(16.0 * O * C * T, bad)
-    for (int q = 0; q < ET_WINO_CALLS; ++q)
-        bad |= !et_wino_products(U + (size_t)q * Q * O * C, V + (size_t)q * Q * vk, M + (size_t)q * Q * mk, Q, O, C, T,
-                                 0);
+    const int pieces = (R + pr - 1) / pr, q = i / pieces, r0 = i % pieces * pr, nr = R - r0 < pr ? R - r0 : pr;
+    const size_t sa = (size_t)R * K, sc = (size_t)R * N;
+    return et_wino_products(A + q * Q * sa + (size_t)r0 * K, B + (size_t)q * Q * K * N, Cm + q * Q * sc + (size_t)r0 * N,
+                            Q, nr, K, N, tb, sa, sc);
+}
+
+/* makes the matmuls of et_wino_item's calls with rows in pieces of pr (see et_wino_prepare) */
+ET_HOST_INLINE void et_wino_prepare_items(int R, int K, int N, int tb, int pr) {
+    const size_t sa = (size_t)R * K, sc = (size_t)R * N;
+    et_wino_prepare(16 / ET_WINO_CALLS, pr, K, N, tb, sa, sc);
+    if (R % pr) et_wino_prepare(16 / ET_WINO_CALLS, R % pr, K, N, tb, sa, sc);
+}
+
+/* the output's transform for the block of tile rows [r0, r0 + nr) from its products M (16 x O x its tiles), on
+ * the threads (et_common.h ET_PARALLEL_FOR2) */
+ET_HOST_INLINE void et_wino_output_block(const float *ET_RESTRICT M, const float *ET_RESTRICT B, float *ET_RESTRICT Y,
+                                         int O, int HO, int WO, int TH, int TW, int r0, int nr) {
+    const int T = nr * TW;
+    const size_t mk = (size_t)O * T;
     ET_PARALLEL_FOR2((double)O * T * 16 * 4)
     for (int o = 0; o < O; ++o)
         for (int i = 0; i < nr; ++i) {
@@ -374,6 +409,22 @@ ET_HOST_INLINE int et_wino_block(const float *ET_RESTRICT X, const float *ET_RES
             et_wino_output_row(M + (size_t)o * T + (size_t)i * TW, mk, Y + ((size_t)n * O + o) * HO * WO,
                                B ? B[o] : 0.f, HO, WO, TW, ty);
         }
+}
+
+/* one block of tile rows [r0, r0 + nr) of et_wino_conv, its transforms in V and M: the input's transform,
+ * the 16 products (ET_WINO_CALLS calls for each piece of pr rows), the output's transform. Its loops run on
+ * the threads where it is not itself inside a parallel loop (et_common.h ET_PARALLEL_WORTH): either way every
+ * element is computed alike. Returns 0 where oneDNN failed */
+ET_HOST_INLINE int et_wino_block(const float *ET_RESTRICT X, const float *ET_RESTRICT U, const float *ET_RESTRICT B,
+                                 float *ET_RESTRICT Y, float *ET_RESTRICT V, float *ET_RESTRICT M, int C, int H,
+                                 int Wd, int O, int HO, int WO, int PH, int PW, int TH, int TW, int r0, int nr,
+                                 int pr) {
+    const int T = nr * TW, items = ET_WINO_CALLS * ((O + pr - 1) / pr);
+    int bad = 0;
+    et_wino_input_block(X, V, C, H, Wd, TH, TW, r0, nr, PH, PW);
+    ET_PARALLEL_FOR_OR(16.0 * O * C * T, bad)
+    for (int i = 0; i < items; ++i) bad |= !et_wino_item(U, V, M, O, C, T, 0, pr, i);
+    et_wino_output_block(M, B, Y, O, HO, WO, TH, TW, r0, nr);
     return !bad;
 }
 
@@ -381,21 +432,23 @@ ET_HOST_INLINE int et_wino_block(const float *ET_RESTRICT X, const float *ET_RES
  * (per output channel, or none); W is [O][C][3][3], or with `flip` [C][O][3][3] turned by 180 degrees
  * (the input gradient's). HO = H + 2 PH - 2, WO = Wd + 2 PW - 2. The weights' transform is shared; then the
  * tiles go in blocks of whole tile rows (at least ET_WINO_BLOCK_TILES tiles, about ET_WINO_BLOCK_BYTES of V and
- * M: a block's transforms and products in this core's caches), fixed by the shape. With at least as many
- * blocks as threads each block runs on one thread (its V and M in that thread's scratch slots 1 and 2), else
- * the blocks one after another, each on all the threads: the same operations on each element either way */
+ * M: a block's transforms and products in this core's caches), fixed by the shape, and each block's products
+ * in calls of pieces of rows (et_wino_piece_rows: ET_WINO_SPREAD calls in all where O allows). With at least
+ * as many blocks as threads each block runs on one thread (its V and M in that thread's scratch slots 1 and
+ * 2), else the blocks' input transforms, then all their calls of products at once on the threads, then their
+ * output transforms (every block's V and M in slots 1 and 2): the same operations on each element either way */
 ET_BLAS_FN void et_wino_conv(const float *ET_RESTRICT X, const float *ET_RESTRICT W, const float *ET_RESTRICT B,
                              float *ET_RESTRICT Y, int N, int C, int H, int Wd, int O, int HO, int WO, int PH, int PW,
                              int flip) {
     const int TH = (HO + 1) / 2, TW = (WO + 1) / 2, rows = N * TH;
     const int per = et_wino_rows_per_block(C, O, TW, rows, ET_WINO_BLOCK_BYTES);
-    const int blocks = (rows + per - 1) / per;
+    const int blocks = (rows + per - 1) / per, pr = et_wino_piece_rows(O, blocks * ET_WINO_CALLS);
     float *U = et_scratch(0, (size_t)16 * O * C);
     if (!U) return;
     ++et_wino.calls;
     et_wino_weights(W, U, O, C, flip);
-    et_wino_prepare(16 / ET_WINO_CALLS, O, C, per * TW, 0);
-    et_wino_prepare(16 / ET_WINO_CALLS, O, C, (rows - (blocks - 1) * per) * TW, 0); /* the last block's */
+    et_wino_prepare_items(O, C, per * TW, 0, pr);
+    et_wino_prepare_items(O, C, (rows - (blocks - 1) * per) * TW, 0, pr); /* the last block's */
     int bad = 0;
 #ifdef _OPENMP
     const int each = blocks >= et_threads; /* a block a thread */
@@ -407,13 +460,28 @@ ET_BLAS_FN void et_wino_conv(const float *ET_RESTRICT X, const float *ET_RESTRIC
         for (int blk = 0; blk < blocks; ++blk) {
             const int r0 = blk * per, nr = rows - r0 < per ? rows - r0 : per;
             float *V = et_scratch(1, (size_t)16 * C * nr * TW), *M = et_scratch(2, (size_t)16 * O * nr * TW);
-            bad |= !V || !M || !et_wino_block(X, U, B, Y, V, M, C, H, Wd, O, HO, WO, PH, PW, TH, TW, r0, nr);
+            bad |= !V || !M || !et_wino_block(X, U, B, Y, V, M, C, H, Wd, O, HO, WO, PH, PW, TH, TW, r0, nr, pr);
         }
     } else {
-        float *V = et_scratch(1, (size_t)16 * C * per * TW), *M = et_scratch(2, (size_t)16 * O * per * TW);
-        for (int r0 = 0; r0 < rows && V && M; r0 += per)
-            bad |= !et_wino_block(X, U, B, Y, V, M, C, H, Wd, O, HO, WO, PH, PW, TH, TW, r0,
-                                  rows - r0 < per ? rows - r0 : per);
+        /* block b's V and M at b per TW tiles: each block's calls see what they would see in a slot of their own */
+        const size_t tiles = (size_t)rows * TW, bt = (size_t)per * TW;
+        float *V = et_scratch(1, 16 * C * tiles), *M = et_scratch(2, 16 * O * tiles);
+        const int items = ET_WINO_CALLS * ((O + pr - 1) / pr);
+        if (V && M) {
+            for (int blk = 0; blk < blocks; ++blk) {
+                const int r0 = blk * per, nr = rows - r0 < per ? rows - r0 : per;
+                et_wino_input_block(X, V + 16 * C * blk * bt, C, H, Wd, TH, TW, r0, nr, PH, PW);
+            }
+            ET_PARALLEL_FOR_OR(16.0 * O * C * tiles, bad)
+            for (int j = 0; j < blocks * items; ++j) {
+                const int blk = j / items, r0 = blk * per, T = (rows - r0 < per ? rows - r0 : per) * TW;
+                bad |= !et_wino_item(U, V + 16 * C * blk * bt, M + 16 * O * blk * bt, O, C, T, 0, pr, j % items);
+            }
+            for (int blk = 0; blk < blocks; ++blk) {
+                const int r0 = blk * per, nr = rows - r0 < per ? rows - r0 : per;
+                et_wino_output_block(M + 16 * O * blk * bt, B, Y, O, HO, WO, TH, TW, r0, nr);
+            }
+        }
         bad |= !V || !M;
     }
     if (bad) ET_ERROR_HOOK("et_wino_conv: out of memory, or oneDNN failed to run a matmul");
@@ -498,14 +566,15 @@ ET_HOST_INLINE void et_wino_grad_weights(const float *ET_RESTRICT dU, float *ET_
 
 /* GW (O x C x 3 x 3) = the weight gradient of such a convolution of X (N x C x H x Wd, padded by PH, PW)
  * from GY (N x O x HO x WO): dU[k] = sum over the tiles of dM[k] V[k]^T, then G^T dU G. The tiles go in
- * blocks fixed by the shape, one after another (each block's transforms and its ET_WINO_CALLS calls of
- * products on the threads), the first block's products into dU, each later one's into P and then added to
- * dU: the sums' order is the same on any thread count */
+ * blocks fixed by the shape, one after another (each block's transforms, then its products on the threads,
+ * ET_WINO_CALLS calls for each piece of dU's rows: et_wino_piece_rows), the first block's products into dU,
+ * each later one's into P and then added to dU: the sums' order is the same on any thread count */
 ET_BLAS_FN void et_wino_gw(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *ET_RESTRICT GW, int N,
                            int C, int H, int Wd, int O, int HO, int WO, int PH, int PW) {
     const int TH = (HO + 1) / 2, TW = (WO + 1) / 2, rows = N * TH;
     const size_t OC = (size_t)O * C;
     const int per = et_wino_rows_per_block(C, O, TW, rows, ET_WINO_GW_BLOCK_BYTES);
+    const int pr = et_wino_piece_rows(O, ET_WINO_CALLS), items = ET_WINO_CALLS * ((O + pr - 1) / pr);
     float *dU = et_scratch(0, 16 * OC), *V = et_scratch(1, (size_t)16 * C * per * TW),
           *dM = et_scratch(2, (size_t)16 * O * per * TW), *P = rows > per ? et_scratch(3, 16 * OC) : dU;
     if (!dU || !V || !dM || !P) return;
@@ -513,7 +582,7 @@ ET_BLAS_FN void et_wino_gw(const float *ET_RESTRICT X, const float *ET_RESTRICT 
     int bad = 0;
     for (int r0 = 0; r0 < rows; r0 += per) {
         const int nr = rows - r0 < per ? rows - r0 : per, T = nr * TW;
-        const size_t vk = (size_t)C * T, mk = (size_t)O * T;
+        const size_t mk = (size_t)O * T;
         float *out = r0 ? P : dU;
         et_wino_input_block(X, V, C, H, Wd, TH, TW, r0, nr, PH, PW);
         ET_PARALLEL_FOR2((double)O * T * 16 * 4)
@@ -523,12 +592,9 @@ ET_BLAS_FN void et_wino_gw(const float *ET_RESTRICT X, const float *ET_RESTRICT 
                 et_wino_grad_output_row(GY + ((size_t)n * O + o) * HO * WO, dM + (size_t)o * T + (size_t)i * TW, mk, HO,
                                         WO, TW, ty);
             }
-        enum { Q = 16 / ET_WINO_CALLS }; /* products a call */
-        et_wino_prepare(Q, O, T, C, 1);
+        et_wino_prepare_items(O, T, C, 1, pr);
         ET_PARALLEL_FOR_OR(16.0 * OC * T, bad)
-        for (int q = 0; q < ET_WINO_CALLS; ++q)
-            bad |= !et_wino_products(dM + (size_t)q * Q * mk, V + (size_t)q * Q * vk, out + (size_t)q * Q * OC, Q, O, T,
-                                     C, 1);
+        for (int i = 0; i < items; ++i) bad |= !et_wino_item(dM, V, out, O, T, C, 1, pr, i);
         if (r0) {
             ET_PARALLEL_FOR_SIMD(16.0 * OC)
             for (size_t i = 0; i < 16 * OC; ++i) dU[i] += P[i];
