@@ -77,7 +77,8 @@ _Static_assert(ET_WINO_CALLS >= 1 && 16 % ET_WINO_CALLS == 0, "ET_WINO_CALLS mus
  * run at once number at least ET_WINO_SPREAD where the rows allow: pieces of at least ET_WINO_MIN_PIECE rows, a
  * multiple of 8. Fixed by the shape, like the blocks: the same calls on any thread count. Before, a convolution
  * of one or two blocks ran its products on at most 4 or 8 threads (docs/benchmarks.md, "Winograd on 16
- * threads"). ResNet-18's one-thread step on a Zen 5 took 1.13x as long with pieces of 32 rows, 1.02x with 64 */
+ * threads"). ResNet-18's one-thread step on a Zen 5 took 1.13x as long with pieces of 32 rows than with whole
+ * products, and with pieces of 64 rows, each in matrices of its own (et_wino_row), as long */
 #ifndef ET_WINO_SPREAD
 #define ET_WINO_SPREAD 16
 #endif
@@ -94,7 +95,6 @@ _Static_assert(ET_WINO_CALLS >= 1 && 16 % ET_WINO_CALLS == 0, "ET_WINO_CALLS mus
  * thread's (blocks run on several threads at once) */
 typedef struct {
     int b, M, K, N, tb; /* b products of M x K times K x N (tb: the second stored N x K) */
-    size_t sa, sc;      /* the first operand's and the result's distance from one product to the next */
     dnnl_primitive_t mm;
     dnnl_memory_desc_t md[3], pad; /* the two operands and the result; the scratchpad */
     size_t pad_size;
@@ -151,9 +151,35 @@ ET_HOST_INLINE int et_wino_fits(int N, int C, int O, int HO, int WO, int KH, int
            (double)N * ((HO + 1) / 2) * ((WO + 1) / 2) >= ET_WINO_MIN_TILES && macs >= ET_WINO_MIN_MACS && !et_wino.off;
 }
 
-/* U[k][o][c] = (G g G^T)[k] for the convolution's output channel o and input channel c (O x C): g is
- * W[o][c] or, with `flip`, W[c][o] turned by 180 degrees (W then [C][O][3][3]) */
-ET_HOST_INLINE void et_wino_weights(const float *ET_RESTRICT W, float *ET_RESTRICT U, int O, int C, int flip) {
+/* the rows of a piece of a product's R rows where `calls` calls of whole products can run at once: pieces
+ * enough for ET_WINO_SPREAD calls, at least ET_WINO_MIN_PIECE rows each and a multiple of 8, the last one
+ * shorter; R (one piece) where the calls are enough. Depends on the shape only */
+ET_HOST_INLINE int et_wino_piece_rows(int R, int calls) {
+    const int want = (ET_WINO_SPREAD + calls - 1) / calls;
+    int rows = (R + want - 1) / want;
+    rows = (rows + 7) / 8 * 8;
+    if (rows < ET_WINO_MIN_PIECE) rows = ET_WINO_MIN_PIECE;
+    return rows < R ? rows : R;
+}
+
+/* where row o of product k is in an array of 16 products of R rows of X values held in pieces of pr rows:
+ * piece p's 16 products together, each its np rows (pr, the last piece's fewer), so that a piece's products
+ * are whole matrices (oneDNN's matmul ran strided rows of a piece on a slower kernel). With one piece
+ * (pr = R) it is [16][R][X] */
+ET_HOST_INLINE size_t et_wino_row(int k, int o, int R, int pr, size_t X) {
+    const int p = o / pr, np = R - p * pr < pr ? R - p * pr : pr;
+    return ((size_t)16 * p * pr + (size_t)k * np + (o - p * pr)) * X;
+}
+
+/* the distance from row o of product k to row o of product k + 1 in such an array */
+ET_HOST_INLINE size_t et_wino_kstep(int o, int R, int pr, size_t X) {
+    const int p = o / pr;
+    return (size_t)(R - p * pr < pr ? R - p * pr : pr) * X;
+}
+
+/* U[k][o][c] = (G g G^T)[k] for the convolution's output channel o and input channel c (O x C, in pieces of
+ * pr rows: et_wino_row): g is W[o][c] or, with `flip`, W[c][o] turned by 180 degrees (W then [C][O][3][3]) */
+ET_HOST_INLINE void et_wino_weights(const float *ET_RESTRICT W, float *ET_RESTRICT U, int O, int C, int flip, int pr) {
     const size_t OC = (size_t)O * C;
     /* one output channel's row of each U[k] at a time, in runs of RUN input channels: 16 rows
      * written in order (a float each at 16 addresses OC apart, per pair, took 30 ns on a 512 x 512 layer) */
@@ -174,9 +200,10 @@ ET_HOST_INLINE void et_wino_weights(const float *ET_RESTRICT W, float *ET_RESTRI
                     t[6 + j][c] = 0.5f * (g[j][c] - g[3 + j][c] + g[6 + j][c]);
                     t[9 + j][c] = g[6 + j][c];
                 }
-            float *u = U + (size_t)o * C + c0;
+            const size_t ks = et_wino_kstep(o, O, pr, C);
+            float *u = U + et_wino_row(0, o, O, pr, C) + c0;
             for (int i = 0; i < 4; ++i) { /* (G g) G^T */
-                float *u0 = u + (size_t)(4 * i) * OC, *u1 = u0 + OC, *u2 = u1 + OC, *u3 = u2 + OC;
+                float *u0 = u + (size_t)(4 * i) * ks, *u1 = u0 + ks, *u2 = u1 + ks, *u3 = u2 + ks;
                 const float *a = t[3 * i], *b = t[3 * i + 1], *d = t[3 * i + 2];
                 for (int c = 0; c < nc; ++c) {
                     u0[c] = a[c];
@@ -276,27 +303,25 @@ ET_HOST_INLINE void et_wino_output_row(const float *ET_RESTRICT Mt, size_t kstep
 #ifdef ET_DNNL_ON
 /* the matmul of this shape, made at its first call (on one thread: oneDNN fixes a primitive's thread count
  * when it is made), or 0 (oneDNN refused it, or the table is full) */
-static et_wino_mm *et_wino_find_mm(int b, int M, int K, int N, int tb, size_t sa, size_t sc) {
+static et_wino_mm *et_wino_find_mm(int b, int M, int K, int N, int tb) {
     for (int i = 0; i < et_wino.n; ++i) {
         const et_wino_mm *e = &et_wino.mm[i];
-        if (e->b == b && e->M == M && e->K == K && e->N == N && e->tb == tb && e->sa == sa && e->sc == sc)
-            return e->mm ? &et_wino.mm[i] : 0;
+        if (e->b == b && e->M == M && e->K == K && e->N == N && e->tb == tb) return e->mm ? &et_wino.mm[i] : 0;
     }
     if (et_wino.n == ET_WINO_ENTRIES) return 0;
     if (!et_dnnl_engine()) return 0;
     et_wino_mm *e = &et_wino.mm[et_wino.n++];
     memset(e, 0, sizeof *e);
-    e->b = b, e->M = M, e->K = K, e->N = N, e->tb = tb, e->sa = sa, e->sc = sc;
+    e->b = b, e->M = M, e->K = K, e->N = N, e->tb = tb;
     const dnnl_dims_t da = {b, M, K}, dv = {b, K, N}, dc = {b, M, N};
-    const dnnl_dims_t ta = {(dnnl_dim_t)sa, K, 1}, tc = {(dnnl_dim_t)sc, N, 1}; /* strides: rows of a piece */
     dnnl_primitive_attr_t attr = 0;
     dnnl_primitive_desc_t pd = 0;
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    const int ok = dnnl_memory_desc_create_with_strides(&e->md[0], 3, da, dnnl_f32, ta) == dnnl_success &&
+    const int ok = dnnl_memory_desc_create_with_tag(&e->md[0], 3, da, dnnl_f32, dnnl_abc) == dnnl_success &&
                    dnnl_memory_desc_create_with_tag(&e->md[1], 3, dv, dnnl_f32, tb ? dnnl_acb : dnnl_abc) ==
                        dnnl_success &&
-                   dnnl_memory_desc_create_with_strides(&e->md[2], 3, dc, dnnl_f32, tc) == dnnl_success &&
+                   dnnl_memory_desc_create_with_tag(&e->md[2], 3, dc, dnnl_f32, dnnl_abc) == dnnl_success &&
                    dnnl_primitive_attr_create(&attr) == dnnl_success &&
                    dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
                    dnnl_matmul_primitive_desc_create(&pd, et_dnnl.engine, e->md[0], e->md[1], 0, e->md[2], attr) ==
@@ -337,77 +362,61 @@ static int et_wino_run_mm(const et_wino_mm *e, const float *A, const float *B, f
 #endif
 
 /* b products C[k] (M x N) = A[k] (M x K) B[k] (K x N; with `tb`, B[k] is stored N x K and read transposed),
- * one after another, A[k + 1] sa floats after A[k], C[k + 1] sc after C[k], B's contiguous (each matrix's rows
- * contiguous: sa = M K and sc = M N for whole products, more for a piece of their rows), on
- * et_wino_gemm_lib's library: one call of a
+ * one after another, each operand's matrices contiguous, on et_wino_gemm_lib's library: one call of a
  * oneDNN matmul for all b, or b BLAS calls (et_sgemm, one call each inside a parallel loop, its tiles
  * outside one). An element's sum is the same call's on any thread count. Returns 0 where oneDNN failed */
-ET_HOST_INLINE int et_wino_products(const float *A, const float *B, float *Cm, int b, int M, int K, int N, int tb,
-                                    size_t sa, size_t sc) {
+ET_HOST_INLINE int et_wino_products(const float *A, const float *B, float *Cm, int b, int M, int K, int N, int tb) {
 #ifdef ET_DNNL_ON
     if (et_wino_gemm_lib() == 2) {
-        const et_wino_mm *e = et_wino_find_mm(b, M, K, N, tb, sa, sc);
+        const et_wino_mm *e = et_wino_find_mm(b, M, K, N, tb);
         if (e) return et_wino_run_mm(e, A, B, Cm);
         /* oneDNN refused the shape: the BLAS computes it */
     }
 #endif
     for (int k = 0; k < b; ++k)
-        et_sgemm(0, tb, M, N, K, A + (size_t)k * sa, K, B + (size_t)k * K * N, tb ? K : N, 0.f, Cm + (size_t)k * sc,
-                 N);
+        et_sgemm(0, tb, M, N, K, A + (size_t)k * M * K, K, B + (size_t)k * K * N, tb ? K : N, 0.f,
+                 Cm + (size_t)k * M * N, N);
     return 1;
 }
 
 /* makes the matmul of this shape where the products run on oneDNN, before the products run on the threads:
  * the table of matmuls is changed by the calling thread only (the emitted code calls convolutions outside
  * parallel loops) */
-ET_HOST_INLINE void et_wino_prepare(int b, int M, int K, int N, int tb, size_t sa, size_t sc) {
+ET_HOST_INLINE void et_wino_prepare(int b, int M, int K, int N, int tb) {
 #ifdef ET_DNNL_ON
-    if (et_wino_gemm_lib() == 2) (void)et_wino_find_mm(b, M, K, N, tb, sa, sc);
+    if (et_wino_gemm_lib() == 2) (void)et_wino_find_mm(b, M, K, N, tb);
 #else
-    (void)b, (void)M, (void)K, (void)N, (void)tb, (void)sa, (void)sc;
+    (void)b, (void)M, (void)K, (void)N, (void)tb;
 #endif
 }
 
-/* the rows of a piece of a product's R rows where `calls` calls of whole products can run at once: pieces
- * enough for ET_WINO_SPREAD calls, at least ET_WINO_MIN_PIECE rows each and a multiple of 8, the last one
- * shorter; R (one piece) where the calls are enough. Depends on the shape only */
-ET_HOST_INLINE int et_wino_piece_rows(int R, int calls) {
-    const int want = (ET_WINO_SPREAD + calls - 1) / calls;
-    int rows = (R + want - 1) / want;
-    rows = (rows + 7) / 8 * 8;
-    if (rows < ET_WINO_MIN_PIECE) rows = ET_WINO_MIN_PIECE;
-    return rows < R ? rows : R;
-}
-
 /* the products of a block (16 of A (R x K) times B (K x N)), for its item i of ET_WINO_CALLS x the pieces of
- * pr rows: Q products of one piece. A is [16][R][K] (sa = R K), B [16][K][N] ([16][N][K] with tb), C [16][R][N] */
+ * pr rows: Q products of one piece. A (16 x R x K) and C (16 x R x N) are held in pieces (et_wino_row), B is
+ * [16][K][N] ([16][N][K] with tb) */
 ET_HOST_INLINE int et_wino_item(const float *A, const float *B, float *Cm, int R, int K, int N, int tb, int pr, int i) {
     enum { Q = 16 / ET_WINO_CALLS }; /* products a call */
-    const int pieces = (R + pr - 1) / pr, q = i / pieces, r0 = i % pieces * pr, nr = R - r0 < pr ? R - r0 : pr;
-    const size_t sa = (size_t)R * K, sc = (size_t)R * N;
-    return et_wino_products(A + q * Q * sa + (size_t)r0 * K, B + (size_t)q * Q * K * N, Cm + q * Q * sc + (size_t)r0 * N,
-                            Q, nr, K, N, tb, sa, sc);
+    const int pieces = (R + pr - 1) / pr, q = i / pieces, o = i % pieces * pr, np = R - o < pr ? R - o : pr;
+    return et_wino_products(A + et_wino_row(q * Q, o, R, pr, K), B + (size_t)q * Q * K * N,
+                            Cm + et_wino_row(q * Q, o, R, pr, N), Q, np, K, N, tb);
 }
 
 /* makes the matmuls of et_wino_item's calls with rows in pieces of pr (see et_wino_prepare) */
 ET_HOST_INLINE void et_wino_prepare_items(int R, int K, int N, int tb, int pr) {
-    const size_t sa = (size_t)R * K, sc = (size_t)R * N;
-    et_wino_prepare(16 / ET_WINO_CALLS, pr, K, N, tb, sa, sc);
-    if (R % pr) et_wino_prepare(16 / ET_WINO_CALLS, R % pr, K, N, tb, sa, sc);
+    et_wino_prepare(16 / ET_WINO_CALLS, pr, K, N, tb);
+    if (R % pr) et_wino_prepare(16 / ET_WINO_CALLS, R % pr, K, N, tb);
 }
 
-/* the output's transform for the block of tile rows [r0, r0 + nr) from its products M (16 x O x its tiles), on
- * the threads (et_common.h ET_PARALLEL_FOR2) */
+/* the output's transform for the block of tile rows [r0, r0 + nr) from its products M (16 x O x its tiles, in
+ * pieces of pr rows), on the threads (et_common.h ET_PARALLEL_FOR2) */
 ET_HOST_INLINE void et_wino_output_block(const float *ET_RESTRICT M, const float *ET_RESTRICT B, float *ET_RESTRICT Y,
-                                         int O, int HO, int WO, int TH, int TW, int r0, int nr) {
+                                         int O, int HO, int WO, int TH, int TW, int r0, int nr, int pr) {
     const int T = nr * TW;
-    const size_t mk = (size_t)O * T;
     ET_PARALLEL_FOR2((double)O * T * 16 * 4)
     for (int o = 0; o < O; ++o)
         for (int i = 0; i < nr; ++i) {
             const int n = (r0 + i) / TH, ty = (r0 + i) % TH;
-            et_wino_output_row(M + (size_t)o * T + (size_t)i * TW, mk, Y + ((size_t)n * O + o) * HO * WO,
-                               B ? B[o] : 0.f, HO, WO, TW, ty);
+            et_wino_output_row(M + et_wino_row(0, o, O, pr, T) + (size_t)i * TW, et_wino_kstep(o, O, pr, T),
+                               Y + ((size_t)n * O + o) * HO * WO, B ? B[o] : 0.f, HO, WO, TW, ty);
         }
 }
 
@@ -424,7 +433,7 @@ ET_HOST_INLINE int et_wino_block(const float *ET_RESTRICT X, const float *ET_RES
     et_wino_input_block(X, V, C, H, Wd, TH, TW, r0, nr, PH, PW);
     ET_PARALLEL_FOR_OR(16.0 * O * C * T, bad)
     for (int i = 0; i < items; ++i) bad |= !et_wino_item(U, V, M, O, C, T, 0, pr, i);
-    et_wino_output_block(M, B, Y, O, HO, WO, TH, TW, r0, nr);
+    et_wino_output_block(M, B, Y, O, HO, WO, TH, TW, r0, nr, pr);
     return !bad;
 }
 
@@ -446,7 +455,7 @@ ET_BLAS_FN void et_wino_conv(const float *ET_RESTRICT X, const float *ET_RESTRIC
     float *U = et_scratch(0, (size_t)16 * O * C);
     if (!U) return;
     ++et_wino.calls;
-    et_wino_weights(W, U, O, C, flip);
+    et_wino_weights(W, U, O, C, flip, pr);
     et_wino_prepare_items(O, C, per * TW, 0, pr);
     et_wino_prepare_items(O, C, (rows - (blocks - 1) * per) * TW, 0, pr); /* the last block's */
     int bad = 0;
@@ -479,7 +488,7 @@ ET_BLAS_FN void et_wino_conv(const float *ET_RESTRICT X, const float *ET_RESTRIC
             }
             for (int blk = 0; blk < blocks; ++blk) {
                 const int r0 = blk * per, nr = rows - r0 < per ? rows - r0 : per;
-                et_wino_output_block(M + 16 * O * blk * bt, B, Y, O, HO, WO, TH, TW, r0, nr);
+                et_wino_output_block(M + 16 * O * blk * bt, B, Y, O, HO, WO, TH, TW, r0, nr, pr);
             }
         }
         bad |= !V || !M;
@@ -534,8 +543,8 @@ ET_HOST_INLINE void et_wino_grad_output_row(const float *ET_RESTRICT GYo, float 
     }
 }
 
-/* GW[o][c] = G^T dU[o][c] G (3x3) from dU[k][o][c] (O x C each) */
-ET_HOST_INLINE void et_wino_grad_weights(const float *ET_RESTRICT dU, float *ET_RESTRICT GW, int O, int C) {
+/* GW[o][c] = G^T dU[o][c] G (3x3) from dU[k][o][c] (O x C each, in pieces of pr rows: et_wino_row) */
+ET_HOST_INLINE void et_wino_grad_weights(const float *ET_RESTRICT dU, float *ET_RESTRICT GW, int O, int C, int pr) {
     const size_t OC = (size_t)O * C;
     enum { RUN = 64 };
     ET_PARALLEL_FOR(OC * 40.0)
@@ -543,9 +552,10 @@ ET_HOST_INLINE void et_wino_grad_weights(const float *ET_RESTRICT dU, float *ET_
         for (int c0 = 0; c0 < C; c0 += RUN) {
             const int nc = C - c0 < RUN ? C - c0 : RUN;
             float t[12][RUN];
-            const float *u = dU + (size_t)o * C + c0;
+            const size_t ks = et_wino_kstep(o, O, pr, C);
+            const float *u = dU + et_wino_row(0, o, O, pr, C) + c0;
             for (int j = 0; j < 4; ++j) { /* G^T dU: 3 rows of 4 */
-                const float *u0 = u + (size_t)j * OC, *u1 = u0 + 4 * OC, *u2 = u1 + 4 * OC, *u3 = u2 + 4 * OC;
+                const float *u0 = u + (size_t)j * ks, *u1 = u0 + 4 * ks, *u2 = u1 + 4 * ks, *u3 = u2 + 4 * ks;
                 for (int c = 0; c < nc; ++c) {
                     t[j][c] = u0[c] + 0.5f * (u1[c] + u2[c]);
                     t[4 + j][c] = 0.5f * (u1[c] - u2[c]);
@@ -582,15 +592,15 @@ ET_BLAS_FN void et_wino_gw(const float *ET_RESTRICT X, const float *ET_RESTRICT 
     int bad = 0;
     for (int r0 = 0; r0 < rows; r0 += per) {
         const int nr = rows - r0 < per ? rows - r0 : per, T = nr * TW;
-        const size_t mk = (size_t)O * T;
         float *out = r0 ? P : dU;
         et_wino_input_block(X, V, C, H, Wd, TH, TW, r0, nr, PH, PW);
         ET_PARALLEL_FOR2((double)O * T * 16 * 4)
         for (int o = 0; o < O; ++o)
             for (int i = 0; i < nr; ++i) {
                 const int n = (r0 + i) / TH, ty = (r0 + i) % TH;
-                et_wino_grad_output_row(GY + ((size_t)n * O + o) * HO * WO, dM + (size_t)o * T + (size_t)i * TW, mk, HO,
-                                        WO, TW, ty);
+                et_wino_grad_output_row(GY + ((size_t)n * O + o) * HO * WO,
+                                        dM + et_wino_row(0, o, O, pr, T) + (size_t)i * TW, et_wino_kstep(o, O, pr, T),
+                                        HO, WO, TW, ty);
             }
         et_wino_prepare_items(O, T, C, 1, pr);
         ET_PARALLEL_FOR_OR(16.0 * OC * T, bad)
@@ -601,7 +611,7 @@ ET_BLAS_FN void et_wino_gw(const float *ET_RESTRICT X, const float *ET_RESTRICT 
         }
     }
     if (bad) ET_ERROR_HOOK("et_wino_gw: oneDNN failed to run a matmul");
-    et_wino_grad_weights(dU, GW, O, C);
+    et_wino_grad_weights(dU, GW, O, C, pr);
 }
 
 /* the weight gradient on this path: 1 done, 0 left to oneDNN or the GEMM path */
