@@ -76,8 +76,8 @@ _Static_assert(ET_WINO_CALLS >= 1 && 16 % ET_WINO_CALLS == 0, "ET_WINO_CALLS mus
 /* the products' rows (output channels; the weight gradient's rows of dU) in pieces, so that the calls that can
  * run at once number at least ET_WINO_SPREAD where the rows allow: pieces of at least ET_WINO_MIN_PIECE rows, a
  * multiple of 8. Fixed by the shape, like the blocks: the same calls on any thread count. Before, a convolution
- * of one or two blocks ran its products on at most 4 or 8 threads (docs/benchmarks.md, "Winograd on 16
- * threads"). ResNet-18's one-thread step on a Zen 5 took 1.13x as long with pieces of 32 rows than with whole
+ * of one or two blocks ran its products on at most 4 or 8 threads (docs/benchmarks.md, "The host step on 1 to 16
+ * threads, second time"). ResNet-18's one-thread step on a Zen 5 took 1.13x as long with pieces of 32 rows than with whole
  * products, and with pieces of 64 rows, each in matrices of its own (et_wino_row), as long */
 #ifndef ET_WINO_SPREAD
 #define ET_WINO_SPREAD 16
