@@ -77,8 +77,9 @@ _Static_assert(ET_WINO_CALLS >= 1 && 16 % ET_WINO_CALLS == 0, "ET_WINO_CALLS mus
  * run at once number at least ET_WINO_SPREAD where the rows allow: pieces of at least ET_WINO_MIN_PIECE rows, a
  * multiple of 8. Fixed by the shape, like the blocks: the same calls on any thread count. Before, a convolution
  * of one or two blocks ran its products on at most 4 or 8 threads (docs/benchmarks.md, "The host step on 1 to 16
- * threads, second time"). ResNet-18's one-thread step on a Zen 5 took 1.13x as long with pieces of 32 rows than with whole
- * products, and with pieces of 64 rows, each in matrices of its own (et_wino_row), as long */
+ * threads, second time"). On a Zen 5, ResNet-18's one-thread step took 1.13x as long as with whole products
+ * with pieces of 32 rows strided in the whole products (6ed5670's form, -DET_WINO_MIN_PIECE=32), and with
+ * pieces of 64 rows, each in matrices of its own (et_wino_row), as long */
 #ifndef ET_WINO_SPREAD
 #define ET_WINO_SPREAD 16
 #endif
@@ -166,16 +167,20 @@ ET_HOST_INLINE int et_wino_piece_rows(int R, int calls) {
  * piece p's 16 products together, each its np rows (pr, the last piece's fewer), so that a piece's products
  * are whole matrices (oneDNN's matmul ran strided rows of a piece on a slower kernel). With one piece
  * (pr = R) it is [16][R][X] */
+ET_HOST_INLINE int et_wino_piece_n(int o, int R, int pr) { /* the rows of row o's piece */
+    const int first = o / pr * pr;
+    return R - first < pr ? R - first : pr;
+}
 ET_HOST_INLINE size_t et_wino_row(int k, int o, int R, int pr, size_t X) {
-    const int p = o / pr, np = R - p * pr < pr ? R - p * pr : pr;
-    return ((size_t)16 * p * pr + (size_t)k * np + (o - p * pr)) * X;
+    const int first = o / pr * pr;
+    return ((size_t)16 * first + (size_t)k * et_wino_piece_n(o, R, pr) + (o - first)) * X;
 }
 
 /* the distance from row o of product k to row o of product k + 1 in such an array */
-ET_HOST_INLINE size_t et_wino_kstep(int o, int R, int pr, size_t X) {
-    const int p = o / pr;
-    return (size_t)(R - p * pr < pr ? R - p * pr : pr) * X;
-}
+ET_HOST_INLINE size_t et_wino_kstep(int o, int R, int pr, size_t X) { return (size_t)et_wino_piece_n(o, R, pr) * X; }
+
+/* the calls of a block's products: ET_WINO_CALLS for each piece of pr of the R rows (et_wino_item) */
+ET_HOST_INLINE int et_wino_items(int R, int pr) { return ET_WINO_CALLS * ((R + pr - 1) / pr); }
 
 /* U[k][o][c] = (G g G^T)[k] for the convolution's output channel o and input channel c (O x C, in pieces of
  * pr rows: et_wino_row): g is W[o][c] or, with `flip`, W[c][o] turned by 180 degrees (W then [C][O][3][3]) */
@@ -395,9 +400,9 @@ ET_HOST_INLINE void et_wino_prepare(int b, int M, int K, int N, int tb) {
  * [16][K][N] ([16][N][K] with tb) */
 ET_HOST_INLINE int et_wino_item(const float *A, const float *B, float *Cm, int R, int K, int N, int tb, int pr, int i) {
     enum { Q = 16 / ET_WINO_CALLS }; /* products a call */
-    const int pieces = (R + pr - 1) / pr, q = i / pieces, o = i % pieces * pr, np = R - o < pr ? R - o : pr;
+    const int pieces = (R + pr - 1) / pr, q = i / pieces, o = i % pieces * pr;
     return et_wino_products(A + et_wino_row(q * Q, o, R, pr, K), B + (size_t)q * Q * K * N,
-                            Cm + et_wino_row(q * Q, o, R, pr, N), Q, np, K, N, tb);
+                            Cm + et_wino_row(q * Q, o, R, pr, N), Q, et_wino_piece_n(o, R, pr), K, N, tb);
 }
 
 /* makes the matmuls of et_wino_item's calls with rows in pieces of pr (see et_wino_prepare) */
@@ -428,7 +433,7 @@ ET_HOST_INLINE int et_wino_block(const float *ET_RESTRICT X, const float *ET_RES
                                  float *ET_RESTRICT Y, float *ET_RESTRICT V, float *ET_RESTRICT M, int C, int H,
                                  int Wd, int O, int HO, int WO, int PH, int PW, int TH, int TW, int r0, int nr,
                                  int pr) {
-    const int T = nr * TW, items = ET_WINO_CALLS * ((O + pr - 1) / pr);
+    const int T = nr * TW, items = et_wino_items(O, pr);
     int bad = 0;
     et_wino_input_block(X, V, C, H, Wd, TH, TW, r0, nr, PH, PW);
     ET_PARALLEL_FOR_OR(16.0 * O * C * T, bad)
@@ -475,7 +480,7 @@ ET_BLAS_FN void et_wino_conv(const float *ET_RESTRICT X, const float *ET_RESTRIC
         /* block b's V and M at b per TW tiles: each block's calls see what they would see in a slot of their own */
         const size_t tiles = (size_t)rows * TW, bt = (size_t)per * TW;
         float *V = et_scratch(1, 16 * C * tiles), *M = et_scratch(2, 16 * O * tiles);
-        const int items = ET_WINO_CALLS * ((O + pr - 1) / pr);
+        const int items = et_wino_items(O, pr);
         if (V && M) {
             for (int blk = 0; blk < blocks; ++blk) {
                 const int r0 = blk * per, nr = rows - r0 < per ? rows - r0 : per;
@@ -584,7 +589,7 @@ ET_BLAS_FN void et_wino_gw(const float *ET_RESTRICT X, const float *ET_RESTRICT 
     const int TH = (HO + 1) / 2, TW = (WO + 1) / 2, rows = N * TH;
     const size_t OC = (size_t)O * C;
     const int per = et_wino_rows_per_block(C, O, TW, rows, ET_WINO_GW_BLOCK_BYTES);
-    const int pr = et_wino_piece_rows(O, ET_WINO_CALLS), items = ET_WINO_CALLS * ((O + pr - 1) / pr);
+    const int pr = et_wino_piece_rows(O, ET_WINO_CALLS), items = et_wino_items(O, pr);
     float *dU = et_scratch(0, 16 * OC), *V = et_scratch(1, (size_t)16 * C * per * TW),
           *dM = et_scratch(2, (size_t)16 * O * per * TW), *P = rows > per ? et_scratch(3, 16 * OC) : dU;
     if (!dU || !V || !dM || !P) return;
