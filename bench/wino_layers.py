@@ -51,8 +51,8 @@ def measure(channels: int, size: int, args) -> dict:
     y = np.arange(args.batch) % 10
     compiled = et.compile(layer_net(channels, size).eval(), (x,), update=et.Full(),
                           optimizer=et.SGD(lr=0.001, momentum=0.9))
-    base = OPENMP_CFLAGS if args.threads > 1 else DEFAULT_CFLAGS
-    prog = to_c_program(compiled, base + tuple(args.cflags.split()) + (PROFILE_FLAG,), threads=args.threads)
+    flags = (OPENMP_CFLAGS if args.threads > 1 else DEFAULT_CFLAGS) + tuple(args.cflags.split())
+    prog = to_c_program(compiled, flags + (PROFILE_FLAG,), threads=args.threads)
     lib = prog.runner._lib
     g = prog.runner.c_layout.graphs["train"].graph
     tg = prog.compiled.train_graph
@@ -77,8 +77,8 @@ def measure(channels: int, size: int, args) -> dict:
                     sums[PASSES[node.op]] += float(sec)
             for p, v in sums.items():
                 times[s][p].append(v / counts[p] * 1e3)
-    return {"layer": f"{channels}:{size}", "batch": args.batch, "threads": args.threads, "gemm_library_chosen": chosen,
-            "kernels": blas.describe(DEFAULT_CFLAGS + tuple(args.cflags.split())),
+    return {"layer": f"{channels}:{size}", "batch": args.batch, "threads": prog.runner.threads,
+            "gemm_library_chosen": chosen, "kernels": blas.describe(flags),
             "ms": {s: {p: round(statistics.median(v), 3) for p, v in times[s].items()} for s in settings}}
 
 

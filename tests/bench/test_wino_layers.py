@@ -22,7 +22,7 @@ def test_rows_of_a_taken_and_a_left_layer(threads):
     """On one thread (the serial library) and on two (--threads: the threaded library on 2 threads)."""
     args = argparse.Namespace(batch=1, repeats=1, warmup=0, cflags="", threads=threads)
     taken, left = wino_layers.measure(32, 16, args), wino_layers.measure(32, 4, args)
-    assert taken["threads"] == left["threads"] == threads
+    assert taken["threads"] == left["threads"] == threads  # the runner's own thread count
     settings = {"direct", "wino_blas"} | ({"wino_onednn"} if blas.dnnl() is not None else set())
     for row in (taken, left):
         assert set(row["ms"]) == settings
