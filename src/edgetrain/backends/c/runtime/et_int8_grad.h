@@ -945,9 +945,7 @@ __attribute__((noinline)) static int et_gw_kx_host(const et_qconv_p *P, const in
     for (int32_t r = P->ph; r < hp - P->ph; r++)
         for (int32_t q = 0; q < P->pw; q++) plane[r * wp + q] = plane[r * wp + wp - 1 - q] = 0.0f;
     for (int32_t c = 0; c < P->cg; c++) {
-        et_gw_v8 a[ET_GW_RB][ET_GW_KX_K];
-        for (int32_t r = 0; r < ET_GW_RB; r++)
-            for (int32_t i = 0; i < ET_GW_KX_K; i++) a[r][i] = (et_gw_v8){0.0f};
+        et_gw_v8 a[ET_GW_RB][ET_GW_KX_K] = {{{0.0f}}};
         for (int32_t n = 0; n < P->n; n++) {
             const int8_t *xn = xg + (n * P->c + c) * hw;
             for (int32_t r = 0; r < P->h; r++) {
