@@ -1,6 +1,7 @@
-"""One 3x3 stride-1 layer at a time: the host library's Winograd F(2x2, 3x3) path (runtime/et_float_wino.h)
-against the library's other path (oneDNN's direct convolution, or the GEMM path without oneDNN), and its 16
-GEMMs on the BLAS against oneDNN's matmul.
+"""One 3x3 stride-1 layer at a time: the host library's Winograd path (runtime/et_float_wino.h: F(4x4, 3x3) where
+a pass has enough 4x4 tiles, else F(2x2, 3x3); --cflags=-DET_WINO4=0 for F(2x2, 3x3) only) against the library's
+other path (oneDNN's direct convolution, or the GEMM path without oneDNN), and its GEMMs on the BLAS against
+oneDNN's matmul.
 
     PYTHONPATH=src python bench/wino_layers.py [--layers 64:32,128:16,256:8,512:4] [--batch 8]
         [--repeats 15] [--warmup 2] [--threads 1] [--cflags="-DNAME=VALUE ..."] [--json-only]

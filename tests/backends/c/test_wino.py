@@ -1,9 +1,10 @@
-"""The host library's Winograd F(2x2, 3x3) path (runtime/et_float_wino.h): the forward and the input
-gradient of 3x3 stride-1 convolutions with enough channels and tiles, on the BLAS. Its results agree with
-the reference on gradients and steps (every padding from 0 to 2, rectangular padding, odd sizes whose last
-tiles are cut, with and without a bias), it takes exactly the convolutions it should (counted by the
-library), it is the same on one and on two threads, and its library-level switch (et_wino_tune) and build
-switch (ET_WINO=0) turn it off."""
+"""The host library's Winograd path (runtime/et_float_wino.h): the forward, the input gradient and the weight
+gradient of 3x3 stride-1 convolutions with enough channels and tiles, as F(4x4, 3x3) where they have enough
+4x4 tiles, else F(2x2, 3x3). Its results agree with the reference on gradients and steps (every padding from
+0 to 2, rectangular padding, odd sizes whose last tiles are cut, with and without a bias), it takes exactly
+the convolutions it should, with the tile size it should (counted by the library), it is the same on one, two
+and four threads, and its library-level switch (et_wino_tune) and build switches (ET_WINO=0, ET_WINO4=0) turn
+it or F(4x4, 3x3) off."""
 from __future__ import annotations
 
 import ctypes
@@ -55,12 +56,26 @@ class Threes(nn.Module):
 #: the calls one gradients() or step() makes on the path: the forwards of the four taken convolutions, their
 #: input gradients and their weight gradients
 TAKEN = 4 + 4 + 4
+#: F(4x4, 3x3) everywhere: at batch 1 the taken convolutions have 81 to 100 4x4 tiles, fewer than the forward's and
+#: input gradient's ET_WINO4_MIN_TILES (128)
+ALL4 = ("-DET_WINO4_MIN_TILES=1",)
+#: F(4x4, 3x3)'s chunks one tile row each (9 tiles, under 16); by default up to 14 rows of 9 tiles, of two images
+ROW_CHUNKS = ("-DET_WINO4_CHUNK=16",)
+
+
+def taken4(batch: int, flags=()) -> int:
+    """Of TAKEN, the calls as F(4x4, 3x3): all at batch 3 (243 to 300 4x4 tiles a convolution) or with ALL4; at
+    batch 1, the weight gradients only (ET_WINO4_GW_MIN_TILES: 32); none with -DET_WINO4=0."""
+    if "-DET_WINO4=0" in flags:
+        return 0
+    return TAKEN if batch == 3 or ALL4[0] in flags else 4
 
 
 def _tuned(batch: int, flags, on: bool = True, gemm: int = CHOSEN):
     ref, c, x, y = _programs(batch, flags, Threes, 35)
     assert c.runner._lib.et_wino_tune(int(on), gemm) == 1
     c.runner._lib.et_wino_convolutions.restype = ctypes.c_long
+    c.runner._lib.et_wino_convolutions4.restype = ctypes.c_long
     return ref, c, x, y
 
 
@@ -70,12 +85,15 @@ def needs_onednn(gemm: int):
 
 
 @pytest.mark.parametrize("batch, gemm, more", [(1, BLAS, ()), (3, BLAS, ()), (1, ONEDNN, ()), (3, ONEDNN, ()),
-                                               (1, BLAS, PIECES), (1, ONEDNN, PIECES), (3, ONEDNN, PIECES)])
+                                               (1, BLAS, PIECES), (1, ONEDNN, PIECES), (3, ONEDNN, PIECES),
+                                               (1, ONEDNN, ALL4), (1, BLAS, ALL4 + PIECES), (3, ONEDNN, ROW_CHUNKS),
+                                               (3, ONEDNN, ("-DET_WINO4=0",))])
 def test_the_winograd_path_matches_the_reference(batch, gemm, more):
     needs_onednn(gemm)
     ref, c, x, y = _tuned(batch, FAST + more, gemm=gemm)
     _agrees(ref, c, x, y, steps=2)  # gradients(), then two steps: 3 forwards and input gradients each
     assert c.runner._lib.et_wino_convolutions() == 3 * TAKEN
+    assert c.runner._lib.et_wino_convolutions4() == 3 * taken4(batch, more)
     assert c.runner._lib.et_wino_gemms() == gemm
 
 
@@ -109,15 +127,31 @@ def test_its_results_are_not_the_direct_convolutions():
     assert any(not np.array_equal(np.asarray(runs[0][k]), np.asarray(runs[1][k])) for k in runs[0])
 
 
+def test_f4x4_is_not_f2x2():
+    """Batch 3 with F(4x4, 3x3) and with it left out of the build (-DET_WINO4=0): both on the path, both close to the
+    reference (the test above), but every taken convolution's weight gradient differs in its bits (the last ones'
+    from the forwards' outputs too), and so does the first convolution's (its output gradient is the second's input
+    gradient)."""
+    runs = []
+    for more in ((), ("-DET_WINO4=0",)):
+        _, c, x, y = _tuned(3, FAST + more)
+        runs.append(c.gradients(x, y))
+        assert c.runner._lib.et_wino_convolutions4() == taken4(3, more)
+    for k in ("body.2.weight", "body.4.weight", "body.6.weight", "body.8.weight", "body.0.weight"):
+        assert not np.array_equal(np.asarray(runs[0][k]), np.asarray(runs[1][k])), k
+
+
 @pytest.mark.parametrize("batch, gemm, more", [(1, BLAS, ()), (3, BLAS, ()), (1, ONEDNN, ()), (3, ONEDNN, ()),
-                                               (1, BLAS, PIECES), (3, ONEDNN, PIECES)])
+                                               (1, BLAS, PIECES), (3, ONEDNN, PIECES), (1, ONEDNN, ALL4 + PIECES),
+                                               (3, ONEDNN, ROW_CHUNKS)])
 def test_it_is_the_same_on_any_thread_count(batch, gemm, more):
     """On the threaded library the forward's and the input gradient's blocks of tiles run a block a thread
     where there are as many blocks as threads (batch 3: 3 or 4 blocks, on 2 threads), else their input
     transforms, all their calls of products at once on the threads, then their output transforms (batch 1's one
     block on 2 and 4 threads, batch 3's blocks on 4); the weight gradient's blocks one after another, each
     block's calls on the threads. Two steps on 1, 2 and 4 threads (more threads than this machine's cores
-    still run the same calls) give the same losses and state, bit for bit, with whole products and in pieces."""
+    still run the same calls) give the same losses and state, bit for bit, with whole products and in pieces,
+    as F(2x2, 3x3) and as F(4x4, 3x3) (its chunks of tile rows on the threads)."""
     needs_onednn(gemm)
     runs = []
     for threads in (1, 2, 4):
@@ -126,6 +160,7 @@ def test_it_is_the_same_on_any_thread_count(batch, gemm, more):
         losses = [c.step(x, y) for _ in range(2)]
         runs.append((losses, {k: np.array(v) for k, v in c.state.items()}))
         assert c.runner._lib.et_wino_convolutions() == 2 * TAKEN
+        assert c.runner._lib.et_wino_convolutions4() == 2 * taken4(batch, more)
     for other in runs[1:]:
         assert runs[0][0] == other[0]
         for k, v in runs[0][1].items():

@@ -33,9 +33,10 @@ says). EDGETRAIN_DNNL=0 leaves it out (every convolution then takes the GEMM pat
 BLAS it is left out too.
 
 Before both, the library computes the 3x3 stride-1 convolutions of 16 channels and more (forward,
-input gradient, weight gradient) as Winograd F(2x2, 3x3), its 16 GEMMs on oneDNN's matmul where
-oneDNN is installed, else on the BLAS (runtime/et_float_wino.h); a build with -DET_WINO=0
-leaves it out."""
+input gradient, weight gradient) as Winograd F(4x4, 3x3) where they have enough 4x4 tiles, else
+F(2x2, 3x3), its 36 or 16 GEMMs on oneDNN's matmul where oneDNN is installed, else on the BLAS
+(runtime/et_float_wino.h); a build with -DET_WINO=0 leaves it out, one with -DET_WINO4=0 keeps
+F(2x2, 3x3) only."""
 from __future__ import annotations
 
 import importlib.metadata
@@ -200,7 +201,8 @@ def describe(flags: Sequence[str]) -> str:
     if b:
         d = _onednn() if DNNL_FLAG in flags else None  # as link_flags: the flags say, not the environment
         wino = "-DET_WINO=0" not in flags  # runtime/et_float_wino.h, on unless the build leaves it out
+        tiles = "F(2x2, 3x3)" if "-DET_WINO4=0" in flags else "F(4x4, 3x3) or F(2x2, 3x3)"
         return (f"BLAS ({b.name}, {os.environ.get('EDGETRAIN_BLAS_THREADS', '1')} thread(s))"
                 + (f", the dense convolutions on {d.name} (in pieces of channels, one thread each)" if d else "")
-                + (", 3x3 stride-1 ones as Winograd F(2x2, 3x3)" if wino else ""))
+                + (f", 3x3 stride-1 ones as Winograd {tiles}" if wino else ""))
     return "portable kernels (no BLAS)"

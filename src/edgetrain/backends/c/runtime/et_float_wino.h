@@ -1,13 +1,19 @@
 /* edgetrain C runtime: the host library's 3x3 stride-1 convolutions (one group, no dilation) as
- * Winograd F(2x2, 3x3) (included by et_float_gemm.h, which calls it before oneDNN and the GEMM path for
- * the forward, the input gradient and the weight gradient, and by et_float_fused.h's fused weight
- * gradient and update; each returns 0 for a shape it leaves to them).
+ * Winograd F(4x4, 3x3) or F(2x2, 3x3) (included by et_float_gemm.h, which calls it before oneDNN and the
+ * GEMM path for the forward, the input gradient and the weight gradient, and by et_float_fused.h's fused
+ * weight gradient and update; each returns 0 for a shape it leaves to them).
  *
  * With ET_BLAS defined (the host library when a BLAS is installed: backends/c/blas.py), each 2x2
  * block of output pixels (a tile) is computed from the 4x4 input pixels under it as
  * Y = A^T [(G g G^T) .* (B^T d B)] A (Lavin and Gray, "Fast Algorithms for Convolutional Neural
  * Networks", 2016): 16 multiplies per input channel for 4 outputs instead of 36. Summed over the
  * input channels, the 16 elementwise products are 16 GEMMs, U[k] (O x C) times V[k] (C x tiles).
+ * Where the convolution has enough 4x4 tiles (et_wino_tile: ET_WINO4_MIN_TILES), each 4x4 block of outputs
+ * comes from the 6x6 input pixels under it in the same way with the paper's F(4x4, 3x3) matrices (the points
+ * 0, 1, -1, 2, -2): 36 products for 16 outputs, 2.25 multiplies an output instead of F(2x2, 3x3)'s 4, and
+ * transforms of 2.25 values an output instead of 4; its roundings are a few times F(2x2, 3x3)'s (the
+ * transforms multiply by up to 8 and divide by 6 and 24). Everything below is written for both tile sizes,
+ * m = 2 or 4 output pixels a side, kk = (m + 2)^2 products.
  * The input gradient of such a convolution is one too: the output gradient padded by 2 - P convolved
  * with the weights transposed and turned by 180 degrees (`flip`). The weight gradient is the adjoint:
  * dU[k] = dM[k] V[k]^T summed over the tiles (dM = A dY A^T per tile), then G^T dU G.
@@ -67,12 +73,31 @@
 #ifndef ET_WINO_BLOCK_TILES
 #define ET_WINO_BLOCK_TILES 256
 #endif
-/* a block's 16 products in this many calls of 16 / ET_WINO_CALLS each (oneDNN's matmul: 16 calls of one
+/* 0: F(2x2, 3x3) only. Else F(4x4, 3x3) for a forward or input gradient with at least ET_WINO4_MIN_TILES 4x4
+ * tiles and a weight gradient with at least ET_WINO4_GW_MIN_TILES (et_wino_tile), its blocks at least
+ * ET_WINO4_BLOCK_TILES tiles. On a Zen 5 (bench/wino_layers.py, batch 8), F(4x4, 3x3) took 0.79-0.84x
+ * F(2x2, 3x3)'s time on ResNet-18's 64:32 and 128:16 layers (512 and 128 tiles) and 0.66x on the latter's
+ * weight gradient; on the 256:8 layer (32 tiles) its forward and input gradient were slower (the weights'
+ * transform, 36 x 256 x 256 values, is most of their work) and its weight gradient 0.70x */
+#ifndef ET_WINO4
+#define ET_WINO4 1
+#endif
+#ifndef ET_WINO4_MIN_TILES
+#define ET_WINO4_MIN_TILES 128
+#endif
+#ifndef ET_WINO4_GW_MIN_TILES
+#define ET_WINO4_GW_MIN_TILES 32
+#endif
+#ifndef ET_WINO4_BLOCK_TILES
+#define ET_WINO4_BLOCK_TILES 128
+#endif
+/* a block's kk products in this many calls of kk / ET_WINO_CALLS each (oneDNN's matmul: 16 calls of one
  * product took about a third longer than 1 of 16 or 4 of 4 on a Zen 5) */
 #ifndef ET_WINO_CALLS
 #define ET_WINO_CALLS 4
 #endif
-_Static_assert(ET_WINO_CALLS >= 1 && 16 % ET_WINO_CALLS == 0, "ET_WINO_CALLS must divide 16");
+_Static_assert(ET_WINO_CALLS >= 1 && 16 % ET_WINO_CALLS == 0 && 36 % ET_WINO_CALLS == 0,
+               "ET_WINO_CALLS must divide 16 and 36");
 /* the products' rows (output channels; the weight gradient's rows of dU) in pieces, so that the calls that can
  * run at once number at least ET_WINO_SPREAD where the rows allow: pieces of at least ET_WINO_MIN_PIECE rows, a
  * multiple of 8. Fixed by the shape, like the blocks: the same calls on any thread count. Before, a convolution
@@ -107,7 +132,7 @@ typedef struct {
 typedef struct {
     int off;
     int gemm; /* 0 not chosen yet, 1 the BLAS, 2 oneDNN's matmul */
-    long calls;
+    long calls, calls4; /* the convolutions computed, and those of them as F(4x4, 3x3) */
 #ifdef ET_DNNL_ON
     int n;
     et_wino_mm mm[ET_WINO_ENTRIES];
@@ -126,6 +151,7 @@ __attribute__((weak)) int et_wino_tune(int on, int gemm) {
     return 1;
 }
 __attribute__((weak)) long et_wino_convolutions(void) { return et_wino.calls; }
+__attribute__((weak)) long et_wino_convolutions4(void) { return et_wino.calls4; }
 /* the GEMMs' library: 1 the BLAS, 2 oneDNN's matmul, 0 not chosen yet (no convolution on the path so far) */
 __attribute__((weak)) int et_wino_gemms(void) { return et_wino.gemm; }
 
@@ -152,6 +178,14 @@ ET_HOST_INLINE int et_wino_fits(int N, int C, int O, int HO, int WO, int KH, int
            (double)N * ((HO + 1) / 2) * ((WO + 1) / 2) >= ET_WINO_MIN_TILES && macs >= ET_WINO_MIN_MACS && !et_wino.off;
 }
 
+/* the output tile's side for such a convolution, m: 4 (F(4x4, 3x3)) where it has at least `least` 4x4 tiles
+ * (ET_WINO4_MIN_TILES, or ET_WINO4_GW_MIN_TILES for a weight gradient), else 2 (F(2x2, 3x3)); and its products,
+ * kk = (m + 2)^2. Both depend on the shape only */
+ET_HOST_INLINE int et_wino_tile(int N, int HO, int WO, int least) {
+    return ET_WINO4 && (double)N * ((HO + 3) / 4) * ((WO + 3) / 4) >= least ? 4 : 2;
+}
+ET_HOST_INLINE int et_wino_kk(int m) { return (m + 2) * (m + 2); }
+
 /* the rows of a piece of a product's R rows where `calls` calls of whole products can run at once: pieces
  * enough for ET_WINO_SPREAD calls, at least ET_WINO_MIN_PIECE rows each and a multiple of 8, the last one
  * shorter; R (one piece) where the calls are enough. Depends on the shape only */
@@ -163,17 +197,17 @@ ET_HOST_INLINE int et_wino_piece_rows(int R, int calls) {
     return rows < R ? rows : R;
 }
 
-/* where row o of product k is in an array of 16 products of R rows of X values held in pieces of pr rows:
- * piece p's 16 products together, each its np rows (pr, the last piece's fewer), so that a piece's products
+/* where row o of product k is in an array of kk products of R rows of X values held in pieces of pr rows:
+ * piece p's kk products together, each its np rows (pr, the last piece's fewer), so that a piece's products
  * are whole matrices (oneDNN's matmul ran strided rows of a piece on a slower kernel). With one piece
- * (pr = R) it is [16][R][X] */
+ * (pr = R) it is [kk][R][X] */
 ET_HOST_INLINE int et_wino_piece_n(int o, int R, int pr) { /* the rows of row o's piece */
     const int first = o / pr * pr;
     return R - first < pr ? R - first : pr;
 }
-ET_HOST_INLINE size_t et_wino_row(int k, int o, int R, int pr, size_t X) {
+ET_HOST_INLINE size_t et_wino_row(int kk, int k, int o, int R, int pr, size_t X) {
     const int first = o / pr * pr;
-    return ((size_t)16 * first + (size_t)k * et_wino_piece_n(o, R, pr) + (o - first)) * X;
+    return ((size_t)kk * first + (size_t)k * et_wino_piece_n(o, R, pr) + (o - first)) * X;
 }
 
 /* the distance from row o of product k to row o of product k + 1 in such an array */
@@ -206,7 +240,7 @@ ET_HOST_INLINE void et_wino_weights(const float *ET_RESTRICT W, float *ET_RESTRI
                     t[9 + j][c] = g[6 + j][c];
                 }
             const size_t ks = et_wino_kstep(o, O, pr, C);
-            float *u = U + et_wino_row(0, o, O, pr, C) + c0;
+            float *u = U + et_wino_row(16, 0, o, O, pr, C) + c0;
             for (int i = 0; i < 4; ++i) { /* (G g) G^T */
                 float *u0 = u + (size_t)(4 * i) * ks, *u1 = u0 + ks, *u2 = u1 + ks, *u3 = u2 + ks;
                 const float *a = t[3 * i], *b = t[3 * i + 1], *d = t[3 * i + 2];
@@ -257,20 +291,301 @@ ET_HOST_INLINE void et_wino_input_row(const float *ET_RESTRICT Xc, float *ET_RES
     }
 }
 
-/* tile rows a block holds: about `bytes` of transforms (16 values a tile for each of C + O channels), at
- * least ET_WINO_BLOCK_TILES tiles and one row, at most all `rows` */
-ET_HOST_INLINE int et_wino_rows_per_block(int C, int O, int TW, int rows, double bytes) {
-    int per = (int)(bytes / (16.0 * (C + O) * TW * sizeof(float)));
-    if (per * TW < ET_WINO_BLOCK_TILES) per = (ET_WINO_BLOCK_TILES + TW - 1) / TW;
+/* F(4x4, 3x3)'s transforms (m = 4, 36 products), the paper's matrices (B^T 6x6, G 6x3, A^T 4x6). Its weights'
+ * transform and its weight gradient's last one (et_wino4_grad_weights) are et_wino_weights' and
+ * et_wino_grad_weights' loops; its input, output and output-gradient transforms take chunks of tile rows */
+#define ET_W4_S6 (1.f / 6)
+#define ET_W4_S12 (1.f / 12)
+#define ET_W4_S24 (1.f / 24)
+
+/* U[k][o][c] = (G g G^T)[k] for F(4x4, 3x3): et_wino_weights' */
+ET_HOST_INLINE void et_wino4_weights(const float *ET_RESTRICT W, float *ET_RESTRICT U, int O, int C, int flip, int pr) {
+    const size_t OC = (size_t)O * C;
+    enum { RUN = 64 };
+    ET_PARALLEL_FOR(OC * 90.0)
+    for (int o = 0; o < O; ++o)
+        for (int c0 = 0; c0 < C; c0 += RUN) {
+            const int nc = C - c0 < RUN ? C - c0 : RUN;
+            float g[9][RUN], t[18][RUN];
+            for (int c = 0; c < nc; ++c) {
+                const float *w = flip ? W + ((size_t)(c0 + c) * O + o) * 9 : W + ((size_t)o * C + c0 + c) * 9;
+                for (int i = 0; i < 9; ++i) g[i][c] = flip ? w[8 - i] : w[i];
+            }
+            for (int j = 0; j < 3; ++j) /* G g: 6 rows of 3 */
+                for (int c = 0; c < nc; ++c) {
+                    const float a = g[j][c], b = g[3 + j][c], d = g[6 + j][c];
+                    t[j][c] = 0.25f * a;
+                    t[3 + j][c] = -ET_W4_S6 * (a + b + d);
+                    t[6 + j][c] = -ET_W4_S6 * (a - b + d);
+                    t[9 + j][c] = ET_W4_S24 * a + ET_W4_S12 * b + ET_W4_S6 * d;
+                    t[12 + j][c] = ET_W4_S24 * a - ET_W4_S12 * b + ET_W4_S6 * d;
+                    t[15 + j][c] = d;
+                }
+            const size_t ks = et_wino_kstep(o, O, pr, C);
+            float *u = U + et_wino_row(36, 0, o, O, pr, C) + c0;
+            for (int i = 0; i < 6; ++i) { /* (G g) G^T: U[6 i + j] */
+                float *u0 = u + (size_t)(6 * i) * ks, *u1 = u0 + ks, *u2 = u1 + ks, *u3 = u2 + ks, *u4 = u3 + ks,
+                      *u5 = u4 + ks;
+                const float *a = t[3 * i], *b = t[3 * i + 1], *d = t[3 * i + 2];
+                for (int c = 0; c < nc; ++c) {
+                    u0[c] = 0.25f * a[c];
+                    u1[c] = -ET_W4_S6 * (a[c] + b[c] + d[c]);
+                    u2[c] = -ET_W4_S6 * (a[c] - b[c] + d[c]);
+                    u3[c] = ET_W4_S24 * a[c] + ET_W4_S12 * b[c] + ET_W4_S6 * d[c];
+                    u4[c] = ET_W4_S24 * a[c] - ET_W4_S12 * b[c] + ET_W4_S6 * d[c];
+                    u5[c] = d[c];
+                }
+            }
+        }
+}
+
+/* F(4x4, 3x3)'s input, output and output-gradient transforms take a chunk of the block's tile rows at a time
+ * (et_wino4_chunk_rows: at least one row, at most ET_WINO4_CHUNK tiles where the rows are narrower; the rows
+ * may be of two images), their loops over all of the chunk's tiles: a row of 4x4 tiles alone is a short loop
+ * (8 tiles at 32 pixels), and its loads and stores are 4 pixels apart. Each tile's pixels are gathered from
+ * (its outputs scattered to) padded copies of the rows under the chunk. Row by row, the input transform of
+ * ResNet-18's 64:32 layer took 3.3x F(2x2, 3x3)'s time (a throw-away C timing, not in the repository); on a
+ * Zen 5, chunks of 128 tiles gave those layers' passes 0.92-0.97x the time of chunks of 64 and of 256 */
+#ifndef ET_WINO4_CHUNK
+#define ET_WINO4_CHUNK 128
+#endif
+enum {
+    ET_W4_NT = ET_WINO4_CHUNK > ET_WINO_MAX_WIDTH / 4 ? ET_WINO4_CHUNK : ET_WINO_MAX_WIDTH / 4, /* a chunk's tiles */
+    ET_W4_BUF = 6 * (4 * ET_W4_NT + 2 * ET_WINO4_CHUNK) /* a chunk's padded rows: 6 a tile row, 4 TW + 2 each */
+};
+ET_HOST_INLINE int et_wino4_chunk_rows(int TW) { return TW >= ET_WINO4_CHUNK ? 1 : ET_WINO4_CHUNK / TW; }
+
+/* the chunk of k tile rows (of the block's rows, k at most et_wino4_chunk_rows) whose first is the block's row i0: its
+ * tile rows are global row g0 + j = image (g0 + j) / TH, tile row (g0 + j) % TH; its tiles are the block's
+ * i0 TW + t, t < k TW. idx[t]: tile t's first pixel in rows of `rows` x `len` floats a tile row */
+ET_HOST_INLINE void et_wino4_index(int *ET_RESTRICT idx, int k, int TW, int rows, int len) {
+    for (int j = 0, t = 0; j < k; ++j)
+        for (int tx = 0; tx < TW; ++tx, ++t) idx[t] = j * rows * len + 4 * tx;
+}
+
+/* p[0, L) = the input row src (Wd pixels) padded by PW zeros on the left and zeros on the right; all zeros
+ * without src (a row above or below the plane) */
+ET_HOST_INLINE void et_wino4_pad_row(float *ET_RESTRICT p, const float *ET_RESTRICT src, int Wd, int L, int PW) {
+    const int n = src ? (Wd < L - PW ? Wd : L - PW) : 0;
+    for (int j = 0; j < PW && j < L; ++j) p[j] = 0.f;
+    for (int j = 0; j < n; ++j) p[PW + j] = src[j];
+    for (int j = (src ? PW + n : 0); j < L; ++j) p[j] = 0.f;
+}
+
+/* V[k][c][t] = (B^T d B)[k] for F(4x4, 3x3), input channel c's tiles in a chunk of k tile rows (et_wino4_index):
+ * Vt is V[0][c] at the chunk's first tile, kstep the distance from V[k] to V[k + 1] */
+ET_HOST_INLINE void et_wino4_input_chunk(const float *ET_RESTRICT X, float *ET_RESTRICT Vt, size_t kstep, int c, int C,
+                                         int H, int Wd, int TH, int TW, int g0, int k, int PH, int PW) {
+    const int L = 4 * TW + 2, nt = k * TW;
+    float P[ET_W4_BUF], d[36][ET_W4_NT], w[36][ET_W4_NT];
+    int idx[ET_W4_NT];
+    for (int j = 0; j < k; ++j) { /* each tile row's six input rows, zero-padded */
+        const int n = (g0 + j) / TH, ty = (g0 + j) % TH;
+        const float *Xc = X + ((size_t)n * C + c) * H * Wd;
+        for (int i = 0; i < 6; ++i) {
+            const int r = 4 * ty - PH + i;
+            et_wino4_pad_row(P + (size_t)(6 * j + i) * L, r >= 0 && r < H ? Xc + (size_t)r * Wd : 0, Wd, L, PW);
+        }
+    }
+    et_wino4_index(idx, k, TW, 6, L);
+    for (int a = 0; a < 6; ++a) /* each tile's 6x6 pixels */
+        for (int b = 0; b < 6; ++b) {
+            const float *p = P + a * L + b;
+            float *da = d[6 * a + b];
+            ET_SIMD
+            for (int t = 0; t < nt; ++t) da[t] = p[idx[t]];
+        }
+    for (int j = 0; j < 6; ++j) { /* B^T d, down each column */
+        const float *x0 = d[j], *x1 = d[6 + j], *x2 = d[12 + j], *x3 = d[18 + j], *x4 = d[24 + j], *x5 = d[30 + j];
+        ET_SIMD
+        for (int t = 0; t < nt; ++t) {
+            const float d0 = x0[t], d1 = x1[t], d2 = x2[t], d3 = x3[t], d4 = x4[t], d5 = x5[t];
+            w[j][t] = 4.f * (d0 - d2) + (d4 - d2);
+            w[6 + j][t] = (d3 + d4) - 4.f * (d1 + d2);
+            w[12 + j][t] = (d4 - d3) + 4.f * (d1 - d2);
+            w[18 + j][t] = (d4 - d2) + 2.f * (d3 - d1);
+            w[24 + j][t] = (d4 - d2) - 2.f * (d3 - d1);
+            w[30 + j][t] = 4.f * (d1 - d3) + (d5 - d3);
+        }
+    }
+    for (int i = 0; i < 6; ++i) { /* (B^T d) B, along each row: V[6 i + j] */
+        const float *x0 = w[6 * i], *x1 = w[6 * i + 1], *x2 = w[6 * i + 2], *x3 = w[6 * i + 3], *x4 = w[6 * i + 4],
+                    *x5 = w[6 * i + 5];
+        float *v0 = Vt + (size_t)(6 * i) * kstep, *v1 = v0 + kstep, *v2 = v1 + kstep, *v3 = v2 + kstep,
+              *v4 = v3 + kstep, *v5 = v4 + kstep;
+        ET_SIMD
+        for (int t = 0; t < nt; ++t) {
+            const float d0 = x0[t], d1 = x1[t], d2 = x2[t], d3 = x3[t], d4 = x4[t], d5 = x5[t];
+            v0[t] = 4.f * (d0 - d2) + (d4 - d2);
+            v1[t] = (d3 + d4) - 4.f * (d1 + d2);
+            v2[t] = (d4 - d3) + 4.f * (d1 - d2);
+            v3[t] = (d4 - d2) + 2.f * (d3 - d1);
+            v4[t] = (d4 - d2) - 2.f * (d3 - d1);
+            v5[t] = 4.f * (d1 - d3) + (d5 - d3);
+        }
+    }
+}
+
+/* output channel o's 4x4 output tiles (those pixels below HO x WO) in a chunk of k tile rows from M[k][o][t]:
+ * A^T m A, plus the bias b. Mt is M[0][o] at the chunk's first tile */
+ET_HOST_INLINE void et_wino4_output_chunk(const float *ET_RESTRICT Mt, size_t kstep, float *ET_RESTRICT Y, float b,
+                                          int o, int O, int HO, int WO, int TH, int TW, int g0, int k) {
+    const int nt = k * TW;
+    float s[24][ET_W4_NT], y[16][ET_W4_NT], row[ET_WINO_MAX_WIDTH + 4];
+    for (int j = 0; j < 6; ++j) { /* A^T m, down each column: s[6 r + j] */
+        const float *m0 = Mt + (size_t)j * kstep, *m1 = m0 + 6 * kstep, *m2 = m1 + 6 * kstep, *m3 = m2 + 6 * kstep,
+                    *m4 = m3 + 6 * kstep, *m5 = m4 + 6 * kstep;
+        ET_SIMD
+        for (int t = 0; t < nt; ++t) {
+            const float a = m1[t] + m2[t], d = m1[t] - m2[t], e = m3[t] + m4[t], f = m3[t] - m4[t];
+            s[j][t] = m0[t] + a + e;
+            s[6 + j][t] = d + 2.f * f;
+            s[12 + j][t] = a + 4.f * e;
+            s[18 + j][t] = d + 8.f * f + m5[t];
+        }
+    }
+    for (int r = 0; r < 4; ++r) { /* (A^T m) A, along each row: y[4 r + q] */
+        const float *p0 = s[6 * r], *p1 = s[6 * r + 1], *p2 = s[6 * r + 2], *p3 = s[6 * r + 3], *p4 = s[6 * r + 4],
+                    *p5 = s[6 * r + 5];
+        ET_SIMD
+        for (int t = 0; t < nt; ++t) {
+            const float a = p1[t] + p2[t], d = p1[t] - p2[t], e = p3[t] + p4[t], f = p3[t] - p4[t];
+            y[4 * r][t] = p0[t] + a + e + b;
+            y[4 * r + 1][t] = d + 2.f * f + b;
+            y[4 * r + 2][t] = a + 4.f * e + b;
+            y[4 * r + 3][t] = d + 8.f * f + p5[t] + b;
+        }
+    }
+    for (int j = 0; j < k; ++j) { /* each tile row's output rows */
+        const int n = (g0 + j) / TH, ty = (g0 + j) % TH;
+        for (int r = 0; r < 4 && 4 * ty + r < HO; ++r) {
+            for (int q = 0; q < 4; ++q) {
+                const float *yq = y[4 * r + q] + (size_t)j * TW;
+                for (int tx = 0; tx < TW; ++tx) row[4 * tx + q] = yq[tx];
+            }
+            float *out = Y + (((size_t)n * O + o) * HO + 4 * ty + r) * WO;
+            for (int x = 0; x < WO; ++x) out[x] = row[x];
+        }
+    }
+}
+
+/* dM[k][o][t] = (A dy A^T)[k] for F(4x4, 3x3), output-gradient channel o's tiles in a chunk of k tile rows (the
+ * adjoint of et_wino4_output_chunk: each tile's 4x4 output gradient, zero past HO x WO, over its 6x6 products).
+ * Mt is dM[0][o] at the chunk's first tile */
+ET_HOST_INLINE void et_wino4_grad_output_chunk(const float *ET_RESTRICT GY, float *ET_RESTRICT Mt, size_t kstep, int o,
+                                               int O, int HO, int WO, int TH, int TW, int g0, int k) {
+    const int nt = k * TW, W4 = 4 * TW;
+    float P[ET_W4_BUF], e[16][ET_W4_NT], h[24][ET_W4_NT];
+    int idx[ET_W4_NT];
+    for (int j = 0; j < k; ++j) { /* each tile row's four output-gradient rows, zero past HO x WO */
+        const int n = (g0 + j) / TH, ty = (g0 + j) % TH;
+        const float *GYo = GY + ((size_t)n * O + o) * HO * WO;
+        for (int r = 0; r < 4; ++r) {
+            const int row = 4 * ty + r;
+            et_wino4_pad_row(P + (size_t)(4 * j + r) * W4, row < HO ? GYo + (size_t)row * WO : 0, WO, W4, 0);
+        }
+    }
+    et_wino4_index(idx, k, TW, 4, W4);
+    for (int r = 0; r < 4; ++r) /* each tile's 4x4 output gradient */
+        for (int q = 0; q < 4; ++q) {
+            const float *p = P + r * W4 + q;
+            float *er = e[4 * r + q];
+            ET_SIMD
+            for (int t = 0; t < nt; ++t) er[t] = p[idx[t]];
+        }
+    for (int r = 0; r < 4; ++r) { /* dy A^T, along each row: h[6 r + j] */
+        const float *p0 = e[4 * r], *p1 = e[4 * r + 1], *p2 = e[4 * r + 2], *p3 = e[4 * r + 3];
+        ET_SIMD
+        for (int t = 0; t < nt; ++t) {
+            const float ev1 = p0[t] + p2[t], od1 = p1[t] + p3[t], ev2 = p0[t] + 4.f * p2[t],
+                        od2 = 2.f * p1[t] + 8.f * p3[t];
+            h[6 * r][t] = p0[t];
+            h[6 * r + 1][t] = ev1 + od1;
+            h[6 * r + 2][t] = ev1 - od1;
+            h[6 * r + 3][t] = ev2 + od2;
+            h[6 * r + 4][t] = ev2 - od2;
+            h[6 * r + 5][t] = p3[t];
+        }
+    }
+    for (int j = 0; j < 6; ++j) { /* A (dy A^T), down each column: dM[6 i + j] */
+        float *m0 = Mt + (size_t)j * kstep, *m1 = m0 + 6 * kstep, *m2 = m1 + 6 * kstep, *m3 = m2 + 6 * kstep,
+              *m4 = m3 + 6 * kstep, *m5 = m4 + 6 * kstep;
+        const float *h0 = h[j], *h1 = h[6 + j], *h2 = h[12 + j], *h3 = h[18 + j];
+        ET_SIMD
+        for (int t = 0; t < nt; ++t) {
+            const float ev1 = h0[t] + h2[t], od1 = h1[t] + h3[t], ev2 = h0[t] + 4.f * h2[t], od2 = 2.f * h1[t] + 8.f * h3[t];
+            m0[t] = h0[t];
+            m1[t] = ev1 + od1;
+            m2[t] = ev1 - od1;
+            m3[t] = ev2 + od2;
+            m4[t] = ev2 - od2;
+            m5[t] = h3[t];
+        }
+    }
+}
+
+/* GW[o][c] = G^T dU[o][c] G (3x3) for F(4x4, 3x3): et_wino_grad_weights' */
+ET_HOST_INLINE void et_wino4_grad_weights(const float *ET_RESTRICT dU, float *ET_RESTRICT GW, int O, int C, int pr) {
+    const size_t OC = (size_t)O * C;
+    enum { RUN = 64 };
+    ET_PARALLEL_FOR(OC * 90.0)
+    for (int o = 0; o < O; ++o)
+        for (int c0 = 0; c0 < C; c0 += RUN) {
+            const int nc = C - c0 < RUN ? C - c0 : RUN;
+            float t[18][RUN];
+            const size_t ks = et_wino_kstep(o, O, pr, C);
+            const float *u = dU + et_wino_row(36, 0, o, O, pr, C) + c0;
+            for (int j = 0; j < 6; ++j) { /* G^T dU: 3 rows of 6 */
+                const float *u0 = u + (size_t)j * ks, *u1 = u0 + 6 * ks, *u2 = u1 + 6 * ks, *u3 = u2 + 6 * ks,
+                            *u4 = u3 + 6 * ks, *u5 = u4 + 6 * ks;
+                for (int c = 0; c < nc; ++c) {
+                    const float a = u1[c] + u2[c], d = u1[c] - u2[c], e = u3[c] + u4[c], f = u3[c] - u4[c];
+                    t[j][c] = 0.25f * u0[c] - ET_W4_S6 * a + ET_W4_S24 * e;
+                    t[6 + j][c] = ET_W4_S12 * f - ET_W4_S6 * d;
+                    t[12 + j][c] = ET_W4_S6 * (e - a) + u5[c];
+                }
+            }
+            for (int c = 0; c < nc; ++c) { /* (G^T dU) G */
+                float *w = GW + ((size_t)o * C + c0 + c) * 9;
+                for (int i = 0; i < 3; ++i) {
+                    const float p0 = t[6 * i][c], p1 = t[6 * i + 1][c], p2 = t[6 * i + 2][c], p3 = t[6 * i + 3][c],
+                                p4 = t[6 * i + 4][c], p5 = t[6 * i + 5][c];
+                    const float a = p1 + p2, d = p1 - p2, e = p3 + p4, f = p3 - p4;
+                    w[3 * i] = 0.25f * p0 - ET_W4_S6 * a + ET_W4_S24 * e;
+                    w[3 * i + 1] = ET_W4_S12 * f - ET_W4_S6 * d;
+                    w[3 * i + 2] = ET_W4_S6 * (e - a) + p5;
+                }
+            }
+        }
+}
+
+/* tile rows a block holds: about `bytes` of transforms (kk values a tile for each of C + O channels), at
+ * least ET_WINO_BLOCK_TILES tiles (ET_WINO4_BLOCK_TILES for m = 4) and one row, at most all `rows` */
+ET_HOST_INLINE int et_wino_rows_per_block(int m, int C, int O, int TW, int rows, double bytes) {
+    const int least = m == 4 ? ET_WINO4_BLOCK_TILES : ET_WINO_BLOCK_TILES;
+    int per = (int)(bytes / ((double)et_wino_kk(m) * (C + O) * TW * sizeof(float)));
+    if (per * TW < least) per = (least + TW - 1) / TW;
     return per < 1 ? 1 : per > rows ? rows : per;
 }
 
-/* V (16 x C x the block's tiles) for the block of tile rows [r0, r0 + nr) of X (N x C x H x Wd), TH tile
- * rows an image: et_wino_input_row for each channel and row, on the threads (et_common.h ET_PARALLEL_FOR2) */
-ET_HOST_INLINE void et_wino_input_block(const float *ET_RESTRICT X, float *ET_RESTRICT V, int C, int H, int Wd,
-                                        int TH, int TW, int r0, int nr, int PH, int PW) {
+/* V (kk x C x the block's tiles) for the block of tile rows [r0, r0 + nr) of X (N x C x H x Wd), TH tile
+ * rows an image: et_wino_input_row for each channel and row (et_wino4_input_chunk for each channel and chunk
+ * for m = 4), on the threads (et_common.h ET_PARALLEL_FOR2) */
+ET_HOST_INLINE void et_wino_input_block(int m, const float *ET_RESTRICT X, float *ET_RESTRICT V, int C, int H,
+                                        int Wd, int TH, int TW, int r0, int nr, int PH, int PW) {
     const int T = nr * TW;
     const size_t vk = (size_t)C * T;
+    if (m == 4) {
+        const int kr = et_wino4_chunk_rows(TW), chunks = (nr + kr - 1) / kr;
+        ET_PARALLEL_FOR2((double)C * T * 36 * 4)
+        for (int c = 0; c < C; ++c)
+            for (int q = 0; q < chunks; ++q) {
+                const int i0 = q * kr, k = nr - i0 < kr ? nr - i0 : kr;
+                et_wino4_input_chunk(X, V + (size_t)c * T + (size_t)i0 * TW, vk, c, C, H, Wd, TH, TW, r0 + i0, k, PH,
+                                     PW);
+            }
+        return;
+    }
     ET_PARALLEL_FOR2((double)C * T * 16 * 4)
     for (int c = 0; c < C; ++c)
         for (int i = 0; i < nr; ++i) {
@@ -395,56 +710,70 @@ ET_HOST_INLINE void et_wino_prepare(int b, int M, int K, int N, int tb) {
 #endif
 }
 
-/* the products of a block (16 of A (R x K) times B (K x N)), for its item i of ET_WINO_CALLS x the pieces of
- * pr rows: Q products of one piece. A (16 x R x K) and C (16 x R x N) are held in pieces (et_wino_row), B is
- * [16][K][N] ([16][N][K] with tb) */
-ET_HOST_INLINE int et_wino_item(const float *A, const float *B, float *Cm, int R, int K, int N, int tb, int pr, int i) {
-    enum { Q = 16 / ET_WINO_CALLS }; /* products a call */
+/* the products of a block (kk of A (R x K) times B (K x N)), for its item i of ET_WINO_CALLS x the pieces of
+ * pr rows: kk / ET_WINO_CALLS products of one piece. A (kk x R x K) and C (kk x R x N) are held in pieces
+ * (et_wino_row), B is [kk][K][N] ([kk][N][K] with tb) */
+ET_HOST_INLINE int et_wino_item(int kk, const float *A, const float *B, float *Cm, int R, int K, int N, int tb, int pr,
+                                int i) {
+    const int Q = kk / ET_WINO_CALLS; /* products a call */
     const int pieces = (R + pr - 1) / pr, q = i / pieces, o = i % pieces * pr;
-    return et_wino_products(A + et_wino_row(q * Q, o, R, pr, K), B + (size_t)q * Q * K * N,
-                            Cm + et_wino_row(q * Q, o, R, pr, N), Q, et_wino_piece_n(o, R, pr), K, N, tb);
+    return et_wino_products(A + et_wino_row(kk, q * Q, o, R, pr, K), B + (size_t)q * Q * K * N,
+                            Cm + et_wino_row(kk, q * Q, o, R, pr, N), Q, et_wino_piece_n(o, R, pr), K, N, tb);
 }
 
 /* makes the matmuls of et_wino_item's calls with rows in pieces of pr (see et_wino_prepare) */
-ET_HOST_INLINE void et_wino_prepare_items(int R, int K, int N, int tb, int pr) {
-    et_wino_prepare(16 / ET_WINO_CALLS, pr, K, N, tb);
-    if (R % pr) et_wino_prepare(16 / ET_WINO_CALLS, R % pr, K, N, tb);
+ET_HOST_INLINE void et_wino_prepare_items(int kk, int R, int K, int N, int tb, int pr) {
+    et_wino_prepare(kk / ET_WINO_CALLS, pr, K, N, tb);
+    if (R % pr) et_wino_prepare(kk / ET_WINO_CALLS, R % pr, K, N, tb);
 }
 
-/* the output's transform for the block of tile rows [r0, r0 + nr) from its products M (16 x O x its tiles, in
+/* the output's transform for the block of tile rows [r0, r0 + nr) from its products M (kk x O x its tiles, in
  * pieces of pr rows), on the threads (et_common.h ET_PARALLEL_FOR2) */
-ET_HOST_INLINE void et_wino_output_block(const float *ET_RESTRICT M, const float *ET_RESTRICT B, float *ET_RESTRICT Y,
-                                         int O, int HO, int WO, int TH, int TW, int r0, int nr, int pr) {
+ET_HOST_INLINE void et_wino_output_block(int m, const float *ET_RESTRICT M, const float *ET_RESTRICT B,
+                                         float *ET_RESTRICT Y, int O, int HO, int WO, int TH, int TW, int r0, int nr,
+                                         int pr) {
     const int T = nr * TW;
+    if (m == 4) {
+        const int kr = et_wino4_chunk_rows(TW), chunks = (nr + kr - 1) / kr;
+        ET_PARALLEL_FOR2((double)O * T * 36 * 4)
+        for (int o = 0; o < O; ++o)
+            for (int q = 0; q < chunks; ++q) {
+                const int i0 = q * kr, k = nr - i0 < kr ? nr - i0 : kr;
+                et_wino4_output_chunk(M + et_wino_row(36, 0, o, O, pr, T) + (size_t)i0 * TW, et_wino_kstep(o, O, pr, T),
+                                      Y, B ? B[o] : 0.f, o, O, HO, WO, TH, TW, r0 + i0, k);
+            }
+        return;
+    }
     ET_PARALLEL_FOR2((double)O * T * 16 * 4)
     for (int o = 0; o < O; ++o)
         for (int i = 0; i < nr; ++i) {
             const int n = (r0 + i) / TH, ty = (r0 + i) % TH;
-            et_wino_output_row(M + et_wino_row(0, o, O, pr, T) + (size_t)i * TW, et_wino_kstep(o, O, pr, T),
+            et_wino_output_row(M + et_wino_row(16, 0, o, O, pr, T) + (size_t)i * TW, et_wino_kstep(o, O, pr, T),
                                Y + ((size_t)n * O + o) * HO * WO, B ? B[o] : 0.f, HO, WO, TW, ty);
         }
 }
 
 /* one block of tile rows [r0, r0 + nr) of et_wino_conv, its transforms in V and M: the input's transform,
- * the 16 products (ET_WINO_CALLS calls for each piece of pr rows), the output's transform. Its loops run on
+ * the kk products (ET_WINO_CALLS calls for each piece of pr rows), the output's transform. Its loops run on
  * the threads where it is not itself inside a parallel loop (et_common.h ET_PARALLEL_WORTH): either way every
  * element is computed alike. Returns 0 where oneDNN failed */
-ET_HOST_INLINE int et_wino_block(const float *ET_RESTRICT X, const float *ET_RESTRICT U, const float *ET_RESTRICT B,
-                                 float *ET_RESTRICT Y, float *ET_RESTRICT V, float *ET_RESTRICT M, int C, int H,
-                                 int Wd, int O, int HO, int WO, int PH, int PW, int TH, int TW, int r0, int nr,
-                                 int pr) {
-    const int T = nr * TW, items = et_wino_items(O, pr);
+ET_HOST_INLINE int et_wino_block(int m, const float *ET_RESTRICT X, const float *ET_RESTRICT U,
+                                 const float *ET_RESTRICT B, float *ET_RESTRICT Y, float *ET_RESTRICT V,
+                                 float *ET_RESTRICT M, int C, int H, int Wd, int O, int HO, int WO, int PH, int PW,
+                                 int TH, int TW, int r0, int nr, int pr) {
+    const int T = nr * TW, items = et_wino_items(O, pr), kk = et_wino_kk(m);
     int bad = 0;
-    et_wino_input_block(X, V, C, H, Wd, TH, TW, r0, nr, PH, PW);
-    ET_PARALLEL_FOR_OR(16.0 * O * C * T, bad)
-    for (int i = 0; i < items; ++i) bad |= !et_wino_item(U, V, M, O, C, T, 0, pr, i);
-    et_wino_output_block(M, B, Y, O, HO, WO, TH, TW, r0, nr, pr);
+    et_wino_input_block(m, X, V, C, H, Wd, TH, TW, r0, nr, PH, PW);
+    ET_PARALLEL_FOR_OR((double)kk * O * C * T, bad)
+    for (int i = 0; i < items; ++i) bad |= !et_wino_item(kk, U, V, M, O, C, T, 0, pr, i);
+    et_wino_output_block(m, M, B, Y, O, HO, WO, TH, TW, r0, nr, pr);
     return !bad;
 }
 
 /* Y (N x O x HO x WO) = the 3x3 stride-1 convolution of X (N x C x H x Wd) padded by PH, PW, plus B
  * (per output channel, or none); W is [O][C][3][3], or with `flip` [C][O][3][3] turned by 180 degrees
- * (the input gradient's). HO = H + 2 PH - 2, WO = Wd + 2 PW - 2. The weights' transform is shared; then the
+ * (the input gradient's). HO = H + 2 PH - 2, WO = Wd + 2 PW - 2. Its tiles are m x m outputs (et_wino_tile:
+ * F(4x4, 3x3) or F(2x2, 3x3)). The weights' transform is shared; then the
  * tiles go in blocks of whole tile rows (at least ET_WINO_BLOCK_TILES tiles, about ET_WINO_BLOCK_BYTES of V and
  * M: a block's transforms and products in this core's caches), fixed by the shape, and each block's products
  * in calls of pieces of rows (et_wino_piece_rows: ET_WINO_SPREAD calls in all where O allows). With at least
@@ -454,15 +783,18 @@ ET_HOST_INLINE int et_wino_block(const float *ET_RESTRICT X, const float *ET_RES
 ET_BLAS_FN void et_wino_conv(const float *ET_RESTRICT X, const float *ET_RESTRICT W, const float *ET_RESTRICT B,
                              float *ET_RESTRICT Y, int N, int C, int H, int Wd, int O, int HO, int WO, int PH, int PW,
                              int flip) {
-    const int TH = (HO + 1) / 2, TW = (WO + 1) / 2, rows = N * TH;
-    const int per = et_wino_rows_per_block(C, O, TW, rows, ET_WINO_BLOCK_BYTES);
+    const int m = et_wino_tile(N, HO, WO, ET_WINO4_MIN_TILES), kk = et_wino_kk(m);
+    const int TH = (HO + m - 1) / m, TW = (WO + m - 1) / m, rows = N * TH;
+    const int per = et_wino_rows_per_block(m, C, O, TW, rows, ET_WINO_BLOCK_BYTES);
     const int blocks = (rows + per - 1) / per, pr = et_wino_piece_rows(O, blocks * ET_WINO_CALLS);
-    float *U = et_scratch(0, (size_t)16 * O * C);
+    float *U = et_scratch(0, (size_t)kk * O * C);
     if (!U) return;
     ++et_wino.calls;
-    et_wino_weights(W, U, O, C, flip, pr);
-    et_wino_prepare_items(O, C, per * TW, 0, pr);
-    et_wino_prepare_items(O, C, (rows - (blocks - 1) * per) * TW, 0, pr); /* the last block's */
+    et_wino.calls4 += m == 4;
+    if (m == 4) et_wino4_weights(W, U, O, C, flip, pr);
+    else et_wino_weights(W, U, O, C, flip, pr);
+    et_wino_prepare_items(kk, O, C, per * TW, 0, pr);
+    et_wino_prepare_items(kk, O, C, (rows - (blocks - 1) * per) * TW, 0, pr); /* the last block's */
     int bad = 0;
 #ifdef _OPENMP
     const int each = blocks >= et_threads; /* a block a thread */
@@ -473,27 +805,27 @@ ET_BLAS_FN void et_wino_conv(const float *ET_RESTRICT X, const float *ET_RESTRIC
         ET_PARALLEL_FOR_OR((double)N * O * HO * WO * C * 4, bad)
         for (int blk = 0; blk < blocks; ++blk) {
             const int r0 = blk * per, nr = rows - r0 < per ? rows - r0 : per;
-            float *V = et_scratch(1, (size_t)16 * C * nr * TW), *M = et_scratch(2, (size_t)16 * O * nr * TW);
-            bad |= !V || !M || !et_wino_block(X, U, B, Y, V, M, C, H, Wd, O, HO, WO, PH, PW, TH, TW, r0, nr, pr);
+            float *V = et_scratch(1, (size_t)kk * C * nr * TW), *M = et_scratch(2, (size_t)kk * O * nr * TW);
+            bad |= !V || !M || !et_wino_block(m, X, U, B, Y, V, M, C, H, Wd, O, HO, WO, PH, PW, TH, TW, r0, nr, pr);
         }
     } else {
         /* block b's V and M at b per TW tiles: each block's calls see what they would see in a slot of their own */
         const size_t tiles = (size_t)rows * TW, bt = (size_t)per * TW;
-        float *V = et_scratch(1, 16 * C * tiles), *M = et_scratch(2, 16 * O * tiles);
+        float *V = et_scratch(1, kk * C * tiles), *M = et_scratch(2, kk * O * tiles);
         const int items = et_wino_items(O, pr);
         if (V && M) {
             for (int blk = 0; blk < blocks; ++blk) {
                 const int r0 = blk * per, nr = rows - r0 < per ? rows - r0 : per;
-                et_wino_input_block(X, V + 16 * C * blk * bt, C, H, Wd, TH, TW, r0, nr, PH, PW);
+                et_wino_input_block(m, X, V + kk * C * blk * bt, C, H, Wd, TH, TW, r0, nr, PH, PW);
             }
-            ET_PARALLEL_FOR_OR(16.0 * O * C * tiles, bad)
+            ET_PARALLEL_FOR_OR((double)kk * O * C * tiles, bad)
             for (int j = 0; j < blocks * items; ++j) {
                 const int blk = j / items, r0 = blk * per, T = (rows - r0 < per ? rows - r0 : per) * TW;
-                bad |= !et_wino_item(U, V + 16 * C * blk * bt, M + 16 * O * blk * bt, O, C, T, 0, pr, j % items);
+                bad |= !et_wino_item(kk, U, V + kk * C * blk * bt, M + kk * O * blk * bt, O, C, T, 0, pr, j % items);
             }
             for (int blk = 0; blk < blocks; ++blk) {
                 const int r0 = blk * per, nr = rows - r0 < per ? rows - r0 : per;
-                et_wino_output_block(M + 16 * O * blk * bt, B, Y, O, HO, WO, TH, TW, r0, nr, pr);
+                et_wino_output_block(m, M + kk * O * blk * bt, B, Y, O, HO, WO, TH, TW, r0, nr, pr);
             }
         }
         bad |= !V || !M;
@@ -558,7 +890,7 @@ ET_HOST_INLINE void et_wino_grad_weights(const float *ET_RESTRICT dU, float *ET_
             const int nc = C - c0 < RUN ? C - c0 : RUN;
             float t[12][RUN];
             const size_t ks = et_wino_kstep(o, O, pr, C);
-            const float *u = dU + et_wino_row(0, o, O, pr, C) + c0;
+            const float *u = dU + et_wino_row(16, 0, o, O, pr, C) + c0;
             for (int j = 0; j < 4; ++j) { /* G^T dU: 3 rows of 4 */
                 const float *u0 = u + (size_t)j * ks, *u1 = u0 + 4 * ks, *u2 = u1 + 4 * ks, *u3 = u2 + 4 * ks;
                 for (int c = 0; c < nc; ++c) {
@@ -586,37 +918,51 @@ ET_HOST_INLINE void et_wino_grad_weights(const float *ET_RESTRICT dU, float *ET_
  * each later one's into P and then added to dU: the sums' order is the same on any thread count */
 ET_BLAS_FN void et_wino_gw(const float *ET_RESTRICT X, const float *ET_RESTRICT GY, float *ET_RESTRICT GW, int N,
                            int C, int H, int Wd, int O, int HO, int WO, int PH, int PW) {
-    const int TH = (HO + 1) / 2, TW = (WO + 1) / 2, rows = N * TH;
+    const int m = et_wino_tile(N, HO, WO, ET_WINO4_GW_MIN_TILES), kk = et_wino_kk(m);
+    const int TH = (HO + m - 1) / m, TW = (WO + m - 1) / m, rows = N * TH;
     const size_t OC = (size_t)O * C;
-    const int per = et_wino_rows_per_block(C, O, TW, rows, ET_WINO_GW_BLOCK_BYTES);
+    const int per = et_wino_rows_per_block(m, C, O, TW, rows, ET_WINO_GW_BLOCK_BYTES);
     const int pr = et_wino_piece_rows(O, ET_WINO_CALLS), items = et_wino_items(O, pr);
-    float *dU = et_scratch(0, 16 * OC), *V = et_scratch(1, (size_t)16 * C * per * TW),
-          *dM = et_scratch(2, (size_t)16 * O * per * TW), *P = rows > per ? et_scratch(3, 16 * OC) : dU;
+    float *dU = et_scratch(0, kk * OC), *V = et_scratch(1, (size_t)kk * C * per * TW),
+          *dM = et_scratch(2, (size_t)kk * O * per * TW), *P = rows > per ? et_scratch(3, kk * OC) : dU;
     if (!dU || !V || !dM || !P) return;
     ++et_wino.calls;
+    et_wino.calls4 += m == 4;
     int bad = 0;
     for (int r0 = 0; r0 < rows; r0 += per) {
         const int nr = rows - r0 < per ? rows - r0 : per, T = nr * TW;
         float *out = r0 ? P : dU;
-        et_wino_input_block(X, V, C, H, Wd, TH, TW, r0, nr, PH, PW);
-        ET_PARALLEL_FOR2((double)O * T * 16 * 4)
-        for (int o = 0; o < O; ++o)
-            for (int i = 0; i < nr; ++i) {
-                const int n = (r0 + i) / TH, ty = (r0 + i) % TH;
-                et_wino_grad_output_row(GY + ((size_t)n * O + o) * HO * WO,
-                                        dM + et_wino_row(0, o, O, pr, T) + (size_t)i * TW, et_wino_kstep(o, O, pr, T),
-                                        HO, WO, TW, ty);
-            }
-        et_wino_prepare_items(O, T, C, 1, pr);
-        ET_PARALLEL_FOR_OR(16.0 * OC * T, bad)
-        for (int i = 0; i < items; ++i) bad |= !et_wino_item(dM, V, out, O, T, C, 1, pr, i);
+        et_wino_input_block(m, X, V, C, H, Wd, TH, TW, r0, nr, PH, PW);
+        if (m == 4) {
+            const int kr = et_wino4_chunk_rows(TW), chunks = (nr + kr - 1) / kr;
+            ET_PARALLEL_FOR2((double)O * T * 36 * 4)
+            for (int o = 0; o < O; ++o)
+                for (int q = 0; q < chunks; ++q) {
+                    const int i0 = q * kr, k = nr - i0 < kr ? nr - i0 : kr;
+                    et_wino4_grad_output_chunk(GY, dM + et_wino_row(36, 0, o, O, pr, T) + (size_t)i0 * TW,
+                                               et_wino_kstep(o, O, pr, T), o, O, HO, WO, TH, TW, r0 + i0, k);
+                }
+        } else {
+            ET_PARALLEL_FOR2((double)O * T * 16 * 4)
+            for (int o = 0; o < O; ++o)
+                for (int i = 0; i < nr; ++i) {
+                    const int n = (r0 + i) / TH, ty = (r0 + i) % TH;
+                    et_wino_grad_output_row(GY + ((size_t)n * O + o) * HO * WO,
+                                            dM + et_wino_row(16, 0, o, O, pr, T) + (size_t)i * TW,
+                                            et_wino_kstep(o, O, pr, T), HO, WO, TW, ty);
+                }
+        }
+        et_wino_prepare_items(kk, O, T, C, 1, pr);
+        ET_PARALLEL_FOR_OR((double)kk * OC * T, bad)
+        for (int i = 0; i < items; ++i) bad |= !et_wino_item(kk, dM, V, out, O, T, C, 1, pr, i);
         if (r0) {
-            ET_PARALLEL_FOR_SIMD(16.0 * OC)
-            for (size_t i = 0; i < 16 * OC; ++i) dU[i] += P[i];
+            ET_PARALLEL_FOR_SIMD((double)kk * OC)
+            for (size_t i = 0; i < kk * OC; ++i) dU[i] += P[i];
         }
     }
     if (bad) ET_ERROR_HOOK("et_wino_gw: oneDNN failed to run a matmul");
-    et_wino_grad_weights(dU, GW, O, C, pr);
+    if (m == 4) et_wino4_grad_weights(dU, GW, O, C, pr);
+    else et_wino_grad_weights(dU, GW, O, C, pr);
 }
 
 /* the weight gradient on this path: 1 done, 0 left to oneDNN or the GEMM path */
