@@ -75,10 +75,11 @@
 #endif
 /* 0: F(2x2, 3x3) only. Else F(4x4, 3x3) for a forward or input gradient with at least ET_WINO4_MIN_TILES 4x4
  * tiles and a weight gradient with at least ET_WINO4_GW_MIN_TILES (et_wino_tile), its blocks at least
- * ET_WINO4_BLOCK_TILES tiles. On a Zen 5 (bench/wino_layers.py, batch 8), F(4x4, 3x3) took 0.79-0.84x
- * F(2x2, 3x3)'s time on ResNet-18's 64:32 and 128:16 layers (512 and 128 tiles) and 0.66x on the latter's
- * weight gradient; on the 256:8 layer (32 tiles) its forward and input gradient were slower (the weights'
- * transform, 36 x 256 x 256 values, is most of their work) and its weight gradient 0.70x */
+ * ET_WINO4_BLOCK_TILES tiles. On a Zen 5 (bench/wino_layers.py, batch 8), F(4x4, 3x3) took 0.71-0.85x
+ * F(2x2, 3x3)'s time on ResNet-18's 64:32 and 128:16 layers (512 and 128 tiles) and 0.65x on the latter's
+ * weight gradient; on the 256:8 layer (32 tiles) its forward took 1.02x and its input gradient 1.25x (the
+ * weights' transform, 36 x 256 x 256 values, is most of their work), its weight gradient 0.66x: docs/benchmarks.md,
+ * "Winograd F(4x4, 3x3)" */
 #ifndef ET_WINO4
 #define ET_WINO4 1
 #endif
