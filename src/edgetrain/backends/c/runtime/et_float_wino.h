@@ -217,41 +217,83 @@ ET_HOST_INLINE size_t et_wino_kstep(int o, int R, int pr, size_t X) { return (si
 /* the calls of a block's products: ET_WINO_CALLS for each piece of pr of the R rows (et_wino_item) */
 ET_HOST_INLINE int et_wino_items(int R, int pr) { return ET_WINO_CALLS * ((R + pr - 1) / pr); }
 
+/* the weights' transform and the weight gradient's last one work on one output channel's runs of ET_WINO_RUN input
+ * channels at a time: kk rows written (read) in order (a float each at 16 addresses O C apart, per pair, took 30 ns
+ * on a 512 x 512 layer). F(4x4, 3x3)'s matrices hold sixths and twenty-fourths */
+enum { ET_WINO_RUN = 64 };
+#define ET_W4_S6 (1.f / 6)
+#define ET_W4_S12 (1.f / 12)
+#define ET_W4_S24 (1.f / 24)
+
+/* U[k] = (G g G^T)[k] for a run of nc weights g (g[i][c]: tap i of the run's channel c) as F(2x2, 3x3): u is U[0]
+ * at the run's first channel, ks the distance from U[k] to U[k + 1] */
+ET_HOST_INLINE void et_wino2_weight_run(float (*ET_RESTRICT g)[ET_WINO_RUN], float *ET_RESTRICT u, size_t ks, int nc) {
+    float t[12][ET_WINO_RUN];
+    for (int j = 0; j < 3; ++j) /* G g: 4 rows of 3 */
+        for (int c = 0; c < nc; ++c) {
+            t[j][c] = g[j][c];
+            t[3 + j][c] = 0.5f * (g[j][c] + g[3 + j][c] + g[6 + j][c]);
+            t[6 + j][c] = 0.5f * (g[j][c] - g[3 + j][c] + g[6 + j][c]);
+            t[9 + j][c] = g[6 + j][c];
+        }
+    for (int i = 0; i < 4; ++i) { /* (G g) G^T */
+        float *u0 = u + (size_t)(4 * i) * ks, *u1 = u0 + ks, *u2 = u1 + ks, *u3 = u2 + ks;
+        const float *a = t[3 * i], *b = t[3 * i + 1], *d = t[3 * i + 2];
+        for (int c = 0; c < nc; ++c) {
+            u0[c] = a[c];
+            u1[c] = 0.5f * (a[c] + b[c] + d[c]);
+            u2[c] = 0.5f * (a[c] - b[c] + d[c]);
+            u3[c] = d[c];
+        }
+    }
+}
+
+/* the same as F(4x4, 3x3): 36 values */
+ET_HOST_INLINE void et_wino4_weight_run(float (*ET_RESTRICT g)[ET_WINO_RUN], float *ET_RESTRICT u, size_t ks, int nc) {
+    float t[18][ET_WINO_RUN];
+    for (int j = 0; j < 3; ++j) /* G g: 6 rows of 3 */
+        for (int c = 0; c < nc; ++c) {
+            const float a = g[j][c], b = g[3 + j][c], d = g[6 + j][c];
+            t[j][c] = 0.25f * a;
+            t[3 + j][c] = -ET_W4_S6 * (a + b + d);
+            t[6 + j][c] = -ET_W4_S6 * (a - b + d);
+            t[9 + j][c] = ET_W4_S24 * a + ET_W4_S12 * b + ET_W4_S6 * d;
+            t[12 + j][c] = ET_W4_S24 * a - ET_W4_S12 * b + ET_W4_S6 * d;
+            t[15 + j][c] = d;
+        }
+    for (int i = 0; i < 6; ++i) { /* (G g) G^T: U[6 i + j] */
+        float *u0 = u + (size_t)(6 * i) * ks, *u1 = u0 + ks, *u2 = u1 + ks, *u3 = u2 + ks, *u4 = u3 + ks, *u5 = u4 + ks;
+        const float *a = t[3 * i], *b = t[3 * i + 1], *d = t[3 * i + 2];
+        for (int c = 0; c < nc; ++c) {
+            u0[c] = 0.25f * a[c];
+            u1[c] = -ET_W4_S6 * (a[c] + b[c] + d[c]);
+            u2[c] = -ET_W4_S6 * (a[c] - b[c] + d[c]);
+            u3[c] = ET_W4_S24 * a[c] + ET_W4_S12 * b[c] + ET_W4_S6 * d[c];
+            u4[c] = ET_W4_S24 * a[c] - ET_W4_S12 * b[c] + ET_W4_S6 * d[c];
+            u5[c] = d[c];
+        }
+    }
+}
+
 /* U[k][o][c] = (G g G^T)[k] for the convolution's output channel o and input channel c (O x C, in pieces of
- * pr rows: et_wino_row): g is W[o][c] or, with `flip`, W[c][o] turned by 180 degrees (W then [C][O][3][3]) */
-ET_HOST_INLINE void et_wino_weights(const float *ET_RESTRICT W, float *ET_RESTRICT U, int O, int C, int flip, int pr) {
+ * pr rows: et_wino_row), tiles of m x m outputs: g is W[o][c] or, with `flip`, W[c][o] turned by 180 degrees
+ * (W then [C][O][3][3]) */
+ET_HOST_INLINE void et_wino_weights(int m, const float *ET_RESTRICT W, float *ET_RESTRICT U, int O, int C, int flip,
+                                    int pr) {
     const size_t OC = (size_t)O * C;
-    /* one output channel's row of each U[k] at a time, in runs of RUN input channels: 16 rows
-     * written in order (a float each at 16 addresses OC apart, per pair, took 30 ns on a 512 x 512 layer) */
-    enum { RUN = 64 };
-    ET_PARALLEL_FOR(OC * 40.0)
+    const int kk = et_wino_kk(m);
+    ET_PARALLEL_FOR(OC * 2.5 * kk)
     for (int o = 0; o < O; ++o)
-        for (int c0 = 0; c0 < C; c0 += RUN) {
-            const int nc = C - c0 < RUN ? C - c0 : RUN;
-            float g[9][RUN], t[12][RUN];
+        for (int c0 = 0; c0 < C; c0 += ET_WINO_RUN) {
+            const int nc = C - c0 < ET_WINO_RUN ? C - c0 : ET_WINO_RUN;
+            float g[9][ET_WINO_RUN];
             for (int c = 0; c < nc; ++c) {
                 const float *w = flip ? W + ((size_t)(c0 + c) * O + o) * 9 : W + ((size_t)o * C + c0 + c) * 9;
                 for (int i = 0; i < 9; ++i) g[i][c] = flip ? w[8 - i] : w[i];
             }
-            for (int j = 0; j < 3; ++j) /* G g: 4 rows of 3 */
-                for (int c = 0; c < nc; ++c) {
-                    t[j][c] = g[j][c];
-                    t[3 + j][c] = 0.5f * (g[j][c] + g[3 + j][c] + g[6 + j][c]);
-                    t[6 + j][c] = 0.5f * (g[j][c] - g[3 + j][c] + g[6 + j][c]);
-                    t[9 + j][c] = g[6 + j][c];
-                }
-            const size_t ks = et_wino_kstep(o, O, pr, C);
-            float *u = U + et_wino_row(16, 0, o, O, pr, C) + c0;
-            for (int i = 0; i < 4; ++i) { /* (G g) G^T */
-                float *u0 = u + (size_t)(4 * i) * ks, *u1 = u0 + ks, *u2 = u1 + ks, *u3 = u2 + ks;
-                const float *a = t[3 * i], *b = t[3 * i + 1], *d = t[3 * i + 2];
-                for (int c = 0; c < nc; ++c) {
-                    u0[c] = a[c];
-                    u1[c] = 0.5f * (a[c] + b[c] + d[c]);
-                    u2[c] = 0.5f * (a[c] - b[c] + d[c]);
-                    u3[c] = d[c];
-                }
-            }
+            float *u = U + et_wino_row(kk, 0, o, O, pr, C) + c0;
+            if (m == 4) et_wino4_weight_run(g, u, et_wino_kstep(o, O, pr, C), nc);
+            else et_wino2_weight_run(g, u, et_wino_kstep(o, O, pr, C), nc);
         }
 }
 
@@ -293,53 +335,8 @@ ET_HOST_INLINE void et_wino_input_row(const float *ET_RESTRICT Xc, float *ET_RES
 }
 
 /* F(4x4, 3x3)'s transforms (m = 4, 36 products), the paper's matrices (B^T 6x6, G 6x3, A^T 4x6). Its weights'
- * transform and its weight gradient's last one (et_wino4_grad_weights) are et_wino_weights' and
- * et_wino_grad_weights' loops; its input, output and output-gradient transforms take chunks of tile rows */
-#define ET_W4_S6 (1.f / 6)
-#define ET_W4_S12 (1.f / 12)
-#define ET_W4_S24 (1.f / 24)
-
-/* U[k][o][c] = (G g G^T)[k] for F(4x4, 3x3): et_wino_weights' */
-ET_HOST_INLINE void et_wino4_weights(const float *ET_RESTRICT W, float *ET_RESTRICT U, int O, int C, int flip, int pr) {
-    const size_t OC = (size_t)O * C;
-    enum { RUN = 64 };
-    ET_PARALLEL_FOR(OC * 90.0)
-    for (int o = 0; o < O; ++o)
-        for (int c0 = 0; c0 < C; c0 += RUN) {
-            const int nc = C - c0 < RUN ? C - c0 : RUN;
-            float g[9][RUN], t[18][RUN];
-            for (int c = 0; c < nc; ++c) {
-                const float *w = flip ? W + ((size_t)(c0 + c) * O + o) * 9 : W + ((size_t)o * C + c0 + c) * 9;
-                for (int i = 0; i < 9; ++i) g[i][c] = flip ? w[8 - i] : w[i];
-            }
-            for (int j = 0; j < 3; ++j) /* G g: 6 rows of 3 */
-                for (int c = 0; c < nc; ++c) {
-                    const float a = g[j][c], b = g[3 + j][c], d = g[6 + j][c];
-                    t[j][c] = 0.25f * a;
-                    t[3 + j][c] = -ET_W4_S6 * (a + b + d);
-                    t[6 + j][c] = -ET_W4_S6 * (a - b + d);
-                    t[9 + j][c] = ET_W4_S24 * a + ET_W4_S12 * b + ET_W4_S6 * d;
-                    t[12 + j][c] = ET_W4_S24 * a - ET_W4_S12 * b + ET_W4_S6 * d;
-                    t[15 + j][c] = d;
-                }
-            const size_t ks = et_wino_kstep(o, O, pr, C);
-            float *u = U + et_wino_row(36, 0, o, O, pr, C) + c0;
-            for (int i = 0; i < 6; ++i) { /* (G g) G^T: U[6 i + j] */
-                float *u0 = u + (size_t)(6 * i) * ks, *u1 = u0 + ks, *u2 = u1 + ks, *u3 = u2 + ks, *u4 = u3 + ks,
-                      *u5 = u4 + ks;
-                const float *a = t[3 * i], *b = t[3 * i + 1], *d = t[3 * i + 2];
-                for (int c = 0; c < nc; ++c) {
-                    u0[c] = 0.25f * a[c];
-                    u1[c] = -ET_W4_S6 * (a[c] + b[c] + d[c]);
-                    u2[c] = -ET_W4_S6 * (a[c] - b[c] + d[c]);
-                    u3[c] = ET_W4_S24 * a[c] + ET_W4_S12 * b[c] + ET_W4_S6 * d[c];
-                    u4[c] = ET_W4_S24 * a[c] - ET_W4_S12 * b[c] + ET_W4_S6 * d[c];
-                    u5[c] = d[c];
-                }
-            }
-        }
-}
-
+ * transform and its weight gradient's last one are et_wino4_weight_run and et_wino4_gw_run above; its input,
+ * output and output-gradient transforms take chunks of tile rows */
 /* F(4x4, 3x3)'s input, output and output-gradient transforms take a chunk of the block's tile rows at a time
  * (et_wino4_chunk_rows: at least one row, at most ET_WINO4_CHUNK tiles where the rows are narrower; the rows
  * may be of two images), their loops over all of the chunk's tiles: a row of 4x4 tiles alone is a short loop
@@ -355,6 +352,12 @@ enum {
     ET_W4_BUF = 6 * (4 * ET_W4_NT + 2 * ET_WINO4_CHUNK) /* a chunk's padded rows: 6 a tile row, 4 TW + 2 each */
 };
 ET_HOST_INLINE int et_wino4_chunk_rows(int TW) { return TW >= ET_WINO4_CHUNK ? 1 : ET_WINO4_CHUNK / TW; }
+/* the chunks of a block's nr tile rows, kr rows each (the last fewer); chunk q's first row (returned) and rows (*k) */
+ET_HOST_INLINE int et_wino4_chunks(int nr, int kr) { return (nr + kr - 1) / kr; }
+ET_HOST_INLINE int et_wino4_chunk(int q, int kr, int nr, int *k) {
+    *k = nr - q * kr < kr ? nr - q * kr : kr;
+    return q * kr;
+}
 
 /* the chunk of k tile rows (of the block's rows, k at most et_wino4_chunk_rows) whose first is the block's row i0: its
  * tile rows are global row g0 + j = image (g0 + j) / TH, tile row (g0 + j) % TH; its tiles are the block's
@@ -525,40 +528,6 @@ ET_HOST_INLINE void et_wino4_grad_output_chunk(const float *ET_RESTRICT GY, floa
     }
 }
 
-/* GW[o][c] = G^T dU[o][c] G (3x3) for F(4x4, 3x3): et_wino_grad_weights' */
-ET_HOST_INLINE void et_wino4_grad_weights(const float *ET_RESTRICT dU, float *ET_RESTRICT GW, int O, int C, int pr) {
-    const size_t OC = (size_t)O * C;
-    enum { RUN = 64 };
-    ET_PARALLEL_FOR(OC * 90.0)
-    for (int o = 0; o < O; ++o)
-        for (int c0 = 0; c0 < C; c0 += RUN) {
-            const int nc = C - c0 < RUN ? C - c0 : RUN;
-            float t[18][RUN];
-            const size_t ks = et_wino_kstep(o, O, pr, C);
-            const float *u = dU + et_wino_row(36, 0, o, O, pr, C) + c0;
-            for (int j = 0; j < 6; ++j) { /* G^T dU: 3 rows of 6 */
-                const float *u0 = u + (size_t)j * ks, *u1 = u0 + 6 * ks, *u2 = u1 + 6 * ks, *u3 = u2 + 6 * ks,
-                            *u4 = u3 + 6 * ks, *u5 = u4 + 6 * ks;
-                for (int c = 0; c < nc; ++c) {
-                    const float a = u1[c] + u2[c], d = u1[c] - u2[c], e = u3[c] + u4[c], f = u3[c] - u4[c];
-                    t[j][c] = 0.25f * u0[c] - ET_W4_S6 * a + ET_W4_S24 * e;
-                    t[6 + j][c] = ET_W4_S12 * f - ET_W4_S6 * d;
-                    t[12 + j][c] = ET_W4_S6 * (e - a) + u5[c];
-                }
-            }
-            for (int c = 0; c < nc; ++c) { /* (G^T dU) G */
-                float *w = GW + ((size_t)o * C + c0 + c) * 9;
-                for (int i = 0; i < 3; ++i) {
-                    const float p0 = t[6 * i][c], p1 = t[6 * i + 1][c], p2 = t[6 * i + 2][c], p3 = t[6 * i + 3][c],
-                                p4 = t[6 * i + 4][c], p5 = t[6 * i + 5][c];
-                    const float a = p1 + p2, d = p1 - p2, e = p3 + p4, f = p3 - p4;
-                    w[3 * i] = 0.25f * p0 - ET_W4_S6 * a + ET_W4_S24 * e;
-                    w[3 * i + 1] = ET_W4_S12 * f - ET_W4_S6 * d;
-                    w[3 * i + 2] = ET_W4_S6 * (e - a) + p5;
-                }
-            }
-        }
-}
 
 /* tile rows a block holds: about `bytes` of transforms (kk values a tile for each of C + O channels), at
  * least ET_WINO_BLOCK_TILES tiles (ET_WINO4_BLOCK_TILES for m = 4) and one row, at most all `rows` */
@@ -577,11 +546,12 @@ ET_HOST_INLINE void et_wino_input_block(int m, const float *ET_RESTRICT X, float
     const int T = nr * TW;
     const size_t vk = (size_t)C * T;
     if (m == 4) {
-        const int kr = et_wino4_chunk_rows(TW), chunks = (nr + kr - 1) / kr;
+        const int kr = et_wino4_chunk_rows(TW), chunks = et_wino4_chunks(nr, kr);
         ET_PARALLEL_FOR2((double)C * T * 36 * 4)
         for (int c = 0; c < C; ++c)
             for (int q = 0; q < chunks; ++q) {
-                const int i0 = q * kr, k = nr - i0 < kr ? nr - i0 : kr;
+                int k;
+                const int i0 = et_wino4_chunk(q, kr, nr, &k);
                 et_wino4_input_chunk(X, V + (size_t)c * T + (size_t)i0 * TW, vk, c, C, H, Wd, TH, TW, r0 + i0, k, PH,
                                      PW);
             }
@@ -735,11 +705,12 @@ ET_HOST_INLINE void et_wino_output_block(int m, const float *ET_RESTRICT M, cons
                                          int pr) {
     const int T = nr * TW;
     if (m == 4) {
-        const int kr = et_wino4_chunk_rows(TW), chunks = (nr + kr - 1) / kr;
+        const int kr = et_wino4_chunk_rows(TW), chunks = et_wino4_chunks(nr, kr);
         ET_PARALLEL_FOR2((double)O * T * 36 * 4)
         for (int o = 0; o < O; ++o)
             for (int q = 0; q < chunks; ++q) {
-                const int i0 = q * kr, k = nr - i0 < kr ? nr - i0 : kr;
+                int k;
+                const int i0 = et_wino4_chunk(q, kr, nr, &k);
                 et_wino4_output_chunk(M + et_wino_row(36, 0, o, O, pr, T) + (size_t)i0 * TW, et_wino_kstep(o, O, pr, T),
                                       Y, B ? B[o] : 0.f, o, O, HO, WO, TH, TW, r0 + i0, k);
             }
@@ -792,8 +763,7 @@ ET_BLAS_FN void et_wino_conv(const float *ET_RESTRICT X, const float *ET_RESTRIC
     if (!U) return;
     ++et_wino.calls;
     et_wino.calls4 += m == 4;
-    if (m == 4) et_wino4_weights(W, U, O, C, flip, pr);
-    else et_wino_weights(W, U, O, C, flip, pr);
+    et_wino_weights(m, W, U, O, C, flip, pr);
     et_wino_prepare_items(kk, O, C, per * TW, 0, pr);
     et_wino_prepare_items(kk, O, C, (rows - (blocks - 1) * per) * TW, 0, pr); /* the last block's */
     int bad = 0;
@@ -881,34 +851,65 @@ ET_HOST_INLINE void et_wino_grad_output_row(const float *ET_RESTRICT GYo, float 
     }
 }
 
-/* GW[o][c] = G^T dU[o][c] G (3x3) from dU[k][o][c] (O x C each, in pieces of pr rows: et_wino_row) */
-ET_HOST_INLINE void et_wino_grad_weights(const float *ET_RESTRICT dU, float *ET_RESTRICT GW, int O, int C, int pr) {
+/* a run of nc channels' G^T dU G (3x3) as F(2x2, 3x3): u is dU[0] at the run's first channel, ks the distance
+ * from dU[k] to dU[k + 1], w the first channel's 9 weights */
+ET_HOST_INLINE void et_wino2_gw_run(const float *ET_RESTRICT u, size_t ks, float *ET_RESTRICT w, int nc) {
+    float t[12][ET_WINO_RUN];
+    for (int j = 0; j < 4; ++j) { /* G^T dU: 3 rows of 4 */
+        const float *u0 = u + (size_t)j * ks, *u1 = u0 + 4 * ks, *u2 = u1 + 4 * ks, *u3 = u2 + 4 * ks;
+        for (int c = 0; c < nc; ++c) {
+            t[j][c] = u0[c] + 0.5f * (u1[c] + u2[c]);
+            t[4 + j][c] = 0.5f * (u1[c] - u2[c]);
+            t[8 + j][c] = 0.5f * (u1[c] + u2[c]) + u3[c];
+        }
+    }
+    for (int c = 0; c < nc; ++c) /* (G^T dU) G */
+        for (int i = 0; i < 3; ++i) {
+            const float a = t[4 * i][c], b = t[4 * i + 1][c], d = t[4 * i + 2][c], f = t[4 * i + 3][c];
+            w[9 * c + 3 * i] = a + 0.5f * (b + d);
+            w[9 * c + 3 * i + 1] = 0.5f * (b - d);
+            w[9 * c + 3 * i + 2] = 0.5f * (b + d) + f;
+        }
+}
+
+/* the same as F(4x4, 3x3): from 36 values */
+ET_HOST_INLINE void et_wino4_gw_run(const float *ET_RESTRICT u, size_t ks, float *ET_RESTRICT w, int nc) {
+    float t[18][ET_WINO_RUN];
+    for (int j = 0; j < 6; ++j) { /* G^T dU: 3 rows of 6 */
+        const float *u0 = u + (size_t)j * ks, *u1 = u0 + 6 * ks, *u2 = u1 + 6 * ks, *u3 = u2 + 6 * ks, *u4 = u3 + 6 * ks,
+                    *u5 = u4 + 6 * ks;
+        for (int c = 0; c < nc; ++c) {
+            const float a = u1[c] + u2[c], d = u1[c] - u2[c], e = u3[c] + u4[c], f = u3[c] - u4[c];
+            t[j][c] = 0.25f * u0[c] - ET_W4_S6 * a + ET_W4_S24 * e;
+            t[6 + j][c] = ET_W4_S12 * f - ET_W4_S6 * d;
+            t[12 + j][c] = ET_W4_S6 * (e - a) + u5[c];
+        }
+    }
+    for (int c = 0; c < nc; ++c) /* (G^T dU) G */
+        for (int i = 0; i < 3; ++i) {
+            const float p0 = t[6 * i][c], p1 = t[6 * i + 1][c], p2 = t[6 * i + 2][c], p3 = t[6 * i + 3][c],
+                        p4 = t[6 * i + 4][c], p5 = t[6 * i + 5][c];
+            const float a = p1 + p2, d = p1 - p2, e = p3 + p4, f = p3 - p4;
+            w[9 * c + 3 * i] = 0.25f * p0 - ET_W4_S6 * a + ET_W4_S24 * e;
+            w[9 * c + 3 * i + 1] = ET_W4_S12 * f - ET_W4_S6 * d;
+            w[9 * c + 3 * i + 2] = ET_W4_S6 * (e - a) + p5;
+        }
+}
+
+/* GW[o][c] = G^T dU[o][c] G (3x3) from dU[k][o][c] (O x C each, in pieces of pr rows: et_wino_row), tiles of
+ * m x m outputs */
+ET_HOST_INLINE void et_wino_grad_weights(int m, const float *ET_RESTRICT dU, float *ET_RESTRICT GW, int O, int C,
+                                         int pr) {
     const size_t OC = (size_t)O * C;
-    enum { RUN = 64 };
-    ET_PARALLEL_FOR(OC * 40.0)
+    const int kk = et_wino_kk(m);
+    ET_PARALLEL_FOR(OC * 2.5 * kk)
     for (int o = 0; o < O; ++o)
-        for (int c0 = 0; c0 < C; c0 += RUN) {
-            const int nc = C - c0 < RUN ? C - c0 : RUN;
-            float t[12][RUN];
-            const size_t ks = et_wino_kstep(o, O, pr, C);
-            const float *u = dU + et_wino_row(16, 0, o, O, pr, C) + c0;
-            for (int j = 0; j < 4; ++j) { /* G^T dU: 3 rows of 4 */
-                const float *u0 = u + (size_t)j * ks, *u1 = u0 + 4 * ks, *u2 = u1 + 4 * ks, *u3 = u2 + 4 * ks;
-                for (int c = 0; c < nc; ++c) {
-                    t[j][c] = u0[c] + 0.5f * (u1[c] + u2[c]);
-                    t[4 + j][c] = 0.5f * (u1[c] - u2[c]);
-                    t[8 + j][c] = 0.5f * (u1[c] + u2[c]) + u3[c];
-                }
-            }
-            for (int c = 0; c < nc; ++c) { /* (G^T dU) G */
-                float *w = GW + ((size_t)o * C + c0 + c) * 9;
-                for (int i = 0; i < 3; ++i) {
-                    const float a = t[4 * i][c], b = t[4 * i + 1][c], d = t[4 * i + 2][c], f = t[4 * i + 3][c];
-                    w[3 * i] = a + 0.5f * (b + d);
-                    w[3 * i + 1] = 0.5f * (b - d);
-                    w[3 * i + 2] = 0.5f * (b + d) + f;
-                }
-            }
+        for (int c0 = 0; c0 < C; c0 += ET_WINO_RUN) {
+            const int nc = C - c0 < ET_WINO_RUN ? C - c0 : ET_WINO_RUN;
+            const float *u = dU + et_wino_row(kk, 0, o, O, pr, C) + c0;
+            float *w = GW + ((size_t)o * C + c0) * 9;
+            if (m == 4) et_wino4_gw_run(u, et_wino_kstep(o, O, pr, C), w, nc);
+            else et_wino2_gw_run(u, et_wino_kstep(o, O, pr, C), w, nc);
         }
 }
 
@@ -935,11 +936,12 @@ ET_BLAS_FN void et_wino_gw(const float *ET_RESTRICT X, const float *ET_RESTRICT 
         float *out = r0 ? P : dU;
         et_wino_input_block(m, X, V, C, H, Wd, TH, TW, r0, nr, PH, PW);
         if (m == 4) {
-            const int kr = et_wino4_chunk_rows(TW), chunks = (nr + kr - 1) / kr;
+            const int kr = et_wino4_chunk_rows(TW), chunks = et_wino4_chunks(nr, kr);
             ET_PARALLEL_FOR2((double)O * T * 36 * 4)
             for (int o = 0; o < O; ++o)
                 for (int q = 0; q < chunks; ++q) {
-                    const int i0 = q * kr, k = nr - i0 < kr ? nr - i0 : kr;
+                    int k;
+                    const int i0 = et_wino4_chunk(q, kr, nr, &k);
                     et_wino4_grad_output_chunk(GY, dM + et_wino_row(36, 0, o, O, pr, T) + (size_t)i0 * TW,
                                                et_wino_kstep(o, O, pr, T), o, O, HO, WO, TH, TW, r0 + i0, k);
                 }
@@ -962,8 +964,7 @@ ET_BLAS_FN void et_wino_gw(const float *ET_RESTRICT X, const float *ET_RESTRICT 
         }
     }
     if (bad) ET_ERROR_HOOK("et_wino_gw: oneDNN failed to run a matmul");
-    if (m == 4) et_wino4_grad_weights(dU, GW, O, C, pr);
-    else et_wino_grad_weights(dU, GW, O, C, pr);
+    et_wino_grad_weights(m, dU, GW, O, C, pr);
 }
 
 /* the weight gradient on this path: 1 done, 0 left to oneDNN or the GEMM path */
