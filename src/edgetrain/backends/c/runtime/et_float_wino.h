@@ -89,6 +89,7 @@
 #ifndef ET_WINO4_GW_MIN_TILES
 #define ET_WINO4_GW_MIN_TILES 32
 #endif
+/* (blocks of at least 256 and 512 tiles took 1.03-1.14x as long on the 64:32 layer, one run, 64-tile chunks) */
 #ifndef ET_WINO4_BLOCK_TILES
 #define ET_WINO4_BLOCK_TILES 128
 #endif
@@ -343,7 +344,7 @@ ET_HOST_INLINE void et_wino_input_row(const float *ET_RESTRICT Xc, float *ET_RES
  * (8 tiles at 32 pixels), and its loads and stores are 4 pixels apart. Each tile's pixels are gathered from
  * (its outputs scattered to) padded copies of the rows under the chunk. Row by row, the input transform of
  * ResNet-18's 64:32 layer took 3.3x F(2x2, 3x3)'s time (a throw-away C timing, not in the repository); on a
- * Zen 5, chunks of 128 tiles gave those layers' passes 0.92-0.97x the time of chunks of 64 and of 256 */
+ * Zen 5, chunks of 128 tiles gave those layers' passes 0.90-1.00x the time of chunks of 64 and of 256 (two runs) */
 #ifndef ET_WINO4_CHUNK
 #define ET_WINO4_CHUNK 128
 #endif
