@@ -1,7 +1,8 @@
 """bench/wino_accuracy.py on torchvision's resnet18 at 32x32, batch 2: the float32 reference's row, then the C
 program with every 3x3 stride-1 convolution as F(4x4, 3x3) (its 13 convolutions' three passes each on the path,
 all of them so), its gradients within F(4x4, 3x3)'s rounding of both references (tests/backends/c/test_wino.py's
-tolerance for it); an unknown mode is refused before anything is built."""
+tolerance for it); the same after a step, with the kinks' float64 runs; an unknown mode is refused before
+anything is built."""
 from __future__ import annotations
 
 import argparse
@@ -18,15 +19,37 @@ import wino_accuracy  # noqa: E402
 pytestmark = pytest.mark.skipif(blas.library_blas() is None, reason="no BLAS installed")
 
 
+def _args(**kw):
+    return argparse.Namespace(**{"model": "resnet18", "size": 32, "batch": 2, "modes": "f4", "gemm": "chosen",
+                                 "after_step": False, "kinks": False, **kw})
+
+
+def _is_a_parameter(name: str) -> bool:
+    return name.endswith((".weight", ".bias"))
+
+
 def test_the_rows_of_every_convolution_as_f4x4():
-    args = argparse.Namespace(model="resnet18", size=32, batch=2, modes="f4")
-    ref, f4 = wino_accuracy.rows(args)
+    ref, f4 = wino_accuracy.rows(_args())
     assert (ref["mode"], ref["passes"]) == ("float32 reference", None)
     assert 0 < ref["vs_float64"] < 1e-5
     assert (f4["mode"], f4["passes"], f4["f4"]) == ("f4", 13 * 3, 13 * 3)
     assert 0 < f4["vs_float32"] < 3e-5 and 0 < f4["vs_float64"] < 3e-5
-    assert f4["worst_float32"].endswith((".weight", ".bias")) and f4["worst_float64"].endswith((".weight", ".bias"))
-    assert "| resnet18 32x32 b2 | f4 | 39 (39) |" in wino_accuracy.table([ref, f4])
+    assert _is_a_parameter(f4["worst_float32"]) and _is_a_parameter(f4["worst_float64"])
+    assert "flips" not in f4
+    assert "| resnet18 32x32 b2 | chosen | f4 | 39 (39) |" in wino_accuracy.table([ref, f4])
+
+
+def test_after_a_step_with_the_kinks():
+    """The references' row at the C program's state after its step; the passes counted are the gradients()
+    call's alone, not the step's; each row's least error over the kinks' float64 runs, with its flips."""
+    ref, f4 = wino_accuracy.rows(_args(after_step=True, kinks=True))
+    assert ref["mode"] == "float32 reference (at f4's state)"
+    assert (f4["passes"], f4["f4"]) == (13 * 3, 13 * 3)
+    assert 0 < f4["vs_float64_flipped"] < 3e-5 and isinstance(f4["flips"], str)
+    assert 0 <= ref["vs_float64_flipped"] < 1e-5
+    table = wino_accuracy.table([ref, f4])
+    assert "| resnet18 32x32 b2, after a step | chosen | f4 | 39 (39) |" in table
+    assert "kinks flipped (flips) |" in table
 
 
 def test_an_unknown_mode_is_refused(capsys):

@@ -209,12 +209,13 @@ RESNET18_TAKEN = 13 * 3
     # 64x64 at batch 8, the default thresholds: layer1's four convolutions (16x16 planes, 128 4x4 tiles) all
     # three as F(4x4, 3x3); layer2's three (8x8 planes) their weight gradients so (32 4x4 tiles) and their
     # forwards and input gradients as F(2x2, 3x3) (128 2x2 tiles); layer3 and layer4 (32 and 8 2x2 tiles)
-    # none. Measured: every gradient within 5.3e-6 of the float32 reference, 5.5e-6 of the float64 program
+    # none. Measured: every gradient within 3.7e-6 of the float64 program (5.5e-6 with MKL as the BLAS;
+    # docs/benchmarks.md, "F(4x4, 3x3) on a model nobody here wrote")
     (64, 8, (), (12 + 3, 6), 1e-5),
     # 32x32 at batch 2, every one of the 13 as F(4x4, 3x3), down to layer4's 1x1 planes (one tile, mostly
     # cut): its transforms' coefficients (up to 8, and sixths and twenty-fourths) round more than F(2x2, 3x3)'s.
-    # Measured with the GEMMs on the BLAS: 1.2e-5 of the float32 reference and of the float64 run (F(2x2, 3x3) on
-    # the same convolutions: 2.0e-6 of the float32 reference; none: 1.3e-6); 9.4e-6 on oneDNN's matmul
+    # Measured against the float64 program: 1.7e-5 (5.6e-6 with the path's GEMMs on the BLAS; with MKL as the BLAS
+    # 9.2e-6, and 1.2e-5 of the float64 run with the GEMMs on it), against 1.2-2.3e-6 for F(2x2, 3x3) and the GEMMs
     (32, 2, EVERY4, (RESNET18_TAKEN, 0), 3e-5)])
 def test_torchvision_resnet18(size, batch, more, taken, tol):
     """A model nobody here wrote, as its users build it (torchvision's resnet18, 10 classes, in eval mode:
