@@ -129,6 +129,7 @@ def rows(args) -> list[dict]:
 
 
 def kink_fields(got: dict, runs: list[tuple[str, dict]]) -> dict:
+    """A row's --kinks fields: its least error over the flipped runs and their flips (none without --kinks)."""
     if not runs:
         return {}
     e, flips = least(got, runs)
