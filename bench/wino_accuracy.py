@@ -6,7 +6,7 @@ F(2x2, 3x3) or F(4x4, 3x3) on every convolution it can take, and with the librar
     PYTHONPATH=src python bench/wino_accuracy.py [--model resnet18] [--size 64] [--batch 8]
         [--modes off,f2,f4,default] [--gemm chosen|blas|onednn] [--after-step] [--kinks] [--json-only]
 
-The model: torchvision's `--model` with 10 classes, in eval mode, random weights (torch seed 0), on a batch of
+The model: torchvision's `--model` (one of its classification models) with 10 classes, in eval mode, random weights (torch seed 0), on a batch of
 `--batch` random `--size` x `--size` images, Full update, SGD (lr 0.01, momentum 0.9), gradients at the initial
 weights (with `--after-step`: after one step of the C program, its state copied into both references, so all
 three start from the same weights). Modes, as the library's build flags (the C program built at graph_lib's quick
@@ -167,6 +167,12 @@ def main(argv=None) -> int:
         ap.error(f"unknown modes {bad}: choose from {sorted(MODES)}")
     if args.size < 1 or args.batch < 1:
         ap.error("--size and --batch must be at least 1")
+    lm_memory._torchvision_schemas()
+    import torchvision.models as tvm
+
+    if args.model not in tvm.list_models(module=tvm):
+        ap.error(f"--model {args.model}: not one of torchvision's classification models "
+                 f"(torchvision.models.list_models(module=torchvision.models))")
     rs = rows(args)
     for r in rs:
         print(json.dumps(r))

@@ -1,8 +1,8 @@
 """bench/wino_accuracy.py on torchvision's resnet18 at 32x32, batch 2: the float32 reference's row, then the C
 program with every 3x3 stride-1 convolution as F(4x4, 3x3) (its 13 convolutions' three passes each on the path,
 all of them so), its gradients within F(4x4, 3x3)'s rounding of both references (tests/backends/c/test_wino.py's
-tolerance for it); the same after a step, with the kinks' float64 runs; an unknown mode is refused before
-anything is built."""
+tolerance for it); the same after a step, with the kinks' float64 runs; an unknown mode or model is refused
+before anything is built."""
 from __future__ import annotations
 
 import argparse
@@ -57,3 +57,10 @@ def test_an_unknown_mode_is_refused(capsys):
         wino_accuracy.main(["--modes", "f4,f8"])
     assert e.value.code == 2
     assert "unknown modes ['f8']" in capsys.readouterr().err
+
+
+def test_an_unknown_model_is_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        wino_accuracy.main(["--model", "resnet19"])
+    assert e.value.code == 2
+    assert "--model resnet19: not one of torchvision's classification models" in capsys.readouterr().err
