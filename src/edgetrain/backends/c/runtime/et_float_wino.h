@@ -89,7 +89,8 @@
 #ifndef ET_WINO4_GW_MIN_TILES
 #define ET_WINO4_GW_MIN_TILES 32
 #endif
-/* (blocks of at least 256 and 512 tiles took 1.03-1.14x as long on the 64:32 layer, one run, 64-tile chunks) */
+/* (blocks of at least 256 and 512 tiles took 1.03-1.14x as long on the 64:32 layer, one run, 64-tile chunks:
+ * bench/wino_layers.py --layers 64:32 --cflags="-DET_WINO4_CHUNK=64 -DET_WINO4_BLOCK_TILES=256", and =512) */
 #ifndef ET_WINO4_BLOCK_TILES
 #define ET_WINO4_BLOCK_TILES 128
 #endif
@@ -336,15 +337,15 @@ ET_HOST_INLINE void et_wino_input_row(const float *ET_RESTRICT Xc, float *ET_RES
 }
 
 /* F(4x4, 3x3)'s transforms (m = 4, 36 products), the paper's matrices (B^T 6x6, G 6x3, A^T 4x6). Its weights'
- * transform and its weight gradient's last one are et_wino4_weight_run and et_wino4_gw_run above; its input,
- * output and output-gradient transforms take chunks of tile rows */
-/* F(4x4, 3x3)'s input, output and output-gradient transforms take a chunk of the block's tile rows at a time
+ * transform and its weight gradient's last one are et_wino4_weight_run and et_wino4_gw_run above. Its input,
+ * output and output-gradient transforms take a chunk of the block's tile rows at a time
  * (et_wino4_chunk_rows: at least one row, at most ET_WINO4_CHUNK tiles where the rows are narrower; the rows
  * may be of two images), their loops over all of the chunk's tiles: a row of 4x4 tiles alone is a short loop
  * (8 tiles at 32 pixels), and its loads and stores are 4 pixels apart. Each tile's pixels are gathered from
- * (its outputs scattered to) padded copies of the rows under the chunk. Row by row, the input transform of
- * ResNet-18's 64:32 layer took 3.3x F(2x2, 3x3)'s time (a throw-away C timing, not in the repository); on a
- * Zen 5, chunks of 128 tiles gave those layers' passes 0.90-1.00x the time of chunks of 64 and of 256 (two runs) */
+ * (its outputs scattered to) padded copies of the rows under the chunk. Row by row (a version never committed)
+ * it was slower than F(2x2, 3x3) on every layer of ResNet-18; on a Zen 5, chunks of 128 tiles gave those layers'
+ * passes 0.90-1.00x the time of chunks of 64 and of 256 (two runs of bench/wino_layers.py --layers 64:32,128:16
+ * with and without --cflags=-DET_WINO4_CHUNK=64, and =256) */
 #ifndef ET_WINO4_CHUNK
 #define ET_WINO4_CHUNK 128
 #endif
@@ -353,9 +354,14 @@ enum {
     ET_W4_BUF = 6 * (4 * ET_W4_NT + 2 * ET_WINO4_CHUNK) /* a chunk's padded rows: 6 a tile row, 4 TW + 2 each */
 };
 ET_HOST_INLINE int et_wino4_chunk_rows(int TW) { return TW >= ET_WINO4_CHUNK ? 1 : ET_WINO4_CHUNK / TW; }
-/* the chunks of a block's nr tile rows, kr rows each (the last fewer); chunk q's first row (returned) and rows (*k) */
-ET_HOST_INLINE int et_wino4_chunks(int nr, int kr) { return (nr + kr - 1) / kr; }
-ET_HOST_INLINE int et_wino4_chunk(int q, int kr, int nr, int *k) {
+/* the chunks of a block's nr tile rows of TW tiles, et_wino4_chunk_rows(TW) rows each (the last fewer); chunk q's
+ * first row (returned) and rows (*k) */
+ET_HOST_INLINE int et_wino4_chunks(int nr, int TW) {
+    const int kr = et_wino4_chunk_rows(TW);
+    return (nr + kr - 1) / kr;
+}
+ET_HOST_INLINE int et_wino4_chunk(int q, int nr, int TW, int *k) {
+    const int kr = et_wino4_chunk_rows(TW);
     *k = nr - q * kr < kr ? nr - q * kr : kr;
     return q * kr;
 }
@@ -547,12 +553,12 @@ ET_HOST_INLINE void et_wino_input_block(int m, const float *ET_RESTRICT X, float
     const int T = nr * TW;
     const size_t vk = (size_t)C * T;
     if (m == 4) {
-        const int kr = et_wino4_chunk_rows(TW), chunks = et_wino4_chunks(nr, kr);
+        const int chunks = et_wino4_chunks(nr, TW);
         ET_PARALLEL_FOR2((double)C * T * 36 * 4)
         for (int c = 0; c < C; ++c)
             for (int q = 0; q < chunks; ++q) {
                 int k;
-                const int i0 = et_wino4_chunk(q, kr, nr, &k);
+                const int i0 = et_wino4_chunk(q, nr, TW, &k);
                 et_wino4_input_chunk(X, V + (size_t)c * T + (size_t)i0 * TW, vk, c, C, H, Wd, TH, TW, r0 + i0, k, PH,
                                      PW);
             }
@@ -706,12 +712,12 @@ ET_HOST_INLINE void et_wino_output_block(int m, const float *ET_RESTRICT M, cons
                                          int pr) {
     const int T = nr * TW;
     if (m == 4) {
-        const int kr = et_wino4_chunk_rows(TW), chunks = et_wino4_chunks(nr, kr);
+        const int chunks = et_wino4_chunks(nr, TW);
         ET_PARALLEL_FOR2((double)O * T * 36 * 4)
         for (int o = 0; o < O; ++o)
             for (int q = 0; q < chunks; ++q) {
                 int k;
-                const int i0 = et_wino4_chunk(q, kr, nr, &k);
+                const int i0 = et_wino4_chunk(q, nr, TW, &k);
                 et_wino4_output_chunk(M + et_wino_row(36, 0, o, O, pr, T) + (size_t)i0 * TW, et_wino_kstep(o, O, pr, T),
                                       Y, B ? B[o] : 0.f, o, O, HO, WO, TH, TW, r0 + i0, k);
             }
@@ -914,6 +920,33 @@ ET_HOST_INLINE void et_wino_grad_weights(int m, const float *ET_RESTRICT dU, flo
         }
 }
 
+/* dM (kk x O x the block's tiles, in pieces of pr rows) for the block of tile rows [r0, r0 + nr) of GY
+ * (N x O x HO x WO): et_wino_grad_output_row for each channel and row (et_wino4_grad_output_chunk for each
+ * channel and chunk for m = 4), on the threads (et_common.h ET_PARALLEL_FOR2) */
+ET_HOST_INLINE void et_wino_grad_output_block(int m, const float *ET_RESTRICT GY, float *ET_RESTRICT dM, int O, int HO,
+                                              int WO, int TH, int TW, int r0, int nr, int pr) {
+    const int T = nr * TW;
+    if (m == 4) {
+        const int chunks = et_wino4_chunks(nr, TW);
+        ET_PARALLEL_FOR2((double)O * T * 36 * 4)
+        for (int o = 0; o < O; ++o)
+            for (int q = 0; q < chunks; ++q) {
+                int k;
+                const int i0 = et_wino4_chunk(q, nr, TW, &k);
+                et_wino4_grad_output_chunk(GY, dM + et_wino_row(36, 0, o, O, pr, T) + (size_t)i0 * TW,
+                                           et_wino_kstep(o, O, pr, T), o, O, HO, WO, TH, TW, r0 + i0, k);
+            }
+        return;
+    }
+    ET_PARALLEL_FOR2((double)O * T * 16 * 4)
+    for (int o = 0; o < O; ++o)
+        for (int i = 0; i < nr; ++i) {
+            const int n = (r0 + i) / TH, ty = (r0 + i) % TH;
+            et_wino_grad_output_row(GY + ((size_t)n * O + o) * HO * WO, dM + et_wino_row(16, 0, o, O, pr, T) +
+                                    (size_t)i * TW, et_wino_kstep(o, O, pr, T), HO, WO, TW, ty);
+        }
+}
+
 /* GW (O x C x 3 x 3) = the weight gradient of such a convolution of X (N x C x H x Wd, padded by PH, PW)
  * from GY (N x O x HO x WO): dU[k] = sum over the tiles of dM[k] V[k]^T, then G^T dU G. The tiles go in
  * blocks fixed by the shape, one after another (each block's transforms, then its products on the threads,
@@ -936,26 +969,7 @@ ET_BLAS_FN void et_wino_gw(const float *ET_RESTRICT X, const float *ET_RESTRICT 
         const int nr = rows - r0 < per ? rows - r0 : per, T = nr * TW;
         float *out = r0 ? P : dU;
         et_wino_input_block(m, X, V, C, H, Wd, TH, TW, r0, nr, PH, PW);
-        if (m == 4) {
-            const int kr = et_wino4_chunk_rows(TW), chunks = et_wino4_chunks(nr, kr);
-            ET_PARALLEL_FOR2((double)O * T * 36 * 4)
-            for (int o = 0; o < O; ++o)
-                for (int q = 0; q < chunks; ++q) {
-                    int k;
-                    const int i0 = et_wino4_chunk(q, kr, nr, &k);
-                    et_wino4_grad_output_chunk(GY, dM + et_wino_row(36, 0, o, O, pr, T) + (size_t)i0 * TW,
-                                               et_wino_kstep(o, O, pr, T), o, O, HO, WO, TH, TW, r0 + i0, k);
-                }
-        } else {
-            ET_PARALLEL_FOR2((double)O * T * 16 * 4)
-            for (int o = 0; o < O; ++o)
-                for (int i = 0; i < nr; ++i) {
-                    const int n = (r0 + i) / TH, ty = (r0 + i) % TH;
-                    et_wino_grad_output_row(GY + ((size_t)n * O + o) * HO * WO,
-                                            dM + et_wino_row(16, 0, o, O, pr, T) + (size_t)i * TW,
-                                            et_wino_kstep(o, O, pr, T), HO, WO, TW, ty);
-                }
-        }
+        et_wino_grad_output_block(m, GY, dM, O, HO, WO, TH, TW, r0, nr, pr);
         et_wino_prepare_items(kk, O, T, C, 1, pr);
         ET_PARALLEL_FOR_OR((double)kk * OC * T, bad)
         for (int i = 0; i < items; ++i) bad |= !et_wino_item(kk, dM, V, out, O, T, C, 1, pr, i);
