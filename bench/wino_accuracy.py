@@ -49,6 +49,7 @@ import lm_memory  # noqa: E402  (the torchvision op schemas its import needs her
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.backends.c import kinks  # noqa: E402
+from tests.backends.c.float_agreement import relative_error  # noqa: E402
 
 #: every 3x3 stride-1 convolution of ET_WINO_MIN_CH channels or more on the path, however few its tiles and
 #: multiply-adds: as F(2x2, 3x3), and as F(4x4, 3x3)
@@ -61,8 +62,7 @@ GEMMS = {"chosen": 0, "blas": 1, "onednn": 2}
 
 def worst(got: dict, ref: dict) -> tuple[float, str]:
     """(the largest relative error over the tensors, its tensor's name)."""
-    errs = {k: float(np.abs(np.asarray(got[k], np.float64) - ref[k]).max() / max(float(np.abs(ref[k]).max()), 1e-30))
-            for k in ref}
+    errs = {k: relative_error(got[k], ref[k]) for k in ref}
     name = max(errs, key=errs.get)
     return errs[name], name
 
@@ -81,12 +81,17 @@ def least(got: dict, runs: list[tuple[str, dict]]) -> tuple[float, str]:
     return min((worst(got, r)[0], flips) for flips, r in runs)
 
 
-def rows(args) -> list[dict]:
+def torchvision_models():
+    """torchvision.models, imported after the op schemas its import needs here."""
     lm_memory._torchvision_schemas()
     import torchvision.models as tvm
 
+    return tvm
+
+
+def rows(args) -> list[dict]:
     torch.manual_seed(0)
-    model = getattr(tvm, args.model)(num_classes=10).eval()
+    model = getattr(torchvision_models(), args.model)(num_classes=10).eval()
     x = torch.randn(args.batch, 3, args.size, args.size)
     y = np.arange(args.batch) % 10
 
@@ -167,9 +172,7 @@ def main(argv=None) -> int:
         ap.error(f"unknown modes {bad}: choose from {sorted(MODES)}")
     if args.size < 1 or args.batch < 1:
         ap.error("--size and --batch must be at least 1")
-    lm_memory._torchvision_schemas()
-    import torchvision.models as tvm
-
+    tvm = torchvision_models()
     if args.model not in tvm.list_models(module=tvm):
         ap.error(f"--model {args.model}: not one of torchvision's classification models "
                  f"(torchvision.models.list_models(module=torchvision.models))")
