@@ -109,6 +109,13 @@ def test_the_library_chooses_the_gemms_library():
     assert c.runner._lib.et_wino_gemms() == (ONEDNN if blas.DNNL_FLAG in FAST else BLAS)
 
 
+def test_the_description_names_the_tile_sizes():
+    """blas.describe (the text a compile prints) says which Winograd tiles the build's flags leave in."""
+    assert blas.describe(FAST).endswith("3x3 stride-1 ones as Winograd F(4x4, 3x3) or F(2x2, 3x3)")
+    assert blas.describe(FAST + ("-DET_WINO4=0",)).endswith("3x3 stride-1 ones as Winograd F(2x2, 3x3)")
+    assert "Winograd" not in blas.describe(FAST + ("-DET_WINO=0",))
+
+
 def test_it_takes_no_convolution_when_turned_off():
     ref, c, x, y = _tuned(3, FAST, on=False)
     _agrees(ref, c, x, y, steps=1)
