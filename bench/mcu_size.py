@@ -3,11 +3,11 @@ instructions per training step under QEMU, beside the paper's figures.
 
     PYTHONPATH=src python bench/mcu_size.py [--models mbv2-w0.35 ...] [--scheme 49kb]
         [--target cortex-m7|cortex-m4|rv32imafc|rv32imc] [--steps 2] [--no-run] [--no-icount] [--breakdown [N]] [--code [N]] [--check-host] [--out DIR]
-        [--backward float|integer]
+        [--backward float|integer] [--opt O2|O3|Os|O1]
 
 For each model: `from_tiny_training(..., num_classes=10)` at 128x128, compiled with
 quantize="int8", the paper's sparse update scheme (default "49kb" of
-../shared/assets/tiny-training/schemes.json) and SGD(lr=0.01); `emit_c(target=...)` writes a
+../shared/assets/tiny-training/schemes.json) and SGD(lr=0.01); `cortexm.emit_firmware` (what `emit_c(target=...)` calls) writes a
 firmware project (`--backward integer`: the backward and the updates in integers only) that trains on
 `--steps` embedded samples (seeded random images and labels),
 `make` links it into the 1 MiB flash / 256 KiB SRAM regions (a program that does not fit fails
@@ -23,6 +23,10 @@ with the most estimated cycles in the first step, with their counts by class. --
 model.o's N largest functions (firmware_flash.model_functions: the model code by function) with
 their estimated cycles in the first step, and how much of the model code ran under 1 % of the
 step's cycles or not at all: where smaller code would cost the step least.
+
+--opt Os (or O1, O3) compiles the firmware's model.c at that level instead of the default -O2
+(cortexm.DEFAULT_OPT; the project is written to <model>-<target>-Os beside the default one):
+what a flash-bound build would give, code against cycles.
 
 --check-host also builds the host C program (`emit_c(target="host")`) and checks that its loss
 lines equal the firmware's, as text.
@@ -85,6 +89,24 @@ def samples(n: int, seed: int = 0):
             for _ in range(n)]
 
 
+#: the levels --opt offers (gcc's -O<level>)
+OPT_LEVELS = ("O2", "O3", "Os", "O1")
+
+
+def opt_flag(level: str) -> str:
+    """gcc's flag for an --opt level."""
+    if level not in OPT_LEVELS:
+        raise ValueError(f"--opt {level!r}: use one of {', '.join(OPT_LEVELS)}")
+    return "-" + level
+
+
+def project_dir(out: Path, model: str, target: str, level: str) -> Path:
+    """The firmware project's folder: <model>-<target>, with -<level> added for a level other than the
+    default (a build at -Os does not overwrite the -O2 one)."""
+    name = f"{model}-{target}"
+    return out / (name if opt_flag(level) == cortexm.DEFAULT_OPT else f"{name}-{level}")
+
+
 def host_lines(prog, data, out: Path) -> list[str]:
     emit_c(prog, out, "host", data)
     r = subprocess.run("make -s main && ./main", shell=True, cwd=out, capture_output=True, text=True)
@@ -100,7 +122,7 @@ def measure(model: str, args, table: dict) -> dict:
     prog = et.compile(net, (torch.zeros(1, 3, RES, RES),),
                       update=scheme_of(table, model, args.scheme), quantize="int8", optimizer=et.SGD(lr=0.01),
                       backward=args.backward)
-    row = {"model": model, "scheme": args.scheme, "target": args.target, "backward": args.backward,
+    row = {"model": model, "scheme": args.scheme, "target": args.target, "backward": args.backward, "opt": opt_flag(args.opt),
            "planned_peak_kb": prog.memory.peak_bytes / KB, "planned_flash_kb": prog.memory.flash_bytes / KB,
            "compile_s": time.time() - t0,
            # the model file's own per-output-channel weight scales (float32): the data that the
@@ -109,8 +131,8 @@ def measure(model: str, args, table: dict) -> dict:
            "paper_peak_kb": table["paper_peak_kb_sparse_reorder"][model],
            "paper_ms_per_image": table["paper_latency_ms_per_image_stm32f746"][model]}
     data = samples(args.steps)
-    d = Path(args.out) / f"{model}-{args.target}"
-    emit_c(prog, d, args.target, data)
+    d = project_dir(Path(args.out), model, args.target, args.opt)
+    cortexm.emit_firmware(prog, d, args.target, data, opt=opt_flag(args.opt))
     try:
         elf = cortexm.build(d, jobs=2)
     except cortexm.CortexMError as e:
@@ -162,7 +184,8 @@ def flash_ratios(fc, frozen_planned: int) -> dict:
 
 
 def show(r: dict) -> None:
-    print(f"\n{r['model']} ({r['scheme']} scheme, {r['target']}, {r['backward']} backward): prog.memory peak {r['planned_peak_kb']:.1f} KB, "
+    opt = "" if r.get("opt", cortexm.DEFAULT_OPT) == cortexm.DEFAULT_OPT else f", {r['opt']}"
+    print(f"\n{r['model']} ({r['scheme']} scheme, {r['target']}{opt}, {r['backward']} backward): prog.memory peak {r['planned_peak_kb']:.1f} KB, "
           f"frozen weights {r['planned_flash_kb']:.1f} KB; paper: {r['paper_peak_kb']} KB peak, "
           f"{r['paper_ms_per_image']} ms/image at {PAPER_MHZ} MHz")
     if "link_error" in r:
@@ -285,7 +308,8 @@ def flash_table(rows: list[dict]) -> None:
     for r in rows:
         if "flash_kb" not in r:
             continue
-        print(f"| {r['model']} | {r['flash_kb']:.1f} KB | {r['flash_no_samples_kb']:.1f} KB | {r['planned_flash_kb']:.1f} KB "
+        opt = "" if r.get("opt", cortexm.DEFAULT_OPT) == cortexm.DEFAULT_OPT else f" ({r['opt']})"
+        print(f"| {r['model']}{opt} | {r['flash_kb']:.1f} KB | {r['flash_no_samples_kb']:.1f} KB | {r['planned_flash_kb']:.1f} KB "
               f"| {r['weights_kb']:.1f} KB | {r['flash_per_frozen']:.2f}x | {r['flash_no_samples_per_frozen']:.2f}x "
               f"| {r['flash_per_weights']:.2f}x | {r['flash_no_samples_per_weights']:.2f}x | {r['flash_requant_kb']:.1f} KB "
               f"| {r['flash_constants_kb']:.1f} KB | {r['flash_model_code_kb']:.1f} KB | {r['flash_other_kb']:.1f} KB "
@@ -300,6 +324,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--backward", choices=("float", "integer"), default="float",
                     help="the int8 program's backward: float32 (default) or integers only (backward='integer')")
+    ap.add_argument("--opt", choices=OPT_LEVELS, default=cortexm.DEFAULT_OPT.lstrip("-"),
+                    help="compile the firmware's model.c at -O<OPT> (default %(default)s)")
     ap.add_argument("--no-run", action="store_true")
     ap.add_argument("--no-icount", action="store_true")
     ap.add_argument("--breakdown", type=int, nargs="?", const=10, default=0, metavar="N",

@@ -110,6 +110,7 @@ PYTHONPATH=src python bench/step_speed.py --no-fma
 PYTHONPATH=src python bench/mcu_size.py --check-host
 EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --steps 1 --breakdown 15 --check-host
 EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --steps 1 --check-host --code 20
+EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --steps 1 --check-host --code 20 --opt Os
 EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --steps 1 --check-host --code 20 --json mcu_size.json
 EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --target cortex-m55 --steps 1 --breakdown 8 --check-host
 EDGETRAIN_ASSETS=../shared/assets PYTHONPATH=src python bench/mcu_size.py --target cortex-m7 --steps 1 --breakdown 8 --check-host
