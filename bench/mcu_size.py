@@ -107,6 +107,12 @@ def project_dir(out: Path, model: str, target: str, level: str) -> Path:
     return out / (name if opt_flag(level) == cortexm.DEFAULT_OPT else f"{name}-{level}")
 
 
+def opt_label(r: dict, fmt: str) -> str:
+    """`fmt` with row r's level in it, for a row built at a level other than the default; else ""."""
+    level = r.get("opt", cortexm.DEFAULT_OPT)
+    return "" if level == cortexm.DEFAULT_OPT else fmt.format(level)
+
+
 def host_lines(prog, data, out: Path) -> list[str]:
     emit_c(prog, out, "host", data)
     r = subprocess.run("make -s main && ./main", shell=True, cwd=out, capture_output=True, text=True)
@@ -184,8 +190,7 @@ def flash_ratios(fc, frozen_planned: int) -> dict:
 
 
 def show(r: dict) -> None:
-    opt = "" if r.get("opt", cortexm.DEFAULT_OPT) == cortexm.DEFAULT_OPT else f", {r['opt']}"
-    print(f"\n{r['model']} ({r['scheme']} scheme, {r['target']}{opt}, {r['backward']} backward): prog.memory peak {r['planned_peak_kb']:.1f} KB, "
+    print(f"\n{r['model']} ({r['scheme']} scheme, {r['target']}{opt_label(r, ', {}')}, {r['backward']} backward): prog.memory peak {r['planned_peak_kb']:.1f} KB, "
           f"frozen weights {r['planned_flash_kb']:.1f} KB; paper: {r['paper_peak_kb']} KB peak, "
           f"{r['paper_ms_per_image']} ms/image at {PAPER_MHZ} MHz")
     if "link_error" in r:
@@ -308,8 +313,7 @@ def flash_table(rows: list[dict]) -> None:
     for r in rows:
         if "flash_kb" not in r:
             continue
-        opt = "" if r.get("opt", cortexm.DEFAULT_OPT) == cortexm.DEFAULT_OPT else f" ({r['opt']})"
-        print(f"| {r['model']}{opt} | {r['flash_kb']:.1f} KB | {r['flash_no_samples_kb']:.1f} KB | {r['planned_flash_kb']:.1f} KB "
+        print(f"| {r['model']}{opt_label(r, ' ({})')} | {r['flash_kb']:.1f} KB | {r['flash_no_samples_kb']:.1f} KB | {r['planned_flash_kb']:.1f} KB "
               f"| {r['weights_kb']:.1f} KB | {r['flash_per_frozen']:.2f}x | {r['flash_no_samples_per_frozen']:.2f}x "
               f"| {r['flash_per_weights']:.2f}x | {r['flash_no_samples_per_weights']:.2f}x | {r['flash_requant_kb']:.1f} KB "
               f"| {r['flash_constants_kb']:.1f} KB | {r['flash_model_code_kb']:.1f} KB | {r['flash_other_kb']:.1f} KB "

@@ -9,7 +9,7 @@ import pytest
 from edgetrain.backends.c import cortexm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from mcu_size import OPT_LEVELS, flash_table, main, opt_flag, project_dir  # noqa: E402
+from mcu_size import OPT_LEVELS, flash_table, main, opt_flag, project_dir, show  # noqa: E402
 
 
 def test_levels_are_gcc_flags_and_the_default_is_the_backends():
@@ -46,3 +46,12 @@ def test_the_flash_table_names_a_row_built_at_another_level(capsys):
     flash_table([{**row, "opt": "-O2"}, {**row, "opt": "-Os"}, row])
     lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("| mbv2")]
     assert [l.split(" | ")[0] for l in lines] == ["| mbv2-w0.35", "| mbv2-w0.35 (-Os)", "| mbv2-w0.35"]
+
+
+def test_the_header_names_a_level_other_than_the_default(capsys):
+    row = {"model": "mbv2-w0.35", "scheme": "49kb", "target": "cortex-m7", "backward": "float", "planned_peak_kb": 106.6,
+           "planned_flash_kb": 221.5, "paper_peak_kb": 141, "paper_ms_per_image": 373, "link_error": ["overflowed"]}
+    for level, head in (("-Os", "(49kb scheme, cortex-m7, -Os, float backward)"),
+                        ("-O2", "(49kb scheme, cortex-m7, float backward)"), (None, "(49kb scheme, cortex-m7, float backward)")):
+        show(row if level is None else {**row, "opt": level})
+        assert head in capsys.readouterr().out
