@@ -5,6 +5,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from torch import nn
+
+import edgetrain as et
 
 from edgetrain.backends.c import cortexm
 
@@ -25,11 +29,17 @@ def test_a_level_other_than_the_default_gets_its_own_project(tmp_path):
     assert project_dir(tmp_path, "mbv2-w0.35", "cortex-m7", "Os") == tmp_path / "mbv2-w0.35-cortex-m7-Os"
 
 
-def test_the_level_reaches_the_projects_make_config():
-    one = [(np.zeros((1, 3, 4, 4), np.float32), np.array([1]))]
-    for flag in ("-O2", "-Os"):
-        cfg = cortexm.firmware_files("cortex-m7", one, opt=flag)["config.mk"]
-        assert [l.split()[:3] for l in cfg.splitlines() if l.startswith("OPT")] == [["OPT", "=", flag]]
+def test_the_level_reaches_the_projects_make_config(tmp_path):
+    """Through the call measure() makes (cortexm.emit_firmware, which passes opt down to config.mk)."""
+    torch.manual_seed(0)
+    prog = et.compile(nn.Sequential(nn.Flatten(), nn.Linear(8, 3)), (torch.zeros(1, 2, 2, 2),), update=et.Full(),
+                      optimizer=et.SGD(lr=0.1))
+    one = [(np.zeros((1, 2, 2, 2), np.float32), np.array([1]))]
+    for level in ("O2", "Os"):
+        d = project_dir(tmp_path, "tiny", "cortex-m7", level)
+        cortexm.emit_firmware(prog, d, "cortex-m7", one, opt=opt_flag(level))
+        cfg = (d / "config.mk").read_text()
+        assert [l.split()[:3] for l in cfg.splitlines() if l.startswith("OPT")] == [["OPT", "=", opt_flag(level)]]
 
 
 def test_an_unknown_level_is_refused_before_anything_is_built(capsys):
