@@ -128,7 +128,8 @@ def measure(model: str, args, table: dict) -> dict:
     prog = et.compile(net, (torch.zeros(1, 3, RES, RES),),
                       update=scheme_of(table, model, args.scheme), quantize="int8", optimizer=et.SGD(lr=0.01),
                       backward=args.backward)
-    row = {"model": model, "scheme": args.scheme, "target": args.target, "backward": args.backward, "opt": opt_flag(args.opt),
+    opt = opt_flag(args.opt)
+    row = {"model": model, "scheme": args.scheme, "target": args.target, "backward": args.backward, "opt": opt,
            "planned_peak_kb": prog.memory.peak_bytes / KB, "planned_flash_kb": prog.memory.flash_bytes / KB,
            "compile_s": time.time() - t0,
            # the model file's own per-output-channel weight scales (float32): the data that the
@@ -138,7 +139,7 @@ def measure(model: str, args, table: dict) -> dict:
            "paper_ms_per_image": table["paper_latency_ms_per_image_stm32f746"][model]}
     data = samples(args.steps)
     d = project_dir(Path(args.out), model, args.target, args.opt)
-    cortexm.emit_firmware(prog, d, args.target, data, opt=opt_flag(args.opt))
+    cortexm.emit_firmware(prog, d, args.target, data, opt=opt)
     try:
         elf = cortexm.build(d, jobs=2)
     except cortexm.CortexMError as e:
