@@ -8,7 +8,12 @@ Every backend computes the same program: the reference runtime (numpy) is the sp
 C backend (a host library loaded with ctypes, or a Cortex-M firmware) is tested against it op
 by op (`tests/ops/test_backends.py`: every op's forward and gradient on hypothesis-drawn
 shapes, against torch) and model by model (`tests/backends/test_matrix.py`: every zoo model
-x update scheme x dtype, reference against C).
+x update scheme x dtype, reference against C). int8 results are equal bit for bit; a float32
+result is within 1e-5 of each tensor's largest magnitude of the reference's, or, where a ReLU or
+clamp decision lies within float32 rounding of its threshold (two summation orders can take
+opposite sides of it, and that one mask bit moves every gradient upstream of the element), of a
+float64 run of the same graph with the nearest such decisions taken the other way
+(`tests/backends/c/kinks.py`): a kernel fault meets none of them.
 
 The table below is `edgetrain.backends.capabilities.capability_markdown()`, the table the
 compiler reads: a program with an op its backend lacks is refused by `et.compile(...,

@@ -616,9 +616,9 @@ CASES: dict[str, Case] = {
 }
 
 # the op families with their own case files (each defines CASES; they import the helpers above)
-from tests.ops import (cases_check, cases_conv_nd, cases_lmloss, cases_loss, cases_norm, cases_pointwise,  # noqa: E402
-                       cases_qweights, cases_resample, cases_select)
+from tests.ops import (cases_check, cases_conv_nd, cases_extremes, cases_lmloss, cases_loss, cases_norm,  # noqa: E402
+                       cases_pointwise, cases_qweights, cases_resample, cases_select)
 
-for _family in (cases_check, cases_conv_nd, cases_lmloss, cases_loss, cases_norm, cases_pointwise, cases_qweights,
-                cases_resample, cases_select):
+for _family in (cases_check, cases_conv_nd, cases_extremes, cases_lmloss, cases_loss, cases_norm, cases_pointwise,
+                cases_qweights, cases_resample, cases_select):
     CASES.update(_family.CASES)

@@ -287,3 +287,21 @@ def _sdpa(e, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None
     if attends is not None:
         p = e.emit("where", attends, p, e.const(0.0, q.dtype))
     return e.emit("matmul", p, v)
+
+
+@converts(aten._trilinear.default)
+def _trilinear(e, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """nn.Bilinear's product (F.bilinear without its bias): each operand with a size-1 dim inserted at
+    each of its `expand` dims, the three multiplied (broadcast) and summed over `sumdim`. The
+    broadcast product is held whole (batch x out x in1 x in2 for a Bilinear), as the IR's sum
+    reduces a stored tensor."""
+    total = len(i1.shape) + len(expand1)
+    ops = []
+    for v, expand in ((i1, expand1), (i2, expand2), (i3, expand3)):
+        if len(v.shape) + len(expand) != total:
+            raise ValueError(f"_trilinear: {v.shape} with size-1 dims at {list(expand)} is not rank {total}")
+        sizes = iter(v.shape)
+        at = {int(d) % total for d in expand}
+        ops.append(e.emit("reshape", v, shape=tuple(1 if d in at else next(sizes) for d in range(total))))
+    product = e.emit("mul", e.emit("mul", ops[0], ops[1]), ops[2])
+    return e.emit("sum", product, dims=tuple(int(d) for d in sumdim), keepdim=False) if sumdim else product

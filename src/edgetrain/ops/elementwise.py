@@ -58,6 +58,28 @@ for _name, _fn, _vjp in [("add", np.add, _vjp_add), ("sub", np.subtract, _vjp_su
                    int8=Int8Rule("qadd", "qadd") if _name == "add" else None))
 
 
+#: maximum / minimum (torch.maximum / torch.minimum): the larger / smaller of a and b, a NaN in
+#: either giving NaN. The gradient is torch's: g to the operand that wins, half of g to each where
+#: a == b, 0 to the one that loses ("lt": a loses to b in maximum where a < b)
+_EXTREMES = {"maximum": (np.maximum, "lt"), "minimum": (np.minimum, "gt")}
+_OTHER_SIDE = {"lt": "gt", "gt": "lt"}
+
+
+def _vjp_extreme(e: Emitter, node, grads, needs):
+    (g,) = grads
+    a, b = node.inputs
+    zero = e.const(0.0, g.dtype)
+    shared = e.emit("where", e.emit("compare", a, b, cmp="eq"), e.emit("mul", g, e.const(0.5, g.dtype)), g)
+    a_loses = _EXTREMES[node.op][1]
+    return [e.sum_to(e.emit("where", e.emit("compare", a, b, cmp=loses), zero, shared), v.shape) if need else None
+            for v, loses, need in ((a, a_loses, needs[0]), (b, _OTHER_SIDE[a_loses], needs[1]))]
+
+
+for _name, (_fn, _) in _EXTREMES.items():
+    register(OpDef(_name, _binary_infer(_name), (lambda f: lambda xs, a: [f(xs[0], xs[1])])(_fn), _vjp_extreme,
+                   num_inputs=(2, 2), inplace=((0, 0), (0, 1))))
+
+
 # --- unary forward ops and their pointwise-derivative backward ops ---------------------
 def _same_infer(types, attrs):
     return [types[0]]

@@ -1,4 +1,9 @@
-"""Reductions over static dims: sum and mean (with keepdim)."""
+"""Reductions over static dims: sum, mean, amax and amin (with keepdim).
+
+amax / amin (torch.amax / torch.amin, and torch.max / torch.min without a dim) take the largest
+/ smallest element of each slice, a NaN counting as both (it propagates, as in torch). Their
+gradient is torch's: each slice's output gradient shared evenly among the elements equal to
+its result, (g / count) where x equals it, else 0."""
 from __future__ import annotations
 
 import numpy as np
@@ -41,6 +46,23 @@ def _vjp_mean(e, node, grads, needs):
     return [e.emit("mul", _broadcast_back(e, grads[0], node), e.const(1.0 / n, x.dtype))]
 
 
+def _vjp_extreme(e, node, grads, needs):
+    x = node.inputs[0]
+    hit = e.emit("cast", e.emit("compare", x, _broadcast_back(e, node.out, node), cmp="eq"), dtype=x.dtype)
+    count = e.emit("sum", hit, dims=node.attrs.get("dims"), keepdim=node.attrs.get("keepdim", False))
+    return [e.emit("mul", _broadcast_back(e, e.emit("div", grads[0], count), node), hit)]
+
+
+def _extreme_infer(name):
+    def infer(ts, a):
+        t = ts[0]
+        if any(t.shape[d] == 0 for d in reduced_dims(t.rank, a)):
+            raise ValueError(f"{name} over an empty dim of {t}: torch has no identity for it either")
+        return reduce_infer(ts, a)
+
+    return infer
+
+
 def _reducer(fn):
     def ref(xs, a):
         x = xs[0]
@@ -50,6 +72,8 @@ def _reducer(fn):
 
 
 register(OpDef("sum", reduce_infer, _reducer(np.sum), _vjp_sum, num_inputs=(1, 1)))
+for _name, _fn in (("amax", np.amax), ("amin", np.amin)):
+    register(OpDef(_name, _extreme_infer(_name), _reducer(_fn), _vjp_extreme, num_inputs=(1, 1)))
 def is_global_mean(n) -> bool:
     """A mean over the two spatial dims of an NCHW tensor (global average pooling): the
     only mean quantize/convert.py runs in int8 (qmean)."""

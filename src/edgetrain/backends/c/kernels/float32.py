@@ -63,6 +63,27 @@ def _binary(op):
 for _op in _BINARY:
     register(_op)(_binary(_op))
 
+#: maximum / minimum: a wins where it compares so with b or is a NaN (a NaN in b: b wins, and is NaN)
+_EXTREME_WINS = {"maximum": ">", "minimum": "<"}
+
+
+def _maximum_minimum(node, ctx: EmitContext):
+    t, _ = _binary_types(node)
+    a, b = node.inputs
+    y = node.out
+    sts = [broadcast_strides(a.shape, y.shape), broadcast_strides(b.shape, y.shape), contiguous_strides(y.shape)]
+    cmp = _EXTREME_WINS[node.op]
+
+    def body(o):
+        return f"{{ {t} a = A[{o[0]}], b = B[{o[1]}]; Y[{o[2]}] = (a {cmp} b || a != a) ? a : b; }}"
+
+    return c_block(f"const {t} *A = {ctx.ptr(a)}; const {t} *B = {ctx.ptr(b)}; {t} *Y = {ctx.ptr(y)};",
+                   loop_nest(y.shape, sts, body, parallel=True))
+
+
+for _op in _EXTREME_WINS:
+    register(_op)(_maximum_minimum)
+
 
 def _unary(expr_fn):
     def emit(node, ctx):
@@ -123,8 +144,16 @@ def _reshape(node, ctx):
 
 
 # --- reductions and broadcasts ------------------------------------------------------------
-def _reduce(x_shape, y_ptr, x_ptr, dims, scale_div=None) -> str:
-    """y[kept] = sum over dims of x; kept dims outer, reduced dims inner (float accumulator)."""
+#: a reduction's start value and step: the sum, or the largest / smallest element (a NaN, which
+#: compares false with everything, taken where it comes and kept: it propagates as in numpy and torch)
+_ACCUMULATE = {"sum": ("0.0f", "s += v;"),
+               "amax": (EmitContext.c_float(-np.inf), "s = (v > s || v != v) ? v : s;"),
+               "amin": (EmitContext.c_float(np.inf), "s = (v < s || v != v) ? v : s;")}
+
+
+def _reduce(x_shape, y_ptr, x_ptr, dims, scale_div=None, acc="sum") -> str:
+    """y[kept] = sum (or `acc`: _ACCUMULATE) over dims of x; kept dims outer, reduced dims inner
+    (float accumulator)."""
     dims = set(dims)
     st = contiguous_strides(x_shape)
     kept = [i for i in range(len(x_shape)) if i not in dims]
@@ -138,13 +167,14 @@ def _reduce(x_shape, y_ptr, x_ptr, dims, scale_div=None) -> str:
         lines.append(f"for (int k{j} = 0; k{j} < {d}; ++k{j})")
     xo = " + ".join([f"k{j} * {s}" for j, s in enumerate(kx) if s] + ["0"])
     yo = " + ".join([f"k{j} * {s}" for j, s in enumerate(ky) if s] + ["0"])
-    inner = [f"const float *x = X + {xo}; float s = 0.0f;"]
+    start, step = _ACCUMULATE[acc]
+    inner = [f"const float *x = X + {xo}; float s = {start};"]
     for j, d in enumerate(rdims):
-        if j == len(rdims) - 1:
+        if j == len(rdims) - 1 and acc == "sum":
             inner.append("ET_SIMD_SUM(s)")
         inner.append(f"for (int r{j} = 0; r{j} < {d}; ++r{j})")
     ro = " + ".join([f"r{j} * {s}" for j, s in enumerate(rst) if s] + ["0"])
-    inner.append(f"s += x[{ro}];")
+    inner.append(f"{{ float v = x[{ro}]; {step} }}")
     div = f" / {scale_div}.0f" if scale_div else ""
     inner.append(f"Y[{yo}] = s{div};")
     lines.append("{ " + "\n".join(inner) + " }")
@@ -161,6 +191,14 @@ def _sum(node, ctx):
     f32_only(node)
     x = node.inputs[0]
     return _reduce(x.shape, ctx.ptr(node.out), ctx.ptr(x), _red_dims(len(x.shape), node.attrs))
+
+
+@register("amax")
+@register("amin")
+def _amax_amin(node, ctx):
+    f32_only(node)
+    x = node.inputs[0]
+    return _reduce(x.shape, ctx.ptr(node.out), ctx.ptr(x), _red_dims(len(x.shape), node.attrs), acc=node.op)
 
 
 @register("mean")

@@ -1,0 +1,53 @@
+"""Core-aten -> IR converters of the largest and smallest elements: torch.amax / amin and torch.max
+/ min over all elements (ops/reduce.py's amax and amin), x.max(dim) / x.min(dim) (values and
+positions), torch.argmin, and torch.maximum / minimum of two tensors (ops/elementwise.py).
+
+x.max(dim) is the argmax along dim (the first maximum, as torch's) and a gather of x at it, so its
+gradient goes to that one element as torch's does; x.min(dim) and argmin take the argmax of -x,
+whose first maximum is x's first minimum (negation is exact, and a NaN stays a NaN)."""
+from __future__ import annotations
+
+from ..ir import Value
+from ..ops import Emitter
+from .aten import _binary
+from .converters import CONVERTERS, aten, converts
+
+
+def _dims(dim) -> tuple | None:
+    return tuple(int(d) for d in dim) if dim else None
+
+
+for _op in ("amax", "amin"):
+    CONVERTERS[getattr(aten, _op).default] = (
+        lambda op: lambda e, x, dim=(), keepdim=False: e.emit(op, x, dims=_dims(dim), keepdim=bool(keepdim)))(_op)
+CONVERTERS[aten.max.default] = lambda e, x: e.emit("amax", x, dims=None)
+CONVERTERS[aten.min.default] = lambda e, x: e.emit("amin", x, dims=None)
+for _op, _torch in (("maximum", "max"), ("minimum", "min")):
+    CONVERTERS[getattr(aten, _op).default] = CONVERTERS[getattr(aten, _torch).other] = _binary(_op)
+
+
+def _first_max(e: Emitter, x: Value, largest: bool, **dims) -> Value:
+    return e.emit("argmax", x if largest else e.emit("neg", x), **dims)
+
+
+def _along(largest: bool):
+    def conv(e: Emitter, x: Value, dim: int, keepdim: bool = False):
+        if not x.shape:  # a 0-d tensor along dim 0 or -1, as torch allows: itself, at position 0
+            return x, e.const(0, "int64")
+        at = _first_max(e, x, largest, dim=int(dim), keepdim=True)
+        values = e.emit("gather", x, at, dim=int(dim))
+        if not keepdim:
+            kept = tuple(s for i, s in enumerate(x.shape) if i != int(dim) % len(x.shape))
+            values, at = (e.emit("reshape", v, shape=kept) for v in (values, at))
+        return values, at
+
+    return conv
+
+
+CONVERTERS[aten.max.dim] = _along(True)
+CONVERTERS[aten.min.dim] = _along(False)
+
+
+@converts(aten.argmin.default)
+def _argmin(e: Emitter, x, dim=None, keepdim=False):
+    return _first_max(e, x, False, dim=None if dim is None else int(dim), keepdim=bool(keepdim))

@@ -1,0 +1,224 @@
+"""Models that take the largest or smallest element (frontend/aten_extremes.py): PointNet's max
+over points (x.max(dim)), a text CNN's max and min over time (amax, amin), torch.max / torch.min
+of a whole tensor, x.min(dim)'s positions used as an index, argmin, torch.maximum / minimum of two
+tensors (and torch.max(a, b)), log-sigmoid (a minimum), and nn.Bilinear (aten._trilinear).
+Float64 gradients equal torch.autograd's on the reference runtime, ties included (torch shares an
+amax's gradient evenly among equal elements, gives x.max(dim)'s to the first, and splits a
+maximum's between equal operands); the C backend's float32 gradients equal the reference's; a NaN
+propagates on both; torch.compile(backend="edgetrain") gives eager's losses; a Cortex-M4 (QEMU)
+prints the host build's losses."""
+from __future__ import annotations
+
+import copy
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import edgetrain as et
+from edgetrain.torch_backend import last_programs
+from tests.backends.c.firmware_agreement import firmware_prints_host_steps
+from tests.torch_backend.loops import train_loop
+
+#: max |ours - torch| / max(|torch|, 1e-3) of a float64 gradient
+FLOAT64_TOL = 1e-10
+#: max |C - reference| / max(|reference|, 1e-3) of a float32 gradient
+C_TOL = 1e-5
+CLASSES = 5
+
+
+class PointNet(nn.Module):
+    """PointNet's classifier (Qi et al. 2017) without its transform nets: a shared MLP over each
+    point (1x1 convolutions with batch norm), the max over the points, an MLP."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Conv1d(3, 16, 1), nn.BatchNorm1d(16), nn.ReLU(), nn.Conv1d(16, 32, 1),
+                                 nn.BatchNorm1d(32), nn.ReLU())
+        self.head = nn.Sequential(nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, CLASSES))
+
+    def forward(self, points):  # (B, 3, N)
+        return self.head(torch.max(self.mlp(points), 2)[0])
+
+
+class TextCNN(nn.Module):
+    """Kim (2014)'s sentence classifier: embeddings, a 1-D convolution, the max (and here the min)
+    over time."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.conv = nn.Embedding(40, 8), nn.Conv1d(8, 12, 3)
+        self.fc = nn.Linear(24, CLASSES)
+
+    def forward(self, tokens):
+        h = torch.relu(self.conv(self.embed(tokens).transpose(1, 2)))
+        return self.fc(torch.cat([h.amax(-1), torch.amin(h, dim=-1)], 1))
+
+
+class Extremes(nn.Module):
+    """torch.max / torch.min of a whole tensor, maximum / minimum of two, torch.max(a, b),
+    log-sigmoid, and x.min(dim)'s positions and argmin's indexing another tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.lin2, self.fc = nn.Linear(6, 8), nn.Linear(6, 8), nn.Linear(8, CLASSES)
+
+    def forward(self, x):
+        a, b = self.lin(x), self.lin2(x)
+        h = torch.maximum(a, b) + torch.minimum(a, 0.5 * b) + F.logsigmoid(a) + torch.max(a, torch.tanh(b))
+        low, at = b.min(dim=1, keepdim=True)
+        picked = torch.gather(a, 1, at) + torch.gather(h, 1, torch.argmin(a, dim=1, keepdim=True))
+        return self.fc(h) + low + picked + torch.max(h) - torch.min(b)
+
+
+class Ties(nn.Module):
+    """Ties on purpose: small integers times a per-channel scale, so that equal elements share the
+    largest of a row (amax, torch.max) and the two operands of a maximum are often equal."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale, self.other = nn.Parameter(torch.ones(1, 4, 1)), nn.Parameter(torch.ones(1, 4, 1))
+        self.fc = nn.Linear(8, CLASSES)
+
+    def forward(self, x):  # x: (B, 4, 6), integers 0..2
+        h = x * self.scale
+        m = torch.maximum(h, x * self.other)
+        return self.fc(torch.cat([h.amax(2), m.max(2)[0] + torch.max(m)], 1))
+
+
+class BilinearNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 5), nn.Linear(6, 4)
+        self.bil = nn.Bilinear(5, 4, CLASSES)
+
+    def forward(self, x):
+        return self.bil(torch.tanh(self.a(x)), self.b(x))
+
+
+def _input(name: str):
+    g = torch.Generator().manual_seed(1)
+    if name == "textcnn":
+        return torch.randint(0, 40, (3, 10), generator=g)
+    if name == "ties":
+        return torch.randint(0, 3, (3, 4, 6), generator=g).float()
+    return torch.randn(MODELS[name][1], generator=g)
+
+
+MODELS = {"pointnet": (PointNet, (3, 3, 20)), "textcnn": (TextCNN, None), "extremes": (Extremes, (4, 6)),
+          "ties": (Ties, None), "bilinear": (BilinearNet, (3, 6))}
+#: ops each model's forward lowers to
+WANT_OPS = {"pointnet": {"argmax", "gather"}, "textcnn": {"amax", "amin"},
+            "extremes": {"maximum", "minimum", "amax", "amin", "argmax", "gather"},
+            "ties": {"amax", "maximum", "argmax"}, "bilinear": {"mul", "sum"}}
+
+
+def _model_and_input(name: str):
+    torch.manual_seed(0)
+    model = MODELS[name][0]()
+    with torch.no_grad():  # weights and batch-norm statistics away from their initial ones
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm1d):
+                m.running_mean.normal_(0, 0.2), m.running_var.uniform_(0.5, 2.0)
+    return model.eval(), _input(name)
+
+
+def _labels(x) -> torch.Tensor:
+    return torch.arange(x.shape[0]) % CLASSES
+
+
+def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(ours - ref).max() / max(np.abs(ref).max(), 1e-3))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_float64_gradients_equal_autograd(name):
+    model, x = _model_and_input(name)
+    model = model.double()
+    x = x.double() if x.is_floating_point() else x
+    y = _labels(x)
+    prog = et.compile(model, (x,), update=et.Full())
+    assert WANT_OPS[name] <= {n.op for n in prog.forward_graph.nodes}
+    ours = prog.gradients(x.numpy(), y.numpy())
+    model.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    want = {n: p.grad.numpy() for n, p in model.named_parameters() if p.grad is not None}
+    assert set(ours) == set(want)
+    for n, ref in want.items():
+        assert _rel(ours[n], ref) <= FLOAT64_TOL, n
+
+
+def test_ties_share_the_gradient_as_torch():
+    """The tied case's gradients are not those of one winner: the shares matter (checked above
+    against torch); here, that the input has ties where the scale's gradient is taken."""
+    _, x = _model_and_input("ties")
+    rows = x.numpy()
+    assert any((r == r.max()).sum() > 1 for r in rows.reshape(-1, rows.shape[-1]))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_c_backend_gradients_equal_the_reference(name):
+    model, x = _model_and_input(name)
+    xs, ys = x.numpy(), _labels(x).numpy()
+    ref = et.compile(model, (x,), update=et.Full()).gradients(xs, ys)
+    got = et.compile(model, (x,), update=et.Full(), backend="c").gradients(xs, ys)
+    assert set(got) == set(ref)
+    for n in ref:
+        assert _rel(got[n], ref[n]) <= C_TOL, n
+
+
+@pytest.mark.parametrize("name", ["extremes", "pointnet"])
+def test_torch_compile_training_loop_gives_eager_losses(name):
+    model, x = _model_and_input(name)
+    model = model.double().train()
+    x = x.double()
+    eager = copy.deepcopy(model)
+    batches = [(x + 0.1 * k, _labels(x)) for k in range(3)]
+    torch._dynamo.reset()
+    le, _ = train_loop(eager, eager, batches, lr=0.05)
+    lc, _ = train_loop(model, torch.compile(model, backend="edgetrain"), batches, lr=0.05)
+    assert max(abs(a - b) / abs(a) for a, b in zip(le, lc)) < 1e-12, (le, lc)
+    assert WANT_OPS[name] <= {n.op for n in last_programs()[-1].forward.nodes}  # (edgetrain ran it)
+
+
+class _NaNs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(8))
+
+    def forward(self, x):  # (B, 8)
+        h = x * self.w
+        return torch.stack([h.amax(1), h.amin(1), torch.maximum(h[:, :4], h[:, 4:]).sum(1),
+                            torch.minimum(h[:, 4:], h[:, :4]).sum(1), h.max(1)[0]], 1)
+
+
+def test_a_nan_propagates_on_both_backends():
+    x = np.arange(32, dtype=np.float32).reshape(4, 8) - 10
+    x[1, 0] = x[2, 7] = x[3, 3] = np.nan
+    model = _NaNs().eval()
+    example = torch.from_numpy(x)
+    want = model(example).detach().numpy()
+    for backend in ("reference", "c"):
+        got = et.compile(model, (example,), update=et.Full(), backend=backend).predict(x)
+        np.testing.assert_array_equal(got, want, err_msg=backend)  # (NaNs in the same places)
+    assert np.isnan(want[1:]).all() and not np.isnan(want[0]).any()
+
+
+def test_extremes_on_cortex_m_print_the_host_builds_losses(tmp_path):
+    from edgetrain.backends.c import cortexm
+
+    if cortexm.missing_tools() or shutil.which("make") is None:
+        pytest.skip(f"missing {', '.join(cortexm.missing_tools()) or 'make'}")
+    model, x = _model_and_input("extremes")
+    prog = et.compile(model, (x,), optimizer=et.SGD(lr=0.05))
+    assert {"amax", "amin", "maximum", "minimum", "argmax", "gather"} <= {n.op for n in prog.train_graph.nodes}
+    rng = np.random.default_rng(0)
+    data = [(rng.standard_normal(tuple(x.shape)).astype(np.float32), np.arange(x.shape[0]) % CLASSES)
+            for _ in range(3)]
+    fw = firmware_prints_host_steps(prog, data, tmp_path)
+    np.testing.assert_allclose(fw.run.losses, [prog.step(x, y) for x, y in data], rtol=1e-5)
