@@ -170,6 +170,38 @@ def test_a_failed_check_raises_the_models_message_and_keeps_the_weights(backend)
     assert not np.array_equal(prog.state["w"], before["w"])
 
 
+class OneHot(nn.Module):
+    """F.one_hot of class ids given at run time: torch.export keeps its two range checks as
+    aten._assert_async of a bool computed from the ids"""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, ids):
+        return self.fc(F.one_hot(ids, 4).to(self.fc.weight.dtype))
+
+
+@pytest.mark.parametrize("backend", ["reference", "c"])
+@pytest.mark.parametrize("ids, message", [([0, 3, 1], None), ([0, 4, 1], "smaller than num_classes"),
+                                          ([2, -1, 1], "non-negative")])
+def test_one_hot_checks_its_classes_at_run_time_as_torch(backend, ids, message):
+    model = OneHot().eval()
+    example = torch.tensor([1, 2, 3])
+    prog = et.compile(model, (example,), update=et.Full(), backend=backend)
+    assert sum(n.op == "check" for n in prog.forward_graph.nodes) == 2
+    ids = torch.tensor(ids)
+    if message is None:
+        with torch.no_grad():
+            np.testing.assert_allclose(prog.predict(ids.numpy()), model(ids).numpy(), rtol=1e-6)
+        return
+    with pytest.raises(RuntimeError, match=message):
+        model(ids)
+    want = rf"^one_hot: Class values must be {message}\. \(at .*test_aten_dynamic"
+    with pytest.raises(RunTimeCheckError, match=want):
+        prog.predict(ids.numpy())
+
+
 def shift_tokens_right(x, ids):
     """modeling_bart.shift_tokens_right: writes into slices of a new tensor (aten.copy)"""
     shifted = ids.new_zeros(ids.shape)

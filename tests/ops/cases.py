@@ -25,8 +25,9 @@ class Arg:
     """One operand. Float operands take the dtype under test; index operands their own."""
 
     shape: tuple[int, ...]
-    fill: str = "normal"  # "normal", "positive" (>= 0.5), "index" (integers in [0, high)), or
-    #                       "integral" (integers in [0, high) in the float dtype under test: ties)
+    fill: str = "normal"  # "normal", "positive" (>= 0.5), "index" (integers in [0, high)),
+    #                       "integral" (integers in [0, high) in the float dtype under test: ties), or
+    #                       "halves" (k / 2 for integers -high < k < high, in the float dtype)
     high: int = 0
     dtype: Optional[str] = None  # of an index operand
 
@@ -56,6 +57,8 @@ def make_inputs(args: list[Arg], seed: int, dtype: str) -> list[np.ndarray]:
     for a in args:
         if a.fill in ("index", "integral"):
             out.append(np.asarray(rng.integers(0, a.high, size=a.shape), dtype=a.dtype if a.fill == "index" else dtype))
+        elif a.fill == "halves":  # k / 2 for k in (-high, high): rounding's ties, both signs
+            out.append(np.asarray(rng.integers(-a.high + 1, a.high, size=a.shape) / 2, dtype=dtype))
         else:
             x = rng.normal(size=a.shape)
             out.append(np.asarray(np.abs(x) + 0.5 if a.fill == "positive" else x, dtype=dtype))
@@ -589,6 +592,7 @@ CASES: dict[str, Case] = {
     "sum": Case(_reduce(), lambda t, a: t[0].sum(a["dims"], keepdim=a["keepdim"])),
     "mean": Case(_reduce(), lambda t, a: t[0].mean(a["dims"], keepdim=a["keepdim"])),
     "reshape": Case(_reshape(), lambda t, a: t[0].reshape(a["shape"])),
+    "detach": Case(unary(torch.detach).spec, lambda t, a: t[0].detach(), diff=()),  # (no gradient passes)
     "permute": Case(_permute(), lambda t, a: t[0].permute(a["perm"])),
     "expand": Case(_expand(), lambda t, a: t[0].expand(a["shape"])),
     "slice": Case(_slice(), _torch_slice),

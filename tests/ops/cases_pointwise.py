@@ -46,7 +46,14 @@ CASES: dict = {
     "sin": unary(torch.sin),
     "cos": unary(torch.cos),
     "abs": unary(torch.abs),
-    # its gradient is zero (no VJP node to compare); integral inputs (ties) and fractional ones
-    "floor": Case(unary(torch.floor).spec | shapes(max_dims=4).map(lambda s: ([Arg(s, "integral", 5)], {})),
-                  lambda t, a: torch.floor(t[0]), diff=()),
+    "erf": unary(torch.erf),
+    # its gradient is zero; integral inputs hold zeros
+    "sign": Case(unary(torch.sign).spec | shapes(max_dims=4).map(lambda s: ([Arg(s, "integral", 3)], {})),
+                 lambda t, a: torch.sign(t[0]), diff=()),
+    # their gradient is zero (no VJP node to compare); integral inputs (ties), halves (round's ties to
+    # even) and fractional ones
+    **{name: Case(unary(fn).spec | shapes(max_dims=4).map(lambda s: ([Arg(s, "integral", 5)], {}))
+                  | shapes(max_dims=4).map(lambda s: ([Arg(s, "halves", 9)], {})), (lambda f: lambda t, a: f(t[0]))(fn),
+                  diff=())
+       for name, fn in (("floor", torch.floor), ("ceil", torch.ceil), ("trunc", torch.trunc), ("round", torch.round))},
 }

@@ -106,6 +106,7 @@ def _quant_plan(op, x_shape, **attrs):
     ("avg_pool2d", {"kernel": (2, 2), "stride": (2, 2), "padding": (0, 0)}, (1, 4, 4, 4)),
     ("mean", {"dims": (2, 3), "keepdim": True}, (1, 4, 4, 4)),
     ("reshape", {"shape": (1, 64)}, (1, 4, 4, 4)),
+    ("detach", {}, (1, 4, 4, 4)),
     ("permute", {"perm": (0, 2, 3, 1)}, (1, 4, 4, 4)),
     ("upsample", {"size": (8, 8), "mode": "nearest"}, (1, 4, 4, 4)),
     ("adaptive_max_pool2d", {"output_size": (3, 2)}, (1, 4, 5, 4)),
@@ -117,7 +118,7 @@ def test_quantize_treats_every_same_scale_op_as_same_scale(op, attrs, x_shape):
 
 
 def test_same_scale_ops_are_all_covered():
-    covered = {"relu", "clamp", "max_pool2d", "avg_pool2d", "mean", "reshape", "permute"}
+    covered = {"relu", "clamp", "max_pool2d", "avg_pool2d", "mean", "reshape", "detach", "permute"}
     covered |= {"leaky_relu"}  # not absorbed by a layer: qleaky_relu, tests/backends/c/test_int8_leaky.py
     covered |= {"upsample", "adaptive_max_pool2d"}
     covered |= {"max_pool3d"}  # 5-d, after no conv2d: qmax_pool3d, tests/backends/c/test_int8_resample.py

@@ -16,7 +16,7 @@ from .converters import (CONVERTERS, DYNAMIC_AWARE, LAYOUT_AWARE, TORCH_DTYPES, 
                          converts, unsupported)
 from .errors import UnsupportedOpError
 
-IDENTITY_OPS = ("clone", "alias", "contiguous", "detach", "lift_fresh_copy")
+IDENTITY_OPS = ("clone", "alias", "contiguous", "lift_fresh_copy")
 
 
 def _tensor(e: Emitter, x, like: Value) -> Value:
@@ -40,7 +40,14 @@ def _identity(e, x, *args, **kw):
 
 # ops that hand data-dependent shapes (x[mask], its view and select) to aten_dynamic.py
 DYNAMIC_AWARE.update([operator.getitem, aten.view.default, aten._unsafe_view.default, aten.reshape.default,
-                      aten.select.int] + [getattr(aten, n).default for n in IDENTITY_OPS])
+                      aten.select.int, aten.detach.default] + [getattr(aten, n).default for n in IDENTITY_OPS])
+
+
+@converts(aten.detach.default)
+def _detach(e, x):
+    """x without a gradient (capture keeps aten.detach whole: torch.export's decomposition makes it an
+    alias, which would let the gradient through)."""
+    return e.emit("detach", x) if isinstance(x, Value) and x.dtype in _FLOATS else x
 
 
 @converts(aten._assert_tensor_metadata.default)
@@ -74,7 +81,7 @@ def _promoted(a: str, b: str, op: str) -> str:
     return want
 
 
-def _binary(op):
+def binary_converter(op):
     def conv(e, a, b, alpha=1):
         like = a if isinstance(a, Value) else b
         a, b = _tensor(e, a, like), _tensor(e, b, like)
@@ -90,12 +97,13 @@ def _binary(op):
 
 for _op in ("add", "sub", "mul", "div"):
     for _ov in ("Tensor", "Scalar"):
-        CONVERTERS[getattr(getattr(aten, _op), _ov)] = _binary(_op)
+        CONVERTERS[getattr(getattr(aten, _op), _ov)] = binary_converter(_op)
 
 
 @converts(aten.rsub.Scalar, aten.rsub.Tensor)
 def _rsub(e, a, b, alpha=1):
-    return _binary("sub")(e, b, a, alpha) if alpha == 1 else _binary("sub")(e, _binary("mul")(e, b, 1), a, alpha)
+    sub = binary_converter("sub")
+    return sub(e, b, a, alpha) if alpha == 1 else sub(e, binary_converter("mul")(e, b, 1), a, alpha)
 
 
 def _unary(op, **fixed):
@@ -104,6 +112,16 @@ def _unary(op, **fixed):
 
 for _name in ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "neg"):
     CONVERTERS[getattr(aten, _name).default] = _unary(_name)
+
+
+@converts(aten.reciprocal.default)
+def _reciprocal(e, x):
+    return e.emit("div", e.const(1.0, x.dtype), x)
+
+
+for _name, _base in (("log2", 2.0), ("log10", 10.0)):  # log(x) / log(base), as a product with its inverse
+    CONVERTERS[getattr(aten, _name).default] = (
+        lambda b: lambda e, x: e.emit("mul", e.emit("log", x), e.const(1.0 / math.log(b), x.dtype)))(_base)
 
 
 @converts(aten.gelu.default)
@@ -125,6 +143,24 @@ def _hardtanh(e, x, min_val=-1.0, max_val=1.0):
 def _clamp(e, x, min=None, max=None):
     bounds = {k: float(v) for k, v in (("min", min), ("max", max)) if v is not None}
     return e.emit("clamp", x, **bounds)
+
+
+@converts(aten.clamp.Tensor, aten.clamp_min.Tensor)
+def _clamp_tensor(e, x, min=None, max=None):
+    """torch.clamp with tensor bounds (F.cosine_similarity's eps on the norms): x where it is below
+    `min` becomes min, then where above `max` max, each a where: torch's values (max where min > max)
+    and gradients (to x where min <= x <= max, to a bound where it is taken)."""
+    for bound, cmp in ((min, "lt"), (max, "gt")):
+        if bound is not None:
+            b = _tensor(e, bound, x)
+            b = b if b.dtype == x.dtype else e.emit("cast", b, dtype=x.dtype)
+            x = e.emit("where", e.emit("compare", x, b, cmp=cmp), b, x)
+    return x
+
+
+@converts(aten.clamp_max.Tensor)
+def _clamp_max_tensor(e, x, max):
+    return _clamp_tensor(e, x, None, max)
 
 
 @converts(aten.clamp_min.default)
@@ -170,15 +206,6 @@ CONVERTERS[aten.mean.dim] = _reduce("mean")
 CONVERTERS[aten.sum.dim_IntList] = _reduce("sum")
 CONVERTERS[aten.mean.default] = lambda e, x, dtype=None: e.emit("mean", x, dims=None)
 CONVERTERS[aten.sum.default] = lambda e, x, dtype=None: _reduce("sum")(e, x)
-
-
-@converts(aten.linalg_vector_norm.default)
-def _vector_norm(e, x, ord=2, dim=None, keepdim=False, dtype=None):
-    """The 2-norm (F.normalize's) as sqrt(sum(x * x)); other orders are refused."""
-    if float(ord) != 2.0:
-        unsupported(f"unsupported op aten.linalg_vector_norm with ord={ord} (only the 2-norm)")
-    dims = None if dim is None or len(dim) == 0 else tuple(d % len(x.shape) for d in dim)
-    return e.emit("sqrt", e.emit("sum", e.emit("mul", x, x), dims=dims, keepdim=bool(keepdim)))
 
 
 # --- shapes ----------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ aten.py's view, select and index converters hand these cases here.
 - their sizes (`aten.sym_size.int`, torch.export's unbacked SymInts u0, u1) are `RunTimeInt`s: an
   expression of one `Symbol`, an integer known at run time whose possible values are known at
   capture; torch.export's arithmetic and comparisons on them (`operator.*`) stay symbolic.
+- `aten._assert_async(cond, message)` of a bool tensor computed at run time (F.one_hot's range
+  checks) is a `TensorCheck`, put on the output as the others below.
 - `aten._assert_scalar(cond)` of one (torch.export's guards, and the model's own check: BART's
   becomes `Eq(u0, 1)`) is a `RunTimeCheck`; capture ends with `check_value` of each: a check that
   holds for every value its symbol can take (its range; for a MaskedRows count, the multiples of
@@ -38,7 +40,7 @@ from typing import Callable, Optional
 from ..ir import Value
 from ..ops import Emitter
 from ..ops.check import CHECK
-from .converters import CONVERTERS, DYNAMIC_AWARE, Dynamic, aten, unsupported
+from .converters import CONVERTERS, DYNAMIC_AWARE, Dynamic, Known, aten, converts, unsupported
 
 _FLOATS = ("float32", "float64")
 #: at most this many intervals of allowed values make a run-time check (else it is refused)
@@ -125,6 +127,27 @@ def _assert_scalar(e, cond, message=""):
         return RunTimeCheck(cond, str(message))
     if not bool(cond):  # never reached: a known condition is evaluated at capture
         raise ValueError(f"torch.export's check fails on the example input: {message}")
+    return None
+
+
+class TensorCheck(Dynamic):
+    """aten._assert_async(cond, message) of a bool tensor computed at run time (F.one_hot's "Class
+    values must be smaller than num_classes."): a check on the output as a RunTimeCheck's."""
+
+    what = "a run-time check"
+
+    def __init__(self, ok: Value, message: str):
+        self.ok, self.message = ok, message
+
+
+@converts(aten._assert_async.msg, aten._assert_async.default)
+def _assert_async(e, cond, message="a run-time assert of the model"):
+    if isinstance(cond, Value):
+        if cond.type.numel != 1:
+            raise ValueError(f"aten._assert_async of a {tuple(cond.shape)} tensor: torch asserts one element")
+        return TensorCheck(cond, str(message))
+    if not bool(cond.tensor if isinstance(cond, Known) else cond):
+        raise ValueError(f"the model's check fails on the example input: {message}")
     return None
 
 

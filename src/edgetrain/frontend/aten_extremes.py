@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..ir import Value
 from ..ops import Emitter
-from .aten import _binary
+from .aten import binary_converter
 from .converters import CONVERTERS, aten, converts
 
 
@@ -23,7 +23,7 @@ for _op in ("amax", "amin"):
 CONVERTERS[aten.max.default] = lambda e, x: e.emit("amax", x, dims=None)
 CONVERTERS[aten.min.default] = lambda e, x: e.emit("amin", x, dims=None)
 for _op, _torch in (("maximum", "max"), ("minimum", "min")):
-    CONVERTERS[getattr(aten, _op).default] = CONVERTERS[getattr(aten, _torch).other] = _binary(_op)
+    CONVERTERS[getattr(aten, _op).default] = CONVERTERS[getattr(aten, _torch).other] = binary_converter(_op)
 
 
 def _first_max(e: Emitter, x: Value, largest: bool, **dims) -> Value:

@@ -102,6 +102,75 @@ def _embedding(e, w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False
     return e.emit("embedding", w, idx, padding_idx=int(padding_idx))
 
 
+#: EmbeddingBag's modes (aten._embedding_bag's `mode`)
+_BAG_MODES = {0: "sum", 1: "mean", 2: "max"}
+
+
+def _bag_counts(e, keep, bag_of, bags: int, sizes: list, known: Known, keep_dtype: str) -> Value:
+    """(bags, 1): each bag's number of rows, padding ids left out (`keep`: 1.0 / 0.0 per id, or None)."""
+    if keep is None:
+        return known.value(torch.tensor([[float(max(s, 1))] for s in sizes], dtype=getattr(torch, keep_dtype)))
+    zeros = e.emit("expand", e.const(0.0, keep.dtype), shape=(bags,))
+    count = e.emit("index_put", zeros, keep, bag_of, first=0, accumulate=True)
+    return e.emit("reshape", e.emit("clamp", count, min=1.0), shape=(bags, 1))  # (an empty bag: 0 / 1)
+
+
+@const_aware(aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
+def _embedding_bag(e, w, idx, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None,
+                   include_last_offset=False, padding_idx=-1, constant=None):
+    """nn.EmbeddingBag / F.embedding_bag with the bags known at capture: a 2-D input (each row a bag)
+    or 1-D ids with constant offsets. The ids' rows are read (`embedding`); a padding id's row counts
+    for nothing (times 0, and left out of the mean's count); each bag reduces its rows: sum (each
+    row times its per_sample_weight if given), mean (an empty bag gives zeros, as torch's) or max
+    (bags of one size: the first largest row per feature, argmax and gather, whose gradient goes to
+    that row as torch's). Bags of different sizes add their rows with an accumulating index_put.
+    The op's other outputs (offset2bag, bag sizes, max indices) are not translated."""
+    what = _BAG_MODES.get(int(mode))
+    if what is None or scale_grad_by_freq:
+        unsupported(f"unsupported op: EmbeddingBag with mode={mode}, scale_grad_by_freq={scale_grad_by_freq}")
+    if not isinstance(offsets, Known):
+        unsupported("unsupported op: EmbeddingBag with offsets computed at run time (the bags must be known at "
+                    "capture: a 2-D input, or constant offsets)")
+    w, idx = (v.value() if isinstance(v, Known) else v for v in (w, idx))
+    n, dim = int(idx.shape[0]), int(w.shape[1])
+    starts = [int(o) for o in offsets.tensor.reshape(-1).tolist()]
+    ends = starts[1:] + ([] if include_last_offset else [n])
+    starts = starts[:len(ends)]
+    if (starts and starts[0] != 0) or any(not 0 <= s <= t <= n for s, t in zip(starts, ends)):
+        raise ValueError(f"EmbeddingBag offsets {starts} do not split {n} ids into bags from the first")
+    sizes, bags = [t - s for s, t in zip(starts, ends)], len(starts)
+    pad = int(padding_idx) if padding_idx is not None else -1
+    rows = e.emit("embedding", w, idx, padding_idx=pad)
+    keep = weight = None
+    if per_sample_weights is not None:
+        if what != "sum":
+            raise ValueError("EmbeddingBag: per_sample_weights need mode='sum', as in torch")
+        weight = per_sample_weights.value() if isinstance(per_sample_weights, Known) else per_sample_weights
+    if pad >= 0:
+        if what == "max":
+            unsupported("unsupported op: EmbeddingBag in max mode with a padding_idx")
+        keep = e.emit("cast", e.emit("compare", idx, e.const(pad, idx.dtype), cmp="ne"), dtype=w.dtype)
+        weight = keep if weight is None else e.emit("mul", weight, keep)
+    if weight is not None:
+        rows = e.emit("mul", rows, e.emit("reshape", weight, shape=(n, 1)))
+    same = bool(sizes) and len(set(sizes)) == 1 and sizes[0] > 0
+    if what == "max":
+        if not same:
+            unsupported("unsupported op: EmbeddingBag in max mode with bags of different sizes")
+        stacked = e.emit("reshape", rows, shape=(bags, sizes[0], dim))
+        at = e.emit("argmax", stacked, dim=1, keepdim=True)
+        return e.emit("reshape", e.emit("gather", stacked, at, dim=1), shape=(bags, dim)), None, None, None
+    bag_of = offsets.value(torch.repeat_interleave(torch.arange(bags), torch.tensor(sizes, dtype=torch.int64)))
+    if same:
+        total = e.emit("sum", e.emit("reshape", rows, shape=(bags, sizes[0], dim)), dims=(1,), keepdim=False)
+    else:
+        zeros = e.emit("expand", e.const(0.0, w.dtype), shape=(bags, dim))
+        total = e.emit("index_put", zeros, rows, bag_of, first=0, accumulate=True)
+    if what != "sum":
+        total = e.emit("div", total, _bag_counts(e, keep, bag_of, bags, sizes, offsets, w.dtype))
+    return total, None, None, None  # (offset2bag, bag sizes, max indices: not translated)
+
+
 @converts(aten._softmax.default)
 def _softmax(e, x, dim, half_to_float=False):
     return e.emit("softmax", x, dim=dim % len(x.shape))

@@ -1,7 +1,8 @@
 """Core-aten -> IR converters of the activations and functions of ops/pointwise.py (they register
-into converters.CONVERTERS). torch.export's decompositions give elu, leaky_relu, abs, sin, cos and
-log1p; under torch.compile AOTAutograd also hands over softplus, mish, celu and _prelu_kernel
-undecomposed, which become the same ops (_prelu_kernel: where, ops/select.py)."""
+into converters.CONVERTERS). torch.export's decompositions give elu, leaky_relu, abs, sin, cos,
+log1p, erf, sign and the roundings; under torch.compile AOTAutograd also hands over softplus, mish,
+celu and _prelu_kernel undecomposed, which become the same ops (_prelu_kernel: where,
+ops/select.py)."""
 from __future__ import annotations
 
 from ..ops import Emitter
@@ -46,5 +47,7 @@ def _prelu(e, x, weight):
     return e.emit("where", positive, x, e.emit("mul", weight, x))
 
 
-for _name in ("abs", "sin", "cos", "log1p", "expm1", "floor"):  # (expm1: nn.CELU's decomposition)
+# (expm1: nn.CELU's decomposition)
+for _name in ("abs", "sin", "cos", "log1p", "expm1", "floor", "ceil", "trunc", "round", "erf", "sign"):
     converts(getattr(aten, _name).default)((lambda op: lambda e, x: e.emit(op, x))(_name))
+converts(aten.sgn.default)(lambda e, x: e.emit("sign", x))  # (torch.sgn of a real tensor: its sign)

@@ -12,13 +12,14 @@ from torch.export.graph_signature import ConstantArgument, InputKind
 
 from ..ir import Graph, Role, TensorType, Value, new_value
 from ..ops import Emitter, verify
-from .aten_dynamic import MaskedRows, RunTimeCheck, check_value, checked
+from .aten_dynamic import MaskedRows, RunTimeCheck, TensorCheck, check_value, checked
 from .check_source import check_text
 from .converters import TORCH_DTYPES, convert_node
 from .errors import CaptureError, UnsupportedOpError
 
-#: aten ops kept whole instead of decomposed, because our op table has them directly.
-KEEP_UNDECOMPOSED = ("linear", "scaled_dot_product_attention")
+#: aten ops kept whole instead of decomposed, because our op table has them directly (detach: its
+#: decomposition is an alias, which loses the stop of the gradient)
+KEEP_UNDECOMPOSED = ("linear", "scaled_dot_product_attention", "detach")
 
 
 @dataclass(frozen=True)
@@ -259,6 +260,9 @@ def _checked(e, ep, env: dict, out: Value, source: dict) -> Value:
             if ok is not None:
                 checks.append((ok, check_message(node, found.message)))
                 lines.append(provenance(node))
+        elif isinstance(found, TensorCheck):
+            checks.append((found.ok, f"{found.message} (at {provenance(node)})"))
+            lines.append(provenance(node))
         elif isinstance(found, MaskedRows) and id(found) not in seen:  # (a view of it as itself: once)
             seen.add(id(found))
             checks += [(ok, f"{message} (at {provenance(node)})") for ok, message in found.checks]

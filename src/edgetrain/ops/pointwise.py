@@ -1,5 +1,5 @@
-"""More pointwise activations and functions (elu, leaky_relu, softplus, log1p, expm1, sin, cos, abs) and their
-gradients.
+"""More pointwise activations and functions (elu, leaky_relu, softplus, log1p, expm1, sin, cos, abs, erf,
+sign, floor, ceil, trunc, round) and their gradients.
 
 Each forward op keeps its input's shape and dtype; its VJP is one pointwise gradient op
 `*_grad(g, x)` of the saved forward input (as ops/elementwise.py's gelu_grad), or existing ops
@@ -8,12 +8,15 @@ where the derivative is one (sin, cos, log1p, expm1). Semantics are torch's:
   (nn.ELU, nn.SELU and nn.CELU all export to it);
 - leaky_relu(x; negative_slope) = x if x > 0 else negative_slope * x;
 - softplus(x; beta, threshold) = x where beta x > threshold, else log(1 + exp(beta x)) / beta;
-- abs(x), whose gradient is g * sign(x), 0 at 0 as torch's.
+- abs(x), whose gradient is g * sign(x), 0 at 0 as torch's;
+- erf(x), whose gradient is g * 2 / sqrt(pi) * exp(-x^2);
+- sign(x): -1, 0 or 1, and 0 for a NaN as torch's; its gradient is zero (a step function).
 Leaky ReLU with a slope in (0, 1) runs on int8 data in an int8 program (ops/qpointwise.py).
 """
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import erf
 
 from .base import SAME_SCALE_TAG, Emitter, Int8Rule, OpDef, register
 
@@ -103,6 +106,20 @@ def _vjp_cos(e, node, grads, needs):
     return [e.emit("mul", grads[0], e.emit("neg", e.emit("sin", node.inputs[0])))]
 
 
+#: d erf(x) / dx at 0, 2 / sqrt(pi)
+_ERF_SLOPE = 2.0 / np.sqrt(np.pi)
+
+
+def _vjp_erf(e, node, grads, needs):  # d erf(x) = 2 / sqrt(pi) exp(-x^2), as torch's erf backward
+    x = node.inputs[0]
+    d = e.emit("mul", e.emit("exp", e.emit("neg", e.emit("mul", x, x))), e.const(_ERF_SLOPE, x.dtype))
+    return [e.emit("mul", d, grads[0])]
+
+
+def sign_ref(x, a):
+    return np.where(x > 0, 1.0, np.where(x < 0, -1.0, 0.0))
+
+
 def _leaky_runs_on_int8(node) -> bool:
     """A slope in (0, 1) keeps the output inside the input's int8 range and its sign (the
     int8 backward reads the sign from the output): qleaky_relu; any other stays float32."""
@@ -130,9 +147,14 @@ _unary("expm1", lambda x, a: np.expm1(x), _vjp_expm1)
 _unary("sin", lambda x, a: np.sin(x), _vjp_sin)
 _unary("cos", lambda x, a: np.cos(x), _vjp_cos)
 _unary("abs", lambda x, a: np.abs(x), _via_x("abs_grad"))
-# floor: a step function, its gradient zero wherever it exists (torch's floor backward gives zeros);
-# stochastic depth's keep mask floor(keep_prob + rand) (timm's and transformers' drop_path)
-_unary("floor", lambda x, a: np.floor(x), lambda e, node, grads, needs: [None])
+# floor, ceil, trunc, round (a half to even, as torch.round) and sign: step functions, their gradient
+# zero wherever it exists (torch's backward gives zeros); stochastic depth's keep mask
+# floor(keep_prob + rand) (timm's and transformers' drop_path), a straight-through estimator's
+# x + (round(x) - x).detach()
+for _name, _fn in (("floor", np.floor), ("ceil", np.ceil), ("trunc", np.trunc), ("round", np.round)):
+    _unary(_name, (lambda f: lambda x, a: f(x))(_fn), lambda e, node, grads, needs: [None])
+_unary("sign", sign_ref, lambda e, node, grads, needs: [None])
+_unary("erf", lambda x, a: erf(x), _vjp_erf)
 
 _pointwise_grad("elu_grad", elu_grad_ref)
 _pointwise_grad("leaky_relu_grad", leaky_relu_grad_ref)

@@ -1,4 +1,5 @@
-"""Shape ops: reshape (a view), permute, expand / sum_to, slice, cat, index_select."""
+"""Shape ops: reshape (a view), detach (a view without a gradient), permute, expand / sum_to, slice, cat,
+index_select."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,6 +23,13 @@ register(OpDef("reshape", _reshape_infer, lambda xs, a: [xs[0].reshape(a["shape"
                lambda e, n, g, nd: [e.emit("reshape", out_grad(g), shape=n.inputs[0].shape)],
                cost=zero_mac_cost, shares=((0, 0),), num_inputs=(1, 1), tags={SAME_SCALE_TAG},
                int8=Int8Rule("same", "reshape")))
+
+
+# detach (torch's x.detach(), torch.no_grad results): x itself, through which no gradient passes
+# (a stop-gradient: straight-through estimators, target networks, VQ-VAE's codebook losses)
+register(OpDef("detach", lambda ts, a: [ts[0]], lambda xs, a: [xs[0].view()], lambda e, n, g, nd: [None],
+               cost=zero_mac_cost, shares=((0, 0),), num_inputs=(1, 1), tags={SAME_SCALE_TAG},
+               int8=Int8Rule("same", "detach")))
 
 
 def _permute_infer(ts, a):

@@ -25,6 +25,7 @@ from ..ir import Graph
 from ..memory import MemoryReport
 from .graphs import flat_inputs, source_name
 from .options import BackendOptions, parse_options
+from .detach import replace_detaches
 from .rnn import replace_rnns
 from .translate import decompositions
 
@@ -139,7 +140,7 @@ class EdgetrainGraph:
     each new set of input shapes (`programs`: that key -> CompiledGraph)."""
 
     def __init__(self, gm: torch.fx.GraphModule, options):
-        self.gm, self.options = replace_rnns(gm), options  # Dynamo drops its sources from the graph after this call:
+        self.gm, self.options = replace_detaches(replace_rnns(gm)), options  # Dynamo drops its sources from the graph after this call:
         self.sources = [(n.name, source_name(n)) for n in gm.graph.nodes if n.op == "placeholder"]
         self._opts: Optional[BackendOptions] = None
         self._compiled: dict = {}

@@ -139,7 +139,8 @@ def _const(node, ctx):
 
 
 @register("reshape")
-def _reshape(node, ctx):
+@register("detach")
+def _view(node, ctx):
     return ""  # a view: shares its input's storage
 
 

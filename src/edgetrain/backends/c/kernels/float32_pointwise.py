@@ -25,12 +25,12 @@ register("expm1")(elementwise_kernel(1, lambda n, c, t: "et_expm1(x0)"))
 register("sin")(elementwise_kernel(1, lambda n, c, t: "et_sin(x0)"))
 register("cos")(elementwise_kernel(1, lambda n, c, t: "et_cos(x0)"))
 register("abs")(elementwise_kernel(1, lambda n, c, t: "et_fabs(x0)"))
-#: 2^52: every double of this magnitude or more is an integer (its own floor)
-_INTEGRAL = "4503599627370496.0"
-# floor without libm: truncate, one less for a negative non-integer; NaN, +-inf and large values as they are
-register("floor")(elementwise_kernel(1, lambda n, c, t: (
-    f"(x0 != x0 || x0 >= {_INTEGRAL} || x0 <= -{_INTEGRAL}) ? x0 : "
-    "((double)(long long)x0 > x0 ? (double)(long long)x0 - 1.0 : (double)(long long)x0)")))
+register("erf")(elementwise_kernel(1, lambda n, c, t: "et_erf(x0)"))
+# (a NaN is neither: 0, as torch's sign)
+register("sign")(elementwise_kernel(1, lambda n, c, t: "x0 > 0 ? 1.0 : (x0 < 0 ? -1.0 : 0.0)"))
+# rounding to integers without libm (runtime/et_float_pointwise.h)
+for _op, _fn in (("floor", "et_floor"), ("ceil", "et_ceil"), ("trunc", "et_trunc"), ("round", "et_round_even")):
+    register(_op)(elementwise_kernel(1, (lambda fn: lambda n, c, t: f"{fn}(x0)")(_fn)))
 # pointwise gradients g * f'(x), x the saved forward input
 register("elu_grad")(elementwise_kernel(2, lambda n, c, t: f"x0 * et_elu_grad(x1, {_args(n, c, ELU_DEFAULTS)})"))
 register("leaky_relu_grad")(elementwise_kernel(2, lambda n, c, t: f"x1 > 0 ? x0 : x0 * {_slope(n, c)}"))

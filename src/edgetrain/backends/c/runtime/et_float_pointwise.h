@@ -198,4 +198,23 @@ static inline double et_softplus_grad(double x, double beta, double threshold) {
 /* sign(x): -1, 0 or 1 (NaN stays NaN), abs's derivative as torch's */
 static inline double et_sign(double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : x); }
 
+/* rounding to integers without libm. Every double of magnitude 2^52 or more is an integer (its own
+ * rounding), as are NaN and +-inf; below it the value fits a long long. */
+#define ET_INTEGRAL 4503599627370496.0
+static inline int et_integral(double x) { return x != x || x >= ET_INTEGRAL || x <= -ET_INTEGRAL; }
+/* toward -inf: truncate, one less for a negative non-integer */
+static inline double et_floor(double x) {
+    if (et_integral(x)) return x;
+    const double t = (double)(long long)x;
+    return t > x ? t - 1.0 : t;
+}
+static inline double et_ceil(double x) { return -et_floor(-x); }
+static inline double et_trunc(double x) { return et_integral(x) ? x : (double)(long long)x; }
+/* to the nearest integer, a half to the even one (torch.round, numpy's round); x - floor(x) is exact */
+static inline double et_round_even(double x) {
+    if (et_integral(x)) return x;
+    const double f = et_floor(x), d = x - f;
+    return (d > 0.5 || (d == 0.5 && et_floor(0.5 * f) * 2.0 != f)) ? f + 1.0 : f;
+}
+
 #endif
