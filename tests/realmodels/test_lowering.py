@@ -249,3 +249,18 @@ def test_empty_allocations_fold_as_zeros():
     for node in sizes:
         t = evaluate(node, known)
         assert not t.any() and t.dtype in (torch.float32, torch.float64)
+
+
+def _allocations(h):
+    """allocations shaped like a tensor known only at run time (torch.zeros_like(h) in a where)"""
+    zeros = torch.where(h > 0, h, torch.zeros_like(h)) + torch.empty_like(h).zero_() + h.new_zeros(h.shape[0], 6)
+    return zeros + torch.full_like(h, 0.5) * h + torch.ones_like(h) + h.new_full((6,), 2.0) + h.new_ones(6) * h
+
+
+def test_allocations_shaped_like_a_run_time_tensor_are_constants():
+    x = torch.randn(3, 6)
+    prog = assert_gradients(Fn(_allocations), x)  # (refused before: aten.full_like of a run-time tensor)
+    with torch.no_grad():
+        model = Fn(_allocations).double()
+        model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in prog.state_dict().items()})
+        np.testing.assert_array_equal(prog.predict(x.double().numpy()), model(x.double()).numpy())

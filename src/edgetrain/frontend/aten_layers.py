@@ -10,7 +10,7 @@ import torch
 from ..ir import Value
 from ..ops.conv import conv_out_hw
 from .aten import convert_slice
-from .converters import TORCH_DTYPES, Known, aten, as_pair, const_aware, converts, unsupported
+from .converters import CONVERTERS, TORCH_DTYPES, Known, aten, as_pair, const_aware, converts, unsupported
 from .errors import UnsupportedOpError
 
 
@@ -288,6 +288,31 @@ def _adaptive_avg(e, x, output_size):
 def _full(e, size, value, dtype=None, **kw):
     c = e.const(value, TORCH_DTYPES.get(dtype, "float32"))
     return c if not size else e.emit("expand", c, shape=tuple(size))
+
+
+def _filled(e, shape, value, dtype: str) -> Value:
+    c = e.const(value, dtype)
+    return c if not shape else e.emit("expand", c, shape=tuple(int(d) for d in shape))
+
+
+# allocations shaped like a tensor computed at run time (torch.zeros_like(h) in a where, h.new_zeros(...)):
+# they read its shape and dtype only (an empty one is zeros, as capture.py evaluates it)
+for _op, _value in (("zeros_like", 0.0), ("ones_like", 1.0), ("empty_like", 0.0)):
+    CONVERTERS[getattr(aten, _op).default] = (lambda v: lambda e, x, dtype=None, **kw: _filled(
+        e, x.shape, v, TORCH_DTYPES.get(dtype, x.dtype)))(_value)
+for _op, _value in (("new_zeros", 0.0), ("new_ones", 1.0), ("new_empty", 0.0)):
+    CONVERTERS[getattr(aten, _op).default] = (lambda v: lambda e, x, size, dtype=None, **kw: _filled(
+        e, size, v, TORCH_DTYPES.get(dtype, x.dtype)))(_value)
+
+
+@converts(aten.full_like.default)
+def _full_like(e, x, fill_value, dtype=None, **kw):
+    return _filled(e, x.shape, fill_value, TORCH_DTYPES.get(dtype, x.dtype))
+
+
+@converts(aten.new_full.default)
+def _new_full(e, x, size, fill_value, dtype=None, **kw):
+    return _filled(e, size, fill_value, TORCH_DTYPES.get(dtype, x.dtype))
 
 
 @converts(aten.scalar_tensor.default)
