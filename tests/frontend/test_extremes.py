@@ -1,11 +1,12 @@
 """Models that take the largest or smallest element (frontend/aten_extremes.py): PointNet's max
 over points (x.max(dim)), a text CNN's max and min over time (amax, amin), torch.max / torch.min
 of a whole tensor, x.min(dim)'s positions used as an index, argmin, torch.maximum / minimum of two
-tensors (and torch.max(a, b)), log-sigmoid (a minimum), and nn.Bilinear (aten._trilinear).
+tensors (and torch.max(a, b)), log-sigmoid (a minimum), torch.topk / sort / argsort
+(topk_indices and a gather), and nn.Bilinear (aten._trilinear).
 Float64 gradients equal torch.autograd's on the reference runtime, ties included (torch shares an
 amax's gradient evenly among equal elements, gives x.max(dim)'s to the first, and splits a
 maximum's between equal operands); the C backend's float32 gradients equal the reference's; a NaN
-propagates on both; torch.compile(backend="edgetrain") gives eager's losses; a Cortex-M4 (QEMU)
+propagates on both (torch.sort / topk: the largest, in the order of the positions); torch.compile(backend="edgetrain") gives eager's losses; a Cortex-M4 (QEMU)
 prints the host build's losses."""
 from __future__ import annotations
 
@@ -89,6 +90,21 @@ class Ties(nn.Module):
         return self.fc(torch.cat([h.amax(2), m.max(2)[0] + torch.max(m)], 1))
 
 
+class Ranks(nn.Module):
+    """torch.topk (largest and smallest), torch.sort both ways, argsort's positions used as an index"""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.fc = nn.Linear(6, 10), nn.Linear(10, CLASSES)
+
+    def forward(self, x):
+        h = self.lin(x)
+        top, _ = h.topk(3, 1)
+        order = torch.argsort(h, 0)
+        return (self.fc(h.sort(1, descending=True)[0] * 0.5 + torch.sort(h, 1)[0]) + top.sum(1, keepdim=True)
+                + torch.gather(h, 0, order)[:, :CLASSES] + torch.topk(h, 2, 0, largest=False)[0].sum())
+
+
 class BilinearNet(nn.Module):
     def __init__(self):
         super().__init__()
@@ -109,11 +125,11 @@ def _input(name: str):
 
 
 MODELS = {"pointnet": (PointNet, (3, 3, 20)), "textcnn": (TextCNN, None), "extremes": (Extremes, (4, 6)),
-          "ties": (Ties, None), "bilinear": (BilinearNet, (3, 6))}
+          "ties": (Ties, None), "bilinear": (BilinearNet, (3, 6)), "ranks": (Ranks, (4, 6))}
 #: ops each model's forward lowers to
 WANT_OPS = {"pointnet": {"argmax", "gather"}, "textcnn": {"amax", "amin"},
             "extremes": {"maximum", "minimum", "amax", "amin", "argmax", "gather"},
-            "ties": {"amax", "maximum", "argmax"}, "bilinear": {"mul", "sum"}}
+            "ties": {"amax", "maximum", "argmax"}, "bilinear": {"mul", "sum"}, "ranks": {"topk_indices", "gather"}}
 
 
 def _model_and_input(name: str):
@@ -193,20 +209,23 @@ class _NaNs(nn.Module):
 
     def forward(self, x):  # (B, 8)
         h = x * self.w
-        return torch.stack([h.amax(1), h.amin(1), torch.maximum(h[:, :4], h[:, 4:]).sum(1),
-                            torch.minimum(h[:, 4:], h[:, :4]).sum(1), h.max(1)[0]], 1)
+        ranks = (torch.sort(h, dim=1, descending=True, stable=True)[1].to(h.dtype)
+                 + torch.sort(h, dim=1, stable=True)[1].to(h.dtype))
+        return torch.cat([torch.stack([h.amax(1), h.amin(1), torch.maximum(h[:, :4], h[:, 4:]).sum(1),
+                                       torch.minimum(h[:, 4:], h[:, :4]).sum(1), h.max(1)[0]], 1), ranks], 1)
 
 
 def test_a_nan_propagates_on_both_backends():
     x = np.arange(32, dtype=np.float32).reshape(4, 8) - 10
-    x[1, 0] = x[2, 7] = x[3, 3] = np.nan
+    x[1, 0] = x[2, 7] = x[3, 3] = x[3, 5] = np.nan
+    x[2, 1] = x[2, 4]  # (a tie: sorted in the order of the positions, as torch's stable sort)
     model = _NaNs().eval()
     example = torch.from_numpy(x)
     want = model(example).detach().numpy()
     for backend in ("reference", "c"):
         got = et.compile(model, (example,), update=et.Full(), backend=backend).predict(x)
         np.testing.assert_array_equal(got, want, err_msg=backend)  # (NaNs in the same places)
-    assert np.isnan(want[1:]).all() and not np.isnan(want[0]).any()
+    assert np.isnan(want[1:, :5]).all() and not np.isnan(want[0]).any() and not np.isnan(want[:, 5:]).any()
 
 
 def test_extremes_on_cortex_m_print_the_host_builds_losses(tmp_path):

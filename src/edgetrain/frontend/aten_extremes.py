@@ -51,3 +51,30 @@ CONVERTERS[aten.min.dim] = _along(False)
 @converts(aten.argmin.default)
 def _argmin(e: Emitter, x, dim=None, keepdim=False):
     return _first_max(e, x, False, dim=None if dim is None else int(dim), keepdim=bool(keepdim))
+
+
+# --- topk and sort: positions (topk_indices, ops/compare.py) and a gather of x at them ---------------
+def _picked(e: Emitter, x: Value, k: int, dim: int, largest: bool) -> tuple[Value, Value]:
+    if not x.shape:  # a 0-d tensor: itself, at position 0
+        return x, e.const(0, "int64")
+    at = e.emit("topk_indices", x, k=int(k), dim=int(dim) % len(x.shape), largest=bool(largest))
+    return e.emit("gather", x, at, dim=int(dim) % len(x.shape)), at
+
+
+@converts(aten.topk.default)
+def _topk(e: Emitter, x, k, dim=-1, largest=True, sorted=True):
+    """torch.topk: the k largest (smallest) along dim, in order (sorted=False too: an order is a
+    valid answer); equal values in the order of their positions, where torch's own order among
+    them is unspecified (its gradient then goes to positions holding the same value)."""
+    return _picked(e, x, k, dim, largest)
+
+
+@converts(aten.sort.default)
+def _sort(e: Emitter, x, dim=-1, descending=False):
+    """torch.sort: a stable sort (equal values in the order of their positions), NaN the largest."""
+    return _picked(e, x, x.shape[int(dim) % len(x.shape)] if x.shape else 1, dim, descending)
+
+
+@converts(aten.sort.stable)
+def _sort_stable(e: Emitter, x, *, stable=None, dim=-1, descending=False):
+    return _sort(e, x, dim, descending)

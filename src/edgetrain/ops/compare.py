@@ -1,6 +1,6 @@
-"""Comparisons and argmax: ops whose results are booleans or positions, computed at run time
-from the data (a padding mask `ids != pad`, the last real token of each row), never
-differentiated: a comparison or an argmax is piecewise constant, so torch gives its inputs no
+"""Comparisons, argmax and topk_indices: ops whose results are booleans or positions, computed at
+run time from the data (a padding mask `ids != pad`, the last real token of each row, the k nearest
+points of a point cloud), never differentiated: a comparison or an argmax is piecewise constant, so torch gives its inputs no
 gradient through it, and neither does autodiff here (their outputs are bool and int64,
 which build_backward never differentiates; vjp None says so to the op table)."""
 from __future__ import annotations
@@ -56,3 +56,34 @@ def _argmax_ref(xs, a):
 register(OpDef("compare", _compare_infer, _compare_ref, vjp=None, num_inputs=(2, 2)))
 register(OpDef("argmax", _argmax_infer, _argmax_ref, vjp=None, num_inputs=(1, 1),
                cost=lambda n: Cost(n.inputs[0].type.numel, n.inputs[0].type.nbytes + n.outputs[0].type.nbytes)))
+
+
+# --- topk_indices -----------------------------------------------------------------------------
+def _topk_infer(ts, a):
+    x = ts[0]
+    if not x.shape:
+        raise ValueError("topk_indices of a 0-d tensor: torch.topk / sort take one along a dim")
+    d = norm_dim(a["dim"], x.rank)
+    if not 1 <= a["k"] <= x.shape[d]:
+        raise ValueError(f"topk_indices: k={a['k']} outside 1..{x.shape[d]} (dim {d} of {x})")
+    return [TensorType(tuple(a["k"] if i == d else s for i, s in enumerate(x.shape)), "int64")]
+
+
+def _topk_ref(xs, a):
+    """The positions of the k largest (`largest`) or smallest along dim, in that order; equal
+    values in the order of their positions (a stable sort), a NaN larger than every number (first
+    among the largest, last among the smallest, as torch's sort and topk)."""
+    x = np.moveaxis(xs[0], norm_dim(a["dim"], xs[0].ndim), -1)
+    if x.dtype.kind == "f":
+        key = np.lexsort((-x, ~np.isnan(x)), axis=-1) if a["largest"] else np.argsort(x, axis=-1, kind="stable")
+    else:  # (~v reverses the order of integers and never overflows)
+        v = x.astype(np.int64)
+        key = np.argsort(~v if a["largest"] else v, axis=-1, kind="stable")
+    return [np.ascontiguousarray(np.moveaxis(key[..., :a["k"]], -1, norm_dim(a["dim"], xs[0].ndim)), dtype=np.int64)]
+
+
+#: topk_indices(x; k, dim, largest): what torch.topk, sort and argsort index x with (their values are
+#: a gather of x at these positions, which carries the gradient as torch's does)
+register(OpDef("topk_indices", _topk_infer, _topk_ref, vjp=None, num_inputs=(1, 1),
+               cost=lambda n: Cost(n.inputs[0].type.numel * n.attrs["k"],
+                                   n.inputs[0].type.nbytes + n.outputs[0].type.nbytes)))
