@@ -1,5 +1,5 @@
 """Models that take the largest or smallest element (frontend/aten_extremes.py): PointNet's max
-over points (x.max(dim)), a text CNN's max and min over time (amax, amin), torch.max / torch.min
+over points (x.max(dim)), DGCNN's k nearest neighbours (topk) and max over them, a text CNN's max and min over time (amax, amin), torch.max / torch.min
 of a whole tensor, x.min(dim)'s positions used as an index, argmin, torch.maximum / minimum of two
 tensors (and torch.max(a, b)), log-sigmoid (a minimum), torch.topk / sort / argsort
 (topk_indices and a gather), and nn.Bilinear (aten._trilinear).
@@ -43,6 +43,38 @@ class PointNet(nn.Module):
 
     def forward(self, points):  # (B, 3, N)
         return self.head(torch.max(self.mlp(points), 2)[0])
+
+
+def _neighbours(x, k: int):
+    """DGCNN's edge features (Wang et al. 2019, as its reference code writes them): each point's k
+    nearest points (topk of the negative squared distances), read by advanced indexing, as
+    (neighbour - point, point) pairs"""
+    b, c, n = x.shape
+    inner = -2 * torch.matmul(x.transpose(2, 1), x)
+    xx = torch.sum(x ** 2, dim=1, keepdim=True)
+    idx = (-xx - inner - xx.transpose(2, 1)).topk(k=k, dim=-1)[1] + torch.arange(b).view(-1, 1, 1) * n
+    xt = x.transpose(2, 1).contiguous()
+    feat = xt.view(b * n, -1)[idx.view(-1), :].view(b, n, k, c)
+    xt = xt.view(b, n, 1, c).repeat(1, 1, k, 1)
+    return torch.cat((feat - xt, xt), dim=3).permute(0, 3, 1, 2).contiguous()
+
+
+class DGCNN(nn.Module):
+    """Two EdgeConv layers (1x1 convolutions with batch norm and leaky ReLU over the edge features, the
+    max over the neighbours), max and mean pooled over the points."""
+
+    def __init__(self, k: int = 4):
+        super().__init__()
+        self.k = k
+        self.edge1 = nn.Sequential(nn.Conv2d(6, 16, 1, bias=False), nn.BatchNorm2d(16), nn.LeakyReLU(0.2))
+        self.edge2 = nn.Sequential(nn.Conv2d(32, 16, 1, bias=False), nn.BatchNorm2d(16), nn.LeakyReLU(0.2))
+        self.fc = nn.Linear(64, CLASSES)
+
+    def forward(self, points):  # (B, 3, N)
+        x1 = self.edge1(_neighbours(points, self.k)).max(dim=-1)[0]
+        x2 = self.edge2(_neighbours(x1, self.k)).max(dim=-1)[0]
+        h = torch.cat((x1, x2), 1)
+        return self.fc(torch.cat((F.adaptive_max_pool1d(h, 1).flatten(1), F.adaptive_avg_pool1d(h, 1).flatten(1)), 1))
 
 
 class TextCNN(nn.Module):
@@ -124,10 +156,10 @@ def _input(name: str):
     return torch.randn(MODELS[name][1], generator=g)
 
 
-MODELS = {"pointnet": (PointNet, (3, 3, 20)), "textcnn": (TextCNN, None), "extremes": (Extremes, (4, 6)),
+MODELS = {"pointnet": (PointNet, (3, 3, 20)), "dgcnn": (DGCNN, (2, 3, 16)), "textcnn": (TextCNN, None), "extremes": (Extremes, (4, 6)),
           "ties": (Ties, None), "bilinear": (BilinearNet, (3, 6)), "ranks": (Ranks, (4, 6))}
 #: ops each model's forward lowers to
-WANT_OPS = {"pointnet": {"argmax", "gather"}, "textcnn": {"amax", "amin"},
+WANT_OPS = {"pointnet": {"argmax", "gather"}, "dgcnn": {"topk_indices", "argmax", "gather"}, "textcnn": {"amax", "amin"},
             "extremes": {"maximum", "minimum", "amax", "amin", "argmax", "gather"},
             "ties": {"amax", "maximum", "argmax"}, "bilinear": {"mul", "sum"}, "ranks": {"topk_indices", "gather"}}
 
@@ -139,7 +171,7 @@ def _model_and_input(name: str):
         for p in model.parameters():
             p.add_(0.3 * torch.randn_like(p))
         for m in model.modules():
-            if isinstance(m, nn.BatchNorm1d):
+            if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
                 m.running_mean.normal_(0, 0.2), m.running_var.uniform_(0.5, 2.0)
     return model.eval(), _input(name)
 
