@@ -2,10 +2,13 @@
 clamp.Tensor): torch.var / std / var_mean with any correction, torch.linalg.vector_norm of orders
 1, 2, 3, inf, -inf and 0, F.cosine_similarity (its eps is a clamp with a tensor bound), torch.clamp
 with tensor bounds (min above max included), erf, sign and the roundings (ops/pointwise.py), and
-reciprocal, log2 and log10.
+reciprocal, log2 and log10. A Cortex-M4 (QEMU) prints the host build's losses for the roundings
+and the norms.
 Float64 gradients equal torch.autograd's on the reference runtime; the C backend's float32 ones
 equal the reference's."""
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import edgetrain as et
+from tests.backends.c.firmware_agreement import firmware_prints_host_steps
 
 FLOAT64_TOL = 1e-10
 C_TOL = 1e-5
@@ -138,3 +142,20 @@ def test_a_negative_norm_order_is_refused_by_name():
     model = _Head(lambda h: torch.linalg.vector_norm(h, -2.0, dim=1, keepdim=True) * h)
     with pytest.raises(et.frontend.UnsupportedOpError, match="ord=-2.0"):
         et.compile(model, (torch.randn(2, 6),), update=et.Full())
+
+
+@pytest.mark.parametrize("name", ["rounding", "norms"])
+def test_on_cortex_m_print_the_host_builds_losses(tmp_path, name):
+    """the roundings, erf and sign (libm-free double helpers), the norms' amax / amin / pow"""
+    from edgetrain.backends.c import cortexm
+
+    if cortexm.missing_tools() or shutil.which("make") is None:
+        pytest.skip(f"missing {', '.join(cortexm.missing_tools()) or 'make'}")
+    model, x = _model_and_input(name)
+    prog = et.compile(model, (x,), optimizer=et.SGD(lr=0.05))
+    assert WANT_OPS[name] <= {n.op for n in prog.train_graph.nodes}
+    rng = np.random.default_rng(0)
+    data = [(1.5 * rng.standard_normal(tuple(x.shape)).astype(np.float32), np.arange(x.shape[0]) % CLASSES)
+            for _ in range(3)]
+    fw = firmware_prints_host_steps(prog, data, tmp_path)
+    np.testing.assert_allclose(fw.run.losses, [prog.step(x, y) for x, y in data], rtol=1e-5)
