@@ -1,13 +1,14 @@
-"""Models that take the largest or smallest element (frontend/aten_extremes.py): PointNet's max
-over points (x.max(dim)), DGCNN's k nearest neighbours (topk) and max over them, a text CNN's max and min over time (amax, amin), torch.max / torch.min
-of a whole tensor, x.min(dim)'s positions used as an index, argmin, torch.maximum / minimum of two
-tensors (and torch.max(a, b)), log-sigmoid (a minimum), torch.topk / sort / argsort
-(topk_indices and a gather), and nn.Bilinear (aten._trilinear).
-Float64 gradients equal torch.autograd's on the reference runtime, ties included (torch shares an
-amax's gradient evenly among equal elements, gives x.max(dim)'s to the first, and splits a
-maximum's between equal operands); the C backend's float32 gradients equal the reference's; a NaN
-propagates on both (torch.sort / topk: the largest, in the order of the positions); torch.compile(backend="edgetrain") gives eager's losses; a Cortex-M4 (QEMU)
-prints the host build's losses."""
+"""Models that take the largest or smallest element (frontend/aten_extremes.py): PointNet's max over
+points (x.max(dim)), DGCNN's k nearest neighbours (topk) and max over them, a text CNN's max and min
+over time (amax, amin), torch.max / torch.min of a whole tensor, x.min(dim)'s positions used as an
+index, argmin, torch.maximum / minimum of two tensors (and torch.max(a, b)), log-sigmoid (a
+minimum), torch.topk / sort / argsort (topk_indices and a gather), and nn.Bilinear
+(aten._trilinear). Float64 gradients equal torch.autograd's on the reference runtime, ties included
+(torch shares an amax's gradient evenly among equal elements, gives x.max(dim)'s to the first, and
+splits a maximum's between equal operands); the C backend's float32 gradients equal the reference's;
+a NaN propagates on both (torch.sort / topk: the largest, in the order of the positions);
+torch.compile(backend="edgetrain") gives eager's losses; a Cortex-M4 (QEMU) prints the host build's
+losses."""
 from __future__ import annotations
 
 import copy
@@ -156,10 +157,12 @@ def _input(name: str):
     return torch.randn(MODELS[name][1], generator=g)
 
 
-MODELS = {"pointnet": (PointNet, (3, 3, 20)), "dgcnn": (DGCNN, (2, 3, 16)), "textcnn": (TextCNN, None), "extremes": (Extremes, (4, 6)),
+MODELS = {"pointnet": (PointNet, (3, 3, 20)), "dgcnn": (DGCNN, (2, 3, 16)), "textcnn": (TextCNN, None),
+          "extremes": (Extremes, (4, 6)),
           "ties": (Ties, None), "bilinear": (BilinearNet, (3, 6)), "ranks": (Ranks, (4, 6))}
 #: ops each model's forward lowers to
-WANT_OPS = {"pointnet": {"argmax", "gather"}, "dgcnn": {"topk_indices", "argmax", "gather"}, "textcnn": {"amax", "amin"},
+WANT_OPS = {"pointnet": {"argmax", "gather"}, "dgcnn": {"topk_indices", "argmax", "gather"},
+            "textcnn": {"amax", "amin"},
             "extremes": {"maximum", "minimum", "amax", "amin", "argmax", "gather"},
             "ties": {"amax", "maximum", "argmax"}, "bilinear": {"mul", "sum"}, "ranks": {"topk_indices", "gather"}}
 

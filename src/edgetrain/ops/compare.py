@@ -1,8 +1,8 @@
-"""Comparisons, argmax and topk_indices: ops whose results are booleans or positions, computed at
-run time from the data (a padding mask `ids != pad`, the last real token of each row, the k nearest
-points of a point cloud), never differentiated: a comparison or an argmax is piecewise constant, so torch gives its inputs no
-gradient through it, and neither does autodiff here (their outputs are bool and int64,
-which build_backward never differentiates; vjp None says so to the op table)."""
+"""Comparisons, argmax and topk_indices: ops whose results are booleans or positions, computed at run
+time from the data (a padding mask `ids != pad`, the last real token of each row, the k nearest
+points of a point cloud), never differentiated: a comparison or an argmax is piecewise constant, so
+torch gives its inputs no gradient through it, and neither does autodiff here (their outputs are
+bool and int64, which build_backward never differentiates; vjp None says so to the op table)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,8 +1,8 @@
 """Kernels of the ops that compute booleans and positions from data at run time (ops/compare.py):
 `compare` (a padding mask `ids != pad`), `argmax` (the last real token of each row) and
 `topk_indices` (torch.topk, sort). They take operands of any C type of layout.C_TYPES; compare
-writes bools as uint8_t 0 / 1, argmax and topk_indices int64_t positions. Integer add / sub / mul (the index arithmetic around them) are the binary
-kernels of kernels/float32.py."""
+writes bools as uint8_t 0 / 1, argmax and topk_indices int64_t positions. Integer add / sub / mul
+(the index arithmetic around them) are the binary kernels of kernels/float32.py."""
 from __future__ import annotations
 
 from math import prod
