@@ -7,22 +7,16 @@ opaque op (torch_backend/detach.py); both become the IR's `detach` (ops/shape.py
 gradient. Before, both paths let the gradient through: wrong gradients with no error."""
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import edgetrain as et
 from edgetrain.torch_backend import last_programs
-from tests.torch_backend.loops import train_loop
+from tests.frontend.model_checks import (c_gradients_equal_the_reference, compiled_loop_gives_eager_losses,
+                                         float64_gradients_equal_autograd)
 
-#: max |ours - torch| / max(|torch|, 1e-3) of a float64 gradient
-FLOAT64_TOL = 1e-10
-#: max |C - reference| / max(|reference|, 1e-3) of a float32 gradient
-C_TOL = 1e-5
 CLASSES = 5
 
 
@@ -52,32 +46,15 @@ def _labels(x) -> torch.Tensor:
     return torch.arange(x.shape[0]) % CLASSES
 
 
-def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.abs(ours - ref).max() / max(np.abs(ref).max(), 1e-3))
-
-
 def test_float64_gradients_equal_autograd():
     model, x = _model_and_input()
-    model, x = model.double(), x.double()
-    y = _labels(x)
-    prog = et.compile(model, (x,), update=et.Full())
+    prog = float64_gradients_equal_autograd(model, x, _labels(x), {"detach"})
     assert sum(n.op == "detach" for n in prog.forward_graph.nodes) == 4
-    ours = prog.gradients(x.numpy(), y.numpy())
-    model.zero_grad()
-    F.cross_entropy(model(x), y).backward()
-    want = {n: p.grad.numpy() for n, p in model.named_parameters()}
-    assert set(ours) == set(want)
-    for n, ref in want.items():
-        assert _rel(ours[n], ref) <= FLOAT64_TOL, n
 
 
 def test_c_backend_gradients_equal_the_reference():
     model, x = _model_and_input()
-    xs, ys = x.numpy(), _labels(x).numpy()
-    ref = et.compile(model, (x,), update=et.Full()).gradients(xs, ys)
-    got = et.compile(model, (x,), update=et.Full(), backend="c").gradients(xs, ys)
-    for n in ref:
-        assert _rel(got[n], ref[n]) <= C_TOL, n
+    c_gradients_equal_the_reference(model, x, _labels(x))
 
 
 @pytest.mark.parametrize("backend", ["reference", "c"])
@@ -93,17 +70,8 @@ def test_int8_program_runs_the_detach_on_both_backends(backend):
 
 def test_torch_compile_training_loop_gives_eager_losses():
     model, x = _model_and_input()
-    model, x = model.double().train(), x.double()
-    eager = copy.deepcopy(model)
-    batches = [(x + 0.1 * k, _labels(x)) for k in range(3)]
-    torch._dynamo.reset()
-    le, ge = train_loop(eager, eager, batches, lr=0.1)
-    lc, gc = train_loop(model, torch.compile(model, backend="edgetrain"), batches, lr=0.1)
-    assert max(abs(a - b) / abs(a) for a, b in zip(le, lc)) < 1e-12, (le, lc)
+    compiled_loop_gives_eager_losses(model, [(x + 0.1 * k, _labels(x)) for k in range(3)], {"detach"}, lr=0.1)
     assert sum(n.op == "detach" for n in last_programs()[-1].forward.nodes) == 4
-    for a, b in zip(ge, gc):
-        for k in a:
-            assert torch.allclose(a[k], b[k], rtol=1e-9, atol=1e-12), k
 
 
 def test_stop_gradient_run_by_pytorch_gives_no_gradient():

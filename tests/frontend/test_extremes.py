@@ -11,9 +11,6 @@ torch.compile(backend="edgetrain") gives eager's losses; a Cortex-M4 (QEMU) prin
 losses."""
 from __future__ import annotations
 
-import copy
-import shutil
-
 import numpy as np
 import pytest
 import torch
@@ -21,14 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import edgetrain as et
-from edgetrain.torch_backend import last_programs
-from tests.backends.c.firmware_agreement import firmware_prints_host_steps
-from tests.torch_backend.loops import train_loop
+from tests.frontend.model_checks import (c_gradients_equal_the_reference, compiled_loop_gives_eager_losses,
+                                         firmware_prints_host_losses, float64_gradients_equal_autograd)
 
-#: max |ours - torch| / max(|torch|, 1e-3) of a float64 gradient
-FLOAT64_TOL = 1e-10
-#: max |C - reference| / max(|reference|, 1e-3) of a float32 gradient
-C_TOL = 1e-5
 CLASSES = 5
 
 
@@ -183,25 +175,11 @@ def _labels(x) -> torch.Tensor:
     return torch.arange(x.shape[0]) % CLASSES
 
 
-def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.abs(ours - ref).max() / max(np.abs(ref).max(), 1e-3))
-
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_float64_gradients_equal_autograd(name):
     model, x = _model_and_input(name)
-    model = model.double()
-    x = x.double() if x.is_floating_point() else x
-    y = _labels(x)
-    prog = et.compile(model, (x,), update=et.Full())
-    assert WANT_OPS[name] <= {n.op for n in prog.forward_graph.nodes}
-    ours = prog.gradients(x.numpy(), y.numpy())
-    model.zero_grad()
-    F.cross_entropy(model(x), y).backward()
-    want = {n: p.grad.numpy() for n, p in model.named_parameters() if p.grad is not None}
-    assert set(ours) == set(want)
-    for n, ref in want.items():
-        assert _rel(ours[n], ref) <= FLOAT64_TOL, n
+    float64_gradients_equal_autograd(model, x, _labels(x), WANT_OPS[name])
 
 
 def test_ties_share_the_gradient_as_torch():
@@ -215,26 +193,13 @@ def test_ties_share_the_gradient_as_torch():
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_c_backend_gradients_equal_the_reference(name):
     model, x = _model_and_input(name)
-    xs, ys = x.numpy(), _labels(x).numpy()
-    ref = et.compile(model, (x,), update=et.Full()).gradients(xs, ys)
-    got = et.compile(model, (x,), update=et.Full(), backend="c").gradients(xs, ys)
-    assert set(got) == set(ref)
-    for n in ref:
-        assert _rel(got[n], ref[n]) <= C_TOL, n
+    c_gradients_equal_the_reference(model, x, _labels(x))
 
 
 @pytest.mark.parametrize("name", ["extremes", "pointnet"])
 def test_torch_compile_training_loop_gives_eager_losses(name):
     model, x = _model_and_input(name)
-    model = model.double().train()
-    x = x.double()
-    eager = copy.deepcopy(model)
-    batches = [(x + 0.1 * k, _labels(x)) for k in range(3)]
-    torch._dynamo.reset()
-    le, _ = train_loop(eager, eager, batches, lr=0.05)
-    lc, _ = train_loop(model, torch.compile(model, backend="edgetrain"), batches, lr=0.05)
-    assert max(abs(a - b) / abs(a) for a, b in zip(le, lc)) < 1e-12, (le, lc)
-    assert WANT_OPS[name] <= {n.op for n in last_programs()[-1].forward.nodes}  # (edgetrain ran it)
+    compiled_loop_gives_eager_losses(model, [(x + 0.1 * k, _labels(x)) for k in range(3)], WANT_OPS[name])
 
 
 class _NaNs(nn.Module):
@@ -265,15 +230,5 @@ def test_a_nan_propagates_on_both_backends():
 
 @pytest.mark.parametrize("name", ["extremes", "ranks"])
 def test_extremes_on_cortex_m_print_the_host_builds_losses(tmp_path, name):
-    from edgetrain.backends.c import cortexm
-
-    if cortexm.missing_tools() or shutil.which("make") is None:
-        pytest.skip(f"missing {', '.join(cortexm.missing_tools()) or 'make'}")
     model, x = _model_and_input(name)
-    prog = et.compile(model, (x,), optimizer=et.SGD(lr=0.05))
-    assert WANT_OPS[name] <= {n.op for n in prog.train_graph.nodes}
-    rng = np.random.default_rng(0)
-    data = [(rng.standard_normal(tuple(x.shape)).astype(np.float32), np.arange(x.shape[0]) % CLASSES)
-            for _ in range(3)]
-    fw = firmware_prints_host_steps(prog, data, tmp_path)
-    np.testing.assert_allclose(fw.run.losses, [prog.step(x, y) for x, y in data], rtol=1e-5)
+    firmware_prints_host_losses(model, x, CLASSES, tmp_path, WANT_OPS[name])

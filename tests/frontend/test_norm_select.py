@@ -14,6 +14,7 @@ import edgetrain as et
 from edgetrain.frontend import UnsupportedOpError
 import tests.realmodels.conftest  # noqa: F401  (lets timm and transformers import beside CPU torch)
 from tests.backends.c.firmware_agreement import firmware_prints_host_steps
+from tests.frontend.model_checks import float64_gradients_equal_autograd
 
 #: max |ours - torch| / max(|torch|, 1e-3) of a float64 gradient
 FLOAT64_TOL = 1e-10
@@ -190,17 +191,7 @@ def _labels(x) -> torch.Tensor:
 @pytest.mark.parametrize("name", sorted(NORM_MODELS) + sorted(SELECT_MODELS))
 def test_float64_gradients_equal_autograd(name):
     model, x = _model_and_input(name)
-    model = model.double()
-    x = x.double() if x.is_floating_point() else x
-    y = _labels(x)
-    prog = et.compile(model, (x,), update=et.Full())
-    ours = prog.gradients(x.numpy(), y.numpy())
-    model.zero_grad()
-    F.cross_entropy(model(x), y).backward()
-    want = {n: p.grad.numpy() for n, p in model.named_parameters() if p.grad is not None}
-    assert set(ours) == set(want)
-    for n, ref in want.items():
-        assert _rel(ours[n], ref) <= FLOAT64_TOL, n
+    float64_gradients_equal_autograd(model, x, _labels(x), tol=FLOAT64_TOL)
 
 
 def test_each_family_lowers_to_its_op():

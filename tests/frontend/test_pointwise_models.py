@@ -21,6 +21,7 @@ from edgetrain.ops import OPS
 from edgetrain.torch_backend import last_programs
 from tests.torch_backend.loops import train_loop
 from tests.backends.c.firmware_agreement import firmware_prints_host_steps
+from tests.frontend.model_checks import float64_gradients_equal_autograd
 
 #: max |ours - torch| / max(|torch|, 1e-3) of a float64 gradient
 FLOAT64_TOL = 1e-10
@@ -135,15 +136,7 @@ def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
 @pytest.mark.parametrize("name", _cases(sorted(MODELS)))
 def test_float64_gradients_equal_autograd(name):
     model, x = _model_and_input(name)
-    model, x = model.double(), x.double()
-    y = _labels(x)
-    ours = et.compile(model, (x,), update=et.Full()).gradients(x.numpy(), y.numpy())
-    model.zero_grad()
-    F.cross_entropy(model(x), y).backward()
-    want = {n: p.grad.numpy() for n, p in model.named_parameters() if p.grad is not None}
-    assert set(ours) == set(want)
-    for n, ref in want.items():
-        assert _rel(ours[n], ref) <= FLOAT64_TOL, n
+    float64_gradients_equal_autograd(model, x, _labels(x), tol=FLOAT64_TOL)
 
 
 def test_each_activation_lowers_to_its_op():

@@ -8,8 +8,6 @@ Float64 gradients equal torch.autograd's on the reference runtime; the C backend
 equal the reference's."""
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 import torch
@@ -17,10 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import edgetrain as et
-from tests.backends.c.firmware_agreement import firmware_prints_host_steps
+from tests.frontend.model_checks import (c_gradients_equal_the_reference, firmware_prints_host_losses,
+                                         float64_gradients_equal_autograd)
 
-FLOAT64_TOL = 1e-10
-C_TOL = 1e-5
 CLASSES = 5
 
 
@@ -98,31 +95,16 @@ def _labels(x):
     return torch.arange(x.shape[0]) % CLASSES
 
 
-def _rel(ours, ref):
-    return float(np.abs(ours - ref).max() / max(np.abs(ref).max(), 1e-3))
-
-
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_float64_gradients_equal_autograd(name):
     model, x = _model_and_input(name)
-    model, x = model.double(), x.double()
-    y = _labels(x)
-    prog = et.compile(model, (x,), update=et.Full())
-    assert WANT_OPS[name] <= {n.op for n in prog.forward_graph.nodes}
+    prog = float64_gradients_equal_autograd(model, x, _labels(x), WANT_OPS[name])
     with torch.no_grad():
-        np.testing.assert_allclose(prog.predict(x.numpy()), model(x).numpy(), rtol=1e-12, atol=1e-12)
-    ours = prog.gradients(x.numpy(), y.numpy())
-    model.zero_grad()
-    F.cross_entropy(model(x), y).backward()
-    want = {n: p.grad.numpy() for n, p in model.named_parameters()}
-    assert set(ours) == set(want)
-    for n, ref in want.items():
-        assert _rel(ours[n], ref) <= FLOAT64_TOL, n
+        np.testing.assert_allclose(prog.predict(x.double().numpy()), model(x.double()).numpy(), rtol=1e-12, atol=1e-12)
 
 
 def test_the_bounds_case_has_min_above_max():
-    _, x = _model_and_input("bounds")
-    model = _model_and_input("bounds")[0]
+    model, x = _model_and_input("bounds")
     with torch.no_grad():
         h = model.lin(x)
     assert (-h.abs().mean() > h[:, :1] * 0.5).any() and (-h.abs().mean() < h[:, :1] * 0.5).any()
@@ -131,11 +113,7 @@ def test_the_bounds_case_has_min_above_max():
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_c_backend_gradients_equal_the_reference(name):
     model, x = _model_and_input(name)
-    xs, ys = x.numpy(), _labels(x).numpy()
-    ref = et.compile(model, (x,), update=et.Full()).gradients(xs, ys)
-    got = et.compile(model, (x,), update=et.Full(), backend="c").gradients(xs, ys)
-    for n in ref:
-        assert _rel(got[n], ref[n]) <= C_TOL, n
+    c_gradients_equal_the_reference(model, x, _labels(x))
 
 
 def test_a_negative_norm_order_is_refused_by_name():
@@ -147,15 +125,5 @@ def test_a_negative_norm_order_is_refused_by_name():
 @pytest.mark.parametrize("name", ["rounding", "norms"])
 def test_on_cortex_m_print_the_host_builds_losses(tmp_path, name):
     """the roundings, erf and sign (libm-free double helpers), the norms' amax / amin / pow"""
-    from edgetrain.backends.c import cortexm
-
-    if cortexm.missing_tools() or shutil.which("make") is None:
-        pytest.skip(f"missing {', '.join(cortexm.missing_tools()) or 'make'}")
     model, x = _model_and_input(name)
-    prog = et.compile(model, (x,), optimizer=et.SGD(lr=0.05))
-    assert WANT_OPS[name] <= {n.op for n in prog.train_graph.nodes}
-    rng = np.random.default_rng(0)
-    data = [(1.5 * rng.standard_normal(tuple(x.shape)).astype(np.float32), np.arange(x.shape[0]) % CLASSES)
-            for _ in range(3)]
-    fw = firmware_prints_host_steps(prog, data, tmp_path)
-    np.testing.assert_allclose(fw.run.losses, [prog.step(x, y) for x, y in data], rtol=1e-5)
+    firmware_prints_host_losses(model, x, CLASSES, tmp_path, WANT_OPS[name], scale=1.5)
