@@ -1,11 +1,11 @@
-"""Variances, norms and tensor bounds as models write them (frontend/aten_moments.py, aten.py's
-clamp.Tensor): torch.var / std / var_mean with any correction, torch.linalg.vector_norm of orders
-1, 2, 3, inf, -inf and 0, F.cosine_similarity (its eps is a clamp with a tensor bound), torch.clamp
-with tensor bounds (min above max included), erf, sign and the roundings (ops/pointwise.py), and
-reciprocal, log2 and log10. A Cortex-M4 (QEMU) prints the host build's losses for the roundings
-and the norms.
-Float64 gradients equal torch.autograd's on the reference runtime; the C backend's float32 ones
-equal the reference's."""
+"""Variances, norms, tensor bounds and numerics as models write them (frontend/aten_moments.py,
+aten.py, aten_data.py): torch.var / std / var_mean with any correction, torch.linalg.vector_norm of
+orders 1, 2, 3, inf, -inf and 0, F.cosine_similarity (its eps is a clamp with a tensor bound),
+torch.clamp with tensor bounds (min above max included), erf, sign and the roundings
+(ops/pointwise.py), reciprocal, log2 and log10, isnan / isinf, a number to a tensor power, and
+division rounded by torch.div's rounding_mode or //. Float64 gradients equal torch.autograd's on the
+reference runtime; the C backend's float32 ones equal the reference's; a Cortex-M4 (QEMU) prints the
+host build's losses for the roundings and the norms."""
 from __future__ import annotations
 
 import numpy as np
@@ -61,6 +61,12 @@ def _logs(h):
     return torch.reciprocal(h.abs() + 1) + torch.log2(h.abs() + 1) + torch.log10(h * h + 0.5)
 
 
+def _numerics(h):  # NaN / inf masking, 2 ** x, division rounded both ways (straight through)
+    clean = torch.where(torch.isnan(h) | torch.isinf(h), torch.zeros_like(h), h)
+    steps = torch.div(h, 0.3, rounding_mode="floor") + torch.div(h, 0.7, rounding_mode="trunc") + h // 0.5
+    return clean + torch.pow(2.0, h.tanh()) + 10 ** h.sigmoid() + steps.detach()
+
+
 class Prototypes(nn.Module):
     """a cosine classifier: 10 x cos(features, class prototype)"""
 
@@ -74,12 +80,12 @@ class Prototypes(nn.Module):
 
 MODELS = {"standardize": lambda: _Head(_standardize), "var_mean": lambda: _Head(_var_mean),
           "norms": lambda: _Head(_norms), "bounds": lambda: _Head(_bounds), "rounding": lambda: _Head(_rounding),
-          "logs": lambda: _Head(_logs), "cosine": Prototypes}
+          "logs": lambda: _Head(_logs), "numerics": lambda: _Head(_numerics), "cosine": Prototypes}
 #: ops each model's forward lowers to
 WANT_OPS = {"standardize": {"mean", "sqrt", "div"}, "var_mean": {"mean", "sqrt"},
             "norms": {"abs", "amax", "amin", "pow"},
             "bounds": {"where", "compare"}, "rounding": {"round", "floor", "ceil", "trunc", "erf", "sign", "detach"},
-            "logs": {"div", "log"}, "cosine": {"where", "sqrt"}}
+            "logs": {"div", "log"}, "numerics": {"compare", "exp", "floor", "trunc"}, "cosine": {"where", "sqrt"}}
 
 
 def _model_and_input(name):

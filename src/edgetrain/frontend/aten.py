@@ -114,6 +114,31 @@ for _name in ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "neg"):
     CONVERTERS[getattr(aten, _name).default] = _unary(_name)
 
 
+@converts(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(e, a, b, rounding_mode=None):
+    """torch.div with rounding_mode "trunc" or "floor" (a // b): the float quotient rounded. Floats
+    only (an integer quotient would need exact integer division, which no op here computes). Where
+    a / b rounds up onto an integer from just below it, floor(a / b) is that integer and torch's
+    (computed from fmod(a, b)) the one below; its gradient is zero either way."""
+    q = binary_converter("div")(e, a, b)
+    if rounding_mode is None:
+        return q
+    like = a if isinstance(a, Value) else b
+    if like.dtype not in _FLOATS:
+        unsupported(f"unsupported op aten.div with rounding_mode={rounding_mode!r} of {like.dtype} tensors "
+                    "(only float ones)")
+    return e.emit({"trunc": "trunc", "floor": "floor"}[rounding_mode], q)
+
+
+@converts(aten.pow.Scalar)
+def _pow_scalar(e, base, x):
+    """base ** x of a number base > 0 (2 ** x, 10 ** x): exp(x log(base)), whose gradient is torch's
+    g base^x log(base)."""
+    if not float(base) > 0:
+        unsupported(f"unsupported op aten.pow of the number {base} to a tensor power (only a base > 0)")
+    return e.emit("exp", e.emit("mul", x, e.const(math.log(float(base)), x.dtype)))
+
+
 @converts(aten.reciprocal.default)
 def _reciprocal(e, x):
     return e.emit("div", e.const(1.0, x.dtype), x)

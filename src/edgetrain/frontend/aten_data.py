@@ -58,6 +58,22 @@ for _cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
         converts(getattr(getattr(aten, _cmp), _ov))(_compare(_cmp))
 
 
+@converts(aten.isnan.default)
+def _isnan(e: Emitter, x):  # (a NaN is the one value unequal to itself)
+    return e.emit("compare", x, x, cmp="ne") if x.dtype in ("float32", "float64") else _all_false(e, x)
+
+
+@converts(aten.isinf.default)
+def _isinf(e: Emitter, x):
+    if x.dtype not in ("float32", "float64"):
+        return _all_false(e, x)
+    return e.emit("compare", e.emit("abs", x), e.const(float("inf"), x.dtype), cmp="eq")
+
+
+def _all_false(e: Emitter, x) -> Value:
+    return e.emit("expand", e.const(False, "bool"), shape=tuple(x.shape)) if x.shape else e.const(False, "bool")
+
+
 def _bool_operand(e: Emitter, x, op: str) -> Value:
     """A boolean mask's operand: a bool tensor, or a Python bool as a constant."""
     if isinstance(x, bool):

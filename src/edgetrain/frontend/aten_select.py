@@ -12,6 +12,7 @@ converters.CONVERTERS (the package's __init__ imports this module).
 - t[:, 1:] = ids[:, :-1] (a write into a slice of a new tensor: BART's shift_tokens_right) ->
   aten.copy.default (src broadcast to the slice) and aten.slice_scatter.default (a cat of the
   tensor's slices around it; step 1).
+- x.scatter_add(dim, index, src) -> aten.scatter_add.default: x + gather_grad(src, index).
 """
 from __future__ import annotations
 
@@ -189,3 +190,30 @@ def _slice_scatter(e, x, src, dim=0, start=None, end=None, step=1, constant=None
 
     parts = ([piece(0, start)] if start > 0 else []) + [v] + ([piece(end, shape[dim])] if end < shape[dim] else [])
     return parts[0] if len(parts) == 1 else e.emit("cat", *parts, dim=dim)
+
+
+@const_aware(aten.scatter_add.default)
+def _scatter_add(e, x, dim, index, src, constant=None):
+    """x.scatter_add(dim, index, src) (a graph network's sum of messages per node): x plus src's
+    elements (those index covers) added at their index along dim, the gather_grad op (a scatter-add,
+    ops/gather.py; gather is its gradient, as torch's); index may be computed at run time."""
+    x, index, src = (v.value() if isinstance(v, Known) else v for v in (x, index, src))
+    if src.dtype != x.dtype:
+        src = e.emit("cast", src, dtype=x.dtype)
+    if len(index.shape) != len(x.shape) or len(src.shape) != len(x.shape):
+        raise ValueError(f"scatter_add: index {tuple(index.shape)} and src {tuple(src.shape)} must have the rank "
+                         f"of x {tuple(x.shape)}")
+    if any(i > s for i, s in zip(index.shape, src.shape)):
+        raise ValueError(f"scatter_add: index {tuple(index.shape)} exceeds src {tuple(src.shape)}")
+    if tuple(src.shape) != tuple(index.shape):  # only the part index covers is added
+        src = _leading(e, src, tuple(index.shape))
+    d = int(dim) % len(x.shape)
+    return e.emit("add", x, e.emit("gather_grad", src, index, input_shape=tuple(x.shape), dim=d))
+
+
+def _leading(e: Emitter, v: Value, shape: tuple) -> Value:
+    """v's leading block of `shape` (a slice along each dim where it is shorter)."""
+    for dim, (have, want) in enumerate(zip(v.shape, shape)):
+        if want != have:
+            v = e.emit("slice", v, dim=dim, start=0, end=int(want), step=1)
+    return v

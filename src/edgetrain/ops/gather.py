@@ -1,7 +1,8 @@
 """gather along a dim (torch.gather): out[i] = x[i with its coordinate along `dim` replaced by
 index[i]]; index has x's rank and, along the other dims, at most x's sizes. Its gradient
 gather_grad adds each output gradient back where it was read from (a scatter-add: repeated
-indices accumulate)."""
+indices accumulate), which is also torch's scatter_add (frontend/aten_select.py); gather_grad's
+own gradient is a gather."""
 from __future__ import annotations
 
 import numpy as np
@@ -62,4 +63,9 @@ def _vjp_gather(e, node, grads, needs):
 
 
 register(OpDef("gather", _gather_infer, _gather_ref, _vjp_gather, cost=zero_mac_cost, num_inputs=(2, 2)))
-register(OpDef("gather_grad", _gather_grad_infer, _gather_grad_ref, num_inputs=(2, 2)))
+def _vjp_gather_grad(e, node, grads, needs):  # (scatter_add of a model: gather is its gradient, as torch's)
+    g, idx = node.inputs
+    return [e.emit("gather", grads[0], idx, dim=node.attrs["dim"]) if needs[0] else None, None]
+
+
+register(OpDef("gather_grad", _gather_grad_infer, _gather_grad_ref, _vjp_gather_grad, num_inputs=(2, 2)))
