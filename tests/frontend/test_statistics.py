@@ -4,8 +4,9 @@ orders 1, 2, 3, inf, -inf and 0, F.cosine_similarity (its eps is a clamp with a 
 torch.clamp with tensor bounds (min above max included), erf, sign and the roundings
 (ops/pointwise.py), reciprocal, log2 and log10, isnan / isinf, a number to a tensor power, and
 division rounded by torch.div's rounding_mode or //. Float64 gradients equal torch.autograd's on the
-reference runtime; the C backend's float32 ones equal the reference's; a Cortex-M4 (QEMU) prints the
-host build's losses for the roundings and the norms."""
+reference runtime; the C backend's float32 ones equal the reference's; torch.compile's training loop
+gives eager's losses; a Cortex-M4 (QEMU) prints the host build's losses for the roundings and the
+norms."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import edgetrain as et
-from tests.frontend.model_checks import (c_gradients_equal_the_reference, firmware_prints_host_losses,
-                                         float64_gradients_equal_autograd)
+from tests.frontend.model_checks import (c_gradients_equal_the_reference, compiled_loop_gives_eager_losses,
+                                         firmware_prints_host_losses, float64_gradients_equal_autograd)
 
 CLASSES = 5
 
@@ -120,6 +121,12 @@ def test_the_bounds_case_has_min_above_max():
 def test_c_backend_gradients_equal_the_reference(name):
     model, x = _model_and_input(name)
     c_gradients_equal_the_reference(model, x, _labels(x))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_torch_compile_training_loop_gives_eager_losses(name):
+    model, x = _model_and_input(name)
+    compiled_loop_gives_eager_losses(model, [(x + 0.1 * k, _labels(x)) for k in range(3)], WANT_OPS[name])
 
 
 def test_a_negative_norm_order_is_refused_by_name():
