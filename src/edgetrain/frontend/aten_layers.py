@@ -160,7 +160,8 @@ def _embedding_bag(e, w, idx, offsets, scale_grad_by_freq=False, mode=0, sparse=
         stacked = e.emit("reshape", rows, shape=(bags, sizes[0], dim))
         at = e.emit("argmax", stacked, dim=1, keepdim=True)
         return e.emit("reshape", e.emit("gather", stacked, at, dim=1), shape=(bags, dim)), None, None, None
-    bag_of = offsets.value(torch.repeat_interleave(torch.arange(bags), torch.tensor(sizes, dtype=torch.int64)))
+    bag_of = None if same and keep is None else offsets.value(  # (each id's bag, where an index_put needs it)
+        torch.repeat_interleave(torch.arange(bags), torch.tensor(sizes, dtype=torch.int64)))
     if same:
         total = e.emit("sum", e.emit("reshape", rows, shape=(bags, sizes[0], dim)), dims=(1,), keepdim=False)
     else:
