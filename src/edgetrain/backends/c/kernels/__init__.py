@@ -11,8 +11,9 @@ and handle the two parts themselves.
 from __future__ import annotations
 
 from . import (check, float32, float32_bn, float32_conv_nd, float32_fused, float32_groupnorm,  # noqa: F401
-               float32_lmloss, float32_nn, float32_pointwise, float32_qweights, float32_resample, float32_select,
-               float32_shape, int8, int8_pointwise, int8_resample, int8_transposed, integer, page)  # (they register)
+               float32_lmloss, float32_nn, float32_pointwise, float32_qweights, float32_reduce, float32_resample,
+               float32_select, float32_shape, int8, int8_pointwise, int8_resample, int8_transposed, integer,
+               page)  # (they register)
 from .context import EmitContext, WeightRef
 from .registry import KERNELS, Kernel, KernelFn, kernel_for, register
 
