@@ -55,7 +55,7 @@ def known_gap(op: str, arrays: list, attrs: dict) -> tuple[str, str]:
     kernels/int8.py) do not handle yet; part "all" leaves the case out, "grad" keeps its
     forward values only, "" none."""
     if op == "cast" and attrs["dtype"] != DTYPE:
-        return "grad", "the VJP multiplies in float64: kernels/float32.py's mul and sum are float32 only"
+        return "grad", "the VJP multiplies in float64: kernels/float32.py's mul and float32_reduce.py's sum are float32 only"
     if op == "cross_entropy" and arrays[1].dtype != np.int64:
         return "all", "kernels/float32.py's cross_entropy takes int64 labels only"
     return "", ""

@@ -285,15 +285,14 @@ def _adaptive_avg(e, x, output_size):
     return e.emit("adaptive_avg_pool2d", x, output_size=(int(oh), int(ow)))
 
 
-@converts(aten.full.default)
-def _full(e, size, value, dtype=None, **kw):
-    c = e.const(value, TORCH_DTYPES.get(dtype, "float32"))
-    return c if not size else e.emit("expand", c, shape=tuple(size))
-
-
 def _filled(e, shape, value, dtype: str) -> Value:
     c = e.const(value, dtype)
     return c if not shape else e.emit("expand", c, shape=tuple(int(d) for d in shape))
+
+
+@converts(aten.full.default)
+def _full(e, size, value, dtype=None, **kw):
+    return _filled(e, size, value, TORCH_DTYPES.get(dtype, "float32"))
 
 
 # allocations shaped like a tensor computed at run time (torch.zeros_like(h) in a where, h.new_zeros(...)):

@@ -22,6 +22,7 @@ import torch
 
 from ..ir import Value
 from ..ops import Emitter
+from .aten import convert_slice
 from .aten_data import promoted
 from .converters import TORCH_DTYPES, Known, aten, const_aware, converts, unsupported
 
@@ -205,15 +206,8 @@ def _scatter_add(e, x, dim, index, src, constant=None):
                          f"of x {tuple(x.shape)}")
     if any(i > s for i, s in zip(index.shape, src.shape)):
         raise ValueError(f"scatter_add: index {tuple(index.shape)} exceeds src {tuple(src.shape)}")
-    if tuple(src.shape) != tuple(index.shape):  # only the part index covers is added
-        src = _leading(e, src, tuple(index.shape))
+    for k, want in enumerate(index.shape):  # only the part index covers is added
+        src = convert_slice(e, src, k, 0, int(want))
     d = int(dim) % len(x.shape)
     return e.emit("add", x, e.emit("gather_grad", src, index, input_shape=tuple(x.shape), dim=d))
 
-
-def _leading(e: Emitter, v: Value, shape: tuple) -> Value:
-    """v's leading block of `shape` (a slice along each dim where it is shorter)."""
-    for dim, (have, want) in enumerate(zip(v.shape, shape)):
-        if want != have:
-            v = e.emit("slice", v, dim=dim, start=0, end=int(want), step=1)
-    return v
